@@ -1,0 +1,62 @@
+#include "server/backends/cpu/cpu_backend.h"
+
+#include <cblas.h>
+
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "server/backends/cpu/cpu_attention.h"
+#include "server/backends/cpu/cpu_rotate.h"
+#include "server/backends/cpu/thread_pool.h"
+
+namespace rope {
+namespace {
+
+class CpuBackend final : public Backend {
+ public:
+  explicit CpuBackend(int threads) : pool_(threads) {
+    // Parallelism comes from our pool (one sgemm per task); OpenBLAS's own
+    // threads would oversubscribe the cores.
+    openblas_set_num_threads(1);
+  }
+
+  BackendInfo info() const override {
+    BackendInfo info;
+    info.name = "cpu";
+    info.device = absl::StrCat("cpu (", std::thread::hardware_concurrency(),
+                               " hardware threads, OpenBLAS ", openblas_get_corename(), ")");
+    info.threads = pool_.threads();
+    return info;
+  }
+
+  absl::Status Rotate(const RopeTable& table, const RotateArgs& args) override {
+    CpuRotate(table, args, &pool_);
+    return absl::OkStatus();
+  }
+
+  absl::Status AttentionScores(const RopeTable& table, const AttentionArgs& args) override {
+    return CpuAttentionScores(table, args, &pool_);
+  }
+
+  void ParallelRows(int64_t rows, const std::function<void(int64_t, int64_t)>& fill) override {
+    pool_.ParallelFor(rows, 1024, fill);
+  }
+
+ private:
+  // ParallelFor is thread-safe; mutable so that info() can stay const.
+  mutable ThreadPool pool_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Backend>> NewCpuBackend(int threads) {
+  if (threads <= 0) threads = static_cast<int>(std::thread::hardware_concurrency());
+  if (threads <= 0) threads = 1;
+  if (threads > 1024) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cpu threads is ", threads, ": must be at most 1024"));
+  }
+  return std::unique_ptr<Backend>(new CpuBackend(threads));
+}
+
+}  // namespace rope

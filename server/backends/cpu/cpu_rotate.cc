@@ -1,0 +1,117 @@
+#include "server/backends/cpu/cpu_rotate.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "server/engine/rope_math.h"
+
+namespace rope {
+namespace {
+
+// Tokens per task: small enough to balance, large enough (at decode shapes
+// with a few heads) that task overhead stays invisible.
+constexpr int64_t kMinTokensPerTask = 8;
+
+template <typename Tag, bool kInterleaved>
+void RotateTokenHeads(typename Tag::Storage* x, int64_t heads, int64_t head_dim, int rotary_dim,
+                      const float* cos_row, const float* sin_row, float sign) {
+  for (int64_t h = 0; h < heads; ++h) {
+    math::RotateHead<Tag, kInterleaved>(x + h * head_dim, cos_row, sin_row, rotary_dim, sign);
+  }
+}
+
+// For float32, the loop runs straight over the storage (no Load/Store) with
+// the sign already folded into the sin row, so that the compiler vectorises
+// it; the arithmetic is still math::RotatePair's.
+template <bool kInterleaved>
+void RotateTokenHeadsF32(float* x, int64_t heads, int64_t head_dim, int rotary_dim,
+                         const float* cos_row, const float* sin_row) {
+  const int half = rotary_dim / 2;
+  for (int64_t h = 0; h < heads; ++h) {
+    float* v = x + h * head_dim;
+    if (kInterleaved) {
+      for (int i = 0; i < half; ++i) {
+        math::RotatePair(v[2 * i], v[2 * i + 1], cos_row[i], sin_row[i], &v[2 * i], &v[2 * i + 1]);
+      }
+    } else {
+      float* lo = v;
+      float* hi = v + half;
+      for (int i = 0; i < half; ++i) {
+        math::RotatePair(lo[i], hi[i], cos_row[i], sin_row[i], &lo[i], &hi[i]);
+      }
+    }
+  }
+}
+
+template <typename Tag>
+void RotateTokenTyped(Layout layout, void* x, int64_t heads, int64_t head_dim, int rotary_dim,
+                      const float* cos_row, const float* sin_row, float sign) {
+  auto* data = static_cast<typename Tag::Storage*>(x);
+  if (layout == Layout::kInterleaved) {
+    RotateTokenHeads<Tag, true>(data, heads, head_dim, rotary_dim, cos_row, sin_row, sign);
+  } else {
+    RotateTokenHeads<Tag, false>(data, heads, head_dim, rotary_dim, cos_row, sin_row, sign);
+  }
+}
+
+}  // namespace
+
+void CpuRotateToken(DType dtype, Layout layout, void* x, int64_t heads, int64_t head_dim,
+                    int rotary_dim, const float* cos_row, const float* sin_row, float sign) {
+  switch (dtype) {
+    case DType::kFloat32: {
+      // Fold the sign into a local sin row so the hot loop has no multiply by
+      // sign; RotatePair(x0, x1, c, -s) is the inverse rotation.
+      const float* s = sin_row;
+      float negated[512];
+      const int half = rotary_dim / 2;
+      std::vector<float> big;
+      if (sign < 0) {
+        float* dst = negated;
+        if (half > 512) {
+          big.resize(half);
+          dst = big.data();
+        }
+        for (int i = 0; i < half; ++i) dst[i] = -sin_row[i];
+        s = dst;
+      }
+      if (layout == Layout::kInterleaved) {
+        RotateTokenHeadsF32<true>(static_cast<float*>(x), heads, head_dim, rotary_dim, cos_row, s);
+      } else {
+        RotateTokenHeadsF32<false>(static_cast<float*>(x), heads, head_dim, rotary_dim, cos_row, s);
+      }
+      return;
+    }
+    case DType::kFloat16:
+      RotateTokenTyped<math::F16>(layout, x, heads, head_dim, rotary_dim, cos_row, sin_row, sign);
+      return;
+    case DType::kBFloat16:
+      RotateTokenTyped<math::BF16>(layout, x, heads, head_dim, rotary_dim, cos_row, sin_row, sign);
+      return;
+  }
+}
+
+void CpuRotate(const RopeTable& table, const RotateArgs& args, ThreadPool* pool) {
+  const int64_t tokens = args.batch * args.seq;
+  const int64_t elem = static_cast<int64_t>(DTypeSize(args.dtype));
+  const int64_t q_token_bytes = args.q_heads * args.head_dim * elem;
+  const int64_t k_token_bytes = args.k_heads * args.head_dim * elem;
+  const int rotary_dim = static_cast<int>(args.rotary_dim);
+  const float sign = args.inverse ? -1.0f : 1.0f;
+  auto rotate_range = [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      const int64_t pos = args.positions.At(t / args.seq, t % args.seq);
+      const float* c = table.cos_row(pos);
+      const float* s = table.sin_row(pos);
+      CpuRotateToken(args.dtype, args.layout, static_cast<char*>(args.q) + t * q_token_bytes,
+                     args.q_heads, args.head_dim, rotary_dim, c, s, sign);
+      if (args.k != nullptr) {
+        CpuRotateToken(args.dtype, args.layout, static_cast<char*>(args.k) + t * k_token_bytes,
+                       args.k_heads, args.head_dim, rotary_dim, c, s, sign);
+      }
+    }
+  };
+  pool->ParallelFor(tokens, kMinTokensPerTask, rotate_range);
+}
+
+}  // namespace rope

@@ -1,0 +1,88 @@
+// Backend: where the arithmetic runs (CPU threads, or a CUDA device).
+//
+// A backend receives fully validated, resolved arguments: shapes agree, byte
+// sizes match, every position is in [0, table.max_len()). It must not be
+// handed anything else; the Engine guarantees this. Implementations are
+// thread-safe: the service calls them from many threads at once.
+#ifndef ROPE_ENGINE_BACKEND_H_
+#define ROPE_ENGINE_BACKEND_H_
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "server/engine/dtype.h"
+#include "server/engine/rope_math.h"
+#include "server/engine/rope_table.h"
+
+namespace rope {
+
+// Rotate q (and k when non-null) in place. q is [batch, seq, q_heads, head_dim]
+// and k is [batch, seq, k_heads, head_dim], both of `dtype`, contiguous.
+struct RotateArgs {
+  DType dtype = DType::kFloat32;
+  Layout layout = Layout::kInterleaved;
+  bool inverse = false;
+  int64_t batch = 0, seq = 0, head_dim = 0, rotary_dim = 0;
+  void* q = nullptr;
+  int64_t q_heads = 0;
+  void* k = nullptr;  // optional
+  int64_t k_heads = 0;
+  math::PositionSpec positions;
+};
+
+// Scores [batch, q_heads, q_seq, k_seq] float32 of rotated q against rotated
+// k, scaled, optionally causally masked (-inf where key position > query
+// position) and softmaxed over keys; optional output = softmax(S) v
+// [batch, q_seq, q_heads, v_dim]. Query head h reads key/value head
+// h / (q_heads / k_heads).
+//
+// Fully masked rows (every key position after the query position): the
+// scores row is all -inf; with softmax, the probabilities row is all 0 and
+// the output row is 0 (no NaN), as FlashAttention does.
+struct AttentionArgs {
+  DType dtype = DType::kFloat32;  // of q, k and v
+  Layout layout = Layout::kInterleaved;
+  int64_t batch = 0, q_seq = 0, k_seq = 0, q_heads = 0, k_heads = 0;
+  int64_t head_dim = 0, rotary_dim = 0, v_dim = 0;
+  const void* q = nullptr;
+  const void* k = nullptr;
+  const void* v = nullptr;  // optional
+  math::PositionSpec q_positions;
+  math::PositionSpec k_positions;
+  bool causal = false;
+  bool softmax = false;
+  float scale = 1.0f;
+  float* scores = nullptr;  // [batch, q_heads, q_seq, k_seq]
+  float* output = nullptr;  // [batch, q_seq, q_heads, v_dim] when v != null
+};
+
+struct BackendInfo {
+  std::string name;    // "cpu" or "cuda"
+  std::string device;  // e.g. "x86_64, 2 threads" or "NVIDIA H200 (sm_90)"
+  int threads = 1;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual BackendInfo info() const = 0;
+
+  // Returns OK after rotating in place; on error q/k contents are unspecified.
+  virtual absl::Status Rotate(const RopeTable& table, const RotateArgs& args) = 0;
+
+  // Fills args.scores (and args.output when args.v is set).
+  virtual absl::Status AttentionScores(const RopeTable& table, const AttentionArgs& args) = 0;
+
+  // Runs fill(begin, end) over [0, rows) on the backend's threads; used to
+  // build tables in parallel. The default runs it on the calling thread.
+  virtual void ParallelRows(int64_t rows, const std::function<void(int64_t, int64_t)>& fill) {
+    fill(0, rows);
+  }
+};
+
+}  // namespace rope
+
+#endif  // ROPE_ENGINE_BACKEND_H_
