@@ -9,12 +9,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "server/backends/cpu/cpu_rotate.h"
+#include "server/backends/cpu/fast_exp.h"
 #include "server/engine/rope_math.h"
 
 namespace rope {
 namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+constexpr int64_t kRowBlock = 64;  // query rows per sgemm under a causal mask
 
 // Widens `count` elements of `dtype` to float32.
 void ToFloat(DType dtype, const void* src, int64_t count, float* dst) {
@@ -68,16 +70,24 @@ int64_t VisibleKeys(const AttentionArgs& args, int64_t b, int64_t i) {
 // In-place softmax of row[0, visible) with row[visible, n) = 0. A fully
 // masked row (visible == 0) becomes all zeros.
 void SoftmaxRow(float* row, int64_t visible, int64_t n) {
-  float max_v = kNegInf;
-  for (int64_t j = 0; j < visible; ++j) max_v = std::max(max_v, row[j]);
-  float sum = 0.0f;
-  for (int64_t j = 0; j < visible; ++j) {
-    row[j] = std::exp(row[j] - max_v);
-    sum += row[j];
+  // Row maximum in 8 independent lanes: without -ffast-math the compiler
+  // will not reorder a float max reduction itself.
+  float lane_max[8] = {kNegInf, kNegInf, kNegInf, kNegInf, kNegInf, kNegInf, kNegInf, kNegInf};
+  int64_t j = 0;
+  for (; j + 8 <= visible; j += 8) {
+    for (int l = 0; l < 8; ++l) lane_max[l] = row[j + l] > lane_max[l] ? row[j + l] : lane_max[l];
   }
+  float max_v = kNegInf;
+  for (; j < visible; ++j) max_v = std::max(max_v, row[j]);
+  for (int l = 0; l < 8; ++l) max_v = std::max(max_v, lane_max[l]);
+  // Two loops: the exp loop vectorises; the float sum (kept in order, no
+  // -ffast-math) does not.
+  for (j = 0; j < visible; ++j) row[j] = ExpNonPositive(row[j] - max_v);
+  float sum = 0.0f;
+  for (j = 0; j < visible; ++j) sum += row[j];
   const float inv = visible > 0 ? 1.0f / sum : 0.0f;
-  for (int64_t j = 0; j < visible; ++j) row[j] *= inv;
-  for (int64_t j = visible; j < n; ++j) row[j] = 0.0f;
+  for (j = 0; j < visible; ++j) row[j] *= inv;
+  for (j = visible; j < n; ++j) row[j] = 0.0f;
 }
 
 }  // namespace
@@ -111,31 +121,48 @@ absl::Status CpuAttentionScores(const RopeTable& table, const AttentionArgs& arg
       const float* qh = q.data() + (b * sq * args.q_heads + h) * d;
       const float* kb = k.data() + (b * sk * args.k_heads + kh) * d;
       float* s = args.scores + task * sq * sk;
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(sq),
-                  static_cast<int>(sk), static_cast<int>(d), args.scale, qh,
-                  static_cast<int>(args.q_heads * d), kb, static_cast<int>(args.k_heads * d), 0.0f,
-                  s, static_cast<int>(sk));
-      if (args.causal) {
-        for (int64_t i = 0; i < sq; ++i) {
-          float* row = s + i * sk;
-          for (int64_t j = VisibleKeys(args, b, i); j < sk; ++j) row[j] = kNegInf;
+      // Row blocks: under a causal mask a block only needs the keys visible
+      // to its last row, which skips about half the products at prefill.
+      const int64_t block = args.causal ? kRowBlock : sq;
+      for (int64_t i0 = 0; i0 < sq; i0 += block) {
+        const int64_t rows = std::min(block, sq - i0);
+        const int64_t keys = VisibleKeys(args, b, i0 + rows - 1);
+        float* sb = s + i0 * sk;
+        if (keys > 0) {
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(rows),
+                      static_cast<int>(keys), static_cast<int>(d), args.scale,
+                      qh + i0 * args.q_heads * d, static_cast<int>(args.q_heads * d), kb,
+                      static_cast<int>(args.k_heads * d), 0.0f, sb, static_cast<int>(sk));
         }
-      }
-      const float* p = s;
-      if (args.softmax) {
-        for (int64_t i = 0; i < sq; ++i) SoftmaxRow(s + i * sk, VisibleKeys(args, b, i), sk);
-      } else if (args.v != nullptr) {
-        probs.assign(s, s + sq * sk);
-        for (int64_t i = 0; i < sq; ++i) SoftmaxRow(probs.data() + i * sk, VisibleKeys(args, b, i), sk);
-        p = probs.data();
-      }
-      if (args.v != nullptr) {
+        for (int64_t i = 0; i < rows; ++i) {
+          float* row = sb + i * sk;
+          const int64_t visible = VisibleKeys(args, b, i0 + i);
+          if (args.softmax) {
+            SoftmaxRow(row, visible, sk);
+          } else {
+            std::fill(row + visible, row + sk, kNegInf);
+          }
+        }
+        if (args.v == nullptr) continue;
+        const float* p = sb;
+        if (!args.softmax) {  // the output always uses probabilities
+          probs.assign(sb, sb + rows * sk);
+          for (int64_t i = 0; i < rows; ++i) {
+            SoftmaxRow(probs.data() + i * sk, VisibleKeys(args, b, i0 + i), sk);
+          }
+          p = probs.data();
+        }
         const int64_t dv = args.v_dim;
         const float* vb = v.data() + (b * sk * args.k_heads + kh) * dv;
-        float* out = args.output + (b * sq * args.q_heads + h) * dv;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(sq),
-                    static_cast<int>(dv), static_cast<int>(sk), 1.0f, p, static_cast<int>(sk), vb,
-                    static_cast<int>(args.k_heads * dv), 0.0f, out,
+        float* out = args.output + ((b * sq + i0) * args.q_heads + h) * dv;
+        if (keys == 0) {
+          for (int64_t i = 0; i < rows; ++i) std::fill_n(out + i * args.q_heads * dv, dv, 0.0f);
+          continue;
+        }
+        // Probabilities past `keys` are 0 in every row of the block.
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(rows),
+                    static_cast<int>(dv), static_cast<int>(keys), 1.0f, p, static_cast<int>(sk),
+                    vb, static_cast<int>(args.k_heads * dv), 0.0f, out,
                     static_cast<int>(args.q_heads * dv));
       }
     }

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# The main job: set up, build, start ropeserve on the CPU backend on
+# 127.0.0.1, call it with ropectl (rotate and attention scores on a
+# Llama-3-like config: theta 500000, head_dim 128, GQA 32 query / 8 kv
+# heads), print the results, and stop the server with SIGTERM.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+./scripts/setup.sh
+./scripts/build.sh
+BUILD_DIR=${BUILD_DIR:-build}
+SERVER="$BUILD_DIR/bin/ropeserve"
+CTL="$BUILD_DIR/bin/ropectl"
+
+log=$(mktemp)
+"$SERVER" --listen=127.0.0.1:0 --backend=cpu --metrics_port=0 >"$log" 2>&1 &
+server_pid=$!
+cleanup() { kill -TERM "$server_pid" 2>/dev/null || true; wait "$server_pid" 2>/dev/null || true; rm -f "$log"; }
+trap cleanup EXIT
+
+# Wait (at most 30 s) for the "listening on HOST:PORT" line.
+target=""
+for _ in $(seq 1 300); do
+  target=$(sed -n 's/.*listening on \([0-9.]*:[0-9]*\).*/\1/p' "$log" | head -n1)
+  [ -n "$target" ] && break
+  kill -0 "$server_pid" 2>/dev/null || { cat "$log"; echo "ropeserve exited early" >&2; exit 1; }
+  sleep 0.1
+done
+[ -n "$target" ] || { cat "$log"; echo "ropeserve did not start in 30 s" >&2; exit 1; }
+echo "== ropeserve is up at $target (CPU backend)"
+
+LLAMA3=(--target="$target" --theta=500000 --head_dim=128 --max_len=8192)
+set -x
+"$CTL" health --target="$target"
+"$CTL" info --target="$target"
+"$CTL" rotate "${LLAMA3[@]}" --random_q_shape=1,16,32,128 --random_k_shape=1,16,8,128 \
+  --seed=1 --start_pos=100
+"$CTL" scores "${LLAMA3[@]}" --random_q_shape=1,16,32,128 --random_k_shape=1,16,8,128 \
+  --seed=2 --causal --softmax
+"$CTL" table "${LLAMA3[@]}" --start=131 --count=2
+set +x
+
+kill -TERM "$server_pid"
+wait "$server_pid" && echo "== ropeserve drained and exited 0 on SIGTERM"
+trap - EXIT
+rm -f "$log"
