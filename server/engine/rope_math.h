@@ -38,12 +38,11 @@ ROPE_HOST_DEVICE float BFloat16ToFloat(uint16_t h) {
 }
 
 ROPE_HOST_DEVICE uint16_t FloatToBFloat16(float f) {
-  uint32_t u = FloatBits(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) {  // NaN: keep sign, force quiet bit
-    return static_cast<uint16_t>((u >> 16) | 0x0040u);
-  }
-  uint32_t rounding_bias = 0x7fffu + ((u >> 16) & 1u);
-  return static_cast<uint16_t>((u + rounding_bias) >> 16);
+  const uint32_t u = FloatBits(f);
+  const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  const uint32_t quiet_nan = (u >> 16) | 0x0040u;  // NaN: keep sign, force quiet bit
+  // A select rather than an early return, so that row loops vectorise.
+  return static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded);
 }
 
 ROPE_HOST_DEVICE float HalfToFloat(uint16_t h) {

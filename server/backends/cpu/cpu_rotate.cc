@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "server/backends/cpu/convert_rows.h"
 #include "server/engine/rope_math.h"
 
 namespace rope {
@@ -11,14 +12,6 @@ namespace {
 // Tokens per task: small enough to balance, large enough (at decode shapes
 // with a few heads) that task overhead stays invisible.
 constexpr int64_t kMinTokensPerTask = 8;
-
-template <typename Tag, bool kInterleaved>
-void RotateTokenHeads(typename Tag::Storage* x, int64_t heads, int64_t head_dim, int rotary_dim,
-                      const float* cos_row, const float* sin_row, float sign) {
-  for (int64_t h = 0; h < heads; ++h) {
-    math::RotateHead<Tag, kInterleaved>(x + h * head_dim, cos_row, sin_row, rotary_dim, sign);
-  }
-}
 
 // For float32, the loop runs straight over the storage (no Load/Store) with
 // the sign already folded into the sin row, so that the compiler vectorises
@@ -43,14 +36,30 @@ void RotateTokenHeadsF32(float* x, int64_t heads, int64_t head_dim, int rotary_d
   }
 }
 
-template <typename Tag>
-void RotateTokenTyped(Layout layout, void* x, int64_t heads, int64_t head_dim, int rotary_dim,
-                      const float* cos_row, const float* sin_row, float sign) {
-  auto* data = static_cast<typename Tag::Storage*>(x);
-  if (layout == Layout::kInterleaved) {
-    RotateTokenHeads<Tag, true>(data, heads, head_dim, rotary_dim, cos_row, sin_row, sign);
-  } else {
-    RotateTokenHeads<Tag, false>(data, heads, head_dim, rotary_dim, cos_row, sin_row, sign);
+// 16-bit storage: widen each head's rotary features to a float row, rotate
+// it with the float32 loop, narrow back (round to nearest even). Same
+// arithmetic as math::RotateHead<F16/BF16>, but the conversions run as whole
+// rows (F16C for float16), which the per-element path cannot.
+template <void (*kToFloat)(const uint16_t*, int64_t, float*),
+          void (*kFromFloat)(const float*, int64_t, uint16_t*)>
+void RotateTokenHeads16(Layout layout, uint16_t* x, int64_t heads, int64_t head_dim,
+                        int rotary_dim, const float* cos_row, const float* signed_sin_row) {
+  float stack_row[1024];
+  std::vector<float> heap_row;
+  float* row = stack_row;
+  if (rotary_dim > 1024) {
+    heap_row.resize(rotary_dim);
+    row = heap_row.data();
+  }
+  for (int64_t h = 0; h < heads; ++h) {
+    uint16_t* v = x + h * head_dim;
+    kToFloat(v, rotary_dim, row);
+    if (layout == Layout::kInterleaved) {
+      RotateTokenHeadsF32<true>(row, 1, rotary_dim, rotary_dim, cos_row, signed_sin_row);
+    } else {
+      RotateTokenHeadsF32<false>(row, 1, rotary_dim, rotary_dim, cos_row, signed_sin_row);
+    }
+    kFromFloat(row, rotary_dim, v);
   }
 }
 
@@ -58,35 +67,36 @@ void RotateTokenTyped(Layout layout, void* x, int64_t heads, int64_t head_dim, i
 
 void CpuRotateToken(DType dtype, Layout layout, void* x, int64_t heads, int64_t head_dim,
                     int rotary_dim, const float* cos_row, const float* sin_row, float sign) {
+  // Fold the sign into a local sin row so the hot loops never multiply by
+  // it; RotatePair(x0, x1, c, -s) is the inverse rotation.
+  const int half = rotary_dim / 2;
+  const float* s = sin_row;
+  float negated_stack[512];
+  std::vector<float> negated_heap;
+  if (sign < 0) {
+    float* dst = negated_stack;
+    if (half > 512) {
+      negated_heap.resize(half);
+      dst = negated_heap.data();
+    }
+    for (int i = 0; i < half; ++i) dst[i] = -sin_row[i];
+    s = dst;
+  }
   switch (dtype) {
-    case DType::kFloat32: {
-      // Fold the sign into a local sin row so the hot loop has no multiply by
-      // sign; RotatePair(x0, x1, c, -s) is the inverse rotation.
-      const float* s = sin_row;
-      float negated[512];
-      const int half = rotary_dim / 2;
-      std::vector<float> big;
-      if (sign < 0) {
-        float* dst = negated;
-        if (half > 512) {
-          big.resize(half);
-          dst = big.data();
-        }
-        for (int i = 0; i < half; ++i) dst[i] = -sin_row[i];
-        s = dst;
-      }
+    case DType::kFloat32:
       if (layout == Layout::kInterleaved) {
         RotateTokenHeadsF32<true>(static_cast<float*>(x), heads, head_dim, rotary_dim, cos_row, s);
       } else {
         RotateTokenHeadsF32<false>(static_cast<float*>(x), heads, head_dim, rotary_dim, cos_row, s);
       }
       return;
-    }
     case DType::kFloat16:
-      RotateTokenTyped<math::F16>(layout, x, heads, head_dim, rotary_dim, cos_row, sin_row, sign);
+      RotateTokenHeads16<HalfRowToFloat, FloatRowToHalf>(
+          layout, static_cast<uint16_t*>(x), heads, head_dim, rotary_dim, cos_row, s);
       return;
     case DType::kBFloat16:
-      RotateTokenTyped<math::BF16>(layout, x, heads, head_dim, rotary_dim, cos_row, sin_row, sign);
+      RotateTokenHeads16<BFloat16RowToFloat, FloatRowToBFloat16>(
+          layout, static_cast<uint16_t*>(x), heads, head_dim, rotary_dim, cos_row, s);
       return;
   }
 }
