@@ -221,9 +221,12 @@ absl::StatusOr<ResolvedAttention> ResolveAttention(const AttentionParams& params
   ROPE_RETURN_IF_ERROR(CheckHeadDim("k", k, config));
   ROPE_RETURN_IF_ERROR(CheckCompanion("k", params.k, k, "q", params.q, q, /*same_seq=*/false));
   ROPE_RETURN_IF_ERROR(CheckGqa("q", q.heads, "k", k.heads));
-  if (!std::isfinite(params.scale) || params.scale < 0) {
+  // The backends multiply in float32: a double above FLT_MAX would become inf.
+  if (!std::isfinite(params.scale) || params.scale < 0 ||
+      params.scale > std::numeric_limits<float>::max()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "scale is ", params.scale, ": must be finite and >= 0 (0 means 1/sqrt(head_dim))"));
+        "scale is ", params.scale,
+        ": must be finite as float32 and >= 0 (0 means 1/sqrt(head_dim))"));
   }
 
   ResolvedAttention r;

@@ -1,0 +1,83 @@
+// A slow, obviously-correct reference for RoPE, written from the formulas in
+// design.md and sharing no code with server/engine: its own float16/bfloat16
+// conversions (double arithmetic on values, not bit tricks), its own
+// inv_freq/cos/sin (double or long double, no table), its own pairing,
+// masking and softmax. Unit tests compare the engine against it.
+//
+// Tensors here are std::vector<double> in C order with the shapes of the wire
+// contract: q [B,S,Hq,D], k [B,S,Hkv,D], v [B,Sk,Hkv,Dv], scores [B,Hq,Sq,Sk].
+#ifndef ROPE_TESTS_UNIT_REFERENCE_ROPE_H_
+#define ROPE_TESTS_UNIT_REFERENCE_ROPE_H_
+
+#include <cstdint>
+#include <vector>
+
+namespace rope {
+namespace reference {
+
+// ---- Storage conversions ----------------------------------------------------
+// Narrowing rounds to nearest, ties to even, overflows to +-inf and maps NaN
+// to a NaN of the same sign. Widening is exact.
+
+float HalfToFloat(uint16_t bits);
+uint16_t FloatToHalf(float value);
+float BFloat16ToFloat(uint16_t bits);
+uint16_t FloatToBFloat16(float value);
+
+// Distance between `value` and the next representable value of larger
+// magnitude in the storage type (float16 / bfloat16), for finite values.
+double HalfUlp(double value);
+double BFloat16Ulp(double value);
+
+// ---- Frequencies --------------------------------------------------------------
+
+// inv_freq[i] = theta^(-2i/rotary_dim), i < rotary_dim/2.
+std::vector<double> InvFreq(double theta, int rotary_dim);
+std::vector<long double> InvFreqLong(long double theta, int rotary_dim);
+
+// ---- Rotation -------------------------------------------------------------------
+
+struct Rope {
+  double theta = 10000.0;
+  int head_dim = 0;
+  int rotary_dim = 0;  // the effective value (never 0 here)
+  bool interleaved = true;
+};
+
+// Feature indices of pair i: interleaved (2i, 2i+1); half (i, i + r/2).
+void Pair(const Rope& rope, int i, int* f0, int* f1);
+
+// Rotates one head vector (head_dim values) in place by position `pos`
+// (by -pos when `inverse`). Features rotary_dim.. are left as they are.
+void RotateHead(const Rope& rope, int64_t pos, bool inverse, double* x);
+
+// Rotates x [batch, seq, heads, head_dim] in place; positions holds
+// batch*seq values, positions[b*seq + s] for token (b, s).
+void RotateTensor(const Rope& rope, int64_t batch, int64_t seq, int64_t heads,
+                  const std::vector<int64_t>& positions, bool inverse, std::vector<double>* x);
+
+// ---- Attention ------------------------------------------------------------------
+
+struct AttentionShape {
+  int64_t batch = 1, q_seq = 1, k_seq = 1, q_heads = 1, k_heads = 1;
+  int64_t v_dim = 0;  // 0: no v
+};
+
+struct AttentionResult {
+  std::vector<double> scores;  // [B,Hq,Sq,Sk]: raw masked scores, or probabilities with softmax
+  std::vector<double> output;  // [B,Sq,Hq,Dv] when v_dim > 0
+};
+
+// S = (R_m q).(R_n k) * scale, -inf where causal and n > m. `scores` holds S,
+// or softmax(S) over keys when `softmax`. output = softmax(S) V whatever
+// `softmax` says. A row with every key masked has all-zero probabilities and
+// a zero output. Positions are q_start + s and k_start + s.
+AttentionResult Attention(const Rope& rope, const AttentionShape& shape,
+                          const std::vector<double>& q, const std::vector<double>& k,
+                          const std::vector<double>* v, int64_t q_start, int64_t k_start,
+                          bool causal, bool softmax, double scale);
+
+}  // namespace reference
+}  // namespace rope
+
+#endif  // ROPE_TESTS_UNIT_REFERENCE_ROPE_H_

@@ -1,0 +1,215 @@
+// server/engine/rope_table.h: inverse frequencies and cos/sin rows against a
+// long double reference, far out in position (the precision contract holds
+// for every position < 2^24).
+#include "server/engine/rope_table.h"
+
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "tests/unit/reference_rope.h"
+
+namespace rope {
+namespace {
+
+// The contract in rope_table.h.
+constexpr double kTableTolerance = 1.2e-7;
+
+TableKey Key(double theta, uint32_t rotary_dim, uint32_t max_len) {
+  TableKey key;
+  key.theta = theta;
+  key.rotary_dim = rotary_dim;
+  key.max_len = max_len;
+  return key;
+}
+
+// Largest |table - exact| over rows [first_pos, first_pos + count), where
+// row r of cos/sin holds `half` values.
+struct MaxError {
+  double value = 0;
+  int64_t pos = -1;
+  int index = -1;
+};
+
+MaxError CompareRows(long double theta, int rotary_dim, long double factor, int64_t first_pos,
+                     int64_t count, const float* cos, const float* sin) {
+  const std::vector<long double> inv_freq = reference::InvFreqLong(theta, rotary_dim);
+  const int half = rotary_dim / 2;
+  MaxError worst;
+  for (int64_t r = 0; r < count; ++r) {
+    const long double pos = static_cast<long double>(first_pos + r);
+    for (int i = 0; i < half; ++i) {
+      const long double angle = pos * inv_freq[i];
+      const double err_cos = static_cast<double>(
+          std::fabs(static_cast<long double>(cos[r * half + i]) - factor * std::cos(angle)));
+      const double err_sin = static_cast<double>(
+          std::fabs(static_cast<long double>(sin[r * half + i]) - factor * std::sin(angle)));
+      const double err = std::max(err_cos, err_sin);
+      if (!(err <= worst.value) || worst.pos < 0) {  // NaN counts as worst
+        worst = {err, first_pos + r, i};
+      }
+    }
+  }
+  return worst;
+}
+
+TEST(InvFreqTest, DerivationNoteVector) {
+  // theta = 100, head_dim = 4: inv_freq = (100^0, 100^(-1/2)) = (1, 0.1).
+  const std::vector<double> inv = ComputeInvFreq(Key(100, 4, 8));
+  ASSERT_EQ(inv.size(), 2u);
+  EXPECT_EQ(inv[0], 1.0);
+  EXPECT_NEAR(inv[1], 0.1, 1e-16);
+}
+
+TEST(InvFreqTest, MatchesLongDoubleReference) {
+  for (double theta : {10000.0, 500000.0, 100.0, 1e6}) {
+    for (int rotary_dim : {2, 6, 64, 128}) {
+      const std::vector<double> got = ComputeInvFreq(Key(theta, rotary_dim, 16));
+      const std::vector<long double> want = reference::InvFreqLong(theta, rotary_dim);
+      ASSERT_EQ(got.size(), want.size()) << theta << " " << rotary_dim;
+      for (size_t i = 0; i < got.size(); ++i) {
+        // Rounding the exponent -2i/r to double perturbs theta^e relatively
+        // by |e ln(theta)| ulp; pow itself adds about one more.
+        const double exponent = 2.0 * i / rotary_dim;
+        const double tolerance = 2.3e-16 * (2.0 + exponent * std::log(theta));
+        const long double rel = std::fabs((got[i] - want[i]) / want[i]);
+        EXPECT_LE(static_cast<double>(rel), tolerance)
+            << "theta " << theta << " rotary_dim " << rotary_dim << " i " << i;
+      }
+    }
+  }
+}
+
+TEST(AttentionFactorTest, PlainRopeHasNoFactor) {
+  EXPECT_EQ(ComputeAttentionFactor(Key(10000, 64, 16)), 1.0);
+}
+
+// Rows far from 0 are where float32 angle arithmetic (Llama's table) falls
+// apart; ours must stay within float32 rounding of the exact values.
+struct FarRowsCase {
+  double theta;
+  int rotary_dim;
+  int64_t first_pos;
+  int64_t count;
+};
+
+class FarRowsTest : public ::testing::TestWithParam<FarRowsCase> {};
+
+TEST_P(FarRowsTest, WithinFloatRoundingOfExact) {
+  const FarRowsCase& c = GetParam();
+  const TableKey key = Key(c.theta, c.rotary_dim, 1);
+  const std::vector<double> inv_freq = ComputeInvFreq(key);
+  const int half = c.rotary_dim / 2;
+  std::vector<float> cos(c.count * half, -7.0f), sin(c.count * half, -7.0f);
+  FillTableRows(inv_freq, 1.0, c.first_pos, c.count, cos.data(), sin.data());
+  const MaxError err = CompareRows(c.theta, c.rotary_dim, 1.0L, c.first_pos, c.count,
+                                   cos.data(), sin.data());
+  EXPECT_LE(err.value, kTableTolerance) << "at position " << err.pos << ", pair " << err.index;
+}
+
+std::vector<FarRowsCase> FarRowsCases() {
+  std::vector<FarRowsCase> cases;
+  // 200 rows straddling each power of two (and ending at 2^24 - 1), so runs
+  // of consecutive rows and their first rows are both covered.
+  for (double theta : {10000.0, 500000.0}) {
+    for (int rotary_dim : {128, 64}) {
+      for (int64_t p : {int64_t{1} << 14, int64_t{1} << 17, int64_t{1} << 20}) {
+        cases.push_back({theta, rotary_dim, p - 100, 200});
+      }
+      cases.push_back({theta, rotary_dim, (int64_t{1} << 24) - 200, 200});
+    }
+  }
+  return cases;
+}
+
+std::string FarRowsName(const ::testing::TestParamInfo<FarRowsCase>& info) {
+  const FarRowsCase& c = info.param;
+  return "Theta" + std::to_string(static_cast<int64_t>(c.theta)) + "_Rotary" +
+         std::to_string(c.rotary_dim) + "_From" + std::to_string(c.first_pos);
+}
+
+INSTANTIATE_TEST_SUITE_P(Positions, FarRowsTest, ::testing::ValuesIn(FarRowsCases()),
+                         FarRowsName);
+
+TEST(FillTableRowsTest, FactorScalesEveryValue) {
+  const TableKey key = Key(10000, 16, 1);
+  const std::vector<double> inv_freq = ComputeInvFreq(key);
+  std::vector<float> cos(100 * 8), sin(100 * 8);
+  FillTableRows(inv_freq, 0.75, 1000, 100, cos.data(), sin.data());
+  const MaxError err = CompareRows(10000, 16, 0.75L, 1000, 100, cos.data(), sin.data());
+  EXPECT_LE(err.value, kTableTolerance) << "at position " << err.pos << ", pair " << err.index;
+}
+
+TEST(FillTableRowsTest, RowsDoNotDependOnWhereTheFillStarts) {
+  // A row filled as part of a range starting at 0 and one filled on its own
+  // both satisfy the contract (they need not be bit-identical).
+  const TableKey key = Key(500000, 128, 1);
+  const std::vector<double> inv_freq = ComputeInvFreq(key);
+  std::vector<float> cos(300 * 64), sin(300 * 64);
+  FillTableRows(inv_freq, 1.0, 0, 300, cos.data(), sin.data());
+  std::vector<float> one_cos(64), one_sin(64);
+  FillTableRows(inv_freq, 1.0, 257, 1, one_cos.data(), one_sin.data());
+  for (int i = 0; i < 64; ++i) {
+    EXPECT_NEAR(one_cos[i], cos[257 * 64 + i], 2 * kTableTolerance) << i;
+    EXPECT_NEAR(one_sin[i], sin[257 * 64 + i], 2 * kTableTolerance) << i;
+  }
+}
+
+TEST(RopeTableTest, BuildDescribesItsKeyAndSize) {
+  const TableKey key = Key(10000, 64, 512);
+  const auto table = RopeTable::Build(key);
+  ASSERT_NE(table, nullptr);
+  EXPECT_TRUE(table->key() == key);
+  EXPECT_EQ(table->max_len(), 512);
+  EXPECT_EQ(table->half(), 32);
+  EXPECT_EQ(table->byte_size(), 512 * 32 * 2 * 4);
+  EXPECT_EQ(RopeTable::ByteSizeFor(key), 512 * 32 * 2 * 4);
+  EXPECT_EQ(table->attention_factor(), 1.0);
+  EXPECT_EQ(table->inv_freq(), ComputeInvFreq(key));
+  EXPECT_EQ(table->cos_row(3), table->cos_data() + 3 * 32);
+  EXPECT_EQ(table->sin_row(3), table->sin_data() + 3 * 32);
+}
+
+TEST(RopeTableTest, PositionZeroIsTheIdentity) {
+  const auto table = RopeTable::Build(Key(10000, 8, 4));
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(table->cos_row(0)[i], 1.0f);
+    EXPECT_EQ(table->sin_row(0)[i], 0.0f);
+  }
+}
+
+TEST(RopeTableTest, EveryRowMatchesReference) {
+  const TableKey key = Key(500000, 64, 3000);
+  const auto table = RopeTable::Build(key);
+  const MaxError err =
+      CompareRows(500000, 64, 1.0L, 0, 3000, table->cos_data(), table->sin_data());
+  EXPECT_LE(err.value, kTableTolerance) << "at position " << err.pos << ", pair " << err.index;
+}
+
+TEST(RopeTableTest, ParallelFillCoversEveryRow) {
+  // A fill split into uneven chunks run out of order must give a table that
+  // is as good as a serial one in every row.
+  const TableKey key = Key(10000, 32, 1001);
+  int64_t rows_seen = -1;
+  int chunks = 0;
+  const auto table = RopeTable::Build(
+      key, [&](int64_t rows, const std::function<void(int64_t, int64_t)>& fill) {
+        rows_seen = rows;
+        const int64_t bounds[] = {0, 1, 97, 500, 999, rows};
+        for (int c = 4; c >= 0; --c) {
+          fill(bounds[c], bounds[c + 1]);
+          ++chunks;
+        }
+      });
+  EXPECT_EQ(rows_seen, 1001);
+  EXPECT_EQ(chunks, 5);
+  const MaxError err =
+      CompareRows(10000, 32, 1.0L, 0, 1001, table->cos_data(), table->sin_data());
+  EXPECT_LE(err.value, kTableTolerance) << "at position " << err.pos << ", pair " << err.index;
+}
+
+}  // namespace
+}  // namespace rope

@@ -1,0 +1,57 @@
+// Helpers shared by the unit tests: tensors that own their bytes, encoding
+// through the reference conversions (never the engine's), seeded random
+// data, and a status assertion that checks the code and a message substring.
+#ifndef ROPE_TESTS_UNIT_TEST_UTIL_H_
+#define ROPE_TESTS_UNIT_TEST_UTIL_H_
+
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "gtest/gtest.h"
+#include "server/engine/dtype.h"
+#include "server/engine/tensor.h"
+
+namespace rope {
+namespace test {
+
+// A dense C-order tensor owning little-endian bytes of `dtype`.
+struct HostTensor {
+  DType dtype = DType::kFloat32;
+  std::vector<int64_t> shape;
+  std::vector<uint8_t> bytes;
+
+  int64_t elements() const;
+  TensorView view();
+  ConstTensorView const_view() const;
+};
+
+// Encodes values (rounded to the dtype with the reference conversions).
+HostTensor Encode(DType dtype, std::vector<int64_t> shape, const std::vector<double>& values);
+
+// Decodes every element to double with the reference conversions.
+std::vector<double> Decode(const HostTensor& t);
+std::vector<double> DecodeBytes(DType dtype, const void* data, int64_t count);
+
+// The value a double takes once stored as `dtype` and read back.
+double Quantize(DType dtype, double value);
+
+// `count` values uniform in [lo, hi), already representable in `dtype`, so
+// the engine and the reference start from identical inputs.
+std::vector<double> RandomValues(DType dtype, int64_t count, std::mt19937* rng, double lo = -2.0,
+                                 double hi = 2.0);
+
+// One storage ulp at `value` (0 for float32 callers that want none).
+double StorageUlp(DType dtype, double value);
+
+// Passes when `status` has exactly `code` and its message contains `substr`.
+::testing::AssertionResult StatusIs(const absl::Status& status, absl::StatusCode code,
+                                    absl::string_view substr);
+
+}  // namespace test
+}  // namespace rope
+
+#endif  // ROPE_TESTS_UNIT_TEST_UTIL_H_
