@@ -1,0 +1,228 @@
+// ropeserve: the RoPE gRPC server.
+//
+// Parses flags, picks a backend, starts a RopeServer, and waits for SIGTERM or
+// SIGINT; then drains (health NOT_SERVING, new calls UNAVAILABLE, calls in
+// flight finish within --shutdown_grace_period) and exits 0.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <csignal>
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "server/backends/cpu/cpu_backend.h"
+#include "server/engine/engine.h"
+#include "server/service/rope_server.h"
+
+ABSL_FLAG(std::string, listen, "0.0.0.0:50051",
+          "host:port to serve gRPC on; port 0 picks a free port (printed on start)");
+ABSL_FLAG(std::string, backend, "auto",
+          "where the arithmetic runs: auto (CUDA when available, else CPU), cpu or cuda");
+ABSL_FLAG(int32_t, cpu_threads, 0, "threads of the CPU backend; 0: one per hardware thread");
+ABSL_FLAG(int32_t, work_threads, 0,
+          "threads running calls (validation, then the backend); 0: one per hardware thread");
+ABSL_FLAG(int64_t, max_message_bytes, int64_t{512} << 20,
+          "largest request or reply message, in bytes (at most 2147483647)");
+ABSL_FLAG(int64_t, table_cache_bytes, int64_t{1} << 30,
+          "byte budget of the cos/sin table cache (least recently used tables are evicted)");
+ABSL_FLAG(uint32_t, max_len_cap, 1u << 20, "largest RopeConfig.max_len accepted");
+ABSL_FLAG(int64_t, max_elements_per_request, int64_t{1} << 28,
+          "most tensor elements per request (q + k + v + scores)");
+ABSL_FLAG(int64_t, max_concurrent_calls, 64,
+          "calls in flight across all methods (a stream counts as one); more are refused with "
+          "RESOURCE_EXHAUSTED; 0: no limit");
+ABSL_FLAG(int32_t, metrics_port, 0, "port of the Prometheus /metrics endpoint; 0: off");
+ABSL_FLAG(std::string, metrics_host, "0.0.0.0", "address the /metrics endpoint binds");
+ABSL_FLAG(absl::Duration, shutdown_grace_period, absl::Seconds(25),
+          "on SIGTERM/SIGINT, how long calls in flight may run before they are cancelled");
+ABSL_FLAG(absl::Duration, max_connection_age, absl::Minutes(5),
+          "close client connections (gracefully) after this age so that clients re-resolve and "
+          "spread over new replicas; inf: never");
+ABSL_FLAG(bool, enable_echo, false,
+          "also serve rope.bench.v1.EchoService (benchmarks of the transport alone)");
+
+namespace rope {
+namespace {
+
+// There is no CUDA backend in this build yet: auto falls back to the CPU,
+// and an explicit request for CUDA is an error rather than a silent downgrade.
+absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(const std::string& choice) {
+  if (choice == "cuda") {
+    return absl::UnimplementedError(
+        "--backend=cuda: this build of ropeserve has no CUDA backend; "
+        "use --backend=cpu or --backend=auto");
+  }
+  if (choice == "auto") {
+    std::fprintf(stderr,
+                 "ropeserve: --backend=auto: using the CPU backend (this build has no CUDA "
+                 "backend)\n");
+  } else if (choice != "cpu") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--backend is \"", choice, "\": must be auto, cpu or cuda"));
+  }
+  return NewCpuBackend(absl::GetFlag(FLAGS_cpu_threads));
+}
+
+absl::Status CheckFlags() {
+  if (absl::GetFlag(FLAGS_metrics_port) < 0 || absl::GetFlag(FLAGS_metrics_port) > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--metrics_port is ", absl::GetFlag(FLAGS_metrics_port), ": must be in [0, 65535]"));
+  }
+  if (absl::GetFlag(FLAGS_shutdown_grace_period) < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--shutdown_grace_period is ",
+        absl::FormatDuration(absl::GetFlag(FLAGS_shutdown_grace_period)), ": must be >= 0"));
+  }
+  if (absl::GetFlag(FLAGS_table_cache_bytes) <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--table_cache_bytes is ", absl::GetFlag(FLAGS_table_cache_bytes), ": must be > 0"));
+  }
+  if (absl::GetFlag(FLAGS_max_elements_per_request) <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat("--max_elements_per_request is ",
+                                                   absl::GetFlag(FLAGS_max_elements_per_request),
+                                                   ": must be > 0"));
+  }
+  if (absl::GetFlag(FLAGS_max_len_cap) == 0) {
+    return absl::InvalidArgumentError("--max_len_cap is 0: must be > 0");
+  }
+  return absl::OkStatus();
+}
+
+int g_stop_pipe[2] = {-1, -1};
+
+extern "C" void OnStopSignal(int signal) {
+  const unsigned char byte = static_cast<unsigned char>(signal);
+  // write() is async-signal-safe; a full pipe means a stop is pending anyway.
+  const ssize_t ignored = write(g_stop_pipe[1], &byte, 1);
+  (void)ignored;
+}
+
+absl::Status InstallStopSignalPipe() {
+  if (pipe2(g_stop_pipe, O_CLOEXEC | O_NONBLOCK) != 0) {
+    return absl::InternalError(absl::StrCat("pipe2 for the stop signals failed: errno ", errno));
+  }
+  // Only the write end must not block (in the handler); the reader blocks.
+  fcntl(g_stop_pipe[0], F_SETFL, fcntl(g_stop_pipe[0], F_GETFL) & ~O_NONBLOCK);
+  struct sigaction action = {};
+  action.sa_handler = OnStopSignal;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_RESTART;
+  for (int signal : {SIGTERM, SIGINT}) {
+    if (sigaction(signal, &action, nullptr) != 0) {
+      return absl::InternalError(
+          absl::StrCat("sigaction(", signal, ") failed: errno ", errno));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Blocks until SIGTERM or SIGINT arrives; returns its number.
+int WaitForStopSignal() {
+  unsigned char byte = 0;
+  while (read(g_stop_pipe[0], &byte, 1) != 1) {
+    if (errno != EINTR) return 0;
+  }
+  return byte;
+}
+
+int Fail(const absl::Status& status) {
+  std::fprintf(stderr, "ropeserve: %s\n", status.ToString().c_str());
+  return status.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+}
+
+// Serves until SIGTERM or SIGINT, then drains. Returns the process exit code.
+int RunServer() {
+  absl::Status flags_ok = CheckFlags();
+  if (!flags_ok.ok()) return Fail(flags_ok);
+
+  // Self-pipe: the handler only writes the signal number to a pipe, and a
+  // thread reads it and drains. (Blocking the signals for a sigwait thread is
+  // not enough: OpenBLAS starts threads before main, with the signals open.)
+  absl::Status signals_ok = InstallStopSignalPipe();
+  if (!signals_ok.ok()) return Fail(signals_ok);
+
+  absl::StatusOr<std::unique_ptr<Backend>> backend = MakeBackend(absl::GetFlag(FLAGS_backend));
+  if (!backend.ok()) return Fail(backend.status());
+
+  EngineLimits limits;
+  limits.max_len_cap = absl::GetFlag(FLAGS_max_len_cap);
+  limits.table_cache_bytes = absl::GetFlag(FLAGS_table_cache_bytes);
+  limits.max_elements_per_request = absl::GetFlag(FLAGS_max_elements_per_request);
+  auto engine = std::make_unique<Engine>(*std::move(backend), limits);
+  const BackendInfo info = engine->backend_info();
+
+  ServerOptions options;
+  options.listen_address = absl::GetFlag(FLAGS_listen);
+  options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
+  options.max_concurrent_calls = absl::GetFlag(FLAGS_max_concurrent_calls);
+  options.work_threads = absl::GetFlag(FLAGS_work_threads);
+  if (absl::GetFlag(FLAGS_metrics_port) != 0) {
+    options.metrics_address =
+        absl::StrCat(absl::GetFlag(FLAGS_metrics_host), ":", absl::GetFlag(FLAGS_metrics_port));
+  }
+  options.max_connection_age = absl::GetFlag(FLAGS_max_connection_age);
+  options.enable_echo = absl::GetFlag(FLAGS_enable_echo);
+
+  absl::StatusOr<std::unique_ptr<RopeServer>> server =
+      RopeServer::Start(std::move(engine), options);
+  if (!server.ok()) return Fail(server.status());
+
+  std::printf("ropeserve listening on %s (backend %s: %s)\n", (*server)->bound_address().c_str(),
+              info.name.c_str(), info.device.c_str());
+  if ((*server)->metrics_port() != 0) {
+    std::printf("ropeserve metrics on %s:%d/metrics\n",
+                absl::GetFlag(FLAGS_metrics_host).c_str(), (*server)->metrics_port());
+  }
+  std::fflush(stdout);
+
+  const absl::Duration grace = absl::GetFlag(FLAGS_shutdown_grace_period);
+  RopeServer* const serving = server->get();
+  std::thread stopper([serving, grace] {
+    const int signal = WaitForStopSignal();
+    serving->StartDraining();
+    std::printf("ropeserve: signal %d: draining (grace %s)\n", signal,
+                absl::FormatDuration(grace).c_str());
+    std::fflush(stdout);
+    serving->Drain(grace);
+  });
+  serving->Wait();
+  stopper.join();
+  server->reset();
+  std::printf("ropeserve: stopped\n");
+  return 0;
+}
+
+}  // namespace
+}  // namespace rope
+
+int main(int argc, char** argv) {
+  // --help lists the flags of this file (absl's default looks for a file
+  // named after the binary); --version prints the project version.
+  absl::FlagsUsageConfig usage;
+  usage.contains_help_flags = [](absl::string_view path) {
+    return absl::EndsWith(path, "server/main.cc");
+  };
+  usage.contains_helpshort_flags = usage.contains_help_flags;
+  usage.version_string = [] { return std::string("ropeserve " ROPE_VERSION "\n"); };
+  absl::SetFlagsUsageConfig(usage);
+  absl::SetProgramUsageMessage(
+      "Serves rotary position embeddings (rope.v1.RopeService) over gRPC.\n"
+      "Usage: ropeserve [--listen=0.0.0.0:50051] [--backend=auto|cpu|cuda] [flags]\n"
+      "Health (grpc.health.v1) and server reflection are always on. SIGTERM or SIGINT\n"
+      "drains: health turns NOT_SERVING, new calls get UNAVAILABLE, calls in flight\n"
+      "finish within --shutdown_grace_period, then the process exits 0.");
+  absl::ParseCommandLine(argc, argv);
+  return rope::RunServer();
+}

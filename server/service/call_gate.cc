@@ -1,0 +1,53 @@
+#include "server/service/call_gate.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace rope {
+
+absl::Status DrainingError() {
+  return absl::UnavailableError("server is draining (shutting down): retry on another replica");
+}
+
+CallGate::CallGate(int64_t max_in_flight) : max_in_flight_(max_in_flight) {}
+
+absl::Status CallGate::TryEnter() {
+  absl::MutexLock lock(&mu_);
+  if (draining_) {
+    return DrainingError();
+  }
+  if (max_in_flight_ > 0 && in_flight_ >= max_in_flight_) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "too many calls in flight: ", in_flight_, " of max_concurrent_calls ", max_in_flight_,
+        " are running; retry later"));
+  }
+  ++in_flight_;
+  return absl::OkStatus();
+}
+
+void CallGate::Leave() {
+  absl::MutexLock lock(&mu_);
+  --in_flight_;
+}
+
+void CallGate::BeginDrain() {
+  absl::MutexLock lock(&mu_);
+  draining_ = true;
+}
+
+bool CallGate::draining() const {
+  absl::MutexLock lock(&mu_);
+  return draining_;
+}
+
+bool CallGate::WaitForIdle(absl::Time deadline) {
+  absl::MutexLock lock(&mu_);
+  auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return in_flight_ == 0; };
+  return mu_.AwaitWithDeadline(absl::Condition(&idle), deadline);
+}
+
+int64_t CallGate::in_flight() const {
+  absl::MutexLock lock(&mu_);
+  return in_flight_;
+}
+
+}  // namespace rope

@@ -1,0 +1,56 @@
+// CallGate: admission control shared by every RPC of one server.
+//
+// Counts calls in flight across all methods (a stream counts as one call for
+// its whole life), refuses calls beyond the limit promptly instead of queueing
+// them, and refuses every new call once draining has begun.
+//
+// Thread-safe.
+#ifndef ROPE_SERVICE_CALL_GATE_H_
+#define ROPE_SERVICE_CALL_GATE_H_
+
+#include <cstdint>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+
+namespace rope {
+
+// The status of a call refused because the server is draining.
+absl::Status DrainingError();
+
+class CallGate {
+ public:
+  // `max_in_flight` <= 0 means no limit.
+  explicit CallGate(int64_t max_in_flight);
+  CallGate(const CallGate&) = delete;
+  CallGate& operator=(const CallGate&) = delete;
+
+  // OK: the caller now holds one slot and must call Leave() exactly once.
+  // UNAVAILABLE ("server is draining") after BeginDrain(); RESOURCE_EXHAUSTED
+  // naming the limit when max_in_flight calls are already in flight. The
+  // caller holds nothing on error.
+  absl::Status TryEnter();
+  void Leave();
+
+  // From now on TryEnter() refuses. Calls already admitted continue.
+  void BeginDrain();
+  bool draining() const;
+
+  // Blocks until no call is in flight or `deadline` passes; true when idle.
+  bool WaitForIdle(absl::Time deadline);
+
+  int64_t in_flight() const;
+  int64_t max_in_flight() const { return max_in_flight_; }
+
+ private:
+  const int64_t max_in_flight_;
+  mutable absl::Mutex mu_;
+  int64_t in_flight_ ABSL_GUARDED_BY(mu_) = 0;
+  bool draining_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace rope
+
+#endif  // ROPE_SERVICE_CALL_GATE_H_

@@ -1,0 +1,154 @@
+#include "server/service/request_conversion.h"
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "server/engine/status_macros.h"
+
+namespace rope {
+
+namespace {
+
+std::vector<int64_t> ShapeOf(const v1::Tensor& tensor) {
+  return std::vector<int64_t>(tensor.shape().begin(), tensor.shape().end());
+}
+
+absl::Status RequireField(bool present, absl::string_view field) {
+  if (present) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(field, " is missing: it is required"));
+}
+
+}  // namespace
+
+absl::StatusOr<DType> DTypeFromProto(int value, absl::string_view field) {
+  switch (value) {
+    case v1::FLOAT32:
+      return DType::kFloat32;
+    case v1::FLOAT16:
+      return DType::kFloat16;
+    case v1::BFLOAT16:
+      return DType::kBFloat16;
+    case v1::DTYPE_UNSPECIFIED:
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, " is DTYPE_UNSPECIFIED (0): set FLOAT32, FLOAT16 or BFLOAT16"));
+    default:
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, " is ", value, ": not a rope.v1.DType (FLOAT32 = 1, FLOAT16 = 2, BFLOAT16 = 3)"));
+  }
+}
+
+v1::DType DTypeToProto(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32:
+      return v1::FLOAT32;
+    case DType::kFloat16:
+      return v1::FLOAT16;
+    case DType::kBFloat16:
+      return v1::BFLOAT16;
+  }
+  return v1::DTYPE_UNSPECIFIED;
+}
+
+absl::StatusOr<Layout> LayoutFromProto(int value, absl::string_view field) {
+  switch (value) {
+    case v1::LAYOUT_UNSPECIFIED:
+    case v1::INTERLEAVED:
+      return Layout::kInterleaved;
+    case v1::HALF:
+      return Layout::kHalf;
+    default:
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, " is ", value,
+          ": not a rope.v1.Layout (LAYOUT_UNSPECIFIED = 0, INTERLEAVED = 1, HALF = 2)"));
+  }
+}
+
+absl::string_view ScalingCaseName(v1::RopeConfig::ScalingCase scaling) {
+  switch (scaling) {
+    case v1::RopeConfig::SCALING_NOT_SET:
+      return "none";
+    case v1::RopeConfig::kLinear:
+      return "linear";
+    case v1::RopeConfig::kDynamicNtk:
+      return "dynamic_ntk";
+    case v1::RopeConfig::kYarn:
+      return "yarn";
+    case v1::RopeConfig::kLlama3:
+      return "llama3";
+    case v1::RopeConfig::kLongrope:
+      return "longrope";
+  }
+  return "unknown";
+}
+
+absl::StatusOr<RopeConfig> ConfigFromProto(const v1::RopeConfig& proto) {
+  if (proto.scaling_case() != v1::RopeConfig::SCALING_NOT_SET) {
+    return absl::UnimplementedError(
+        absl::StrCat("config.scaling is ", ScalingCaseName(proto.scaling_case()),
+                     ": this server supports only plain RoPE (no scaling) so far; "
+                     "GetServerInfo.supported_scalings lists what it supports"));
+  }
+  RopeConfig config;
+  ROPE_ASSIGN_OR_RETURN(config.layout, LayoutFromProto(proto.layout(), "config.layout"));
+  config.theta = proto.theta();
+  config.head_dim = proto.head_dim();
+  config.rotary_dim = proto.rotary_dim();
+  config.max_len = proto.max_len();
+  config.scaling = NoScaling{};
+  return config;
+}
+
+absl::StatusOr<TensorView> MutableTensorViewOf(v1::Tensor* tensor, absl::string_view field) {
+  TensorView view;
+  ROPE_ASSIGN_OR_RETURN(view.dtype, DTypeFromProto(tensor->dtype(), absl::StrCat(field, ".dtype")));
+  view.shape = ShapeOf(*tensor);
+  std::string* data = tensor->mutable_data();
+  view.data = data->data();
+  view.byte_size = data->size();
+  return view;
+}
+
+absl::StatusOr<ConstTensorView> TensorViewOf(const v1::Tensor& tensor, absl::string_view field) {
+  ROPE_ASSIGN_OR_RETURN(DType dtype, DTypeFromProto(tensor.dtype(), absl::StrCat(field, ".dtype")));
+  return ConstTensorView(dtype, ShapeOf(tensor), tensor.data().data(), tensor.data().size());
+}
+
+absl::StatusOr<RotateParams> RotateParamsFromProto(v1::RotateRequest* request) {
+  ROPE_RETURN_IF_ERROR(RequireField(request->has_config(), "config"));
+  ROPE_RETURN_IF_ERROR(RequireField(request->has_q(), "q"));
+  RotateParams params;
+  ROPE_ASSIGN_OR_RETURN(params.config, ConfigFromProto(request->config()));
+  ROPE_ASSIGN_OR_RETURN(params.q, MutableTensorViewOf(request->mutable_q(), "q"));
+  if (request->has_k()) {
+    ROPE_ASSIGN_OR_RETURN(params.k, MutableTensorViewOf(request->mutable_k(), "k"));
+  }
+  params.start_pos = request->start_pos();
+  params.positions.assign(request->positions().begin(), request->positions().end());
+  params.inverse = request->inverse();
+  return params;
+}
+
+absl::StatusOr<AttentionParams> AttentionParamsFromProto(
+    const v1::AttentionScoresRequest& request) {
+  ROPE_RETURN_IF_ERROR(RequireField(request.has_config(), "config"));
+  ROPE_RETURN_IF_ERROR(RequireField(request.has_q(), "q"));
+  ROPE_RETURN_IF_ERROR(RequireField(request.has_k(), "k"));
+  AttentionParams params;
+  ROPE_ASSIGN_OR_RETURN(params.config, ConfigFromProto(request.config()));
+  ROPE_ASSIGN_OR_RETURN(params.q, TensorViewOf(request.q(), "q"));
+  ROPE_ASSIGN_OR_RETURN(params.k, TensorViewOf(request.k(), "k"));
+  if (request.has_v()) {
+    ROPE_ASSIGN_OR_RETURN(params.v, TensorViewOf(request.v(), "v"));
+  }
+  params.q_start_pos = request.q_start_pos();
+  params.k_start_pos = request.k_start_pos();
+  params.causal = request.causal();
+  params.softmax = request.softmax();
+  params.scale = request.scale();
+  return params;
+}
+
+}  // namespace rope

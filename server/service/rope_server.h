@@ -1,0 +1,112 @@
+// RopeServer: one running ropeserve instance. Assembles the gRPC server
+// (RopeService, health, reflection, optional Echo), the call gate, the work
+// queue and the metrics exposer around an Engine, and drains it on request.
+//
+// main.cc and the service tests start servers through this class, so the
+// tests exercise the same wiring as production.
+//
+// Thread-safe: Drain() and Wait() may be called from different threads.
+#ifndef ROPE_SERVICE_ROPE_SERVER_H_
+#define ROPE_SERVICE_ROPE_SERVER_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "grpcpp/server.h"
+#include "server/engine/engine.h"
+#include "server/service/call_gate.h"
+#include "server/service/echo_service.h"
+#include "server/service/rope_service.h"
+#include "server/service/service_metrics.h"
+#include "server/service/work_queue.h"
+
+namespace prometheus {
+class Collectable;
+class Exposer;
+}  // namespace prometheus
+
+namespace rope {
+
+struct ServerOptions {
+  // host:port for gRPC; port 0 picks a free port (see RopeServer::port()).
+  std::string listen_address = "0.0.0.0:50051";
+  // Largest message accepted or sent, each way (at most INT32_MAX: gRPC's
+  // limit is an int).
+  int64_t max_message_bytes = int64_t{512} << 20;
+  // Calls in flight across all methods (a stream is one call); <= 0: no limit.
+  int64_t max_concurrent_calls = 64;
+  // Threads running the calls' work; <= 0: one per hardware thread.
+  int work_threads = 0;
+  // host:port of the Prometheus /metrics endpoint; empty: none. Port 0 picks
+  // a free port (see RopeServer::metrics_port()).
+  std::string metrics_address;
+  // Connections are closed (gracefully) after this age so that clients
+  // re-resolve and spread over new replicas. InfiniteDuration(): never.
+  absl::Duration max_connection_age = absl::InfiniteDuration();
+  // Registers the bench-only rope.bench.v1.EchoService.
+  bool enable_echo = false;
+};
+
+class RopeServer {
+ public:
+  // Starts serving. INVALID_ARGUMENT for bad options; UNAVAILABLE naming the
+  // address when a port cannot be bound. The engine is owned by the server.
+  static absl::StatusOr<std::unique_ptr<RopeServer>> Start(std::unique_ptr<Engine> engine,
+                                                           const ServerOptions& options);
+
+  // Drains with no grace period (cancelling calls in flight) if Drain() was
+  // not called, then stops everything.
+  ~RopeServer();
+  RopeServer(const RopeServer&) = delete;
+  RopeServer& operator=(const RopeServer&) = delete;
+
+  int port() const { return port_; }
+  // "host:port" with the port actually bound, host as given in the options.
+  const std::string& bound_address() const { return bound_address_; }
+  // 0 when metrics are off.
+  int metrics_port() const { return metrics_port_; }
+  Engine& engine() { return *engine_; }
+  CallGate& gate() { return gate_; }
+
+  // First half of a graceful stop, returning at once: health turns
+  // NOT_SERVING and new calls are refused with UNAVAILABLE. Idempotent.
+  void StartDraining();
+
+  // Graceful stop: StartDraining(), then calls in flight may finish until
+  // `grace` has passed (then they are cancelled), and the gRPC server shuts
+  // down. Returns when it has. Later calls return at once.
+  void Drain(absl::Duration grace);
+
+  // Blocks until the gRPC server has shut down (after Drain()).
+  void Wait();
+
+ private:
+  RopeServer(std::unique_ptr<Engine> engine, const ServerOptions& options);
+
+  const ServerOptions options_;
+  // Declared in dependency order: destroyed in reverse, the server first.
+  std::unique_ptr<Engine> engine_;
+  ServiceMetrics metrics_;
+  CallGate gate_;
+  WorkQueue work_;
+  RopeServiceImpl service_;
+  std::unique_ptr<EchoServiceImpl> echo_;
+  std::shared_ptr<prometheus::Collectable> state_collector_;
+  std::unique_ptr<prometheus::Exposer> exposer_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+  int metrics_port_ = 0;
+  std::string bound_address_;
+
+  absl::Mutex drain_mu_;
+  bool drained_ ABSL_GUARDED_BY(drain_mu_) = false;
+};
+
+}  // namespace rope
+
+#endif  // ROPE_SERVICE_ROPE_SERVER_H_

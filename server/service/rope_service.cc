@@ -1,0 +1,281 @@
+#include "server/service/rope_service.h"
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "server/engine/status_macros.h"
+#include "server/service/request_conversion.h"
+#include "server/service/status_conversion.h"
+#include "server/service/unary_call.h"
+
+#ifndef ROPE_VERSION
+#error "ROPE_VERSION must be defined by the build (the project version)"
+#endif
+
+namespace rope {
+
+namespace {
+
+// Moves a tensor's fields from `from` into `to` without copying its bytes.
+void MoveTensor(v1::Tensor* from, v1::Tensor* to) {
+  to->set_dtype(from->dtype());
+  to->mutable_shape()->Swap(from->mutable_shape());
+  to->mutable_data()->swap(*from->mutable_data());
+}
+
+void SetFloatTensor(const std::vector<int64_t>& shape, v1::Tensor* tensor) {
+  tensor->set_dtype(v1::FLOAT32);
+  tensor->mutable_shape()->Assign(shape.begin(), shape.end());
+}
+
+absl::Status CancelledBeforeRun(Rpc rpc) {
+  return absl::CancelledError(
+      absl::StrCat(RpcName(rpc), " was cancelled (or its deadline passed) before it ran"));
+}
+
+}  // namespace
+
+// One RotateStream call. Strictly one message at a time: read, rotate on the
+// work queue, write, read the next; so replies come in request order. Holds
+// one gate slot for the whole stream. Deletes itself in OnDone.
+class RopeServiceImpl::RotateStreamReactor final
+    : public grpc::ServerBidiReactor<v1::RotateRequest, v1::RotateResponse> {
+ public:
+  RotateStreamReactor(RopeServiceImpl& service, grpc::CallbackServerContext* context)
+      : service_(service), context_(context) {
+    absl::Status admitted = service_.gate_.TryEnter();
+    if (!admitted.ok()) {
+      message_start_ = absl::Now();
+      FinishStream(admitted);
+      return;
+    }
+    admitted_ = true;
+    StartRead(&request_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {  // the client half-closed (or the call is gone): end cleanly
+      Finish(grpc::Status::OK);
+      return;
+    }
+    message_start_ = absl::Now();
+    if (service_.gate_.draining()) {
+      // Answering one more message would extend the drain indefinitely; the
+      // client retries this message elsewhere.
+      FinishStream(DrainingError());
+      return;
+    }
+    service_.work_.Schedule([this] { RotateCurrent(); });
+  }
+
+  void OnWriteDone(bool ok) override {
+    if (!ok) {
+      Finish(grpc::Status(grpc::StatusCode::CANCELLED,
+                          "RotateStream: a reply could not be sent (the client has gone)"));
+      return;
+    }
+    // Clear keeps the strings' capacity: the next parse reuses it.
+    request_.Clear();
+    response_.Clear();
+    StartRead(&request_);
+  }
+
+  void OnDone() override {
+    if (admitted_) service_.gate_.Leave();
+    delete this;
+  }
+
+ private:
+  void RotateCurrent() {
+    const int64_t bytes_in = static_cast<int64_t>(request_.ByteSizeLong());
+    absl::Status status = context_->IsCancelled()
+                              ? CancelledBeforeRun(Rpc::kRotateStream)
+                              : service_.DoRotate(&request_, &response_);
+    if (!status.ok()) {
+      bytes_in_ = bytes_in;
+      FinishStream(status);
+      return;
+    }
+    service_.metrics_.RecordRequest(Rpc::kRotateStream, grpc::StatusCode::OK,
+                                    absl::Now() - message_start_, bytes_in,
+                                    static_cast<int64_t>(response_.ByteSizeLong()));
+    StartWrite(&response_);
+  }
+
+  // Ends the stream with the status of the message in hand.
+  void FinishStream(const absl::Status& status) {
+    grpc::Status grpc_status = ToGrpcStatus(status);
+    service_.metrics_.RecordRequest(Rpc::kRotateStream, grpc_status.error_code(),
+                                    absl::Now() - message_start_, bytes_in_, 0);
+    Finish(std::move(grpc_status));
+  }
+
+  RopeServiceImpl& service_;
+  grpc::CallbackServerContext* const context_;
+  v1::RotateRequest request_;
+  v1::RotateResponse response_;
+  absl::Time message_start_;
+  int64_t bytes_in_ = 0;
+  bool admitted_ = false;
+};
+
+RopeServiceImpl::RopeServiceImpl(Engine& engine, CallGate& gate, ServiceMetrics& metrics,
+                                 WorkQueue& work, ServiceOptions options)
+    : engine_(engine), gate_(gate), metrics_(metrics), work_(work), options_(options) {
+  SetMessageAllocatorFor_Rotate(&rotate_allocator_);
+}
+
+absl::Status RopeServiceImpl::DoRotate(v1::RotateRequest* request, v1::RotateResponse* response) {
+  ROPE_ASSIGN_OR_RETURN(RotateParams params, RotateParamsFromProto(request));
+  ROPE_RETURN_IF_ERROR(engine_.Rotate(params));
+  MoveTensor(request->mutable_q(), response->mutable_q());
+  if (request->has_k()) MoveTensor(request->mutable_k(), response->mutable_k());
+  return absl::OkStatus();
+}
+
+absl::Status RopeServiceImpl::DoAttentionScores(const v1::AttentionScoresRequest& request,
+                                                v1::AttentionScoresResponse* response) {
+  ROPE_ASSIGN_OR_RETURN(AttentionParams params, AttentionParamsFromProto(request));
+  AttentionOutputs outputs;
+  outputs.scores = response->mutable_scores()->mutable_data();
+  if (request.has_v()) outputs.output = response->mutable_output()->mutable_data();
+  ROPE_RETURN_IF_ERROR(engine_.AttentionScores(params, &outputs));
+  SetFloatTensor(outputs.scores_shape, response->mutable_scores());
+  if (request.has_v()) SetFloatTensor(outputs.output_shape, response->mutable_output());
+  return absl::OkStatus();
+}
+
+absl::Status RopeServiceImpl::DoGetTable(const v1::GetTableRequest& request,
+                                         v1::GetTableResponse* response) {
+  if (!request.has_config()) {
+    return absl::InvalidArgumentError("config is missing: it is required");
+  }
+  ROPE_ASSIGN_OR_RETURN(RopeConfig config, ConfigFromProto(request.config()));
+  ROPE_ASSIGN_OR_RETURN(TableSlice slice,
+                        engine_.GetTable(config, request.start(), request.count()));
+  const RopeTable& table = *slice.table;
+  const int64_t half = table.half();
+  const int64_t bytes_each = slice.count * half * static_cast<int64_t>(sizeof(float));
+  if (options_.max_message_bytes > 0 && 2 * bytes_each > options_.max_message_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "GetTable reply of ", slice.count, " rows x ", half, " x 2 float32 values (",
+        2 * bytes_each, " bytes) is over the server's max_message_bytes ",
+        options_.max_message_bytes, "; ask for fewer rows (count)"));
+  }
+  const std::vector<int64_t> shape = {slice.count, half};
+  SetFloatTensor(shape, response->mutable_cos());
+  SetFloatTensor(shape, response->mutable_sin());
+  response->mutable_cos()->mutable_data()->assign(
+      reinterpret_cast<const char*>(table.cos_row(slice.start)), bytes_each);
+  response->mutable_sin()->mutable_data()->assign(
+      reinterpret_cast<const char*>(table.sin_row(slice.start)), bytes_each);
+  response->mutable_inv_freq()->Assign(table.inv_freq().begin(), table.inv_freq().end());
+  response->set_attention_factor(table.attention_factor());
+  response->set_start(slice.start);
+  return absl::OkStatus();
+}
+
+void RopeServiceImpl::FillServerInfo(v1::ServerInfo* info) const {
+  const BackendInfo backend = engine_.backend_info();
+  info->set_version(ROPE_VERSION);
+  info->set_backend(backend.name);
+  info->set_device(backend.device);
+  info->set_threads(backend.threads);
+
+  const EngineLimits& engine_limits = engine_.limits();
+  v1::ServerLimits* limits = info->mutable_limits();
+  limits->set_max_message_bytes(options_.max_message_bytes);
+  limits->set_max_len_cap(engine_limits.max_len_cap);
+  limits->set_max_elements_per_request(engine_limits.max_elements_per_request);
+  limits->set_max_concurrent_calls(gate_.max_in_flight());
+  limits->set_table_cache_bytes(engine_limits.table_cache_bytes);
+
+  const TableCacheStats stats = engine_.cache_stats();
+  v1::TableCacheStats* cache = info->mutable_table_cache();
+  cache->set_hits(stats.hits);
+  cache->set_misses(stats.misses);
+  cache->set_evictions(stats.evictions);
+  cache->set_entries(stats.entries);
+  cache->set_bytes(stats.bytes);
+  cache->set_budget_bytes(stats.budget_bytes);
+
+  info->add_supported_scalings(std::string(ScalingCaseName(v1::RopeConfig::SCALING_NOT_SET)));
+  for (DType dtype : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
+    info->add_supported_dtypes(v1::DType_Name(DTypeToProto(dtype)));
+  }
+}
+
+grpc::ServerUnaryReactor* RopeServiceImpl::Rotate(grpc::CallbackServerContext* context,
+                                                  const v1::RotateRequest* request,
+                                                  v1::RotateResponse* response) {
+  auto* call = new UnaryCall(Rpc::kRotate, gate_, metrics_, options_.max_message_bytes);
+  if (!call->Admit(*request)) return call;
+  // The same object as `request`, owned by this call through the allocator
+  // installed in the constructor.
+  v1::RotateRequest* owned = MutableRequest<v1::RotateRequest, v1::RotateResponse>(context);
+  if (owned == nullptr) {
+    call->FinishWith(absl::InternalError("Rotate: the owning message allocator is not installed"),
+                     nullptr);
+    return call;
+  }
+  work_.Schedule([this, call, context, owned, response] {
+    if (context->IsCancelled()) {
+      call->FinishWith(CancelledBeforeRun(Rpc::kRotate), nullptr);
+      return;
+    }
+    call->FinishWith(DoRotate(owned, response), response);
+  });
+  return call;
+}
+
+grpc::ServerBidiReactor<v1::RotateRequest, v1::RotateResponse>* RopeServiceImpl::RotateStream(
+    grpc::CallbackServerContext* context) {
+  return new RotateStreamReactor(*this, context);
+}
+
+grpc::ServerUnaryReactor* RopeServiceImpl::AttentionScores(
+    grpc::CallbackServerContext* context, const v1::AttentionScoresRequest* request,
+    v1::AttentionScoresResponse* response) {
+  auto* call = new UnaryCall(Rpc::kAttentionScores, gate_, metrics_, options_.max_message_bytes);
+  if (!call->Admit(*request)) return call;
+  work_.Schedule([this, call, context, request, response] {
+    if (context->IsCancelled()) {
+      call->FinishWith(CancelledBeforeRun(Rpc::kAttentionScores), nullptr);
+      return;
+    }
+    call->FinishWith(DoAttentionScores(*request, response), response);
+  });
+  return call;
+}
+
+grpc::ServerUnaryReactor* RopeServiceImpl::GetTable(grpc::CallbackServerContext* context,
+                                                    const v1::GetTableRequest* request,
+                                                    v1::GetTableResponse* response) {
+  auto* call = new UnaryCall(Rpc::kGetTable, gate_, metrics_, options_.max_message_bytes);
+  if (!call->Admit(*request)) return call;
+  // A miss builds a whole table: keep it off gRPC's threads too.
+  work_.Schedule([this, call, context, request, response] {
+    if (context->IsCancelled()) {
+      call->FinishWith(CancelledBeforeRun(Rpc::kGetTable), nullptr);
+      return;
+    }
+    call->FinishWith(DoGetTable(*request, response), response);
+  });
+  return call;
+}
+
+grpc::ServerUnaryReactor* RopeServiceImpl::GetServerInfo(grpc::CallbackServerContext* context,
+                                                         const v1::GetServerInfoRequest* request,
+                                                         v1::ServerInfo* response) {
+  auto* call = new UnaryCall(Rpc::kGetServerInfo, gate_, metrics_, options_.max_message_bytes);
+  if (!call->Admit(*request)) return call;
+  // Cheap and non-blocking: answered on the gRPC thread.
+  FillServerInfo(response);
+  call->FinishWith(absl::OkStatus(), response);
+  return call;
+}
+
+}  // namespace rope

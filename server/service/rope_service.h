@@ -1,0 +1,77 @@
+// RopeServiceImpl: the rope.v1.RopeService over gRPC's callback API.
+//
+// gRPC glue only: each handler admits the call through the CallGate, converts
+// the request (request_conversion.h), runs the Engine on the WorkQueue so the
+// library's threads stay free for I/O and admission, converts the result and
+// the status (ToGrpcStatus), and records metrics.
+//
+// Rotate and RotateStream rotate in the request's own bytes and move them
+// into the reply: the payload is never copied by the service.
+//
+// Thread-safe. The collaborators must outlive the server the service is
+// registered on.
+#ifndef ROPE_SERVICE_ROPE_SERVICE_H_
+#define ROPE_SERVICE_ROPE_SERVICE_H_
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "grpcpp/server_context.h"
+#include "grpcpp/support/server_callback.h"
+#include "rope/v1/rope.grpc.pb.h"
+#include "rope/v1/rope.pb.h"
+#include "server/engine/engine.h"
+#include "server/service/call_gate.h"
+#include "server/service/owned_messages.h"
+#include "server/service/service_metrics.h"
+#include "server/service/work_queue.h"
+
+namespace rope {
+
+struct ServiceOptions {
+  // The server's limit on one message each way; replies over it are refused
+  // with RESOURCE_EXHAUSTED. Reported by GetServerInfo.
+  int64_t max_message_bytes = int64_t{512} << 20;
+};
+
+class RopeServiceImpl final : public v1::RopeService::CallbackService {
+ public:
+  RopeServiceImpl(Engine& engine, CallGate& gate, ServiceMetrics& metrics, WorkQueue& work,
+                  ServiceOptions options);
+
+  grpc::ServerUnaryReactor* Rotate(grpc::CallbackServerContext* context,
+                                   const v1::RotateRequest* request,
+                                   v1::RotateResponse* response) override;
+  grpc::ServerBidiReactor<v1::RotateRequest, v1::RotateResponse>* RotateStream(
+      grpc::CallbackServerContext* context) override;
+  grpc::ServerUnaryReactor* AttentionScores(grpc::CallbackServerContext* context,
+                                            const v1::AttentionScoresRequest* request,
+                                            v1::AttentionScoresResponse* response) override;
+  grpc::ServerUnaryReactor* GetTable(grpc::CallbackServerContext* context,
+                                     const v1::GetTableRequest* request,
+                                     v1::GetTableResponse* response) override;
+  grpc::ServerUnaryReactor* GetServerInfo(grpc::CallbackServerContext* context,
+                                          const v1::GetServerInfoRequest* request,
+                                          v1::ServerInfo* response) override;
+
+ private:
+  class RotateStreamReactor;
+
+  // Rotates `request` in place and moves q (and k) into `response`.
+  absl::Status DoRotate(v1::RotateRequest* request, v1::RotateResponse* response);
+  absl::Status DoAttentionScores(const v1::AttentionScoresRequest& request,
+                                 v1::AttentionScoresResponse* response);
+  absl::Status DoGetTable(const v1::GetTableRequest& request, v1::GetTableResponse* response);
+  void FillServerInfo(v1::ServerInfo* info) const;
+
+  Engine& engine_;
+  CallGate& gate_;
+  ServiceMetrics& metrics_;
+  WorkQueue& work_;
+  const ServiceOptions options_;
+  OwnedMessageAllocator<v1::RotateRequest, v1::RotateResponse> rotate_allocator_;
+};
+
+}  // namespace rope
+
+#endif  // ROPE_SERVICE_ROPE_SERVICE_H_

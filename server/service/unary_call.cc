@@ -1,0 +1,50 @@
+#include "server/service/unary_call.h"
+
+#include "absl/strings/str_cat.h"
+#include "server/service/status_conversion.h"
+
+namespace rope {
+
+UnaryCall::UnaryCall(Rpc rpc, CallGate& gate, ServiceMetrics& metrics, int64_t max_reply_bytes)
+    : rpc_(rpc),
+      gate_(gate),
+      metrics_(metrics),
+      max_reply_bytes_(max_reply_bytes),
+      start_(absl::Now()) {}
+
+bool UnaryCall::Admit(const google::protobuf::Message& request) {
+  bytes_in_ = static_cast<int64_t>(request.ByteSizeLong());
+  absl::Status admitted = gate_.TryEnter();
+  if (!admitted.ok()) {
+    FinishWith(admitted, nullptr);
+    return false;
+  }
+  admitted_ = true;
+  return true;
+}
+
+void UnaryCall::FinishWith(const absl::Status& status, google::protobuf::Message* response) {
+  absl::Status final_status = status;
+  int64_t bytes_out = 0;
+  if (status.ok() && response != nullptr) {
+    bytes_out = static_cast<int64_t>(response->ByteSizeLong());
+    if (max_reply_bytes_ > 0 && bytes_out > max_reply_bytes_) {
+      final_status = absl::ResourceExhaustedError(absl::StrCat(
+          RpcName(rpc_), " reply is ", bytes_out, " bytes: over the server's max_message_bytes ",
+          max_reply_bytes_, "; ask for less per call"));
+      response->Clear();
+      bytes_out = 0;
+    }
+  }
+  grpc::Status grpc_status = ToGrpcStatus(final_status);
+  metrics_.RecordRequest(rpc_, grpc_status.error_code(), absl::Now() - start_, bytes_in_,
+                         bytes_out);
+  Finish(std::move(grpc_status));
+}
+
+void UnaryCall::OnDone() {
+  if (admitted_) gate_.Leave();
+  delete this;
+}
+
+}  // namespace rope

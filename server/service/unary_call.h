@@ -1,0 +1,51 @@
+// UnaryCall: the reactor of every unary RPC of ropeserve.
+//
+// It holds a CallGate slot for the life of the call, so that the in-flight
+// count covers the call until gRPC is done with it, and records the request's
+// metrics when it finishes. Owned by gRPC once returned from a handler;
+// deletes itself in OnDone.
+#ifndef ROPE_SERVICE_UNARY_CALL_H_
+#define ROPE_SERVICE_UNARY_CALL_H_
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "google/protobuf/message.h"
+#include "grpcpp/support/server_callback.h"
+#include "server/service/call_gate.h"
+#include "server/service/service_metrics.h"
+
+namespace rope {
+
+class UnaryCall final : public grpc::ServerUnaryReactor {
+ public:
+  // `max_reply_bytes` <= 0 means no check on the reply's size.
+  UnaryCall(Rpc rpc, CallGate& gate, ServiceMetrics& metrics, int64_t max_reply_bytes);
+
+  // Takes a gate slot. On refusal finishes the call with the gate's status
+  // (UNAVAILABLE or RESOURCE_EXHAUSTED) and returns false; the handler must
+  // then only return the reactor. `request` is measured for the metrics.
+  bool Admit(const google::protobuf::Message& request);
+
+  // Records the metrics and finishes the call with `status` (converted by
+  // ToGrpcStatus). An OK reply larger than max_reply_bytes is replaced by
+  // RESOURCE_EXHAUSTED naming the limit. Call exactly once, after the last
+  // touch of the request; `response` may be null on error.
+  void FinishWith(const absl::Status& status, google::protobuf::Message* response);
+
+  void OnDone() override;
+
+ private:
+  const Rpc rpc_;
+  CallGate& gate_;
+  ServiceMetrics& metrics_;
+  const int64_t max_reply_bytes_;
+  const absl::Time start_;
+  int64_t bytes_in_ = 0;
+  bool admitted_ = false;
+};
+
+}  // namespace rope
+
+#endif  // ROPE_SERVICE_UNARY_CALL_H_

@@ -1,0 +1,96 @@
+// ToGrpcStatus and the proto -> engine conversions, without a server.
+#include <string>
+
+#include "absl/status/status.h"
+#include "gtest/gtest.h"
+#include "server/service/request_conversion.h"
+#include "server/service/status_conversion.h"
+#include "tests/service/service_fixture.h"
+#include "tests/unit/test_util.h"
+
+namespace rope {
+namespace test {
+namespace {
+
+TEST(ToGrpcStatusTest, MapsEveryCanonicalCodeOneToOne) {
+  for (int code = 1; code <= 16; ++code) {
+    const grpc::Status status =
+        ToGrpcStatus(absl::Status(static_cast<absl::StatusCode>(code), "why"));
+    EXPECT_EQ(static_cast<int>(status.error_code()), code);
+    EXPECT_EQ(status.error_message(), "why");
+  }
+  EXPECT_TRUE(ToGrpcStatus(absl::OkStatus()).ok());
+}
+
+TEST(ToGrpcStatusTest, TruncatesLongMessagesOnACharacterBoundary) {
+  // 2-byte UTF-8 characters: a cut at an odd byte would split one.
+  std::string message;
+  for (int i = 0; i < 2000; ++i) message += "\xC3\xA9";
+  const grpc::Status status = ToGrpcStatus(absl::InvalidArgumentError(message));
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  ASSERT_LE(status.error_message().size(), kMaxGrpcStatusMessageBytes);
+  const std::string kept = status.error_message().substr(
+      0, status.error_message().size() - std::string("... (truncated)").size());
+  EXPECT_EQ(kept.size() % 2, 0u);
+  EXPECT_EQ(kept, message.substr(0, kept.size()));
+}
+
+TEST(RequestConversionTest, DTypeUnspecifiedAndUnknownValuesNameTheField) {
+  EXPECT_TRUE(StatusIs(DTypeFromProto(0, "v.dtype").status(),
+                       absl::StatusCode::kInvalidArgument, "v.dtype is DTYPE_UNSPECIFIED (0)"));
+  EXPECT_TRUE(StatusIs(DTypeFromProto(-3, "q.dtype").status(),
+                       absl::StatusCode::kInvalidArgument, "q.dtype is -3"));
+  EXPECT_EQ(*DTypeFromProto(v1::BFLOAT16, "q.dtype"), DType::kBFloat16);
+  EXPECT_EQ(DTypeToProto(DType::kFloat16), v1::FLOAT16);
+}
+
+TEST(RequestConversionTest, LayoutUnspecifiedMeansInterleaved) {
+  EXPECT_EQ(*LayoutFromProto(v1::LAYOUT_UNSPECIFIED, "config.layout"), Layout::kInterleaved);
+  EXPECT_EQ(*LayoutFromProto(v1::HALF, "config.layout"), Layout::kHalf);
+  EXPECT_TRUE(StatusIs(LayoutFromProto(3, "config.layout").status(),
+                       absl::StatusCode::kInvalidArgument, "config.layout is 3"));
+}
+
+TEST(RequestConversionTest, EveryScalingVariantIsUnimplementedByName) {
+  v1::RopeConfig config = MakeConfig(8, 16);
+  config.mutable_linear();
+  EXPECT_TRUE(StatusIs(ConfigFromProto(config).status(), absl::StatusCode::kUnimplemented,
+                       "config.scaling is linear"));
+  config.mutable_dynamic_ntk();
+  EXPECT_TRUE(StatusIs(ConfigFromProto(config).status(), absl::StatusCode::kUnimplemented,
+                       "config.scaling is dynamic_ntk"));
+  config.mutable_longrope();
+  EXPECT_TRUE(StatusIs(ConfigFromProto(config).status(), absl::StatusCode::kUnimplemented,
+                       "config.scaling is longrope"));
+}
+
+TEST(RequestConversionTest, RotateParamsPointIntoTheRequestsOwnBytes) {
+  v1::RotateRequest request = MakeRotateRequest(1, 2, 2, 8, 64, 3);
+  *request.mutable_k() = request.q();
+  request.add_positions(5);
+  request.add_positions(6);
+  request.set_inverse(true);
+  absl::StatusOr<RotateParams> params = RotateParamsFromProto(&request);
+  ASSERT_TRUE(params.ok()) << params.status();
+  EXPECT_EQ(params->q.data, request.q().data().data());  // in place: no copy
+  EXPECT_EQ(params->k.data, request.k().data().data());
+  EXPECT_EQ(params->q.byte_size, request.q().data().size());
+  EXPECT_EQ(params->q.shape, (std::vector<int64_t>{1, 2, 2, 8}));
+  EXPECT_EQ(params->positions, (std::vector<int64_t>{5, 6}));
+  EXPECT_EQ(params->start_pos, 3);
+  EXPECT_TRUE(params->inverse);
+  EXPECT_EQ(params->config.head_dim, 8u);
+  EXPECT_EQ(params->config.max_len, 64u);
+}
+
+TEST(RequestConversionTest, AbsentKLeavesTheViewEmpty) {
+  v1::RotateRequest request = MakeRotateRequest(1, 2, 2, 8);
+  absl::StatusOr<RotateParams> params = RotateParamsFromProto(&request);
+  ASSERT_TRUE(params.ok()) << params.status();
+  EXPECT_EQ(params->k.data, nullptr);
+  EXPECT_TRUE(params->k.shape.empty());
+}
+
+}  // namespace
+}  // namespace test
+}  // namespace rope

@@ -1,0 +1,307 @@
+// The built ropeserve binary as a child process: SIGTERM drain, server
+// reflection, and the command line. This binary does not link the server (nor
+// grpc++_reflection), so it may carry its own reflection client stubs.
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "grpc/reflection/v1alpha/reflection.grpc.pb.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/security/credentials.h"
+#include "grpcpp/support/channel_arguments.h"
+#include "gtest/gtest.h"
+#include "rope/v1/rope.grpc.pb.h"
+#include "tests/service/child_process.h"
+#include "tests/service/grpc_test_util.h"
+
+#ifndef ROPESERVE_PATH
+#error "ROPESERVE_PATH must name the ropeserve binary"
+#endif
+
+namespace rope {
+namespace test {
+namespace {
+
+constexpr char kListening[] = "ropeserve listening on 127.0.0.1:";
+
+// A started ropeserve and a channel to it.
+struct Server {
+  std::unique_ptr<ChildProcess> process;
+  int port = 0;
+  std::shared_ptr<grpc::Channel> channel;
+};
+
+void StartServer(std::vector<std::string> args, Server* server) {
+  args.insert(args.begin(), "--listen=127.0.0.1:0");
+  absl::StatusOr<std::unique_ptr<ChildProcess>> process = ChildProcess::Start(ROPESERVE_PATH, args);
+  ASSERT_TRUE(process.ok()) << process.status();
+  server->process = *std::move(process);
+  const std::optional<std::string> line =
+      server->process->WaitForLine(kListening, absl::Seconds(30));
+  ASSERT_TRUE(line.has_value()) << server->process->output();
+  const std::string rest = line->substr(line->find(kListening) + sizeof(kListening) - 1);
+  ASSERT_TRUE(absl::SimpleAtoi(rest.substr(0, rest.find(' ')), &server->port)) << *line;
+  grpc::ChannelArguments channel_args;
+  channel_args.SetMaxReceiveMessageSize(-1);
+  server->channel = grpc::CreateCustomChannel(absl::StrCat("127.0.0.1:", server->port),
+                                              grpc::InsecureChannelCredentials(), channel_args);
+}
+
+// A GetTable call that builds a 65536-row table (each theta is a new table)
+// but sends back one row: ~0.1 s on one thread for a few bytes each way, so
+// that calls queue up in flight behind one work thread.
+v1::GetTableRequest SlowTableRequest(int i) {
+  v1::GetTableRequest request;
+  *request.mutable_config() = MakeConfig(128, 65536, v1::INTERLEAVED, 0, 10000 + i);
+  request.set_count(1);
+  return request;
+}
+
+struct AsyncTable {
+  v1::GetTableRequest request;
+  v1::GetTableResponse response;
+  grpc::ClientContext context;
+  grpc::Status status;
+  absl::Notification done;
+  bool started = false;
+
+  // A test that fails early must not free a call gRPC still uses.
+  ~AsyncTable() {
+    if (started && !done.HasBeenNotified()) {
+      context.TryCancel();
+      done.WaitForNotificationWithTimeout(absl::Seconds(30));
+    }
+  }
+};
+
+TEST(ProcessTest, SigtermDrainsCallsInFlightThenExitsZero) {
+  const int metrics_port = PickFreePort();
+  ASSERT_NE(metrics_port, 0);
+  Server server;
+  ASSERT_NO_FATAL_FAILURE(StartServer(
+      {"--backend=cpu", "--cpu_threads=1", "--work_threads=1", "--shutdown_grace_period=60s",
+       "--table_cache_bytes=100000000",
+       absl::StrCat("--metrics_port=", metrics_port), "--metrics_host=127.0.0.1"},
+      &server));
+  auto stub = v1::RopeService::NewStub(server.channel);
+
+  // An open stream is a call in flight for as long as the client keeps it:
+  // it holds the drain open deterministically.
+  grpc::ClientContext stream_context;
+  SetDeadline(&stream_context, absl::Seconds(90));
+  auto stream = stub->RotateStream(&stream_context);
+  ASSERT_TRUE(stream->Write(MakeRotateRequest(1, 2, 1, 8)));
+  v1::RotateResponse reply;
+  ASSERT_TRUE(stream->Read(&reply));
+
+  // Unary calls queue behind one work thread.
+  constexpr int kCalls = 8;
+  constexpr int kAdmittedBeforeSignal = 4;
+  AsyncTable calls[kCalls];
+  for (int i = 0; i < kCalls; ++i) {
+    calls[i].request = SlowTableRequest(i);
+    SetDeadline(&calls[i].context, absl::Seconds(90));
+    stub->async()->GetTable(&calls[i].context, &calls[i].request, &calls[i].response,
+                            [&call = calls[i]](grpc::Status status) {
+                              call.status = std::move(status);
+                              call.done.Notify();
+                            });
+    calls[i].started = true;
+  }
+  // Wait (bounded) until the stream and at least kAdmittedBeforeSignal unary
+  // calls are in flight: those were admitted, so they must finish OK.
+  double in_flight = 0;
+  for (int i = 0; i < 3000 && in_flight < 1 + kAdmittedBeforeSignal; ++i) {
+    in_flight = MetricValue(HttpGetMetrics(metrics_port), "rope_calls_in_flight");
+  }
+  ASSERT_GE(in_flight, 1 + kAdmittedBeforeSignal);
+
+  server.process->Signal(SIGTERM);
+  ASSERT_TRUE(server.process->WaitForLine("draining", absl::Seconds(30)).has_value())
+      << server.process->output();
+
+  // The stream keeps the server draining (not yet shut down): a new call is
+  // refused by the server itself.
+  {
+    v1::RotateResponse response;
+    grpc::ClientContext context;
+    SetDeadline(&context);
+    EXPECT_TRUE(GrpcStatusIs(stub->Rotate(&context, MakeRotateRequest(1, 2, 1, 8), &response),
+                             grpc::StatusCode::UNAVAILABLE, "server is draining"));
+  }
+
+  // Every unary call either ran (OK) or arrived after the signal and was
+  // refused; nothing admitted was cut short.
+  int ok = 0;
+  for (int i = 0; i < kCalls; ++i) {
+    ASSERT_TRUE(calls[i].done.WaitForNotificationWithTimeout(absl::Seconds(90))) << i;
+    if (calls[i].status.ok()) {
+      ++ok;
+      EXPECT_EQ(calls[i].response.cos().data().size(), size_t{64} * 4) << i;
+    } else {
+      EXPECT_TRUE(GrpcStatusIs(calls[i].status, grpc::StatusCode::UNAVAILABLE,
+                               "server is draining"))
+          << "call " << i;
+    }
+  }
+  EXPECT_GE(ok, kAdmittedBeforeSignal);
+
+  // The admitted stream ends cleanly when its client closes it; then the
+  // drain completes and the process exits 0.
+  ASSERT_TRUE(stream->WritesDone());
+  EXPECT_FALSE(stream->Read(&reply));
+  EXPECT_TRUE(GrpcStatusIs(stream->Finish(), grpc::StatusCode::OK, ""));
+  // An idle connection whose client does not answer the shutdown GOAWAY's
+  // ping holds the server's exit for ~5 s: close it.
+  stub.reset();
+  server.channel.reset();
+  const std::optional<int> status = server.process->WaitExit(absl::Seconds(60));
+  ASSERT_TRUE(status.has_value()) << "ropeserve did not exit within the grace period";
+  EXPECT_TRUE(WIFEXITED(*status)) << *status;
+  EXPECT_EQ(WEXITSTATUS(*status), 0) << server.process->output();
+}
+
+TEST(ProcessTest, HealthTurnsNotServingWhileDraining) {
+  Server server;
+  ASSERT_NO_FATAL_FAILURE(StartServer({"--shutdown_grace_period=30s"}, &server));
+  auto health = grpc::health::v1::Health::NewStub(server.channel);
+  auto stub = v1::RopeService::NewStub(server.channel);
+  {
+    grpc::health::v1::HealthCheckResponse response;
+    grpc::ClientContext context;
+    SetDeadline(&context);
+    ASSERT_TRUE(GrpcStatusIs(
+        health->Check(&context, grpc::health::v1::HealthCheckRequest(), &response),
+        grpc::StatusCode::OK, ""));
+    EXPECT_EQ(response.status(), grpc::health::v1::HealthCheckResponse::SERVING);
+  }
+  // A stream holds one call in flight, so the drain waits and the server
+  // stays up to answer.
+  grpc::ClientContext stream_context;
+  SetDeadline(&stream_context);
+  auto stream = stub->RotateStream(&stream_context);
+  ASSERT_TRUE(stream->Write(MakeRotateRequest(1, 2, 1, 8)));
+  v1::RotateResponse reply;
+  ASSERT_TRUE(stream->Read(&reply));
+
+  server.process->Signal(SIGTERM);
+  ASSERT_TRUE(server.process->WaitForLine("draining", absl::Seconds(30)).has_value());
+  grpc::health::v1::HealthCheckResponse::ServingStatus seen =
+      grpc::health::v1::HealthCheckResponse::SERVING;
+  for (int i = 0; i < 500 && seen == grpc::health::v1::HealthCheckResponse::SERVING; ++i) {
+    grpc::health::v1::HealthCheckResponse response;
+    grpc::ClientContext context;
+    SetDeadline(&context);
+    ASSERT_TRUE(GrpcStatusIs(
+        health->Check(&context, grpc::health::v1::HealthCheckRequest(), &response),
+        grpc::StatusCode::OK, ""));
+    seen = response.status();
+    if (seen == grpc::health::v1::HealthCheckResponse::SERVING) {
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+  }
+  EXPECT_EQ(seen, grpc::health::v1::HealthCheckResponse::NOT_SERVING);
+
+  // The next message on the open stream is refused; the stream ends.
+  stream->Write(MakeRotateRequest(1, 2, 1, 8));
+  EXPECT_FALSE(stream->Read(&reply));
+  EXPECT_TRUE(GrpcStatusIs(stream->Finish(), grpc::StatusCode::UNAVAILABLE, "server is draining"));
+  stream.reset();
+  stub.reset();
+  health.reset();
+  server.channel.reset();
+
+  const std::optional<int> status = server.process->WaitExit(absl::Seconds(40));
+  ASSERT_TRUE(status.has_value());
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << server.process->output();
+}
+
+TEST(ProcessTest, ReflectionListsTheServices) {
+  Server server;
+  ASSERT_NO_FATAL_FAILURE(StartServer({"--enable_echo"}, &server));
+  {
+    auto reflection = grpc::reflection::v1alpha::ServerReflection::NewStub(server.channel);
+    grpc::ClientContext context;
+    SetDeadline(&context);
+    auto stream = reflection->ServerReflectionInfo(&context);
+    grpc::reflection::v1alpha::ServerReflectionRequest request;
+    request.set_list_services("");
+    ASSERT_TRUE(stream->Write(request));
+    grpc::reflection::v1alpha::ServerReflectionResponse response;
+    ASSERT_TRUE(stream->Read(&response));
+    std::set<std::string> names;
+    for (const auto& service : response.list_services_response().service()) {
+      names.insert(service.name());
+    }
+    EXPECT_EQ(names.count("rope.v1.RopeService"), 1u);
+    EXPECT_EQ(names.count("rope.bench.v1.EchoService"), 1u);
+    EXPECT_EQ(names.count("grpc.health.v1.Health"), 1u);
+
+    // And it describes our messages: the file that defines rope.v1.RotateRequest.
+    request.set_file_containing_symbol("rope.v1.RotateRequest");
+    ASSERT_TRUE(stream->Write(request));
+    ASSERT_TRUE(stream->Read(&response));
+    EXPECT_GE(response.file_descriptor_response().file_descriptor_proto_size(), 1);
+    stream->WritesDone();
+    EXPECT_TRUE(GrpcStatusIs(stream->Finish(), grpc::StatusCode::OK, ""));
+  }
+  server.channel.reset();  // see SigtermDrainsCallsInFlightThenExitsZero
+
+  server.process->Signal(SIGTERM);
+  const std::optional<int> status = server.process->WaitExit(absl::Seconds(40));
+  ASSERT_TRUE(status.has_value());
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0);
+}
+
+std::string RunToExit(const std::vector<std::string>& args, int* exit_code) {
+  absl::StatusOr<std::unique_ptr<ChildProcess>> process = ChildProcess::Start(ROPESERVE_PATH, args);
+  EXPECT_TRUE(process.ok()) << process.status();
+  if (!process.ok()) return "";
+  const std::optional<int> status = (*process)->WaitExit(absl::Seconds(30));
+  EXPECT_TRUE(status.has_value() && WIFEXITED(*status));
+  *exit_code = status.has_value() && WIFEXITED(*status) ? WEXITSTATUS(*status) : -1;
+  return (*process)->output();
+}
+
+TEST(ProcessTest, CudaBackendIsRefusedInABuildWithoutCuda) {
+  int exit_code = 0;
+  const std::string output = RunToExit({"--backend=cuda", "--listen=127.0.0.1:0"}, &exit_code);
+  EXPECT_NE(exit_code, 0);
+  EXPECT_NE(output.find("this build of ropeserve has no CUDA backend"), std::string::npos)
+      << output;
+}
+
+TEST(ProcessTest, BadFlagValuesExitWithAMessage) {
+  int exit_code = 0;
+  std::string output = RunToExit({"--backend=tpu", "--listen=127.0.0.1:0"}, &exit_code);
+  EXPECT_EQ(exit_code, 2);
+  EXPECT_NE(output.find("--backend is \"tpu\""), std::string::npos) << output;
+  output = RunToExit({"--max_message_bytes=0", "--listen=127.0.0.1:0"}, &exit_code);
+  EXPECT_EQ(exit_code, 2);
+  EXPECT_NE(output.find("max_message_bytes is 0"), std::string::npos) << output;
+}
+
+TEST(ProcessTest, HelpListsEveryFlag) {
+  int exit_code = 0;
+  const std::string output = RunToExit({"--help"}, &exit_code);
+  for (const char* flag :
+       {"--listen", "--backend", "--cpu_threads", "--work_threads", "--max_message_bytes",
+        "--table_cache_bytes", "--max_len_cap", "--max_elements_per_request",
+        "--max_concurrent_calls", "--metrics_port", "--metrics_host", "--shutdown_grace_period",
+        "--max_connection_age", "--enable_echo"}) {
+    EXPECT_NE(output.find(absl::StrCat(flag, " (")), std::string::npos) << flag << "\n" << output;
+  }
+}
+
+}  // namespace
+}  // namespace test
+}  // namespace rope
