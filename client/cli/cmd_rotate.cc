@@ -1,0 +1,121 @@
+// ropectl rotate: RopeService.Rotate on .npy or random q/k.
+#include <optional>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "client/cli/cli_parsing.h"
+#include "client/cli/commands.h"
+#include "client/cli/common_flags.h"
+#include "client/cli/summary.h"
+
+namespace rope {
+namespace client {
+namespace {
+
+absl::Status ValidatePositions(absl::string_view value) {
+  return ParseInt64List(value).status();
+}
+
+void AddRotateFlags(FlagSet* flags) {
+  AddConnectionFlags(flags);
+  AddRopeConfigFlags(flags);
+  flags->BeginGroup("Inputs");
+  AddDTypeFlag(flags);
+  flags->Add("q", FlagSet::Kind::kString, "",
+             "Query .npy file, [B,S,Hq,D] or [S,Hq,D]. This or --random_q_shape is required.");
+  flags->Add("k", FlagSet::Kind::kString, "",
+             "Optional key .npy file, [B,S,Hkv,D] (Hkv may differ from Hq: GQA/MQA).");
+  flags->Add("random_q_shape", FlagSet::Kind::kString, "",
+             "Random q of this shape instead of --q, e.g. 1,16,8,64.", ValidateOptionalShape);
+  flags->Add("random_k_shape", FlagSet::Kind::kString, "",
+             "Random k of this shape instead of --k, e.g. 1,16,2,64.", ValidateOptionalShape);
+  AddRandomFlags(flags);
+  flags->BeginGroup("Positions");
+  flags->Add("start_pos", FlagSet::Kind::kInt, "0",
+             "Token s of every batch row sits at position start_pos + s.");
+  flags->Add("positions", FlagSet::Kind::kString, "",
+             "Explicit positions instead of --start_pos: S values (shared by every "
+             "batch row) or B*S values (row-major [B,S]), e.g. 0,1,2,7.",
+             ValidatePositions);
+  flags->Add("inverse", FlagSet::Kind::kBool, "false",
+             "Rotate by -angle (undo a rotation).");
+  flags->BeginGroup("Outputs");
+  flags->Add("out_q", FlagSet::Kind::kString, "", "Write the rotated q to this .npy file.");
+  flags->Add("out_k", FlagSet::Kind::kString, "", "Write the rotated k to this .npy file.");
+}
+
+absl::Status RunRotate(const FlagSet& flags, std::ostream& out) {
+  absl::StatusOr<std::optional<InputTensor>> q = LoadInputTensor(flags, "q", "random_q_shape", 0);
+  if (!q.ok()) return q.status();
+  if (!q->has_value()) return UsageError("give --q=file.npy or --random_q_shape=B,S,H,D");
+  absl::StatusOr<std::optional<InputTensor>> k = LoadInputTensor(flags, "k", "random_k_shape", 1);
+  if (!k.ok()) return k.status();
+  if (flags.IsSet("positions") && flags.IsSet("start_pos")) {
+    return UsageError("give --start_pos or --positions, not both");
+  }
+  if (!k->has_value() && !flags.String("out_k").empty()) {
+    return UsageError("--out_k given but there is no k (--k or --random_k_shape)");
+  }
+  const v1::Tensor& q_tensor = (*q)->tensor;
+  absl::StatusOr<v1::RopeConfig> config =
+      RopeConfigFromFlags(flags, q_tensor.shape(q_tensor.shape_size() - 1));
+  if (!config.ok()) return config.status();
+
+  v1::RotateRequest request;
+  *request.mutable_config() = *config;
+  *request.mutable_q() = q_tensor;
+  if (k->has_value()) *request.mutable_k() = (*k)->tensor;
+  request.set_start_pos(flags.Int("start_pos"));
+  absl::StatusOr<std::vector<int64_t>> positions = ParseInt64List(flags.String("positions"));
+  if (!positions.ok()) return UsageError(positions.status().message());
+  for (int64_t p : *positions) request.add_positions(p);
+  request.set_inverse(flags.Bool("inverse"));
+
+  absl::StatusOr<std::unique_ptr<RopeClient>> client = ClientFromFlags(flags);
+  if (!client.ok()) return client.status();
+  const absl::Time start = absl::Now();
+  absl::StatusOr<v1::RotateResponse> response = (*client)->Rotate(request);
+  const absl::Duration elapsed = absl::Now() - start;
+  if (!response.ok()) return response.status();
+
+  out << "rotate  " << flags.String("target") << "  " << DescribeConfig(*config)
+      << (request.inverse() ? "  inverse" : "") << "\n";
+  if (positions->empty()) {
+    out << "  positions: start_pos=" << request.start_pos() << "\n";
+  } else {
+    out << "  positions: " << absl::StrJoin(*positions, ",") << "\n";
+  }
+  out << "  q in : " << ShapeAndDType(q_tensor) << "  from " << (*q)->source << "\n";
+  absl::StatusOr<std::string> summary = SummarizeTensor(response->q(), "reply q");
+  if (!summary.ok()) return summary.status();
+  out << "  q out: " << *summary << "\n";
+  if (k->has_value()) {
+    out << "  k in : " << ShapeAndDType((*k)->tensor) << "  from " << (*k)->source << "\n";
+    summary = SummarizeTensor(response->k(), "reply k");
+    if (!summary.ok()) return summary.status();
+    out << "  k out: " << *summary << "\n";
+  }
+  out << "  elapsed " << FormatMillis(elapsed) << "\n";
+  absl::Status status = WriteOutputIfAsked(flags, "out_q", response->q(), out);
+  if (!status.ok()) return status;
+  if (k->has_value()) return WriteOutputIfAsked(flags, "out_k", response->k(), out);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+extern const Command kRotateCommand = {
+    "rotate",
+    "Rotate q (and k) by their positions (RopeService.Rotate)",
+    "Sends q (and optionally k) with a RoPE config and positions; prints the\n"
+    "shapes, dtype and statistics of the rotated tensors and the round-trip\n"
+    "time, and writes them as .npy when --out_q / --out_k are given. The reply\n"
+    "has the dtype that was sent.",
+    AddRotateFlags,
+    RunRotate,
+};
+
+}  // namespace client
+}  // namespace rope

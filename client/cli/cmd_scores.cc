@@ -1,0 +1,122 @@
+// ropectl scores: RopeService.AttentionScores on .npy or random q/k/v.
+#include <optional>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "client/cli/cli_parsing.h"
+#include "client/cli/commands.h"
+#include "client/cli/common_flags.h"
+#include "client/cli/summary.h"
+
+namespace rope {
+namespace client {
+namespace {
+
+void AddScoresFlags(FlagSet* flags) {
+  AddConnectionFlags(flags);
+  AddRopeConfigFlags(flags);
+  flags->BeginGroup("Inputs (unrotated: the server applies RoPE)");
+  AddDTypeFlag(flags);
+  flags->Add("q", FlagSet::Kind::kString, "", "Query .npy file, [B,Sq,Hq,D] or [Sq,Hq,D].");
+  flags->Add("k", FlagSet::Kind::kString, "",
+             "Key .npy file, [B,Sk,Hkv,D]; Hq must be a multiple of Hkv.");
+  flags->Add("v", FlagSet::Kind::kString, "",
+             "Optional value .npy file, [B,Sk,Hkv,Dv]: the reply then has output = P v.");
+  flags->Add("random_q_shape", FlagSet::Kind::kString, "", "Random q of this shape instead of --q.",
+             ValidateOptionalShape);
+  flags->Add("random_k_shape", FlagSet::Kind::kString, "", "Random k of this shape instead of --k.",
+             ValidateOptionalShape);
+  flags->Add("random_v_shape", FlagSet::Kind::kString, "", "Random v of this shape instead of --v.",
+             ValidateOptionalShape);
+  AddRandomFlags(flags);
+  flags->BeginGroup("Scores");
+  flags->Add("q_start_pos", FlagSet::Kind::kInt, "0", "Query i sits at position q_start_pos + i.");
+  flags->Add("k_start_pos", FlagSet::Kind::kInt, "0", "Key j sits at position k_start_pos + j.");
+  flags->Add("causal", FlagSet::Kind::kBool, "false",
+             "Mask (-inf) keys whose position is after the query's.");
+  flags->Add("softmax", FlagSet::Kind::kBool, "false",
+             "Return softmax over keys (probabilities) instead of scaled scores.");
+  flags->Add("scale", FlagSet::Kind::kDouble, "0", "Score scale; 0 means 1/sqrt(head_dim).");
+  flags->BeginGroup("Outputs");
+  flags->Add("out", FlagSet::Kind::kString, "",
+             "Write the scores, float32 [B,Hq,Sq,Sk], to this .npy file.");
+  flags->Add("out_output", FlagSet::Kind::kString, "",
+             "Write the output P v, float32 [B,Sq,Hq,Dv], to this .npy file (needs v).");
+}
+
+absl::Status RunScores(const FlagSet& flags, std::ostream& out) {
+  absl::StatusOr<std::optional<InputTensor>> q = LoadInputTensor(flags, "q", "random_q_shape", 0);
+  if (!q.ok()) return q.status();
+  absl::StatusOr<std::optional<InputTensor>> k = LoadInputTensor(flags, "k", "random_k_shape", 1);
+  if (!k.ok()) return k.status();
+  absl::StatusOr<std::optional<InputTensor>> v = LoadInputTensor(flags, "v", "random_v_shape", 2);
+  if (!v.ok()) return v.status();
+  if (!q->has_value() || !k->has_value()) {
+    return UsageError("scores needs q and k: --q / --random_q_shape and --k / --random_k_shape");
+  }
+  if (!v->has_value() && !flags.String("out_output").empty()) {
+    return UsageError("--out_output given but there is no v (--v or --random_v_shape)");
+  }
+  const v1::Tensor& q_tensor = (*q)->tensor;
+  absl::StatusOr<v1::RopeConfig> config =
+      RopeConfigFromFlags(flags, q_tensor.shape(q_tensor.shape_size() - 1));
+  if (!config.ok()) return config.status();
+
+  v1::AttentionScoresRequest request;
+  *request.mutable_config() = *config;
+  *request.mutable_q() = q_tensor;
+  *request.mutable_k() = (*k)->tensor;
+  if (v->has_value()) *request.mutable_v() = (*v)->tensor;
+  request.set_q_start_pos(flags.Int("q_start_pos"));
+  request.set_k_start_pos(flags.Int("k_start_pos"));
+  request.set_causal(flags.Bool("causal"));
+  request.set_softmax(flags.Bool("softmax"));
+  request.set_scale(flags.Double("scale"));
+
+  absl::StatusOr<std::unique_ptr<RopeClient>> client = ClientFromFlags(flags);
+  if (!client.ok()) return client.status();
+  const absl::Time start = absl::Now();
+  absl::StatusOr<v1::AttentionScoresResponse> response = (*client)->AttentionScores(request);
+  const absl::Duration elapsed = absl::Now() - start;
+  if (!response.ok()) return response.status();
+
+  out << "scores  " << flags.String("target") << "  " << DescribeConfig(*config) << "\n";
+  out << "  q_start_pos=" << request.q_start_pos() << " k_start_pos=" << request.k_start_pos()
+      << " causal=" << (request.causal() ? "true" : "false")
+      << " softmax=" << (request.softmax() ? "true" : "false") << " scale="
+      << (request.scale() == 0 ? std::string("1/sqrt(head_dim)") : absl::StrCat(request.scale()))
+      << "\n";
+  out << "  q: " << ShapeAndDType(q_tensor) << "  from " << (*q)->source << "\n";
+  out << "  k: " << ShapeAndDType((*k)->tensor) << "  from " << (*k)->source << "\n";
+  if (v->has_value()) {
+    out << "  v: " << ShapeAndDType((*v)->tensor) << "  from " << (*v)->source << "\n";
+  }
+  absl::StatusOr<std::string> summary = SummarizeTensor(response->scores(), "reply scores");
+  if (!summary.ok()) return summary.status();
+  out << "  " << (request.softmax() ? "probs " : "scores") << ": " << *summary << "\n";
+  if (v->has_value()) {
+    summary = SummarizeTensor(response->output(), "reply output");
+    if (!summary.ok()) return summary.status();
+    out << "  output: " << *summary << "\n";
+  }
+  out << "  elapsed " << FormatMillis(elapsed) << "\n";
+  absl::Status status = WriteOutputIfAsked(flags, "out", response->scores(), out);
+  if (!status.ok()) return status;
+  if (v->has_value()) return WriteOutputIfAsked(flags, "out_output", response->output(), out);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+extern const Command kScoresCommand = {
+    "scores",
+    "Attention scores with RoPE applied inside (RopeService.AttentionScores)",
+    "Sends unrotated q and k (and optionally v); the server rotates them and\n"
+    "returns S[b,h,i,j] = (R q_i).(R k_j) * scale (+ causal mask), or its softmax\n"
+    "over keys, float32 [B,Hq,Sq,Sk], and output = P v when v is given.",
+    AddScoresFlags,
+    RunScores,
+};
+
+}  // namespace client
+}  // namespace rope

@@ -1,0 +1,82 @@
+// ropectl info and ropectl health: questions about the server itself.
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "client/cli/commands.h"
+#include "client/cli/common_flags.h"
+#include "client/cli/summary.h"
+
+namespace rope {
+namespace client {
+namespace {
+
+void AddInfoFlags(FlagSet* flags) { AddConnectionFlags(flags); }
+
+absl::Status RunInfo(const FlagSet& flags, std::ostream& out) {
+  absl::StatusOr<std::unique_ptr<RopeClient>> client = ClientFromFlags(flags);
+  if (!client.ok()) return client.status();
+  const absl::Time start = absl::Now();
+  absl::StatusOr<v1::ServerInfo> info = (*client)->GetServerInfo();
+  const absl::Duration elapsed = absl::Now() - start;
+  if (!info.ok()) return info.status();
+  const v1::ServerLimits& limits = info->limits();
+  const v1::TableCacheStats& cache = info->table_cache();
+  out << "server  " << flags.String("target") << "\n"
+      << "  version:  " << info->version() << "\n"
+      << "  backend:  " << info->backend() << "  (" << info->device() << ")\n"
+      << "  threads:  " << info->threads() << "\n"
+      << "  dtypes:   " << absl::StrJoin(info->supported_dtypes(), ", ") << "\n"
+      << "  scalings: " << absl::StrJoin(info->supported_scalings(), ", ") << "\n"
+      << "  limits:   max_message_bytes=" << limits.max_message_bytes()
+      << " max_len_cap=" << limits.max_len_cap()
+      << " max_elements_per_request=" << limits.max_elements_per_request()
+      << " max_concurrent_calls=" << limits.max_concurrent_calls()
+      << " table_cache_bytes=" << limits.table_cache_bytes() << "\n"
+      << "  table cache: entries=" << cache.entries() << " bytes=" << cache.bytes() << "/"
+      << cache.budget_bytes() << " hits=" << cache.hits() << " misses=" << cache.misses()
+      << " evictions=" << cache.evictions() << "\n"
+      << "  elapsed " << FormatMillis(elapsed) << "\n";
+  return absl::OkStatus();
+}
+
+void AddHealthFlags(FlagSet* flags) {
+  AddConnectionFlags(flags);
+  flags->BeginGroup("Health");
+  flags->Add("service", FlagSet::Kind::kString, "",
+             "Service name to check; empty means the whole server.");
+}
+
+absl::Status RunHealth(const FlagSet& flags, std::ostream& out) {
+  absl::StatusOr<std::unique_ptr<RopeClient>> client = ClientFromFlags(flags);
+  if (!client.ok()) return client.status();
+  absl::StatusOr<RopeClient::ServingStatus> status = (*client)->Health(flags.String("service"));
+  if (!status.ok()) return status.status();
+  out << ServingStatusName(*status) << "\n";
+  if (*status != grpc::health::v1::HealthCheckResponse::SERVING) {
+    return absl::UnavailableError(
+        absl::StrCat(flags.String("target"), " reports ", ServingStatusName(*status)));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+extern const Command kInfoCommand = {
+    "info",
+    "Print the server's version, backend, limits and table-cache statistics",
+    "Calls RopeService.GetServerInfo and prints it readably.",
+    AddInfoFlags,
+    RunInfo,
+};
+
+extern const Command kHealthCommand = {
+    "health",
+    "grpc.health.v1 Check: prints SERVING / NOT_SERVING; exit 0 only if SERVING",
+    "Calls grpc.health.v1.Health/Check and prints the status. Exits 0 when it\n"
+    "is SERVING, 1 otherwise (including when the server cannot be reached).",
+    AddHealthFlags,
+    RunHealth,
+};
+
+}  // namespace client
+}  // namespace rope

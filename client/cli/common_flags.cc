@@ -1,0 +1,190 @@
+#include "client/cli/common_flags.h"
+
+#include <limits>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "client/cli/cli_parsing.h"
+#include "client/npy.h"
+#include "client/tensor_util.h"
+
+namespace rope {
+namespace client {
+namespace {
+
+absl::Status ValidateDTypeName(absl::string_view value) {
+  if (value.empty()) return absl::OkStatus();  // from the input
+  return ParseDType(value).status();
+}
+
+absl::Status ValidateLayoutName(absl::string_view value) { return ParseLayout(value).status(); }
+
+absl::Status ValidateDistribution(absl::string_view value) {
+  return ParseDistribution(value).status();
+}
+
+absl::StatusOr<uint32_t> Uint32Flag(absl::string_view name, int64_t value) {
+  if (value < 0 || value > std::numeric_limits<uint32_t>::max()) {
+    return UsageError(absl::StrCat("--", name, "=", value, ": must be in [0, ",
+                                   std::numeric_limits<uint32_t>::max(), "]"));
+  }
+  return static_cast<uint32_t>(value);
+}
+
+}  // namespace
+
+void AddConnectionFlags(FlagSet* flags) {
+  flags->BeginGroup("Connection flags");
+  flags->Add("target", FlagSet::Kind::kString, "localhost:50051",
+             "Server address, any gRPC target: host:port, "
+             "ipv4:127.0.0.1:50051,127.0.0.1:50052 (round robin over the list), "
+             "dns:///ropeserve.ns.svc:50051 (round robin over every address of a "
+             "headless Service).");
+  flags->Add("deadline", FlagSet::Kind::kDuration, "30s",
+             "Deadline of the call (e.g. 500ms, 10s, 2m). Calls failing with "
+             "UNAVAILABLE are retried (3 attempts in all) within it.");
+}
+
+void AddRopeConfigFlags(FlagSet* flags) {
+  flags->BeginGroup("RoPE config flags");
+  flags->Add("theta", FlagSet::Kind::kDouble, "10000",
+             "Frequency base: inv_freq[i] = theta^(-2i/rotary_dim). Llama 3 uses 500000.");
+  flags->Add("head_dim", FlagSet::Kind::kInt, "0",
+             "Features per head (D). 0: the last dim of q (rotate, scores); "
+             "table needs it given.");
+  flags->Add("rotary_dim", FlagSet::Kind::kInt, "0",
+             "Features that rotate (partial rotary); 0 means head_dim.");
+  flags->Add("max_len", FlagSet::Kind::kInt, "4096",
+             "Table length: every position must be < max_len.");
+  flags->Add("layout", FlagSet::Kind::kString, "interleaved",
+             "Pairing of rotated features: interleaved = (x[2i], x[2i+1]) as Meta "
+             "Llama / GPT-J; half = (x[i], x[i+r/2]) as GPT-NeoX / Hugging Face "
+             "rotate_half.",
+             ValidateLayoutName);
+}
+
+void AddDTypeFlag(FlagSet* flags) {
+  flags->Add("dtype", FlagSet::Kind::kString, "",
+             "float32 | float16 | bfloat16: dtype of the tensors sent. Default: the "
+             "dtype of the .npy input ('<f4' float32, '<f2' float16), float32 for "
+             "random inputs. A '<u2' .npy input is read as raw bfloat16 bits and "
+             "needs --dtype=bfloat16; other inputs are converted (rounding to "
+             "nearest even).",
+             ValidateDTypeName);
+}
+
+void AddRandomFlags(FlagSet* flags) {
+  flags->Add("seed", FlagSet::Kind::kInt, "0",
+             "Seed of random inputs (std::mt19937_64); k uses seed+1, v seed+2.");
+  flags->Add("distribution", FlagSet::Kind::kString, "normal",
+             "Random values: normal (mean 0, stddev 1) or uniform on [-1, 1).",
+             ValidateDistribution);
+}
+
+absl::StatusOr<std::unique_ptr<RopeClient>> ClientFromFlags(const FlagSet& flags) {
+  ClientOptions options;
+  options.deadline = flags.Duration("deadline");
+  if (options.deadline <= absl::ZeroDuration()) {
+    return UsageError(absl::StrCat("--deadline=", absl::FormatDuration(options.deadline),
+                                   ": must be > 0"));
+  }
+  if (flags.String("target").empty()) return UsageError("--target is empty");
+  return RopeClient::Create(flags.String("target"), options);
+}
+
+absl::StatusOr<v1::RopeConfig> RopeConfigFromFlags(const FlagSet& flags,
+                                                   int64_t inferred_head_dim) {
+  v1::RopeConfig config;
+  config.set_theta(flags.Double("theta"));
+  int64_t head_dim = flags.Int("head_dim");
+  if (head_dim == 0) head_dim = inferred_head_dim;
+  if (head_dim == 0) return UsageError("--head_dim is required");
+  absl::StatusOr<uint32_t> v = Uint32Flag("head_dim", head_dim);
+  if (!v.ok()) return v.status();
+  config.set_head_dim(*v);
+  v = Uint32Flag("rotary_dim", flags.Int("rotary_dim"));
+  if (!v.ok()) return v.status();
+  config.set_rotary_dim(*v);
+  v = Uint32Flag("max_len", flags.Int("max_len"));
+  if (!v.ok()) return v.status();
+  config.set_max_len(*v);
+  absl::StatusOr<v1::Layout> layout = ParseLayout(flags.String("layout"));
+  if (!layout.ok()) return UsageError(layout.status().message());
+  config.set_layout(*layout);
+  return config;
+}
+
+std::string DescribeConfig(const v1::RopeConfig& config) {
+  return absl::StrFormat("theta=%g head_dim=%u rotary_dim=%u max_len=%u layout=%s",
+                         config.theta(), config.head_dim(),
+                         config.rotary_dim() == 0 ? config.head_dim() : config.rotary_dim(),
+                         config.max_len(), LayoutName(config.layout()));
+}
+
+absl::StatusOr<std::optional<InputTensor>> LoadInputTensor(const FlagSet& flags,
+                                                           absl::string_view file_flag,
+                                                           absl::string_view shape_flag,
+                                                           uint64_t seed_offset) {
+  const std::string& path = flags.String(file_flag);
+  const std::string& shape_text = flags.String(shape_flag);
+  if (!path.empty() && !shape_text.empty()) {
+    return UsageError(absl::StrCat("give --", file_flag, " or --", shape_flag, ", not both"));
+  }
+  std::optional<v1::DType> dtype;
+  if (!flags.String("dtype").empty()) {
+    absl::StatusOr<v1::DType> parsed = ParseDType(flags.String("dtype"));
+    if (!parsed.ok()) return UsageError(parsed.status().message());
+    dtype = *parsed;
+  }
+  InputTensor input;
+  if (!path.empty()) {
+    absl::StatusOr<NpyArray> array = ReadNpyFile(path);
+    if (!array.ok()) return array.status();
+    if (!dtype.has_value()) {
+      switch (array->dtype) {
+        case NpyDType::kFloat32: dtype = v1::FLOAT32; break;
+        case NpyDType::kFloat16: dtype = v1::FLOAT16; break;
+        case NpyDType::kUInt16:
+          return UsageError(absl::StrCat(
+              path, ": dtype '<u2' holds raw bfloat16 bits: pass --dtype=bfloat16"));
+      }
+    }
+    absl::StatusOr<v1::Tensor> tensor = TensorFromNpy(*array, *dtype, path);
+    if (!tensor.ok()) return tensor.status();
+    input.tensor = *std::move(tensor);
+    input.source = absl::StrCat(path, " (", NpyDTypeDescr(array->dtype), ")");
+    return std::optional<InputTensor>(std::move(input));
+  }
+  if (shape_text.empty()) return std::optional<InputTensor>();
+  absl::StatusOr<std::vector<int64_t>> shape = ParseShape(shape_text);
+  if (!shape.ok()) {
+    return UsageError(absl::StrCat("--", shape_flag, "=", shape_text, ": ",
+                                   shape.status().message()));
+  }
+  absl::StatusOr<Distribution> distribution = ParseDistribution(flags.String("distribution"));
+  if (!distribution.ok()) return UsageError(distribution.status().message());
+  const uint64_t seed = static_cast<uint64_t>(flags.Int("seed")) + seed_offset;
+  absl::StatusOr<v1::Tensor> tensor =
+      RandomTensor(*shape, dtype.value_or(v1::FLOAT32), seed, *distribution);
+  if (!tensor.ok()) return tensor.status();
+  input.tensor = *std::move(tensor);
+  input.source = absl::StrCat("random ", flags.String("distribution"), ", seed ", seed);
+  return std::optional<InputTensor>(std::move(input));
+}
+
+absl::Status WriteOutputIfAsked(const FlagSet& flags, absl::string_view flag,
+                                const v1::Tensor& tensor, std::ostream& out) {
+  const std::string& path = flags.String(flag);
+  if (path.empty()) return absl::OkStatus();
+  absl::StatusOr<NpyArray> array = TensorToNpy(tensor, flag);
+  if (!array.ok()) return array.status();
+  absl::Status status = WriteNpyFile(path, *array);
+  if (!status.ok()) return status;
+  out << "  wrote " << path << " (" << NpyDTypeDescr(array->dtype) << ")\n";
+  return absl::OkStatus();
+}
+
+}  // namespace client
+}  // namespace rope

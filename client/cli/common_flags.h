@@ -1,0 +1,66 @@
+// Flags shared by several ropectl commands, and what they turn into: a
+// RopeClient, a rope.v1.RopeConfig, input tensors, output .npy files.
+#ifndef ROPE_CLIENT_CLI_COMMON_FLAGS_H_
+#define ROPE_CLIENT_CLI_COMMON_FLAGS_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <ostream>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "client/cli/flag_set.h"
+#include "client/rope_client.h"
+#include "rope/v1/rope.pb.h"
+
+namespace rope {
+namespace client {
+
+// --target, --deadline (every command).
+void AddConnectionFlags(FlagSet* flags);
+// --theta, --head_dim, --rotary_dim, --max_len, --layout.
+void AddRopeConfigFlags(FlagSet* flags);
+// --dtype (commands that send tensors).
+void AddDTypeFlag(FlagSet* flags);
+// --seed, --distribution (commands that can make random inputs).
+void AddRandomFlags(FlagSet* flags);
+
+absl::StatusOr<std::unique_ptr<RopeClient>> ClientFromFlags(const FlagSet& flags);
+
+// The RopeConfig of the flags. --head_dim=0 takes `inferred_head_dim` (the
+// last dim of q); a usage error when both are 0 or a value does not fit the
+// proto's uint32.
+absl::StatusOr<v1::RopeConfig> RopeConfigFromFlags(const FlagSet& flags,
+                                                   int64_t inferred_head_dim);
+
+// "theta=10000 head_dim=64 rotary_dim=64 max_len=4096 layout=interleaved".
+std::string DescribeConfig(const v1::RopeConfig& config);
+
+// An input tensor and where it came from ("q.npy (<f4)", "random normal,
+// seed 1").
+struct InputTensor {
+  v1::Tensor tensor;
+  std::string source;
+};
+
+// Loads the tensor named by --<file_flag> (a .npy file) or makes a random
+// one from --<shape_flag> (values from --seed + seed_offset, so q, k and v
+// differ). nullopt when neither is given; a usage error when both are.
+// The dtype is --dtype when given, else the file's ('<u2' needs
+// --dtype=bfloat16), else float32.
+absl::StatusOr<std::optional<InputTensor>> LoadInputTensor(const FlagSet& flags,
+                                                           absl::string_view file_flag,
+                                                           absl::string_view shape_flag,
+                                                           uint64_t seed_offset);
+
+// Writes `tensor` to the .npy path in --<flag> when that flag is non-empty,
+// and notes it on `out`.
+absl::Status WriteOutputIfAsked(const FlagSet& flags, absl::string_view flag,
+                                const v1::Tensor& tensor, std::ostream& out);
+
+}  // namespace client
+}  // namespace rope
+
+#endif  // ROPE_CLIENT_CLI_COMMON_FLAGS_H_

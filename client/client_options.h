@@ -1,0 +1,56 @@
+// Options of a RopeClient channel, and the gRPC service config built from
+// them (load balancing and the retry policy).
+#ifndef ROPE_CLIENT_CLIENT_OPTIONS_H_
+#define ROPE_CLIENT_CLIENT_OPTIONS_H_
+
+#include <memory>
+#include <string>
+
+#include <grpcpp/security/credentials.h>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+
+namespace rope {
+namespace client {
+
+struct ClientOptions {
+  // Deadline of each unary call, and of a whole RotateStream call.
+  absl::Duration deadline = absl::Seconds(30);
+
+  // Channel limits. The server's own limit (GetServerInfo.limits) still
+  // applies; these only stop the client from refusing large tensors first.
+  int max_send_message_bytes = 512 << 20;
+  int max_receive_message_bytes = 512 << 20;
+
+  // "round_robin" spreads calls over every address the target resolves to
+  // (an "ipv4:127.0.0.1:a,127.0.0.1:b" list, or "dns:///svc:port" over a
+  // Kubernetes headless Service); "pick_first" sticks to one.
+  std::string load_balancing_policy = "round_robin";
+
+  // Transparent retries of RopeService calls that fail with UNAVAILABLE
+  // (a draining or restarting replica), so the call lands on another
+  // address. 1 disables retrying; gRPC caps this at 5.
+  int retry_max_attempts = 3;
+  absl::Duration retry_initial_backoff = absl::Milliseconds(50);
+  absl::Duration retry_max_backoff = absl::Milliseconds(500);
+
+  // Channel credentials. nullptr means plaintext (insecure) — the only mode
+  // so far. TLS seam: the TLS issue sets grpc::SslCredentials(...) here
+  // (from ropectl flags) and nothing else changes.
+  std::shared_ptr<grpc::ChannelCredentials> credentials;
+};
+
+// INVALID_ARGUMENT naming the field and value when an option is unusable
+// (deadline <= 0, sizes < 1, retry_max_attempts < 1, empty policy, ...).
+absl::Status ValidateClientOptions(const ClientOptions& options);
+
+// The JSON service config for `options`: the load-balancing policy, and a
+// retryPolicy on every rope.v1.RopeService method retrying UNAVAILABLE
+// (omitted when retry_max_attempts is 1). Precondition: options validated.
+std::string ServiceConfigJson(const ClientOptions& options);
+
+}  // namespace client
+}  // namespace rope
+
+#endif  // ROPE_CLIENT_CLIENT_OPTIONS_H_

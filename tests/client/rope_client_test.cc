@@ -1,0 +1,427 @@
+// RopeClient against real ropeserve processes (CPU backend) on 127.0.0.1
+// with ports chosen by the kernel: every RPC, error codes kept end to end,
+// round_robin over two servers, and failover when one of them stops.
+#include "client/rope_client.h"
+
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "client/tensor_util.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/client/server_process.h"
+
+namespace rope {
+namespace client {
+namespace {
+
+using ::rope::testing::ServerProcess;
+using ::testing::HasSubstr;
+
+constexpr absl::Duration kStartTimeout = absl::Seconds(30);
+constexpr absl::Duration kStopTimeout = absl::Seconds(30);
+
+absl::StatusOr<std::unique_ptr<ServerProcess>> StartServer() {
+  return ServerProcess::Start(ROPESERVE_PATH,
+                              {"--listen=127.0.0.1:0", "--backend=cpu", "--cpu_threads=1",
+                               "--work_threads=2", "--shutdown_grace_period=5s"},
+                              kStartTimeout);
+}
+
+ClientOptions TestOptions() {
+  ClientOptions options;
+  options.deadline = absl::Seconds(20);
+  return options;
+}
+
+std::unique_ptr<RopeClient> MustCreate(const std::string& target) {
+  absl::StatusOr<std::unique_ptr<RopeClient>> client = RopeClient::Create(target, TestOptions());
+  EXPECT_TRUE(client.ok()) << client.status();
+  return client.ok() ? *std::move(client) : nullptr;
+}
+
+v1::RopeConfig Config(uint32_t head_dim, uint32_t rotary_dim, v1::Layout layout,
+                      double theta = 10000, uint32_t max_len = 256) {
+  v1::RopeConfig config;
+  config.set_theta(theta);
+  config.set_head_dim(head_dim);
+  config.set_rotary_dim(rotary_dim);
+  config.set_max_len(max_len);
+  config.set_layout(layout);
+  return config;
+}
+
+// RoPE in double precision, straight from the formulas in design.md:
+// x is [B,S,H,D] float32 values; token s sits at start_pos + s.
+std::vector<double> ReferenceRotate(const std::vector<float>& x, int64_t batch, int64_t seq,
+                                    int64_t heads, int64_t dim, const v1::RopeConfig& config,
+                                    int64_t start_pos, bool inverse) {
+  const int64_t r = config.rotary_dim() == 0 ? dim : config.rotary_dim();
+  std::vector<double> out(x.begin(), x.end());
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t s = 0; s < seq; ++s) {
+      for (int64_t h = 0; h < heads; ++h) {
+        const int64_t base = ((b * seq + s) * heads + h) * dim;
+        for (int64_t i = 0; i < r / 2; ++i) {
+          const double inv_freq = std::pow(config.theta(), -2.0 * i / r);
+          const double angle = (inverse ? -1.0 : 1.0) * (start_pos + s) * inv_freq;
+          const bool interleaved = config.layout() != v1::HALF;
+          const int64_t f0 = interleaved ? 2 * i : i;
+          const int64_t f1 = interleaved ? 2 * i + 1 : i + r / 2;
+          const double x0 = x[base + f0], x1 = x[base + f1];
+          out[base + f0] = x0 * std::cos(angle) - x1 * std::sin(angle);
+          out[base + f1] = x0 * std::sin(angle) + x1 * std::cos(angle);
+        }
+      }
+    }
+  }
+  return out;
+}
+
+void ExpectNear(const std::vector<float>& got, const std::vector<double>& want, double tol) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_NEAR(got[i], want[i], tol) << "element " << i;
+  }
+}
+
+// One server shared by the tests that need just one.
+class RopeClientTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    absl::StatusOr<std::unique_ptr<ServerProcess>> server = StartServer();
+    if (server.ok()) {
+      server_ = server->release();
+    } else {
+      start_error_ = new std::string(server.status().ToString());
+    }
+  }
+
+  static void TearDownTestSuite() {
+    if (server_ != nullptr) {
+      absl::StatusOr<int> code = server_->Stop(kStopTimeout);
+      EXPECT_TRUE(code.ok()) << code.status();
+      if (code.ok()) {
+        EXPECT_EQ(*code, 0) << server_->Output();
+      }
+    }
+    delete server_;
+    server_ = nullptr;
+    delete start_error_;
+    start_error_ = nullptr;
+  }
+
+  void SetUp() override {
+    ASSERT_NE(server_, nullptr) << (start_error_ != nullptr ? *start_error_ : "no server");
+    client_ = MustCreate(server_->address());
+    ASSERT_NE(client_, nullptr);
+  }
+
+  static ServerProcess* server_;
+  static std::string* start_error_;
+  std::unique_ptr<RopeClient> client_;
+};
+
+ServerProcess* RopeClientTest::server_ = nullptr;
+std::string* RopeClientTest::start_error_ = nullptr;
+
+TEST_F(RopeClientTest, HealthIsServing) {
+  absl::StatusOr<RopeClient::ServingStatus> status = client_->Health();
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_EQ(*status, grpc::health::v1::HealthCheckResponse::SERVING);
+  EXPECT_EQ(ServingStatusName(*status), "SERVING");
+}
+
+TEST_F(RopeClientTest, GetServerInfoDescribesCpuBackend) {
+  absl::StatusOr<v1::ServerInfo> info = client_->GetServerInfo();
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->backend(), "cpu");
+  EXPECT_FALSE(info->version().empty());
+  EXPECT_GT(info->limits().max_message_bytes(), 0);
+  EXPECT_GT(info->limits().max_len_cap(), 0u);
+}
+
+struct RotateCase {
+  v1::Layout layout;
+  uint32_t rotary_dim;
+  v1::DType dtype;
+};
+
+TEST_F(RopeClientTest, RotateMatchesReferenceForLayoutsAndGqa) {
+  const int64_t B = 2, S = 5, Hq = 4, Hkv = 2, D = 8;
+  const std::vector<float> q = RandomFloats(B * S * Hq * D, 11, Distribution::kNormal);
+  const std::vector<float> k = RandomFloats(B * S * Hkv * D, 12, Distribution::kNormal);
+  for (const RotateCase& c : std::vector<RotateCase>{{v1::INTERLEAVED, 0, v1::FLOAT32},
+                                                     {v1::HALF, 0, v1::FLOAT32},
+                                                     {v1::HALF, 4, v1::FLOAT32}}) {
+    SCOPED_TRACE(absl::StrCat("layout ", c.layout, " rotary_dim ", c.rotary_dim));
+    v1::RotateRequest request;
+    *request.mutable_config() = Config(D, c.rotary_dim, c.layout);
+    *request.mutable_q() = *MakeTensor(q, {B, S, Hq, D}, c.dtype);
+    *request.mutable_k() = *MakeTensor(k, {B, S, Hkv, D}, c.dtype);
+    request.set_start_pos(7);
+    absl::StatusOr<v1::RotateResponse> response = client_->Rotate(request);
+    ASSERT_TRUE(response.ok()) << response.status();
+    EXPECT_EQ(response->q().dtype(), c.dtype);
+    EXPECT_THAT(response->q().shape(), ::testing::ElementsAre(B, S, Hq, D));
+    EXPECT_THAT(response->k().shape(), ::testing::ElementsAre(B, S, Hkv, D));
+    ExpectNear(*TensorToFloats(response->q()),
+               ReferenceRotate(q, B, S, Hq, D, request.config(), 7, false), 1e-5);
+    ExpectNear(*TensorToFloats(response->k()),
+               ReferenceRotate(k, B, S, Hkv, D, request.config(), 7, false), 1e-5);
+  }
+}
+
+TEST_F(RopeClientTest, RotateFloat16StaysWithinHalfPrecision) {
+  const int64_t S = 6, H = 2, D = 16;
+  const std::vector<float> q = RandomFloats(S * H * D, 3, Distribution::kUniform);
+  v1::RotateRequest request;
+  *request.mutable_config() = Config(D, 0, v1::INTERLEAVED);
+  *request.mutable_q() = *MakeTensor(q, {S, H, D}, v1::FLOAT16);  // rank 3: B = 1
+  request.set_start_pos(3);
+  absl::StatusOr<v1::RotateResponse> response = client_->Rotate(request);
+  ASSERT_TRUE(response.ok()) << response.status();
+  EXPECT_EQ(response->q().dtype(), v1::FLOAT16);
+  // The server rotates the float16-rounded inputs; |values| < 1.5, so the
+  // float16 result is within a few 2^-11 of the reference.
+  std::vector<float> rounded = *TensorToFloats(request.q());
+  ExpectNear(*TensorToFloats(response->q()),
+             ReferenceRotate(rounded, 1, S, H, D, request.config(), 3, false), 2e-3);
+}
+
+TEST_F(RopeClientTest, RotateWithExplicitPositionsAndInverseRoundTrips) {
+  const int64_t S = 4, H = 1, D = 8;
+  const std::vector<float> q = RandomFloats(S * H * D, 5, Distribution::kNormal);
+  v1::RotateRequest request;
+  *request.mutable_config() = Config(D, 0, v1::HALF);
+  *request.mutable_q() = *MakeTensor(q, {1, S, H, D}, v1::FLOAT32);
+  for (int64_t p : {0, 9, 3, 200}) request.add_positions(p);
+  absl::StatusOr<v1::RotateResponse> forward = client_->Rotate(request);
+  ASSERT_TRUE(forward.ok()) << forward.status();
+  // Token 1 sits at position 9: compare one head against the reference.
+  std::vector<float> token1(q.begin() + D, q.begin() + 2 * D);
+  std::vector<double> want = ReferenceRotate(token1, 1, 1, 1, D, request.config(), 9, false);
+  std::vector<float> got = *TensorToFloats(forward->q());
+  ExpectNear(std::vector<float>(got.begin() + D, got.begin() + 2 * D), want, 1e-5);
+
+  *request.mutable_q() = forward->q();
+  request.set_inverse(true);
+  absl::StatusOr<v1::RotateResponse> back = client_->Rotate(request);
+  ASSERT_TRUE(back.ok()) << back.status();
+  ExpectNear(*TensorToFloats(back->q()), std::vector<double>(q.begin(), q.end()), 1e-5);
+}
+
+TEST_F(RopeClientTest, RotateStreamRepliesInOrder) {
+  std::vector<v1::RotateRequest> requests;
+  for (int i = 0; i < 4; ++i) {
+    v1::RotateRequest request;
+    *request.mutable_config() = Config(8, 0, v1::INTERLEAVED);
+    *request.mutable_q() =
+        *MakeTensor(RandomFloats(2 * 3 * 8, 100 + i, Distribution::kNormal), {1, 2, 3, 8},
+                    v1::FLOAT32);
+    request.set_start_pos(10 * i);
+    requests.push_back(request);
+  }
+  absl::StatusOr<std::vector<v1::RotateResponse>> replies = client_->RotateStream(requests);
+  ASSERT_TRUE(replies.ok()) << replies.status();
+  ASSERT_EQ(replies->size(), requests.size());
+  for (size_t i = 0; i < requests.size(); ++i) {
+    absl::StatusOr<v1::RotateResponse> unary = client_->Rotate(requests[i]);
+    ASSERT_TRUE(unary.ok()) << unary.status();
+    EXPECT_EQ((*replies)[i].q().data(), unary->q().data()) << "reply " << i;
+  }
+}
+
+TEST_F(RopeClientTest, RotateStreamEndsWithTheBadRequestsStatus) {
+  std::vector<v1::RotateRequest> requests(3);
+  for (v1::RotateRequest& request : requests) {
+    *request.mutable_config() = Config(8, 0, v1::INTERLEAVED);
+    *request.mutable_q() = *MakeTensor(std::vector<float>(8, 1.0f), {1, 1, 1, 8}, v1::FLOAT32);
+  }
+  requests[1].set_start_pos(1000);  // past max_len 256
+  absl::StatusOr<std::vector<v1::RotateResponse>> replies = client_->RotateStream(requests);
+  EXPECT_EQ(replies.status().code(), absl::StatusCode::kOutOfRange);
+  EXPECT_THAT(std::string(replies.status().message()), HasSubstr("1000"));
+}
+
+TEST_F(RopeClientTest, GetTableMatchesFrequencies) {
+  v1::GetTableRequest request;
+  *request.mutable_config() = Config(8, 0, v1::INTERLEAVED, 10000, 64);
+  request.set_start(5);
+  request.set_count(3);
+  absl::StatusOr<v1::GetTableResponse> table = client_->GetTable(request);
+  ASSERT_TRUE(table.ok()) << table.status();
+  EXPECT_EQ(table->start(), 5);
+  EXPECT_THAT(table->cos().shape(), ::testing::ElementsAre(3, 4));
+  EXPECT_THAT(table->sin().shape(), ::testing::ElementsAre(3, 4));
+  ASSERT_EQ(table->inv_freq_size(), 4);
+  const std::vector<float> cos = *TensorToFloats(table->cos());
+  const std::vector<float> sin = *TensorToFloats(table->sin());
+  for (int i = 0; i < 4; ++i) {
+    const double inv_freq = std::pow(10000.0, -2.0 * i / 8);
+    EXPECT_NEAR(table->inv_freq(i), inv_freq, 1e-15);
+    for (int row = 0; row < 3; ++row) {
+      EXPECT_NEAR(cos[row * 4 + i], std::cos((5 + row) * inv_freq), 1e-7);
+      EXPECT_NEAR(sin[row * 4 + i], std::sin((5 + row) * inv_freq), 1e-7);
+    }
+  }
+}
+
+TEST_F(RopeClientTest, AttentionScoresSelfCheckVector) {
+  // design.md: theta 100, head_dim 4 -> inv_freq (1, 0.1); q = k = (1,0,1,0)
+  // at m = 5, n = 7 -> q'.k' = cos(2) + cos(0.2).
+  v1::AttentionScoresRequest request;
+  *request.mutable_config() = Config(4, 0, v1::INTERLEAVED, 100, 16);
+  *request.mutable_q() = *MakeTensor({1, 0, 1, 0}, {1, 1, 1, 4}, v1::FLOAT32);
+  *request.mutable_k() = *MakeTensor({1, 0, 1, 0}, {1, 1, 1, 4}, v1::FLOAT32);
+  request.set_q_start_pos(5);
+  request.set_k_start_pos(7);
+  request.set_scale(1.0);
+  absl::StatusOr<v1::AttentionScoresResponse> response = client_->AttentionScores(request);
+  ASSERT_TRUE(response.ok()) << response.status();
+  EXPECT_THAT(response->scores().shape(), ::testing::ElementsAre(1, 1, 1, 1));
+  EXPECT_NEAR((*TensorToFloats(response->scores()))[0], std::cos(2.0) + std::cos(0.2), 1e-6);
+}
+
+TEST_F(RopeClientTest, AttentionScoresCausalSoftmaxRowsSumToOne) {
+  const int64_t S = 4, Hq = 2, Hkv = 1, D = 8;
+  v1::AttentionScoresRequest request;
+  *request.mutable_config() = Config(D, 0, v1::HALF);
+  *request.mutable_q() =
+      *MakeTensor(RandomFloats(S * Hq * D, 21, Distribution::kNormal), {1, S, Hq, D}, v1::FLOAT32);
+  *request.mutable_k() = *MakeTensor(RandomFloats(S * Hkv * D, 22, Distribution::kNormal),
+                                     {1, S, Hkv, D}, v1::FLOAT32);
+  request.set_causal(true);
+  request.set_softmax(true);
+  absl::StatusOr<v1::AttentionScoresResponse> response = client_->AttentionScores(request);
+  ASSERT_TRUE(response.ok()) << response.status();
+  EXPECT_THAT(response->scores().shape(), ::testing::ElementsAre(1, Hq, S, S));
+  const std::vector<float> p = *TensorToFloats(response->scores());
+  for (int64_t h = 0; h < Hq; ++h) {
+    for (int64_t i = 0; i < S; ++i) {
+      double sum = 0;
+      for (int64_t j = 0; j < S; ++j) {
+        const float v = p[(h * S + i) * S + j];
+        if (j > i) {
+          EXPECT_EQ(v, 0.0f) << "masked key " << j << " of query " << i;
+        }
+        sum += v;
+      }
+      EXPECT_NEAR(sum, 1.0, 1e-5);
+    }
+  }
+}
+
+TEST_F(RopeClientTest, ServerErrorsKeepTheirCodeAndMessage) {
+  v1::RotateRequest odd;
+  *odd.mutable_config() = Config(7, 0, v1::INTERLEAVED);
+  *odd.mutable_q() = *MakeTensor(std::vector<float>(7, 1.0f), {1, 1, 1, 7}, v1::FLOAT32);
+  absl::StatusOr<v1::RotateResponse> a = client_->Rotate(odd);
+  EXPECT_EQ(a.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(a.status().message()), HasSubstr("head_dim"));
+
+  v1::RotateRequest far;
+  *far.mutable_config() = Config(8, 0, v1::INTERLEAVED);
+  *far.mutable_q() = *MakeTensor(std::vector<float>(8, 1.0f), {1, 1, 1, 8}, v1::FLOAT32);
+  far.set_start_pos(256);  // == max_len
+  absl::StatusOr<v1::RotateResponse> b = client_->Rotate(far);
+  EXPECT_EQ(b.status().code(), absl::StatusCode::kOutOfRange);
+  EXPECT_THAT(std::string(b.status().message()), HasSubstr("256"));
+
+  v1::GetTableRequest past;
+  *past.mutable_config() = Config(8, 0, v1::INTERLEAVED, 10000, 64);
+  past.set_start(60);
+  past.set_count(10);
+  absl::StatusOr<v1::GetTableResponse> c = client_->GetTable(past);
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kOutOfRange);
+}
+
+TEST_F(RopeClientTest, PastDeadlineIsDeadlineExceeded) {
+  // A deadline already past when the call starts: gRPC fails it locally.
+  ClientOptions options = TestOptions();
+  options.deadline = absl::Nanoseconds(1);
+  absl::StatusOr<std::unique_ptr<RopeClient>> client =
+      RopeClient::Create(server_->address(), options);
+  ASSERT_TRUE(client.ok());
+  absl::StatusOr<v1::ServerInfo> info = (*client)->GetServerInfo();
+  EXPECT_EQ(info.status().code(), absl::StatusCode::kDeadlineExceeded);
+}
+
+// Table-cache lookups (hits + misses) a server has served: each GetTable
+// call makes exactly one.
+int64_t CacheLookups(RopeClient& direct) {
+  absl::StatusOr<v1::ServerInfo> info = direct.GetServerInfo();
+  EXPECT_TRUE(info.ok()) << info.status();
+  return info.ok() ? info->table_cache().hits() + info->table_cache().misses() : -1;
+}
+
+class TwoServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    for (int i = 0; i < 2; ++i) {
+      absl::StatusOr<std::unique_ptr<ServerProcess>> server = StartServer();
+      ASSERT_TRUE(server.ok()) << server.status();
+      servers_[i] = *std::move(server);
+      direct_[i] = MustCreate(servers_[i]->address());
+      ASSERT_NE(direct_[i], nullptr);
+    }
+    const std::string target =
+        absl::StrCat("ipv4:", servers_[0]->address(), ",", servers_[1]->address());
+    balanced_ = MustCreate(target);
+    ASSERT_NE(balanced_, nullptr);
+  }
+
+  absl::Status GetTable() {
+    v1::GetTableRequest request;
+    *request.mutable_config() = Config(8, 0, v1::INTERLEAVED, 10000, 32);
+    request.set_count(1);
+    return balanced_->GetTable(request).status();
+  }
+
+  std::unique_ptr<ServerProcess> servers_[2];
+  std::unique_ptr<RopeClient> direct_[2];
+  std::unique_ptr<RopeClient> balanced_;
+};
+
+TEST_F(TwoServerTest, RoundRobinSpreadsCallsOverBothServers) {
+  // round_robin sends calls only to READY subchannels; the second one may
+  // still be connecting during the first calls. Warm up (bounded) until both
+  // servers have seen a call, then measure a fixed batch.
+  for (int i = 0; i < 200; ++i) {
+    ASSERT_TRUE(GetTable().ok());
+    if (CacheLookups(*direct_[0]) > 0 && CacheLookups(*direct_[1]) > 0) break;
+  }
+  const int64_t before0 = CacheLookups(*direct_[0]);
+  const int64_t before1 = CacheLookups(*direct_[1]);
+  ASSERT_GT(before0, 0) << "server 0 never got a call";
+  ASSERT_GT(before1, 0) << "server 1 never got a call";
+  constexpr int kCalls = 20;
+  for (int i = 0; i < kCalls; ++i) ASSERT_TRUE(GetTable().ok());
+  const int64_t got0 = CacheLookups(*direct_[0]) - before0;
+  const int64_t got1 = CacheLookups(*direct_[1]) - before1;
+  EXPECT_EQ(got0 + got1, kCalls);
+  // Round robin over two ready servers alternates; pick_first would give 20/0.
+  EXPECT_GE(got0, kCalls / 4);
+  EXPECT_GE(got1, kCalls / 4);
+}
+
+TEST_F(TwoServerTest, KeepsServingWhenOneServerStops) {
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(GetTable().ok());
+  absl::StatusOr<int> code = servers_[0]->Stop(kStopTimeout);
+  ASSERT_TRUE(code.ok()) << code.status();
+  EXPECT_EQ(*code, 0) << servers_[0]->Output();
+  const int64_t before = CacheLookups(*direct_[1]);
+  constexpr int kCalls = 10;
+  for (int i = 0; i < kCalls; ++i) {
+    absl::Status status = GetTable();
+    EXPECT_TRUE(status.ok()) << "call " << i << ": " << status;
+  }
+  EXPECT_EQ(CacheLookups(*direct_[1]) - before, kCalls);
+}
+
+}  // namespace
+}  // namespace client
+}  // namespace rope

@@ -1,0 +1,228 @@
+// ropectl's command line, without a server: flag parsing, value parsers,
+// help text, usage errors and their exit codes.
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "client/cli/cli_parsing.h"
+#include "client/cli/commands.h"
+#include "client/cli/flag_set.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace rope {
+namespace client {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+FlagSet ExampleFlags() {
+  FlagSet flags;
+  flags.BeginGroup("Group A");
+  flags.Add("name", FlagSet::Kind::kString, "x", "A string.");
+  flags.Add("count", FlagSet::Kind::kInt, "3", "An int.");
+  flags.Add("ratio", FlagSet::Kind::kDouble, "0.5", "A number.");
+  flags.Add("on", FlagSet::Kind::kBool, "false", "A bool.");
+  flags.Add("wait", FlagSet::Kind::kDuration, "10s", "A duration.");
+  flags.Add("layout", FlagSet::Kind::kString, "half", "Checked.",
+            [](absl::string_view v) { return ParseLayout(v).status(); });
+  return flags;
+}
+
+TEST(FlagSetTest, DefaultsApplyWhenNotGiven) {
+  FlagSet flags = ExampleFlags();
+  ASSERT_TRUE(flags.Parse({}).ok());
+  EXPECT_EQ(flags.String("name"), "x");
+  EXPECT_EQ(flags.Int("count"), 3);
+  EXPECT_EQ(flags.Double("ratio"), 0.5);
+  EXPECT_FALSE(flags.Bool("on"));
+  EXPECT_EQ(flags.Duration("wait"), absl::Seconds(10));
+  EXPECT_FALSE(flags.IsSet("count"));
+}
+
+TEST(FlagSetTest, ParsesEveryForm) {
+  FlagSet flags = ExampleFlags();
+  const std::vector<std::string> args = {"--name=y", "--count", "-7", "-ratio=2.5", "--on",
+                                         "--wait=250ms", "--layout=interleaved"};
+  absl::Status status = flags.Parse(args);
+  ASSERT_TRUE(status.ok()) << status;
+  EXPECT_EQ(flags.String("name"), "y");
+  EXPECT_EQ(flags.Int("count"), -7);
+  EXPECT_EQ(flags.Double("ratio"), 2.5);
+  EXPECT_TRUE(flags.Bool("on"));
+  EXPECT_EQ(flags.Duration("wait"), absl::Milliseconds(250));
+  EXPECT_TRUE(flags.IsSet("count"));
+}
+
+TEST(FlagSetTest, NegatedBool) {
+  FlagSet flags = ExampleFlags();
+  const std::vector<std::string> args = {"--on", "--noon"};
+  ASSERT_TRUE(flags.Parse(args).ok());
+  EXPECT_FALSE(flags.Bool("on"));
+}
+
+TEST(FlagSetTest, RejectsUnknownFlagAsUsageError) {
+  FlagSet flags = ExampleFlags();
+  const std::vector<std::string> args = {"--nmae=y"};
+  absl::Status status = flags.Parse(args);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(IsUsageError(status));
+  EXPECT_THAT(std::string(status.message()), HasSubstr("unknown flag --nmae"));
+}
+
+TEST(FlagSetTest, RejectsMalformedValues) {
+  struct Case {
+    std::string arg;
+    std::string message;
+  };
+  for (const Case& c : std::vector<Case>{{"--count=3x", "--count=3x: not an integer"},
+                                         {"--ratio=abc", "not a number"},
+                                         {"--on=maybe", "not true or false"},
+                                         {"--wait=10", "not a duration"},
+                                         {"--layout=diagonal", "'diagonal' is not one of"}}) {
+    FlagSet flags = ExampleFlags();
+    const std::vector<std::string> args = {c.arg};
+    absl::Status status = flags.Parse(args);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << c.arg;
+    EXPECT_TRUE(IsUsageError(status)) << c.arg;
+    EXPECT_THAT(std::string(status.message()), HasSubstr(c.message));
+  }
+}
+
+TEST(FlagSetTest, RejectsPositionalAndMissingValue) {
+  FlagSet flags = ExampleFlags();
+  std::vector<std::string> args = {"stray"};
+  EXPECT_THAT(std::string(flags.Parse(args).message()), HasSubstr("unexpected argument 'stray'"));
+  FlagSet flags2 = ExampleFlags();
+  args = {"--count"};
+  EXPECT_THAT(std::string(flags2.Parse(args).message()), HasSubstr("--count needs a value"));
+}
+
+TEST(FlagSetTest, HelpListsGroupsFlagsAndDefaults) {
+  const std::string help = ExampleFlags().Help();
+  EXPECT_THAT(help, HasSubstr("Group A:"));
+  EXPECT_THAT(help, HasSubstr("--count=<int>  (default: 3)"));
+  EXPECT_THAT(help, HasSubstr("--on  (default: false)"));
+  EXPECT_THAT(help, HasSubstr("A duration."));
+}
+
+TEST(CliParsingTest, Int64List) {
+  EXPECT_EQ(*ParseInt64List("1, 2,3"), (std::vector<int64_t>{1, 2, 3}));
+  EXPECT_TRUE(ParseInt64List("")->empty());
+  absl::StatusOr<std::vector<int64_t>> bad = ParseInt64List("1,,2");
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(bad.status().message()), HasSubstr("item 1"));
+}
+
+TEST(CliParsingTest, Shape) {
+  EXPECT_EQ(*ParseShape("1,16,8,64"), (std::vector<int64_t>{1, 16, 8, 64}));
+  absl::StatusOr<std::vector<int64_t>> zero = ParseShape("1,0,8");
+  EXPECT_EQ(zero.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(zero.status().message()), HasSubstr("dim 1 is 0"));
+  EXPECT_EQ(ParseShape("").status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(CliParsingTest, Layout) {
+  EXPECT_EQ(*ParseLayout("half"), v1::HALF);
+  EXPECT_EQ(*ParseLayout("NeoX"), v1::HALF);
+  EXPECT_EQ(*ParseLayout("interleaved"), v1::INTERLEAVED);
+  EXPECT_EQ(LayoutName(v1::LAYOUT_UNSPECIFIED), "interleaved");
+}
+
+struct RunResult {
+  int code;
+  std::string out;
+  std::string err;
+};
+
+RunResult RunCtl(const std::vector<std::string>& args) {
+  std::ostringstream out, err;
+  const int code = RunRopectl(args, out, err);
+  return {code, out.str(), err.str()};
+}
+
+TEST(RopectlTest, TopLevelHelpListsCommandsAndNpyNotes) {
+  RunResult r = RunCtl({"--help"});
+  EXPECT_EQ(r.code, kExitOk);
+  for (const char* text : {"rotate", "scores", "table", "info", "health", "'<u2'", "bfloat16",
+                           "Exit status", "--target"}) {
+    EXPECT_THAT(r.out, HasSubstr(text));
+  }
+}
+
+TEST(RopectlTest, CommandHelpListsItsFlagsOnly) {
+  RunResult rotate = RunCtl({"rotate", "--help"});
+  EXPECT_EQ(rotate.code, kExitOk);
+  for (const char* flag : {"--target", "--deadline", "--theta", "--head_dim", "--rotary_dim",
+                           "--max_len", "--layout", "--dtype", "--q=", "--k=", "--random_q_shape",
+                           "--random_k_shape", "--seed", "--start_pos", "--positions",
+                           "--inverse", "--out_q", "--out_k"}) {
+    EXPECT_THAT(rotate.out, HasSubstr(flag));
+  }
+  EXPECT_THAT(rotate.out, Not(HasSubstr("--softmax")));
+
+  RunResult scores = RunCtl({"help", "scores"});
+  EXPECT_EQ(scores.code, kExitOk);
+  for (const char* flag : {"--q_start_pos", "--k_start_pos", "--causal", "--softmax", "--scale",
+                           "--out=", "--out_output", "--random_v_shape"}) {
+    EXPECT_THAT(scores.out, HasSubstr(flag));
+  }
+  RunResult table = RunCtl({"table", "-h"});
+  for (const char* flag : {"--start", "--count", "--out_cos", "--out_sin"}) {
+    EXPECT_THAT(table.out, HasSubstr(flag));
+  }
+  EXPECT_THAT(RunCtl({"health", "--help"}).out, HasSubstr("exit 0 only if SERVING"));
+}
+
+TEST(RopectlTest, UnknownCommandIsUsageError) {
+  RunResult r = RunCtl({"rotat"});
+  EXPECT_EQ(r.code, kExitUsage);
+  EXPECT_THAT(r.err, HasSubstr("unknown command 'rotat'"));
+}
+
+TEST(RopectlTest, NoCommandIsUsageError) {
+  EXPECT_EQ(RunCtl({}).code, kExitUsage);
+}
+
+TEST(RopectlTest, BadFlagValueIsOneLineUsageError) {
+  RunResult r = RunCtl({"rotate", "--random_q_shape=1,x,2,8"});
+  EXPECT_EQ(r.code, kExitUsage);
+  EXPECT_THAT(r.err, HasSubstr("ropectl rotate: INVALID_ARGUMENT: --random_q_shape=1,x,2,8"));
+  EXPECT_EQ(r.err.find('\n'), r.err.size() - 1);
+}
+
+TEST(RopectlTest, RotateWithoutQIsUsageError) {
+  RunResult r = RunCtl({"rotate", "--target=127.0.0.1:1"});
+  EXPECT_EQ(r.code, kExitUsage);
+  EXPECT_THAT(r.err, HasSubstr("--random_q_shape"));
+}
+
+TEST(RopectlTest, FileAndRandomTogetherIsUsageError) {
+  RunResult r = RunCtl({"rotate", "--q=q.npy", "--random_q_shape=1,2,2,4"});
+  EXPECT_EQ(r.code, kExitUsage);
+  EXPECT_THAT(r.err, HasSubstr("not both"));
+}
+
+TEST(RopectlTest, MissingInputFileIsFailureWithCode) {
+  RunResult r = RunCtl({"rotate", "--q=/nonexistent/q.npy"});
+  EXPECT_EQ(r.code, kExitFailure);
+  EXPECT_THAT(r.err, HasSubstr("ropectl rotate: NOT_FOUND: cannot open /nonexistent/q.npy"));
+}
+
+TEST(RopectlTest, TableNeedsHeadDim) {
+  RunResult r = RunCtl({"table"});
+  EXPECT_EQ(r.code, kExitUsage);
+  EXPECT_THAT(r.err, HasSubstr("--head_dim is required"));
+}
+
+TEST(RopectlTest, UnreachableServerReportsUnavailable) {
+  // Port 1 on loopback: nothing listens there, so the connection is refused.
+  RunResult r = RunCtl({"health", "--target=127.0.0.1:1", "--deadline=5s"});
+  EXPECT_EQ(r.code, kExitFailure);
+  EXPECT_THAT(r.err, HasSubstr("ropectl health: UNAVAILABLE"));
+}
+
+}  // namespace
+}  // namespace client
+}  // namespace rope

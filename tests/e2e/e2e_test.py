@@ -1,0 +1,303 @@
+#!/usr/bin/python3
+"""End-to-end test: a real ropeserve process driven by ropectl and Python.
+
+Starts ropeserve on 127.0.0.1:0 (port read from its "listening on" line),
+runs ropectl health / info / rotate / scores / table with random and .npy
+inputs, checks exit codes and compares the .npy outputs with a float64 NumPy
+reference (the formulas of client/python/rope_client_example.py), runs that
+example against the server, checks error exits, then sends SIGTERM and
+expects exit status 0. Every wait is bounded.
+
+Exit status: 0 pass, 1 fail, 77 skipped (no NumPy).
+"""
+
+import argparse
+import importlib.util
+import os
+import queue
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+try:
+    import numpy as np
+except ImportError:
+    print("SKIP: numpy is not available to %s" % sys.executable)
+    sys.exit(77)
+
+START_TIMEOUT_S = 30
+COMMAND_TIMEOUT_S = 60
+STOP_TIMEOUT_S = 30
+
+
+class Failure(Exception):
+    pass
+
+
+def check(condition, message):
+    if not condition:
+        raise Failure(message)
+
+
+class Server:
+    """ropeserve child; its stdout is read on a thread into a queue."""
+
+    def __init__(self, binary):
+        self.proc = subprocess.Popen(
+            [binary, "--listen=127.0.0.1:0", "--backend=cpu", "--cpu_threads=1", "--work_threads=2",
+             "--shutdown_grace_period=5s"],
+            stdout=subprocess.PIPE, text=True)
+        self.lines = queue.Queue()
+        self.output = []
+        threading.Thread(target=self._pump, daemon=True).start()
+        self.address = self._wait_for_address()
+
+    def _pump(self):
+        for line in self.proc.stdout:
+            self.lines.put(line)
+        self.lines.put(None)
+
+    def _wait_for_address(self):
+        deadline = time.monotonic() + START_TIMEOUT_S
+        prefix = "ropeserve listening on "
+        while time.monotonic() < deadline:
+            try:
+                line = self.lines.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                break
+            if line is None:
+                raise Failure("ropeserve exited (status %s) before listening: %s"
+                              % (self.proc.wait(timeout=STOP_TIMEOUT_S), "".join(self.output)))
+            self.output.append(line)
+            if line.startswith(prefix):
+                return line[len(prefix):].split()[0]
+        self.proc.kill()
+        raise Failure("ropeserve printed no listening line within %ds" % START_TIMEOUT_S)
+
+    def stop(self):
+        """SIGTERM, then the exit status (None if it had to be killed)."""
+        if self.proc.poll() is not None:
+            return self.proc.returncode
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout=STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=STOP_TIMEOUT_S)
+            return None
+
+
+class Driver:
+    def __init__(self, args, server, reference):
+        self.ropectl = args.ropectl
+        self.example = args.example
+        self.work = args.workdir
+        self.target = "--target=" + server.address
+        self.ref = reference
+        self.passed = 0
+
+    def path(self, name):
+        return os.path.join(self.work, name)
+
+    def ropectl_run(self, *args, expect=0):
+        cmd = [self.ropectl, args[0], self.target, "--deadline=20s"] + list(args[1:])
+        result = subprocess.run(cmd, capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S)
+        check(result.returncode == expect,
+              "%s exited %d, want %d\nstdout: %s\nstderr: %s"
+              % (" ".join(cmd), result.returncode, expect, result.stdout, result.stderr))
+        return result
+
+    def ok(self, name):
+        self.passed += 1
+        print("ok    " + name)
+
+    def close(self, name, got, want, tol):
+        got = np.asarray(got, dtype=np.float64)
+        want = np.asarray(want, dtype=np.float64)
+        check(got.shape == want.shape, "%s: shape %s, want %s" % (name, got.shape, want.shape))
+        finite = np.isfinite(want)
+        check(np.array_equal(np.isfinite(got), finite) and np.array_equal(got[~finite], want[~finite]),
+              "%s: non-finite entries differ" % name)
+        err = float(np.max(np.abs(got[finite] - want[finite]), initial=0.0))
+        check(err <= tol, "%s: max|err| %.3g > %.3g" % (name, err, tol))
+
+    # ---- the checks ----
+
+    def health_and_info(self):
+        r = self.ropectl_run("health")
+        check(r.stdout.strip() == "SERVING", "health printed %r" % r.stdout)
+        r = self.ropectl_run("info")
+        check("backend:  cpu" in r.stdout, "info lacks the backend: %s" % r.stdout)
+        check("table cache:" in r.stdout and "max_len_cap=" in r.stdout, "info output: %s" % r.stdout)
+        self.ok("ropectl health / info")
+
+    def rotate_npy(self):
+        rng = np.random.default_rng(5)
+        b, s, hq, hkv, d = 2, 4, 4, 2, 16
+        q = rng.standard_normal((b, s, hq, d)).astype(np.float32)
+        k = rng.standard_normal((b, s, hkv, d)).astype(np.float32)
+        np.save(self.path("q.npy"), q)
+        np.save(self.path("k.npy"), k)
+        positions = [3, 0, 17, 9]
+        for layout, rotary_dim in (("interleaved", 16), ("half", 16), ("half", 8)):
+            self.ropectl_run("rotate", "--q=" + self.path("q.npy"), "--k=" + self.path("k.npy"),
+                             "--layout=" + layout, "--rotary_dim=%d" % rotary_dim, "--theta=500000",
+                             "--max_len=64", "--positions=" + ",".join(map(str, positions)),
+                             "--out_q=" + self.path("q_rot.npy"), "--out_k=" + self.path("k_rot.npy"))
+            half = layout == "half"
+            q_rot = np.load(self.path("q_rot.npy"))
+            k_rot = np.load(self.path("k_rot.npy"))
+            check(q_rot.dtype == np.float32, "q_rot dtype %s" % q_rot.dtype)
+            self.close("rotate q %s r=%d" % (layout, rotary_dim), q_rot,
+                       self.ref.rotate(q, np.array(positions), 500000.0, rotary_dim, half), 1e-5)
+            self.close("rotate k %s r=%d" % (layout, rotary_dim), k_rot,
+                       self.ref.rotate(k, np.array(positions), 500000.0, rotary_dim, half), 1e-5)
+        self.ok("ropectl rotate .npy float32 (interleaved, half, partial, GQA) matches numpy")
+
+    def rotate_npy_half_precision(self):
+        rng = np.random.default_rng(6)
+        x = rng.uniform(-1, 1, (1, 3, 2, 8)).astype(np.float16)
+        np.save(self.path("q16.npy"), x)
+        self.ropectl_run("rotate", "--q=" + self.path("q16.npy"), "--start_pos=2",
+                         "--out_q=" + self.path("q16_rot.npy"))
+        out = np.load(self.path("q16_rot.npy"))
+        check(out.dtype == np.float16, "float16 input gave %s output" % out.dtype)
+        self.close("rotate float16", out, self.ref.rotate(x.astype(np.float32), 2 + np.arange(3),
+                                                          10000.0, 8, False), 2e-3)
+        # bfloat16 as raw '<u2' bits: round float32 to nearest even by hand.
+        x32 = rng.uniform(-1, 1, (1, 3, 2, 8)).astype(np.float32)
+        u = x32.view(np.uint32).astype(np.uint64)
+        bits = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+        np.save(self.path("qbf.npy"), bits)
+        self.ropectl_run("rotate", "--q=" + self.path("qbf.npy"), expect=2)  # needs --dtype
+        self.ropectl_run("rotate", "--q=" + self.path("qbf.npy"), "--dtype=bfloat16", "--start_pos=2",
+                         "--out_q=" + self.path("qbf_rot.npy"))
+        out = np.load(self.path("qbf_rot.npy"))
+        check(out.dtype == np.uint16, "bfloat16 output dtype %s, want uint16 bits" % out.dtype)
+        as_f32 = (out.astype(np.uint32) << 16).view(np.float32)
+        x_bf = (bits.astype(np.uint32) << 16).view(np.float32)
+        self.close("rotate bfloat16", as_f32, self.ref.rotate(x_bf, 2 + np.arange(3), 10000.0, 8, False),
+                   1.6e-2)
+        self.ok("ropectl rotate .npy float16 and bfloat16 ('<u2') match numpy")
+
+    def rotate_random(self):
+        self.ropectl_run("rotate", "--random_q_shape=2,6,4,16", "--random_k_shape=2,6,1,16", "--seed=3",
+                         "--start_pos=5", "--out_q=" + self.path("rq.npy"), "--out_k=" + self.path("rk.npy"))
+        rq = np.load(self.path("rq.npy"))
+        check(rq.shape == (2, 6, 4, 16) and np.load(self.path("rk.npy")).shape == (2, 6, 1, 16),
+              "random rotate output shapes")
+        # The inputs are not written out; check consistency instead: undo the
+        # rotation on the server, then redo it with numpy.
+        self.ropectl_run("rotate", "--q=" + self.path("rq.npy"), "--start_pos=5", "--inverse",
+                         "--out_q=" + self.path("rq_back.npy"))
+        back = np.load(self.path("rq_back.npy"))
+        self.close("random rotate, inverse, numpy forward",
+                   self.ref.rotate(back, 5 + np.arange(6), 10000.0, 16, False), rq, 2e-5)
+        self.ok("ropectl rotate random inputs and --inverse")
+
+    def scores(self):
+        rng = np.random.default_rng(8)
+        q = rng.standard_normal((1, 5, 4, 16)).astype(np.float32)
+        k = rng.standard_normal((1, 6, 2, 16)).astype(np.float32)
+        v = rng.standard_normal((1, 6, 2, 8)).astype(np.float32)
+        for name, a in (("sq.npy", q), ("sk.npy", k), ("sv.npy", v)):
+            np.save(self.path(name), a)
+        self.ropectl_run("scores", "--q=" + self.path("sq.npy"), "--k=" + self.path("sk.npy"),
+                         "--v=" + self.path("sv.npy"), "--q_start_pos=1", "--k_start_pos=0", "--causal",
+                         "--softmax", "--layout=half", "--out=" + self.path("p.npy"),
+                         "--out_output=" + self.path("o.npy"))
+        want_p, want_o = self.ref.attention(q, k, v, 1, 0, 10000.0, True, True, True, 0.25)
+        self.close("scores softmax", np.load(self.path("p.npy")), want_p, 1e-5)
+        self.close("scores output", np.load(self.path("o.npy")), want_o, 1e-5)
+        self.ropectl_run("scores", "--q=" + self.path("sq.npy"), "--k=" + self.path("sk.npy"), "--causal",
+                         "--scale=1", "--out=" + self.path("s.npy"))
+        want_s, _ = self.ref.attention(q, k, None, 0, 0, 10000.0, False, True, False, 1.0)
+        self.close("scores raw causal", np.load(self.path("s.npy")), want_s, 2e-5)
+        r = self.ropectl_run("scores", "--random_q_shape=1,8,4,32", "--random_k_shape=1,8,4,32", "--causal",
+                             "--softmax")
+        check("probs : float32 [1,4,8,8]" in r.stdout, "random scores summary: %s" % r.stdout)
+        self.ok("ropectl scores .npy (causal softmax, v, GQA) matches numpy; random inputs")
+
+    def table(self):
+        self.ropectl_run("table", "--head_dim=16", "--rotary_dim=8", "--theta=10000", "--max_len=64",
+                         "--start=5", "--count=10", "--out_cos=" + self.path("cos.npy"),
+                         "--out_sin=" + self.path("sin.npy"))
+        angle = np.outer(5 + np.arange(10), self.ref.inv_freq(10000.0, 8))
+        self.close("table cos", np.load(self.path("cos.npy")), np.cos(angle), 1e-7)
+        self.close("table sin", np.load(self.path("sin.npy")), np.sin(angle), 1e-7)
+        self.ok("ropectl table matches cos/sin of pos * inv_freq")
+
+    def python_example(self):
+        result = subprocess.run([sys.executable, self.example, self.target.split("=", 1)[1]],
+                                capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S * 2)
+        check(result.returncode == 0, "python example exited %d\n%s\n%s"
+              % (result.returncode, result.stdout, result.stderr))
+        check("all checks passed" in result.stdout, "python example output: %s" % result.stdout)
+        self.ok("python example (Rotate + AttentionScores vs numpy)")
+
+    def errors(self):
+        r = self.ropectl_run("rotate", "--random_q_shape=1,2,2,8", "--head_dim=7", expect=1)
+        check("INVALID_ARGUMENT" in r.stderr and "head_dim" in r.stderr and r.stderr.count("\n") == 1,
+              "bad head_dim stderr: %r" % r.stderr)
+        r = self.ropectl_run("rotate", "--random_q_shape=1,2,2,8", "--start_pos=4095", expect=1)
+        check("OUT_OF_RANGE" in r.stderr, "position past max_len stderr: %r" % r.stderr)
+        r = self.ropectl_run("scores", "--random_q_shape=1,2,3,8", "--random_k_shape=1,2,2,8", expect=1)
+        check("INVALID_ARGUMENT" in r.stderr, "Hq %% Hkv stderr: %r" % r.stderr)
+        r = self.ropectl_run("rotate", "--random_q_shape=1,2,2,8", "--no_such_flag", expect=2)
+        check("unknown flag --no_such_flag" in r.stderr, "unknown flag stderr: %r" % r.stderr)
+        # The server is still fine after bad requests.
+        self.ropectl_run("health")
+        self.ok("ropectl error exits (INVALID_ARGUMENT, OUT_OF_RANGE, usage)")
+
+
+def load_reference(example_path):
+    spec = importlib.util.spec_from_file_location("rope_client_example", example_path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--ropeserve", required=True)
+    parser.add_argument("--ropectl", required=True)
+    parser.add_argument("--example", required=True)
+    parser.add_argument("--workdir", required=True)
+    args = parser.parse_args()
+    shutil.rmtree(args.workdir, ignore_errors=True)
+    os.makedirs(args.workdir)
+    reference = load_reference(args.example)
+
+    server = Server(args.ropeserve)
+    print("ropeserve at %s (pid %d)" % (server.address, server.proc.pid))
+    driver = Driver(args, server, reference)
+    try:
+        driver.health_and_info()
+        driver.rotate_npy()
+        driver.rotate_npy_half_precision()
+        driver.rotate_random()
+        driver.scores()
+        driver.table()
+        driver.python_example()
+        driver.errors()
+        code = server.stop()
+        check(code == 0, "ropeserve exited %s after SIGTERM, want 0" % code)
+        driver.ok("ropeserve exits 0 on SIGTERM")
+        driver.ropectl_run("health", expect=1)
+        driver.ok("ropectl health fails once the server is gone")
+    except (Failure, subprocess.TimeoutExpired) as e:
+        print("FAIL  %s" % e)
+        server.stop()
+        return 1
+    finally:
+        if server.proc.poll() is None:
+            server.proc.kill()
+    print("e2e: %d checks passed" % driver.passed)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
