@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "client/cli/cli_parsing.h"
+#include "client/cli/scaling_flags.h"
 #include "client/npy.h"
 #include "client/tensor_util.h"
 
@@ -63,6 +64,7 @@ void AddRopeConfigFlags(FlagSet* flags) {
              "Llama / GPT-J; half = (x[i], x[i+r/2]) as GPT-NeoX / Hugging Face "
              "rotate_half.",
              ValidateLayoutName);
+  AddScalingFlags(flags);
 }
 
 void AddDTypeFlag(FlagSet* flags) {
@@ -113,14 +115,20 @@ absl::StatusOr<v1::RopeConfig> RopeConfigFromFlags(const FlagSet& flags,
   absl::StatusOr<v1::Layout> layout = ParseLayout(flags.String("layout"));
   if (!layout.ok()) return UsageError(layout.status().message());
   config.set_layout(*layout);
+  absl::Status scaling = ApplyScalingFlags(flags, &config);
+  if (!scaling.ok()) return scaling;
   return config;
 }
 
 std::string DescribeConfig(const v1::RopeConfig& config) {
-  return absl::StrFormat("theta=%g head_dim=%u rotary_dim=%u max_len=%u layout=%s",
-                         config.theta(), config.head_dim(),
-                         config.rotary_dim() == 0 ? config.head_dim() : config.rotary_dim(),
-                         config.max_len(), LayoutName(config.layout()));
+  std::string out = absl::StrFormat(
+      "theta=%g head_dim=%u rotary_dim=%u max_len=%u layout=%s", config.theta(),
+      config.head_dim(), config.rotary_dim() == 0 ? config.head_dim() : config.rotary_dim(),
+      config.max_len(), LayoutName(config.layout()));
+  if (config.scaling_case() != v1::RopeConfig::SCALING_NOT_SET) {
+    absl::StrAppend(&out, " scaling=", DescribeScaling(config));
+  }
+  return out;
 }
 
 absl::StatusOr<std::optional<InputTensor>> LoadInputTensor(const FlagSet& flags,

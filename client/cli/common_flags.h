@@ -20,7 +20,8 @@ namespace client {
 
 // --target, --deadline (every command).
 void AddConnectionFlags(FlagSet* flags);
-// --theta, --head_dim, --rotary_dim, --max_len, --layout.
+// --theta, --head_dim, --rotary_dim, --max_len, --layout, and the scaling
+// flags of scaling_flags.h.
 void AddRopeConfigFlags(FlagSet* flags);
 // --dtype (commands that send tensors).
 void AddDTypeFlag(FlagSet* flags);

@@ -8,6 +8,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 
 namespace rope {
@@ -152,6 +153,9 @@ absl::Status FlagSet::Parse(absl::Span<const std::string> args) {
       value = arg.substr(eq + 1);
       has_value = true;
     }
+    // --rope-scaling and --rope_scaling name the same flag.
+    const std::string normalized = absl::StrReplaceAll(name, {{"-", "_"}});
+    name = normalized;
     auto it = index_.find(name);
     if (it == index_.end() && !has_value && absl::StartsWith(name, "no")) {
       // --nocausal

@@ -1,5 +1,7 @@
 #include "server/engine/engine.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "server/engine/status_macros.h"
 #include "server/engine/validation.h"
@@ -15,13 +17,29 @@ Engine::Engine(std::unique_ptr<Backend> backend, EngineLimits limits)
         });
       }) {}
 
-absl::StatusOr<std::shared_ptr<const RopeTable>> Engine::TableFor(const RopeConfig& config) {
-  return cache_.Get(MakeTableKey(config));
+namespace {
+
+// Largest position a validated PositionSpec produces.
+int64_t MaxPosition(const math::PositionSpec& positions) {
+  if (positions.count == 0) return positions.start_pos + positions.seq - 1;
+  int64_t max_pos = 0;
+  for (int64_t i = 0; i < positions.count; ++i) {
+    max_pos = std::max(max_pos, positions.explicit_positions[i]);
+  }
+  return max_pos;
+}
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<const RopeTable>> Engine::TableFor(const RopeConfig& config,
+                                                                 int64_t max_position) {
+  return cache_.Get(MakeTableKey(config, max_position));
 }
 
 absl::Status Engine::Rotate(const RotateParams& params) {
   ROPE_ASSIGN_OR_RETURN(const RotateArgs args, ResolveRotate(params, limits_));
-  ROPE_ASSIGN_OR_RETURN(const std::shared_ptr<const RopeTable> table, TableFor(params.config));
+  ROPE_ASSIGN_OR_RETURN(const std::shared_ptr<const RopeTable> table,
+                        TableFor(params.config, MaxPosition(args.positions)));
   return backend_->Rotate(*table, args);
 }
 
@@ -33,9 +51,11 @@ absl::Status Engine::AttentionScores(const AttentionParams& params, AttentionOut
   if (resolved.args.v != nullptr && outputs->output == nullptr) {
     return absl::InvalidArgumentError("v is given but outputs.output is null");
   }
-  ROPE_ASSIGN_OR_RETURN(const std::shared_ptr<const RopeTable> table, TableFor(params.config));
-
   AttentionArgs& args = resolved.args;
+  ROPE_ASSIGN_OR_RETURN(const std::shared_ptr<const RopeTable> table,
+                        TableFor(params.config, std::max(MaxPosition(args.q_positions),
+                                                         MaxPosition(args.k_positions))));
+
   int64_t score_elements = 1;
   for (int64_t d : resolved.scores_shape) score_elements *= d;
   outputs->scores->resize(score_elements * sizeof(float));
@@ -77,7 +97,8 @@ absl::StatusOr<TableSlice> Engine::GetTable(const RopeConfig& config, int64_t st
         "table slice of ", count, " rows x ", half, " x 2 values: over the "
         "max_elements_per_request limit of ", limits_.max_elements_per_request));
   }
-  ROPE_ASSIGN_OR_RETURN(std::shared_ptr<const RopeTable> table, TableFor(config));
+  ROPE_ASSIGN_OR_RETURN(std::shared_ptr<const RopeTable> table,
+                        TableFor(config, start + count - 1));
   TableSlice slice;
   slice.table = std::move(table);
   slice.start = start;

@@ -81,7 +81,7 @@ class Engine {
 
   // Validates `config` and returns its table (building it if needed) with the
   // requested row range checked against max_len. count == 0 means up to the
-  // end of the table.
+  // end of the table. For dynamic NTK the sequence length is start + count.
   absl::StatusOr<TableSlice> GetTable(const RopeConfig& config, int64_t start, int64_t count);
 
   const EngineLimits& limits() const { return limits_; }
@@ -89,7 +89,10 @@ class Engine {
   TableCacheStats cache_stats() const { return cache_.stats(); }
 
  private:
-  absl::StatusOr<std::shared_ptr<const RopeTable>> TableFor(const RopeConfig& config);
+  // The table for a validated config and the largest position the request
+  // uses (dynamic NTK's base depends on it).
+  absl::StatusOr<std::shared_ptr<const RopeTable>> TableFor(const RopeConfig& config,
+                                                           int64_t max_position);
 
   std::unique_ptr<Backend> backend_;
   const EngineLimits limits_;

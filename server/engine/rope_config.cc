@@ -7,13 +7,6 @@
 
 namespace rope {
 
-std::string ScalingName(const ScalingConfig& scaling) {
-  struct Namer {
-    std::string operator()(const NoScaling&) const { return "none"; }
-  };
-  return std::visit(Namer{}, scaling);
-}
-
 absl::Status ValidateConfig(const RopeConfig& config, uint32_t max_len_cap) {
   if (!std::isfinite(config.theta) || (config.theta != 0 && config.theta <= 1.0)) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -32,6 +25,9 @@ absl::Status ValidateConfig(const RopeConfig& config, uint32_t max_len_cap) {
     return absl::InvalidArgumentError(absl::StrCat(
         "config.layout is ", static_cast<int>(config.layout), ": must be INTERLEAVED or HALF"));
   }
+  if (absl::Status s = ValidateScaling(config.scaling, config.EffectiveRotaryDim()); !s.ok()) {
+    return s;
+  }
   if (config.max_len == 0) {
     return absl::InvalidArgumentError("config.max_len is 0: must be > 0 (the table length)");
   }
@@ -43,12 +39,13 @@ absl::Status ValidateConfig(const RopeConfig& config, uint32_t max_len_cap) {
   return absl::OkStatus();
 }
 
-TableKey MakeTableKey(const RopeConfig& config) {
+TableKey MakeTableKey(const RopeConfig& config, int64_t max_position) {
   TableKey key;
-  key.theta = config.EffectiveTheta();
   key.rotary_dim = config.EffectiveRotaryDim();
+  key.theta = EffectiveBase(config.scaling, config.EffectiveTheta(), key.rotary_dim,
+                            max_position + 1);
   key.max_len = config.max_len;
-  key.scaling = config.scaling;
+  key.scaling = WithScalingDefaults(config.scaling);
   return key;
 }
 

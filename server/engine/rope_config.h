@@ -5,27 +5,14 @@
 
 #include <cstdint>
 #include <string>
-#include <variant>
 
 #include "absl/status/status.h"
 #include "server/engine/dtype.h"
+#include "server/engine/scaling.h"
 
 namespace rope {
 
 constexpr double kDefaultTheta = 10000.0;
-
-// Frequency scaling. Only plain RoPE exists for now; each scaling variant
-// (linear, dynamic NTK, YaRN, llama3, LongRoPE) becomes one more alternative
-// of ScalingConfig with operator== and AbslHashValue over every parameter, so
-// that TableKey picks it up without further changes.
-struct NoScaling {
-  friend bool operator==(const NoScaling&, const NoScaling&) { return true; }
-  template <typename H>
-  friend H AbslHashValue(H h, const NoScaling&) { return h; }
-};
-using ScalingConfig = std::variant<NoScaling>;
-
-std::string ScalingName(const ScalingConfig& scaling);
 
 struct RopeConfig {
   double theta = 0;          // base; 0 means kDefaultTheta
@@ -47,8 +34,9 @@ absl::Status ValidateConfig(const RopeConfig& config, uint32_t max_len_cap);
 
 // Every field that changes the table, and nothing else: head_dim and layout do
 // not (pairing is applied when rotating), so configs that differ only in those
-// share one table. theta is the effective base (after defaults, and after any
-// scaling rule that changes the base).
+// share one table. theta is the effective base (after defaults, and after
+// dynamic NTK's change for the request's length); scaling holds every
+// parameter of the variant with defaults filled in.
 struct TableKey {
   double theta = kDefaultTheta;
   uint32_t rotary_dim = 0;
@@ -70,8 +58,10 @@ struct TableKey {
   std::string DebugString() const;
 };
 
-// The key of the table for a validated config.
-TableKey MakeTableKey(const RopeConfig& config);
+// The key of the table for a validated config, for a request whose largest
+// position is `max_position` (used only by dynamic NTK, whose base grows with
+// the sequence length max_position + 1).
+TableKey MakeTableKey(const RopeConfig& config, int64_t max_position);
 
 }  // namespace rope
 

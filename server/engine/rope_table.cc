@@ -34,15 +34,12 @@ std::unique_ptr<float[], void (*)(float*)> AllocateTableStorage(size_t count) {
 }  // namespace
 
 std::vector<double> ComputeInvFreq(const TableKey& key) {
-  const int half = static_cast<int>(key.rotary_dim / 2);
-  std::vector<double> inv_freq(half);
-  for (int i = 0; i < half; ++i) {
-    inv_freq[i] = std::pow(key.theta, -2.0 * i / static_cast<double>(key.rotary_dim));
-  }
-  return inv_freq;
+  return ScaledInvFreq(key.scaling, key.theta, key.rotary_dim, key.max_len);
 }
 
-double ComputeAttentionFactor(const TableKey& key) { return 1.0; }
+double ComputeAttentionFactor(const TableKey& key) {
+  return ScaledAttentionFactor(key.scaling, key.max_len);
+}
 
 void FillTableRows(const std::vector<double>& inv_freq, double factor, int64_t first_pos,
                    int64_t count, float* cos_out, float* sin_out) {

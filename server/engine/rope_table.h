@@ -18,11 +18,12 @@
 namespace rope {
 
 // inv_freq[i] = theta^(-2i/rotary_dim), i = 0 .. rotary_dim/2 - 1, in double,
-// with the key's scaling rule applied.
+// with the key's scaling rule applied (key.theta is already the effective
+// base).
 std::vector<double> ComputeInvFreq(const TableKey& key);
 
 // Multiplier applied to every cos and sin value (YaRN / LongRoPE attention
-// factor); 1 for plain RoPE.
+// factor); 1 for the other variants.
 double ComputeAttentionFactor(const TableKey& key);
 
 // Fills rows [first_pos, first_pos + count) of a table: cos_out[r * half + i]

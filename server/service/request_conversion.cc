@@ -7,6 +7,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "server/engine/status_macros.h"
+#include "server/service/scaling_conversion.h"
 
 namespace rope {
 
@@ -66,38 +67,14 @@ absl::StatusOr<Layout> LayoutFromProto(int value, absl::string_view field) {
   }
 }
 
-absl::string_view ScalingCaseName(v1::RopeConfig::ScalingCase scaling) {
-  switch (scaling) {
-    case v1::RopeConfig::SCALING_NOT_SET:
-      return "none";
-    case v1::RopeConfig::kLinear:
-      return "linear";
-    case v1::RopeConfig::kDynamicNtk:
-      return "dynamic_ntk";
-    case v1::RopeConfig::kYarn:
-      return "yarn";
-    case v1::RopeConfig::kLlama3:
-      return "llama3";
-    case v1::RopeConfig::kLongrope:
-      return "longrope";
-  }
-  return "unknown";
-}
-
 absl::StatusOr<RopeConfig> ConfigFromProto(const v1::RopeConfig& proto) {
-  if (proto.scaling_case() != v1::RopeConfig::SCALING_NOT_SET) {
-    return absl::UnimplementedError(
-        absl::StrCat("config.scaling is ", ScalingCaseName(proto.scaling_case()),
-                     ": this server supports only plain RoPE (no scaling) so far; "
-                     "GetServerInfo.supported_scalings lists what it supports"));
-  }
   RopeConfig config;
   ROPE_ASSIGN_OR_RETURN(config.layout, LayoutFromProto(proto.layout(), "config.layout"));
   config.theta = proto.theta();
   config.head_dim = proto.head_dim();
   config.rotary_dim = proto.rotary_dim();
   config.max_len = proto.max_len();
-  config.scaling = NoScaling{};
+  config.scaling = ScalingFromProto(proto);
   return config;
 }
 

@@ -44,9 +44,6 @@ absl::StatusOr<RotateParams> RotateParamsFromProto(v1::RotateRequest* request);
 // AttentionParams whose views point into `request`, which must outlive them.
 absl::StatusOr<AttentionParams> AttentionParamsFromProto(const v1::AttentionScoresRequest& request);
 
-// The lower-case names used by GetServerInfo.supported_* and in messages.
-absl::string_view ScalingCaseName(v1::RopeConfig::ScalingCase scaling);
-
 }  // namespace rope
 
 #endif  // ROPE_SERVICE_REQUEST_CONVERSION_H_

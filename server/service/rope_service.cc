@@ -202,7 +202,7 @@ void RopeServiceImpl::FillServerInfo(v1::ServerInfo* info) const {
   cache->set_bytes(stats.bytes);
   cache->set_budget_bytes(stats.budget_bytes);
 
-  info->add_supported_scalings(std::string(ScalingCaseName(v1::RopeConfig::SCALING_NOT_SET)));
+  for (const std::string& name : SupportedScalingNames()) info->add_supported_scalings(name);
   for (DType dtype : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
     info->add_supported_dtypes(v1::DType_Name(DTypeToProto(dtype)));
   }

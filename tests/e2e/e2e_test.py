@@ -230,6 +230,66 @@ class Driver:
         self.close("table sin", np.load(self.path("sin.npy")), np.sin(angle), 1e-7)
         self.ok("ropectl table matches cos/sin of pos * inv_freq")
 
+    def scaled_tables(self):
+        """ropectl --rope-scaling=... against numpy versions of Hugging Face's formulas."""
+        def plain(theta, dim):
+            return 1.0 / theta ** (np.arange(0, dim, 2, dtype=np.float64) / dim)
+
+        def llama3(theta, dim, factor=8.0, low=1.0, high=4.0, orig=8192.0):
+            inv = plain(theta, dim)
+            wavelen = 2 * np.pi / inv
+            out = np.where(wavelen > orig / low, inv / factor, inv)
+            smooth = (orig / wavelen - low) / (high - low)
+            smoothed = (1 - smooth) * out / factor + smooth * out
+            medium = ~(wavelen < orig / high) & ~(wavelen > orig / low)
+            return np.where(medium, smoothed, out), 1.0
+
+        def yarn(theta, dim, factor, orig, beta_fast=32.0, beta_slow=1.0):
+            def corr(n):
+                return dim * np.log(orig / (n * 2 * np.pi)) / (2 * np.log(theta))
+            low, high = max(np.floor(corr(beta_fast)), 0), min(np.ceil(corr(beta_slow)), dim - 1)
+            ramp = np.clip((np.arange(dim // 2) - low) / (high - low), 0, 1)
+            inv = plain(theta, dim)
+            return inv / factor * ramp + inv * (1 - ramp), 0.1 * np.log(factor) + 1.0
+
+        def longrope(theta, dim, ext, max_len, orig):
+            s = max_len / orig
+            attn = 1.0 if s <= 1 else np.sqrt(1 + np.log(s) / np.log(orig))
+            return plain(theta, dim) / np.array(ext), attn
+
+        long_f = [1.0 + 0.5 * i for i in range(8)]
+        short_f = [1.0 + 0.1 * i for i in range(8)]
+        cases = [
+            ("llama3", ["--rope-scaling=llama3", "--theta=500000", "--head_dim=128",
+                        "--max_len=16384"], llama3(500000.0, 128), 16384),
+            ("yarn", ["--rope-scaling=yarn", "--factor=4", "--original_max_position_embeddings=256",
+                      "--theta=10000", "--head_dim=64", "--max_len=1024"],
+             yarn(10000.0, 64, 4.0, 256.0), 1024),
+            ("longrope", ["--rope-scaling=longrope", "--original_max_position_embeddings=64",
+                          "--short_factor=" + ",".join(map(str, short_f)),
+                          "--long_factor=" + ",".join(map(str, long_f)),
+                          "--theta=10000", "--head_dim=16", "--max_len=512"],
+             longrope(10000.0, 16, long_f, 512, 64), 512),
+        ]
+        for name, flags, (inv, attn), max_len in cases:
+            self.ropectl_run("table", *flags, "--start=%d" % (max_len - 10), "--count=10",
+                             "--out_cos=" + self.path(name + "_cos.npy"),
+                             "--out_sin=" + self.path(name + "_sin.npy"))
+            angle = np.outer(max_len - 10 + np.arange(10), inv)
+            self.close(name + " cos", np.load(self.path(name + "_cos.npy")), attn * np.cos(angle), 3e-7)
+            self.close(name + " sin", np.load(self.path(name + "_sin.npy")), attn * np.sin(angle), 3e-7)
+        r = self.ropectl_run("info")
+        check("llama3" in r.stdout and "longrope" in r.stdout, "info lists scalings: %s" % r.stdout)
+        r = self.ropectl_run("rotate", "--random_q_shape=1,2,2,8", "--rope-scaling=linear",
+                             "--factor=2", "--beta_fast=3", expect=2)
+        check("--beta_fast does not apply to --rope_scaling=linear" in r.stderr,
+              "misplaced scaling flag stderr: %r" % r.stderr)
+        r = self.ropectl_run("rotate", "--random_q_shape=1,2,2,8", "--rope-scaling=yarn",
+                             "--factor=2", expect=1)
+        check("INVALID_ARGUMENT" in r.stderr and "config.yarn.original_max_position_embeddings" in r.stderr,
+              "yarn without original length stderr: %r" % r.stderr)
+        self.ok("ropectl --rope-scaling llama3 / yarn / longrope tables match numpy; bad flags refused")
+
     def python_example(self):
         result = subprocess.run([sys.executable, self.example, self.target.split("=", 1)[1]],
                                 capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S * 2)
@@ -281,6 +341,7 @@ def main():
         driver.rotate_random()
         driver.scores()
         driver.table()
+        driver.scaled_tables()
         driver.python_example()
         driver.errors()
         code = server.stop()

@@ -51,17 +51,48 @@ TEST(RequestConversionTest, LayoutUnspecifiedMeansInterleaved) {
                        absl::StatusCode::kInvalidArgument, "config.layout is 3"));
 }
 
-TEST(RequestConversionTest, EveryScalingVariantIsUnimplementedByName) {
+TEST(RequestConversionTest, ScalingParametersAreCopiedAsSent) {
   v1::RopeConfig config = MakeConfig(8, 16);
-  config.mutable_linear();
-  EXPECT_TRUE(StatusIs(ConfigFromProto(config).status(), absl::StatusCode::kUnimplemented,
-                       "config.scaling is linear"));
-  config.mutable_dynamic_ntk();
-  EXPECT_TRUE(StatusIs(ConfigFromProto(config).status(), absl::StatusCode::kUnimplemented,
-                       "config.scaling is dynamic_ntk"));
-  config.mutable_longrope();
-  EXPECT_TRUE(StatusIs(ConfigFromProto(config).status(), absl::StatusCode::kUnimplemented,
-                       "config.scaling is longrope"));
+  auto* yarn = config.mutable_yarn();
+  yarn->set_factor(4);
+  yarn->set_original_max_position_embeddings(4096);
+  yarn->set_beta_fast(24);
+  yarn->set_beta_slow(2);
+  yarn->set_mscale(0.5);
+  yarn->set_mscale_all_dim(0.25);
+  yarn->set_attention_factor(1.5);
+  absl::StatusOr<RopeConfig> converted = ConfigFromProto(config);
+  ASSERT_TRUE(converted.ok()) << converted.status();
+  const auto* y = std::get_if<YarnScaling>(&converted->scaling);
+  ASSERT_NE(y, nullptr);
+  EXPECT_EQ(y->factor, 4);
+  EXPECT_EQ(y->original_max_position_embeddings, 4096u);
+  EXPECT_EQ(y->beta_fast, 24);
+  EXPECT_EQ(y->beta_slow, 2);
+  EXPECT_EQ(y->mscale, 0.5);
+  EXPECT_EQ(y->mscale_all_dim, 0.25);
+  EXPECT_EQ(y->attention_factor, 1.5);
+
+  config.mutable_longrope()->add_short_factor(1.5);
+  config.mutable_longrope()->add_long_factor(2.5);
+  config.mutable_longrope()->set_original_max_position_embeddings(64);
+  converted = ConfigFromProto(config);
+  ASSERT_TRUE(converted.ok()) << converted.status();
+  const auto* l = std::get_if<LongRopeScaling>(&converted->scaling);
+  ASSERT_NE(l, nullptr);
+  EXPECT_EQ(l->short_factor, std::vector<double>{1.5});
+  EXPECT_EQ(l->long_factor, std::vector<double>{2.5});
+
+  config.mutable_dynamic_ntk()->set_factor(2);
+  converted = ConfigFromProto(config);
+  ASSERT_TRUE(converted.ok());
+  EXPECT_EQ(std::get<DynamicNtkScaling>(converted->scaling).factor, 2);
+  config.mutable_llama3()->set_factor(8);
+  EXPECT_EQ(std::get<Llama3Scaling>(ConfigFromProto(config)->scaling).factor, 8);
+  config.mutable_linear()->set_factor(3);
+  EXPECT_EQ(std::get<LinearScaling>(ConfigFromProto(config)->scaling).factor, 3);
+  config.clear_linear();
+  EXPECT_TRUE(std::holds_alternative<NoScaling>(ConfigFromProto(config)->scaling));
 }
 
 TEST(RequestConversionTest, RotateParamsPointIntoTheRequestsOwnBytes) {

@@ -164,16 +164,6 @@ TEST_F(ServiceTest, MaxLenOverCapIsResourceExhausted) {
                            "max_len cap"));
 }
 
-TEST_F(ServiceTest, ScalingVariantsAreUnimplemented) {
-  v1::RotateRequest request = MakeRotateRequest(1, 2, 1, 8);
-  request.mutable_config()->mutable_yarn()->set_factor(4);
-  EXPECT_TRUE(GrpcStatusIs(CallRotate(stub_.get(), request), grpc::StatusCode::UNIMPLEMENTED,
-                           "config.scaling is yarn"));
-  request.mutable_config()->mutable_llama3()->set_factor(8);
-  EXPECT_TRUE(GrpcStatusIs(CallRotate(stub_.get(), request), grpc::StatusCode::UNIMPLEMENTED,
-                           "config.scaling is llama3"));
-}
-
 TEST_F(ServiceTest, NegativeAttentionScaleIsInvalid) {
   v1::AttentionScoresRequest attention = MakeAttentionRequest();
   attention.set_scale(-1);

@@ -361,7 +361,7 @@ TEST_F(ServiceTest, GetServerInfoReportsVersionBackendLimitsAndCache) {
   EXPECT_EQ(info.table_cache().budget_bytes(), defaults.table_cache_bytes);
   EXPECT_EQ(
       std::vector<std::string>(info.supported_scalings().begin(), info.supported_scalings().end()),
-      (std::vector<std::string>{"none"}));
+      (std::vector<std::string>{"none", "linear", "dynamic", "yarn", "llama3", "longrope"}));
   EXPECT_EQ(
       std::vector<std::string>(info.supported_dtypes().begin(), info.supported_dtypes().end()),
       (std::vector<std::string>{"FLOAT32", "FLOAT16", "BFLOAT16"}));

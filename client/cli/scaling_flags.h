@@ -1,0 +1,31 @@
+// --rope_scaling and the parameters of each variant, shared by every tool
+// that builds a rope.v1.RopeConfig from flags (ropectl, ropeload). Names
+// follow Hugging Face's rope_scaling keys; dashes and underscores are
+// interchangeable on the command line (--rope-scaling=llama3 --factor=8).
+#ifndef ROPE_CLIENT_CLI_SCALING_FLAGS_H_
+#define ROPE_CLIENT_CLI_SCALING_FLAGS_H_
+
+#include "absl/status/status.h"
+#include "client/cli/flag_set.h"
+#include "rope/v1/rope.pb.h"
+
+namespace rope {
+namespace client {
+
+// --rope_scaling, --factor, --original_max_position_embeddings, --beta_fast,
+// --beta_slow, --mscale, --mscale_all_dim, --attention_factor,
+// --low_freq_factor, --high_freq_factor, --short_factor, --long_factor.
+void AddScalingFlags(FlagSet* flags);
+
+// Sets config's scaling oneof from the flags. A usage error for a parameter
+// the chosen variant does not take (e.g. --beta_fast with --rope_scaling=linear)
+// or a malformed list; values are checked by the server.
+absl::Status ApplyScalingFlags(const FlagSet& flags, v1::RopeConfig* config);
+
+// "llama3(factor=8 low_freq_factor=1 ...)" or "none".
+std::string DescribeScaling(const v1::RopeConfig& config);
+
+}  // namespace client
+}  // namespace rope
+
+#endif  // ROPE_CLIENT_CLI_SCALING_FLAGS_H_

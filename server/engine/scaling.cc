@@ -1,0 +1,272 @@
+#include "server/engine/scaling.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+
+namespace rope {
+namespace {
+
+constexpr double kPi = 3.14159265358979323846;
+
+template <class... Ts>
+struct Overloaded : Ts... {
+  using Ts::operator()...;
+};
+template <class... Ts>
+Overloaded(Ts...) -> Overloaded<Ts...>;
+
+absl::Status CheckFinite(const std::string& field, double v) {
+  if (!std::isfinite(v)) {
+    return absl::InvalidArgumentError(absl::StrCat(field, " is ", v, ": must be finite"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckPositive(const std::string& field, double v) {
+  if (!std::isfinite(v) || v <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(field, " is ", v, ": must be finite and > 0"));
+  }
+  return absl::OkStatus();
+}
+
+// `v` may be 0 (meaning "default"); otherwise finite and > 0.
+absl::Status CheckPositiveOrDefault(const std::string& field, double v) {
+  if (v == 0) return absl::OkStatus();
+  if (!std::isfinite(v) || v < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, " is ", v, ": must be finite and > 0 (0 means the default)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckRequiredLength(const std::string& field, uint32_t v) {
+  if (v == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(field, " is 0: must be > 0 (required)"));
+  }
+  return absl::OkStatus();
+}
+
+#define ROPE_CHECK_(expr)              \
+  do {                                 \
+    absl::Status s_ = (expr);          \
+    if (!s_.ok()) return s_;           \
+  } while (false)
+
+std::vector<double> PlainInvFreq(double base, uint32_t rotary_dim) {
+  std::vector<double> inv(rotary_dim / 2);
+  for (size_t i = 0; i < inv.size(); ++i) {
+    inv[i] = std::pow(base, -2.0 * static_cast<double>(i) / rotary_dim);
+  }
+  return inv;
+}
+
+// YaRN's attention scaling for a context extension `scale` (HF get_mscale).
+double YarnMscale(double scale, double mscale) {
+  return scale <= 1 ? 1.0 : 0.1 * mscale * std::log(scale) + 1.0;
+}
+
+// Dimension index whose wavelength makes `rotations` turns over `max_pos`
+// positions (HF find_correction_dim).
+double YarnCorrectionDim(double rotations, uint32_t dim, double base, double max_pos) {
+  return dim * std::log(max_pos / (rotations * 2 * kPi)) / (2 * std::log(base));
+}
+
+}  // namespace
+
+std::string ScalingName(const ScalingConfig& scaling) {
+  return std::visit(Overloaded{
+                        [](const NoScaling&) { return "none"; },
+                        [](const LinearScaling&) { return "linear"; },
+                        [](const DynamicNtkScaling&) { return "dynamic"; },
+                        [](const YarnScaling&) { return "yarn"; },
+                        [](const Llama3Scaling&) { return "llama3"; },
+                        [](const LongRopeScaling&) { return "longrope"; },
+                    },
+                    scaling);
+}
+
+std::vector<std::string> SupportedScalingNames() {
+  return {"none", "linear", "dynamic", "yarn", "llama3", "longrope"};
+}
+
+ScalingConfig WithScalingDefaults(const ScalingConfig& scaling) {
+  ScalingConfig out = scaling;
+  if (auto* y = std::get_if<YarnScaling>(&out)) {
+    if (y->beta_fast == 0) y->beta_fast = 32;
+    if (y->beta_slow == 0) y->beta_slow = 1;
+    // The attention factor is what the table sees: resolve it so that
+    // {mscale unset} and {explicit equal attention_factor} share a key.
+    if (y->attention_factor == 0) {
+      y->attention_factor = (y->mscale != 0 && y->mscale_all_dim != 0)
+                                ? YarnMscale(y->factor, y->mscale) /
+                                      YarnMscale(y->factor, y->mscale_all_dim)
+                                : YarnMscale(y->factor, 1.0);
+    }
+    y->mscale = 0;
+    y->mscale_all_dim = 0;
+  } else if (auto* l = std::get_if<Llama3Scaling>(&out)) {
+    if (l->factor == 0) l->factor = 8;
+    if (l->low_freq_factor == 0) l->low_freq_factor = 1;
+    if (l->high_freq_factor == 0) l->high_freq_factor = 4;
+    if (l->original_max_position_embeddings == 0) l->original_max_position_embeddings = 8192;
+  }
+  return out;
+}
+
+absl::Status ValidateScaling(const ScalingConfig& scaling, uint32_t rotary_dim) {
+  return std::visit(
+      Overloaded{
+          [](const NoScaling&) { return absl::OkStatus(); },
+          [](const LinearScaling& s) {
+            return CheckPositive("config.linear.factor", s.factor);
+          },
+          [rotary_dim](const DynamicNtkScaling& s) {
+            ROPE_CHECK_(CheckPositive("config.dynamic_ntk.factor", s.factor));
+            ROPE_CHECK_(CheckRequiredLength("config.dynamic_ntk.original_max_position_embeddings",
+                                            s.original_max_position_embeddings));
+            if (rotary_dim < 4) {
+              return absl::InvalidArgumentError(absl::StrCat(
+                  "config.rotary_dim is ", rotary_dim,
+                  ": dynamic NTK scaling needs rotary_dim >= 4 (its exponent is r/(r-2))"));
+            }
+            return absl::OkStatus();
+          },
+          [](const YarnScaling& s) {
+            ROPE_CHECK_(CheckPositive("config.yarn.factor", s.factor));
+            ROPE_CHECK_(CheckRequiredLength("config.yarn.original_max_position_embeddings",
+                                            s.original_max_position_embeddings));
+            ROPE_CHECK_(CheckPositiveOrDefault("config.yarn.beta_fast", s.beta_fast));
+            ROPE_CHECK_(CheckPositiveOrDefault("config.yarn.beta_slow", s.beta_slow));
+            ROPE_CHECK_(CheckFinite("config.yarn.mscale", s.mscale));
+            ROPE_CHECK_(CheckFinite("config.yarn.mscale_all_dim", s.mscale_all_dim));
+            ROPE_CHECK_(CheckPositiveOrDefault("config.yarn.attention_factor", s.attention_factor));
+            const double fast = s.beta_fast == 0 ? 32 : s.beta_fast;
+            const double slow = s.beta_slow == 0 ? 1 : s.beta_slow;
+            if (fast <= slow) {
+              return absl::InvalidArgumentError(absl::StrCat(
+                  "config.yarn.beta_fast is ", fast, ": must be > beta_slow ", slow));
+            }
+            return absl::OkStatus();
+          },
+          [](const Llama3Scaling& s) {
+            ROPE_CHECK_(CheckPositiveOrDefault("config.llama3.factor", s.factor));
+            ROPE_CHECK_(CheckPositiveOrDefault("config.llama3.low_freq_factor", s.low_freq_factor));
+            ROPE_CHECK_(
+                CheckPositiveOrDefault("config.llama3.high_freq_factor", s.high_freq_factor));
+            const double low = s.low_freq_factor == 0 ? 1 : s.low_freq_factor;
+            const double high = s.high_freq_factor == 0 ? 4 : s.high_freq_factor;
+            if (low >= high) {
+              return absl::InvalidArgumentError(absl::StrCat(
+                  "config.llama3.low_freq_factor is ", low, ": must be < high_freq_factor ", high));
+            }
+            return absl::OkStatus();
+          },
+          [rotary_dim](const LongRopeScaling& s) {
+            ROPE_CHECK_(CheckRequiredLength("config.longrope.original_max_position_embeddings",
+                                            s.original_max_position_embeddings));
+            ROPE_CHECK_(
+                CheckPositiveOrDefault("config.longrope.attention_factor", s.attention_factor));
+            const size_t half = rotary_dim / 2;
+            for (const auto& [name, list] :
+                 {std::pair<const char*, const std::vector<double>*>{"short_factor", &s.short_factor},
+                  {"long_factor", &s.long_factor}}) {
+              if (list->size() != half) {
+                return absl::InvalidArgumentError(absl::StrCat(
+                    "config.longrope.", name, " has ", list->size(),
+                    " values: must have rotary_dim/2 = ", half));
+              }
+              for (size_t i = 0; i < half; ++i) {
+                ROPE_CHECK_(CheckPositive(absl::StrCat("config.longrope.", name, "[", i, "]"),
+                                          (*list)[i]));
+              }
+            }
+            return absl::OkStatus();
+          },
+      },
+      scaling);
+}
+
+double EffectiveBase(const ScalingConfig& scaling, double theta, uint32_t rotary_dim,
+                     int64_t seq_len) {
+  const auto* d = std::get_if<DynamicNtkScaling>(&scaling);
+  if (d == nullptr || seq_len <= static_cast<int64_t>(d->original_max_position_embeddings)) {
+    return theta;
+  }
+  const double r = rotary_dim;
+  const double ratio =
+      d->factor * static_cast<double>(seq_len) / d->original_max_position_embeddings -
+      (d->factor - 1);
+  return theta * std::pow(ratio, r / (r - 2));
+}
+
+std::vector<double> ScaledInvFreq(const ScalingConfig& scaling, double base, uint32_t rotary_dim,
+                                  uint32_t max_len) {
+  std::vector<double> inv = PlainInvFreq(base, rotary_dim);
+  const size_t half = inv.size();
+  std::visit(
+      Overloaded{
+          [](const NoScaling&) {},
+          [](const DynamicNtkScaling&) {},  // already in `base`
+          [&](const LinearScaling& s) {
+            for (double& f : inv) f /= s.factor;
+          },
+          [&](const YarnScaling& s) {
+            const double fast = s.beta_fast == 0 ? 32 : s.beta_fast;
+            const double slow = s.beta_slow == 0 ? 1 : s.beta_slow;
+            const double orig = s.original_max_position_embeddings;
+            double low = std::floor(YarnCorrectionDim(fast, rotary_dim, base, orig));
+            double high = std::ceil(YarnCorrectionDim(slow, rotary_dim, base, orig));
+            low = std::max(low, 0.0);
+            high = std::min(high, static_cast<double>(rotary_dim) - 1);
+            if (low == high) high += 0.001;  // avoid a zero-width ramp
+            for (size_t i = 0; i < half; ++i) {
+              // ramp 0 -> keep (extrapolate), 1 -> interpolate (divide by factor)
+              const double ramp = std::clamp((static_cast<double>(i) - low) / (high - low), 0.0, 1.0);
+              const double extrapolation = inv[i];
+              const double interpolation = inv[i] / s.factor;
+              inv[i] = interpolation * ramp + extrapolation * (1 - ramp);
+            }
+          },
+          [&](const Llama3Scaling& raw) {
+            const Llama3Scaling s = std::get<Llama3Scaling>(WithScalingDefaults(raw));
+            const double orig = s.original_max_position_embeddings;
+            const double low_freq_wavelen = orig / s.low_freq_factor;
+            const double high_freq_wavelen = orig / s.high_freq_factor;
+            for (double& f : inv) {
+              const double wavelen = 2 * kPi / f;
+              if (wavelen > low_freq_wavelen) {
+                f /= s.factor;
+              } else if (wavelen >= high_freq_wavelen) {
+                const double smooth =
+                    (orig / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
+                f = (1 - smooth) * f / s.factor + smooth * f;
+              }  // else: high frequency, unchanged
+            }
+          },
+          [&](const LongRopeScaling& s) {
+            const std::vector<double>& ext =
+                max_len > s.original_max_position_embeddings ? s.long_factor : s.short_factor;
+            for (size_t i = 0; i < half; ++i) inv[i] /= ext[i];
+          },
+      },
+      scaling);
+  return inv;
+}
+
+double ScaledAttentionFactor(const ScalingConfig& scaling, uint32_t max_len) {
+  if (const auto* y = std::get_if<YarnScaling>(&scaling)) {
+    return std::get<YarnScaling>(WithScalingDefaults(*y)).attention_factor;
+  }
+  if (const auto* l = std::get_if<LongRopeScaling>(&scaling)) {
+    if (l->attention_factor != 0) return l->attention_factor;
+    const double s = static_cast<double>(max_len) / l->original_max_position_embeddings;
+    if (s <= 1) return 1.0;
+    return std::sqrt(1 + std::log(s) / std::log(static_cast<double>(
+                                           l->original_max_position_embeddings)));
+  }
+  return 1.0;
+}
+
+}  // namespace rope

@@ -1,0 +1,150 @@
+// RoPE frequency scaling variants: the parameters of each, their defaults
+// and validation, and how each changes inv_freq and the attention factor.
+// Formulas follow Hugging Face transformers' modeling_rope_utils.py and
+// Meta's apply_scaling (Llama 3.1), computed in double.
+#ifndef ROPE_ENGINE_SCALING_H_
+#define ROPE_ENGINE_SCALING_H_
+
+#include <cstdint>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "absl/status/status.h"
+
+namespace rope {
+
+// Plain RoPE.
+struct NoScaling {
+  friend bool operator==(const NoScaling&, const NoScaling&) { return true; }
+  template <typename H>
+  friend H AbslHashValue(H h, const NoScaling&) { return h; }
+};
+
+// Position interpolation: inv_freq / factor.
+struct LinearScaling {
+  double factor = 0;  // required, > 0
+  friend bool operator==(const LinearScaling& a, const LinearScaling& b) {
+    return a.factor == b.factor;
+  }
+  template <typename H>
+  friend H AbslHashValue(H h, const LinearScaling& s) { return H::combine(std::move(h), s.factor); }
+};
+
+// Dynamic NTK (HF "dynamic"): for a sequence length L above
+// original_max_position_embeddings the base becomes
+//   theta * (factor * L / original - (factor - 1)) ^ (r / (r - 2)).
+// The server takes L = the largest position the request uses + 1 (for
+// GetTable: start + count), so the table, and its cache entry, depend on the
+// request; the key holds the resulting base.
+struct DynamicNtkScaling {
+  double factor = 0;                          // required, > 0
+  uint32_t original_max_position_embeddings = 0;  // required, > 0
+  friend bool operator==(const DynamicNtkScaling& a, const DynamicNtkScaling& b) {
+    return a.factor == b.factor &&
+           a.original_max_position_embeddings == b.original_max_position_embeddings;
+  }
+  template <typename H>
+  friend H AbslHashValue(H h, const DynamicNtkScaling& s) {
+    return H::combine(std::move(h), s.factor, s.original_max_position_embeddings);
+  }
+};
+
+// YaRN (HF "yarn"): frequencies ramp linearly between interpolation
+// (inv_freq / factor) and extrapolation (inv_freq) across the correction
+// range [low, high] found from beta_fast / beta_slow (floor/ceil, HF's
+// default truncate=True), and cos/sin are multiplied by attention_factor.
+struct YarnScaling {
+  double factor = 0;                              // required, > 0
+  uint32_t original_max_position_embeddings = 0;  // required, > 0
+  double beta_fast = 0;                           // 0 -> 32
+  double beta_slow = 0;                           // 0 -> 1
+  double mscale = 0;                              // 0 -> unset
+  double mscale_all_dim = 0;                      // 0 -> unset
+  double attention_factor = 0;                    // 0 -> derived from factor / mscale
+  friend bool operator==(const YarnScaling& a, const YarnScaling& b) {
+    return a.factor == b.factor &&
+           a.original_max_position_embeddings == b.original_max_position_embeddings &&
+           a.beta_fast == b.beta_fast && a.beta_slow == b.beta_slow && a.mscale == b.mscale &&
+           a.mscale_all_dim == b.mscale_all_dim && a.attention_factor == b.attention_factor;
+  }
+  template <typename H>
+  friend H AbslHashValue(H h, const YarnScaling& s) {
+    return H::combine(std::move(h), s.factor, s.original_max_position_embeddings, s.beta_fast,
+                      s.beta_slow, s.mscale, s.mscale_all_dim, s.attention_factor);
+  }
+};
+
+// Llama 3.1 (Meta apply_scaling, HF "llama3"): wavelengths above
+// original / low_freq_factor are divided by factor, those below
+// original / high_freq_factor are kept, and those between are smoothed.
+struct Llama3Scaling {
+  double factor = 0;                              // 0 -> 8
+  double low_freq_factor = 0;                     // 0 -> 1
+  double high_freq_factor = 0;                    // 0 -> 4
+  uint32_t original_max_position_embeddings = 0;  // 0 -> 8192
+  friend bool operator==(const Llama3Scaling& a, const Llama3Scaling& b) {
+    return a.factor == b.factor && a.low_freq_factor == b.low_freq_factor &&
+           a.high_freq_factor == b.high_freq_factor &&
+           a.original_max_position_embeddings == b.original_max_position_embeddings;
+  }
+  template <typename H>
+  friend H AbslHashValue(H h, const Llama3Scaling& s) {
+    return H::combine(std::move(h), s.factor, s.low_freq_factor, s.high_freq_factor,
+                      s.original_max_position_embeddings);
+  }
+};
+
+// LongRoPE (HF "longrope", Phi-3): inv_freq[i] = theta^(-2i/r) / ext[i] with
+// ext = long_factor when config.max_len > original_max_position_embeddings,
+// else short_factor (vLLM's rule: fixed per config, not per request).
+// attention_factor 0 means sqrt(1 + ln(s) / ln(original)) with
+// s = max_len / original (1 when s <= 1), as HF derives it from
+// max_position_embeddings / original_max_position_embeddings.
+struct LongRopeScaling {
+  std::vector<double> short_factor;               // rotary_dim / 2 values, each > 0
+  std::vector<double> long_factor;                // rotary_dim / 2 values, each > 0
+  uint32_t original_max_position_embeddings = 0;  // required, > 0
+  double attention_factor = 0;                    // 0 -> derived
+  friend bool operator==(const LongRopeScaling& a, const LongRopeScaling& b) {
+    return a.short_factor == b.short_factor && a.long_factor == b.long_factor &&
+           a.original_max_position_embeddings == b.original_max_position_embeddings &&
+           a.attention_factor == b.attention_factor;
+  }
+  template <typename H>
+  friend H AbslHashValue(H h, const LongRopeScaling& s) {
+    return H::combine(std::move(h), s.short_factor, s.long_factor,
+                      s.original_max_position_embeddings, s.attention_factor);
+  }
+};
+
+using ScalingConfig = std::variant<NoScaling, LinearScaling, DynamicNtkScaling, YarnScaling,
+                                   Llama3Scaling, LongRopeScaling>;
+
+// "none", "linear", "dynamic", "yarn", "llama3", "longrope" (HF rope_type names).
+std::string ScalingName(const ScalingConfig& scaling);
+std::vector<std::string> SupportedScalingNames();
+
+// Fills in defaults (0 -> the documented default) so that equal tables get
+// equal keys. Call on a validated config.
+ScalingConfig WithScalingDefaults(const ScalingConfig& scaling);
+
+// INVALID_ARGUMENT naming the field (config.<variant>.<field>) and value for
+// a NaN/inf, a non-positive factor, beta_fast <= beta_slow, low >= high freq
+// factor, list lengths other than rotary_dim/2, dynamic NTK with rotary_dim 2.
+absl::Status ValidateScaling(const ScalingConfig& scaling, uint32_t rotary_dim);
+
+// The base for dynamic NTK at sequence length `seq_len` (theta unchanged
+// when seq_len <= original); theta itself for every other variant.
+double EffectiveBase(const ScalingConfig& scaling, double theta, uint32_t rotary_dim,
+                     int64_t seq_len);
+
+// inv_freq (rotary_dim/2 values) for a base that already includes the
+// dynamic NTK change, and the factor multiplying cos/sin.
+std::vector<double> ScaledInvFreq(const ScalingConfig& scaling, double base, uint32_t rotary_dim,
+                                  uint32_t max_len);
+double ScaledAttentionFactor(const ScalingConfig& scaling, uint32_t max_len);
+
+}  // namespace rope
+
+#endif  // ROPE_ENGINE_SCALING_H_

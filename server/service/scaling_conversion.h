@@ -1,0 +1,17 @@
+// rope.v1.RopeConfig's `scaling` oneof <-> the engine's ScalingConfig.
+#ifndef ROPE_SERVICE_SCALING_CONVERSION_H_
+#define ROPE_SERVICE_SCALING_CONVERSION_H_
+
+#include "absl/status/statusor.h"
+#include "rope/v1/rope.pb.h"
+#include "server/engine/scaling.h"
+
+namespace rope {
+
+// Copies every parameter as sent (0 keeps meaning "default"); the engine
+// validates the values and fills the defaults.
+ScalingConfig ScalingFromProto(const v1::RopeConfig& proto);
+
+}  // namespace rope
+
+#endif  // ROPE_SERVICE_SCALING_CONVERSION_H_

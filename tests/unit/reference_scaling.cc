@@ -1,0 +1,113 @@
+#include "tests/unit/reference_scaling.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace rope {
+namespace reference {
+namespace {
+
+const double kPi = std::acos(-1.0);
+
+double GetMscale(double scale, double mscale) {
+  if (scale <= 1) return 1.0;
+  return 0.1 * mscale * std::log(scale) + 1.0;
+}
+
+double FindCorrectionDim(double num_rotations, int dim, double base, double max_pos) {
+  return (dim * std::log(max_pos / (num_rotations * 2 * kPi))) / (2 * std::log(base));
+}
+
+}  // namespace
+
+std::vector<double> DefaultInvFreq(double theta, int dim) {
+  std::vector<double> out;
+  for (int j = 0; j < dim; j += 2) out.push_back(1.0 / std::pow(theta, static_cast<double>(j) / dim));
+  return out;
+}
+
+std::vector<double> LinearInvFreq(double theta, int dim, double factor) {
+  std::vector<double> out = DefaultInvFreq(theta, dim);
+  for (double& f : out) f = f / factor;
+  return out;
+}
+
+double DynamicNtkBase(double theta, int dim, double factor, double original, double seq_len) {
+  if (seq_len <= original) return theta;
+  return theta * std::pow((factor * seq_len / original) - (factor - 1), dim / (dim - 2.0));
+}
+
+void YarnCorrectionRange(double theta, int dim, double original, double beta_fast,
+                         double beta_slow, double* low, double* high) {
+  *low = std::floor(FindCorrectionDim(beta_fast, dim, theta, original));
+  *high = std::ceil(FindCorrectionDim(beta_slow, dim, theta, original));
+  *low = std::max(*low, 0.0);
+  *high = std::min(*high, dim - 1.0);
+}
+
+std::vector<double> YarnInvFreq(double theta, int dim, double factor, double original,
+                                double beta_fast, double beta_slow) {
+  std::vector<double> pos_freqs;
+  for (int j = 0; j < dim; j += 2) pos_freqs.push_back(std::pow(theta, static_cast<double>(j) / dim));
+  double low, high;
+  YarnCorrectionRange(theta, dim, original, beta_fast, beta_slow, &low, &high);
+  if (low == high) high += 0.001;
+  std::vector<double> out;
+  for (int i = 0; i < dim / 2; ++i) {
+    const double extrapolation = 1.0 / pos_freqs[i];
+    const double interpolation = 1.0 / (factor * pos_freqs[i]);
+    const double linear = (i - low) / (high - low);
+    const double ramp = std::min(1.0, std::max(0.0, linear));
+    const double extrapolation_factor = 1 - ramp;
+    out.push_back(interpolation * (1 - extrapolation_factor) +
+                  extrapolation * extrapolation_factor);
+  }
+  return out;
+}
+
+double YarnAttentionFactor(double factor, double mscale, double mscale_all_dim,
+                           double attention_factor) {
+  if (attention_factor > 0) return attention_factor;
+  if (mscale != 0 && mscale_all_dim != 0) {
+    return GetMscale(factor, mscale) / GetMscale(factor, mscale_all_dim);
+  }
+  return GetMscale(factor, 1.0);
+}
+
+std::vector<double> Llama3InvFreq(double theta, int dim, double factor, double low_freq_factor,
+                                  double high_freq_factor, double original) {
+  const double low_freq_wavelen = original / low_freq_factor;
+  const double high_freq_wavelen = original / high_freq_factor;
+  std::vector<double> out;
+  for (double freq : DefaultInvFreq(theta, dim)) {
+    const double wavelen = 2 * kPi / freq;
+    if (wavelen < high_freq_wavelen) {
+      out.push_back(freq);
+    } else if (wavelen > low_freq_wavelen) {
+      out.push_back(freq / factor);
+    } else {
+      const double smooth =
+          (original / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor);
+      out.push_back((1 - smooth) * freq / factor + smooth * freq);
+    }
+  }
+  return out;
+}
+
+std::vector<double> LongRopeInvFreq(double theta, int dim, const std::vector<double>& ext) {
+  std::vector<double> out;
+  for (int j = 0; j < dim; j += 2) {
+    out.push_back(1.0 / (ext[j / 2] * std::pow(theta, static_cast<double>(j) / dim)));
+  }
+  return out;
+}
+
+double LongRopeAttentionFactor(double max_len, double original, double attention_factor) {
+  if (attention_factor > 0) return attention_factor;
+  const double factor = max_len / original;
+  if (factor <= 1.0) return 1.0;
+  return std::sqrt(1 + std::log(factor) / std::log(original));
+}
+
+}  // namespace reference
+}  // namespace rope

@@ -1,0 +1,383 @@
+// Scaling variants: the engine's inverse frequencies, attention factors and
+// tables against tests/unit/reference_scaling.* (written from Hugging Face's
+// and Meta's formulas) and against values computed by hand; validation of
+// every parameter; and table-cache keys that never merge two configs that
+// differ in one scaling parameter.
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/hash/hash.h"
+#include "gtest/gtest.h"
+#include "server/backends/cpu/cpu_backend.h"
+#include "server/engine/engine.h"
+#include "server/engine/rope_config.h"
+#include "server/engine/rope_table.h"
+#include "server/engine/scaling.h"
+#include "tests/unit/reference_scaling.h"
+#include "tests/unit/test_util.h"
+
+namespace rope {
+namespace {
+
+using test::StatusIs;
+
+constexpr uint32_t kCap = 1u << 20;
+
+RopeConfig Config(double theta, uint32_t head_dim, uint32_t max_len, ScalingConfig scaling,
+                  uint32_t rotary_dim = 0) {
+  RopeConfig c;
+  c.theta = theta;
+  c.head_dim = head_dim;
+  c.rotary_dim = rotary_dim;
+  c.max_len = max_len;
+  c.scaling = std::move(scaling);
+  return c;
+}
+
+std::vector<double> EngineInvFreq(const RopeConfig& config, int64_t max_position = 0) {
+  EXPECT_TRUE(ValidateConfig(config, kCap).ok()) << ValidateConfig(config, kCap);
+  return ComputeInvFreq(MakeTableKey(config, max_position));
+}
+
+void ExpectNear(const std::vector<double>& got, const std::vector<double>& want) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_NEAR(got[i], want[i], 1e-14 * std::abs(want[i])) << "inv_freq[" << i << "]";
+  }
+}
+
+std::vector<double> LongList(size_t n, double base) {
+  std::vector<double> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = base + 0.25 * i;
+  return v;
+}
+
+// ---- Each variant against the reference --------------------------------------
+
+TEST(ScalingTest, LinearDividesEveryFrequency) {
+  ExpectNear(EngineInvFreq(Config(10000, 64, 4096, LinearScaling{4.0})),
+             reference::LinearInvFreq(10000, 64, 4.0));
+}
+
+TEST(ScalingTest, DynamicNtkKeepsBaseUpToOriginalLength) {
+  const DynamicNtkScaling s{2.0, 2048};
+  ExpectNear(EngineInvFreq(Config(10000, 128, 8192, s), /*max_position=*/2047),
+             reference::DefaultInvFreq(10000, 128));
+}
+
+TEST(ScalingTest, DynamicNtkGrowsBaseWithSequenceLength) {
+  const DynamicNtkScaling s{2.0, 2048};
+  for (int64_t max_position : {2048, 3000, 8191}) {
+    const double base = reference::DynamicNtkBase(10000, 128, 2.0, 2048, max_position + 1.0);
+    ExpectNear(EngineInvFreq(Config(10000, 128, 8192, s), max_position),
+               reference::DefaultInvFreq(base, 128));
+    EXPECT_DOUBLE_EQ(MakeTableKey(Config(10000, 128, 8192, s), max_position).theta, base);
+  }
+}
+
+TEST(ScalingTest, DynamicNtkBaseByHand) {
+  // rotary_dim 8, factor 2, original 16, sequence length 32:
+  // 10000 * (2 * 32 / 16 - 1)^(8/6) = 10000 * 3^(4/3) = 43267.48710922...
+  const TableKey key = MakeTableKey(Config(10000, 8, 64, DynamicNtkScaling{2.0, 16}), 31);
+  EXPECT_NEAR(key.theta, 43267.487109222246, 1e-8);
+}
+
+TEST(ScalingTest, YarnMatchesReference) {
+  YarnScaling s;
+  s.factor = 4;
+  s.original_max_position_embeddings = 4096;
+  ExpectNear(EngineInvFreq(Config(10000, 128, 16384, s)),
+             reference::YarnInvFreq(10000, 128, 4, 4096, 32, 1));
+  s.beta_fast = 16;
+  s.beta_slow = 2;
+  ExpectNear(EngineInvFreq(Config(500000, 128, 16384, s, 64)),
+             reference::YarnInvFreq(500000, 64, 4, 4096, 16, 2));
+}
+
+TEST(ScalingTest, YarnCorrectionRangeByHand) {
+  // theta 10000, dim 128, original 4096: low = floor(128 ln(4096/(64 pi)) /
+  // (2 ln 10000)) = floor(20.944) = 20, high = ceil(128 ln(4096/(2 pi)) /
+  // (2 ln 10000)) = ceil(45.027) = 46.
+  double low, high;
+  reference::YarnCorrectionRange(10000, 128, 4096, 32, 1, &low, &high);
+  EXPECT_EQ(low, 20);
+  EXPECT_EQ(high, 46);
+  YarnScaling s;
+  s.factor = 8;
+  s.original_max_position_embeddings = 4096;
+  const std::vector<double> inv = EngineInvFreq(Config(10000, 128, 8192, s));
+  const std::vector<double> plain = reference::DefaultInvFreq(10000, 128);
+  for (int i = 0; i < 64; ++i) {
+    const double ramp = std::min(1.0, std::max(0.0, (i - 20.0) / 26.0));
+    const double want = plain[i] / 8 * ramp + plain[i] * (1 - ramp);
+    EXPECT_NEAR(inv[i], want, 1e-15 * plain[i]) << i;
+    if (i <= 20) {
+      EXPECT_DOUBLE_EQ(inv[i], plain[i]) << "extrapolated dims stay unchanged: " << i;
+    }
+    if (i >= 46) {
+      EXPECT_DOUBLE_EQ(inv[i], plain[i] / 8) << "interpolated dims: " << i;
+    }
+  }
+}
+
+TEST(ScalingTest, YarnAttentionFactorRules) {
+  YarnScaling s;
+  s.factor = 16;
+  s.original_max_position_embeddings = 4096;
+  // Default: 0.1 ln(16) + 1.
+  EXPECT_NEAR(ScaledAttentionFactor(s, 65536), 0.1 * std::log(16.0) + 1, 1e-15);
+  EXPECT_DOUBLE_EQ(ScaledAttentionFactor(s, 65536), reference::YarnAttentionFactor(16, 0, 0, 0));
+  // mscale and mscale_all_dim (DeepSeek style): their ratio.
+  s.mscale = 0.707;
+  s.mscale_all_dim = 0.707;
+  EXPECT_DOUBLE_EQ(ScaledAttentionFactor(s, 65536), 1.0);
+  s.mscale_all_dim = 1.0;
+  EXPECT_DOUBLE_EQ(ScaledAttentionFactor(s, 65536),
+                   reference::YarnAttentionFactor(16, 0.707, 1.0, 0));
+  // mscale alone is ignored, as in HF.
+  s.mscale_all_dim = 0;
+  EXPECT_DOUBLE_EQ(ScaledAttentionFactor(s, 65536), reference::YarnAttentionFactor(16, 0, 0, 0));
+  // An explicit attention_factor wins.
+  s.attention_factor = 1.25;
+  EXPECT_DOUBLE_EQ(ScaledAttentionFactor(s, 65536), 1.25);
+}
+
+TEST(ScalingTest, Llama3MatchesReference) {
+  ExpectNear(EngineInvFreq(Config(500000, 128, 131072, Llama3Scaling{})),
+             reference::Llama3InvFreq(500000, 128, 8, 1, 4, 8192));
+  ExpectNear(EngineInvFreq(Config(500000, 128, 131072, Llama3Scaling{32, 2, 8, 4096})),
+             reference::Llama3InvFreq(500000, 128, 32, 2, 8, 4096));
+}
+
+TEST(ScalingTest, Llama3SplitsHeadDim128Into29Unchanged6Smoothed29Divided) {
+  const std::vector<double> inv = EngineInvFreq(Config(500000, 128, 131072, Llama3Scaling{}));
+  const std::vector<double> plain = reference::DefaultInvFreq(500000, 128);
+  int unchanged = 0, smoothed = 0, divided = 0;
+  for (size_t i = 0; i < inv.size(); ++i) {
+    if (std::abs(inv[i] - plain[i]) <= 1e-15 * plain[i]) {
+      ++unchanged;
+    } else if (std::abs(inv[i] - plain[i] / 8) <= 1e-15 * plain[i]) {
+      ++divided;
+    } else {
+      ASSERT_GT(inv[i], plain[i] / 8) << i;
+      ASSERT_LT(inv[i], plain[i]) << i;
+      ++smoothed;
+    }
+  }
+  EXPECT_EQ(unchanged, 29);
+  EXPECT_EQ(smoothed, 6);
+  EXPECT_EQ(divided, 29);
+}
+
+TEST(ScalingTest, LongRopeUsesLongListPastOriginalLength) {
+  LongRopeScaling s;
+  s.short_factor = LongList(32, 1.0);
+  s.long_factor = LongList(32, 2.0);
+  s.original_max_position_embeddings = 4096;
+  ExpectNear(EngineInvFreq(Config(10000, 64, 4096, s)),
+             reference::LongRopeInvFreq(10000, 64, s.short_factor));
+  ExpectNear(EngineInvFreq(Config(10000, 64, 131072, s)),
+             reference::LongRopeInvFreq(10000, 64, s.long_factor));
+}
+
+TEST(ScalingTest, LongRopeAttentionFactor) {
+  LongRopeScaling s;
+  s.short_factor = LongList(32, 1.0);
+  s.long_factor = LongList(32, 2.0);
+  s.original_max_position_embeddings = 4096;
+  EXPECT_DOUBLE_EQ(ScaledAttentionFactor(s, 4096), 1.0);
+  // Phi-3-mini-128k: 131072 / 4096 = 32 -> sqrt(1 + ln 32 / ln 4096) = sqrt(1 + 5/12).
+  EXPECT_NEAR(ScaledAttentionFactor(s, 131072), std::sqrt(1 + 5.0 / 12.0), 1e-15);
+  EXPECT_DOUBLE_EQ(ScaledAttentionFactor(s, 131072),
+                   reference::LongRopeAttentionFactor(131072, 4096, 0));
+  s.attention_factor = 1.5;
+  EXPECT_DOUBLE_EQ(ScaledAttentionFactor(s, 131072), 1.5);
+}
+
+// The stored table: cos/sin of pos * reference inv_freq, times the attention
+// factor, to float32 rounding.
+TEST(ScalingTest, TablesCarryTheAttentionFactor) {
+  YarnScaling s;
+  s.factor = 16;
+  s.original_max_position_embeddings = 1024;
+  const RopeConfig config = Config(10000, 64, 20000, s);
+  const auto table = RopeTable::Build(MakeTableKey(config, 0));
+  const std::vector<double> inv = reference::YarnInvFreq(10000, 64, 16, 1024, 32, 1);
+  const double attn = reference::YarnAttentionFactor(16, 0, 0, 0);
+  EXPECT_DOUBLE_EQ(table->attention_factor(), attn);
+  for (int64_t pos : {0, 1, 1023, 1024, 5000, 19999}) {
+    for (int i = 0; i < 32; ++i) {
+      EXPECT_NEAR(table->cos_row(pos)[i], attn * std::cos(pos * inv[i]), 2.4e-7) << pos << " " << i;
+      EXPECT_NEAR(table->sin_row(pos)[i], attn * std::sin(pos * inv[i]), 2.4e-7) << pos << " " << i;
+    }
+  }
+}
+
+// ---- Validation ---------------------------------------------------------------
+
+TEST(ScalingValidationTest, RejectsNonPositiveOrNanFactors) {
+  EXPECT_TRUE(StatusIs(ValidateConfig(Config(10000, 64, 64, LinearScaling{0}), kCap),
+                       absl::StatusCode::kInvalidArgument, "config.linear.factor is 0"));
+  EXPECT_TRUE(StatusIs(ValidateConfig(Config(10000, 64, 64, LinearScaling{-2}), kCap),
+                       absl::StatusCode::kInvalidArgument, "config.linear.factor is -2"));
+  EXPECT_TRUE(StatusIs(ValidateConfig(Config(10000, 64, 64, LinearScaling{std::nan("")}), kCap),
+                       absl::StatusCode::kInvalidArgument, "config.linear.factor is nan"));
+  EXPECT_TRUE(StatusIs(ValidateConfig(Config(10000, 64, 64, DynamicNtkScaling{0, 16}), kCap),
+                       absl::StatusCode::kInvalidArgument, "config.dynamic_ntk.factor is 0"));
+  EXPECT_TRUE(StatusIs(ValidateConfig(Config(10000, 64, 64, Llama3Scaling{-8, 0, 0, 0}), kCap),
+                       absl::StatusCode::kInvalidArgument, "config.llama3.factor is -8"));
+}
+
+TEST(ScalingValidationTest, RejectsMissingOriginalLength) {
+  EXPECT_TRUE(StatusIs(ValidateConfig(Config(10000, 64, 64, DynamicNtkScaling{2, 0}), kCap),
+                       absl::StatusCode::kInvalidArgument,
+                       "config.dynamic_ntk.original_max_position_embeddings is 0"));
+  YarnScaling y;
+  y.factor = 2;
+  EXPECT_TRUE(StatusIs(ValidateConfig(Config(10000, 64, 64, y), kCap),
+                       absl::StatusCode::kInvalidArgument,
+                       "config.yarn.original_max_position_embeddings is 0"));
+}
+
+TEST(ScalingValidationTest, RejectsYarnBetaFastNotAboveBetaSlow) {
+  YarnScaling y;
+  y.factor = 2;
+  y.original_max_position_embeddings = 1024;
+  y.beta_fast = 1;
+  y.beta_slow = 1;
+  EXPECT_TRUE(StatusIs(ValidateConfig(Config(10000, 64, 64, y), kCap),
+                       absl::StatusCode::kInvalidArgument, "config.yarn.beta_fast is 1"));
+  y.beta_fast = 0;  // default 32
+  y.beta_slow = 40;
+  EXPECT_TRUE(StatusIs(ValidateConfig(Config(10000, 64, 64, y), kCap),
+                       absl::StatusCode::kInvalidArgument, "must be > beta_slow 40"));
+  y.beta_slow = 0;
+  y.mscale = std::numeric_limits<double>::infinity();
+  EXPECT_TRUE(StatusIs(ValidateConfig(Config(10000, 64, 64, y), kCap),
+                       absl::StatusCode::kInvalidArgument, "config.yarn.mscale is inf"));
+}
+
+TEST(ScalingValidationTest, RejectsLlama3LowNotBelowHigh) {
+  EXPECT_TRUE(StatusIs(ValidateConfig(Config(500000, 64, 64, Llama3Scaling{8, 4, 4, 8192}), kCap),
+                       absl::StatusCode::kInvalidArgument, "config.llama3.low_freq_factor is 4"));
+}
+
+TEST(ScalingValidationTest, RejectsLongRopeListLengthsAndValues) {
+  LongRopeScaling s;
+  s.short_factor = LongList(31, 1.0);
+  s.long_factor = LongList(32, 1.0);
+  s.original_max_position_embeddings = 4096;
+  EXPECT_TRUE(StatusIs(ValidateConfig(Config(10000, 64, 64, s), kCap),
+                       absl::StatusCode::kInvalidArgument,
+                       "config.longrope.short_factor has 31 values: must have rotary_dim/2 = 32"));
+  s.short_factor = LongList(32, 1.0);
+  s.long_factor[5] = std::nan("");
+  EXPECT_TRUE(StatusIs(ValidateConfig(Config(10000, 64, 64, s), kCap),
+                       absl::StatusCode::kInvalidArgument, "config.longrope.long_factor[5] is nan"));
+  // Partial rotary: the lists follow rotary_dim, not head_dim.
+  s.long_factor = LongList(16, 1.0);
+  s.short_factor = LongList(16, 1.0);
+  EXPECT_TRUE(ValidateConfig(Config(10000, 64, 64, s, 32), kCap).ok());
+}
+
+TEST(ScalingValidationTest, RejectsDynamicNtkWithRotaryDimTwo) {
+  EXPECT_TRUE(StatusIs(ValidateConfig(Config(10000, 2, 64, DynamicNtkScaling{2, 16}), kCap),
+                       absl::StatusCode::kInvalidArgument, "config.rotary_dim is 2"));
+}
+
+// ---- Cache keys -------------------------------------------------------------------
+
+TEST(ScalingKeyTest, OneParameterApartNeverSharesAKey) {
+  YarnScaling base;
+  base.factor = 4;
+  base.original_max_position_embeddings = 4096;
+  std::vector<ScalingConfig> variants = {NoScaling{}, LinearScaling{4}, LinearScaling{4.5},
+                                         DynamicNtkScaling{4, 4096}, DynamicNtkScaling{4, 2048},
+                                         base};
+  for (auto mutate : std::vector<void (*)(YarnScaling*)>{
+           [](YarnScaling* y) { y->factor = 5; },
+           [](YarnScaling* y) { y->original_max_position_embeddings = 2048; },
+           [](YarnScaling* y) { y->beta_fast = 31; },
+           [](YarnScaling* y) { y->beta_slow = 2; },
+           [](YarnScaling* y) { y->attention_factor = 1.5; }}) {
+    YarnScaling y = base;
+    mutate(&y);
+    variants.push_back(y);
+  }
+  variants.push_back(Llama3Scaling{8, 1, 4, 8192});
+  variants.push_back(Llama3Scaling{8, 1, 4, 4096});
+  variants.push_back(Llama3Scaling{8, 2, 4, 8192});
+  variants.push_back(Llama3Scaling{8, 1, 5, 8192});
+  variants.push_back(Llama3Scaling{16, 1, 4, 8192});
+  LongRopeScaling l;
+  l.short_factor = LongList(32, 1.0);
+  l.long_factor = LongList(32, 2.0);
+  l.original_max_position_embeddings = 4096;
+  variants.push_back(l);
+  l.long_factor[31] += 1e-9;
+  variants.push_back(l);
+  l.attention_factor = 1.1;
+  variants.push_back(l);
+
+  std::vector<TableKey> keys;
+  for (const ScalingConfig& s : variants) keys.push_back(MakeTableKey(Config(10000, 64, 8192, s), 0));
+  for (size_t a = 0; a < keys.size(); ++a) {
+    for (size_t b = a + 1; b < keys.size(); ++b) {
+      EXPECT_FALSE(keys[a] == keys[b]) << keys[a].DebugString() << " vs " << keys[b].DebugString();
+      EXPECT_NE(absl::Hash<TableKey>()(keys[a]), absl::Hash<TableKey>()(keys[b]))
+          << keys[a].DebugString() << " vs " << keys[b].DebugString();
+    }
+  }
+}
+
+TEST(ScalingKeyTest, DefaultsAndExplicitDefaultsShareAKey) {
+  YarnScaling implicit;
+  implicit.factor = 4;
+  implicit.original_max_position_embeddings = 4096;
+  YarnScaling explicit_defaults = implicit;
+  explicit_defaults.beta_fast = 32;
+  explicit_defaults.beta_slow = 1;
+  explicit_defaults.attention_factor = 0.1 * std::log(4.0) + 1;
+  EXPECT_TRUE(MakeTableKey(Config(10000, 64, 8192, implicit), 0) ==
+              MakeTableKey(Config(10000, 64, 8192, explicit_defaults), 0));
+  EXPECT_TRUE(MakeTableKey(Config(500000, 64, 8192, Llama3Scaling{}), 0) ==
+              MakeTableKey(Config(500000, 64, 8192, Llama3Scaling{8, 1, 4, 8192}), 0));
+}
+
+TEST(ScalingKeyTest, DynamicNtkCachesOneTablePerEffectiveBase) {
+  EngineLimits limits;
+  auto engine = std::make_unique<Engine>(NewCpuBackend(1).value(), limits);
+  const RopeConfig config = Config(10000, 8, 64, DynamicNtkScaling{2.0, 16});
+  auto rotate_at = [&](int64_t start_pos) {
+    test::HostTensor q = test::Encode(DType::kFloat32, {1, 1, 1, 8}, {1, 0, 1, 0, 1, 0, 1, 0});
+    RotateParams p;
+    p.config = config;
+    p.q = q.view();
+    p.start_pos = start_pos;
+    return engine->Rotate(p);
+  };
+  ASSERT_TRUE(rotate_at(3).ok());
+  ASSERT_TRUE(rotate_at(15).ok());  // still within the original length: same base
+  EXPECT_EQ(engine->cache_stats().misses, 1);
+  ASSERT_TRUE(rotate_at(16).ok());  // length 17 > 16: a new base
+  ASSERT_TRUE(rotate_at(31).ok());
+  EXPECT_EQ(engine->cache_stats().misses, 3);
+  ASSERT_TRUE(rotate_at(31).ok());
+  EXPECT_EQ(engine->cache_stats().misses, 3);
+  EXPECT_EQ(engine->cache_stats().hits, 2);
+}
+
+TEST(ScalingNamesTest, EveryVariantHasItsHuggingFaceName) {
+  EXPECT_EQ(ScalingName(NoScaling{}), "none");
+  EXPECT_EQ(ScalingName(LinearScaling{}), "linear");
+  EXPECT_EQ(ScalingName(DynamicNtkScaling{}), "dynamic");
+  EXPECT_EQ(ScalingName(YarnScaling{}), "yarn");
+  EXPECT_EQ(ScalingName(Llama3Scaling{}), "llama3");
+  EXPECT_EQ(ScalingName(LongRopeScaling{}), "longrope");
+  EXPECT_EQ(SupportedScalingNames().size(), 6u);
+}
+
+}  // namespace
+}  // namespace rope
