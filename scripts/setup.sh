@@ -13,6 +13,8 @@ PACKAGES=(
   prometheus-cpp-dev libopenblas-dev
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev
+  # libFuzzer (scripts/fuzz.sh): clang 14 and its sanitizer/fuzzer runtimes
+  clang libclang-rt-14-dev
   # Python peer (client/python) and numpy oracle used by the e2e tests
   python3 python3-grpcio python3-numpy python3-protobuf
   # tools used by scripts and tests

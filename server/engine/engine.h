@@ -32,7 +32,7 @@ struct RotateParams {
   TensorView q;                      // [B,S,Hq,D] or [S,Hq,D] (B = 1)
   TensorView k;                      // same rank/B/S/D, its own head count; data == nullptr: absent
   int64_t start_pos = 0;             // positions start_pos + s when `positions` is empty
-  std::vector<int64_t> positions;    // S or B*S explicit positions
+  std::vector<int64_t> positions;    // S or B*S explicit positions; start_pos must then be 0
   bool inverse = false;
 };
 

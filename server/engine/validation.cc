@@ -184,6 +184,14 @@ absl::StatusOr<RotateArgs> ResolveRotate(const RotateParams& params, const Engin
   ROPE_RETURN_IF_ERROR(CheckElementLimit(elements, limits));
 
   args.positions.seq = q.seq;
+  // proto3 cannot tell an unset start_pos from 0, so only a non-zero one
+  // contradicts explicit positions; silently preferring either would hide a
+  // client bug.
+  if (!params.positions.empty() && params.start_pos != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "start_pos and positions are both set (start_pos is ", params.start_pos, ", positions has ",
+        params.positions.size(), " values): give one of them"));
+  }
   if (params.positions.empty()) {
     ROPE_RETURN_IF_ERROR(CheckStartPos("start_pos", params.start_pos, q.seq, config.max_len));
     args.positions.start_pos = params.start_pos;

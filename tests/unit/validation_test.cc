@@ -7,6 +7,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -337,8 +338,29 @@ TEST_F(ValidationTest, NegativeStartPosIsInvalid) {
   EXPECT_TRUE(RotateRejected(p, StatusCode::kInvalidArgument, "start_pos is -9223372036854775808"));
 }
 
+// Explicit positions replace start_pos, which must then be 0 (proto3's unset).
+RotateParams WithPositions(RotateParams p, std::vector<int64_t> positions) {
+  p.start_pos = 0;
+  p.positions = std::move(positions);
+  return p;
+}
+
+TEST_F(ValidationTest, StartPosTogetherWithPositionsIsInvalid) {
+  RotateParams p = WithPositions(ValidRotate(), {0, 1, 2, 3, 4});
+  EXPECT_TRUE(engine_->Rotate(p).ok());
+  p.start_pos = 7;
+  EXPECT_TRUE(RotateRejected(p, StatusCode::kInvalidArgument,
+                             "start_pos and positions are both set (start_pos is 7, positions "
+                             "has 5 values)"));
+  // Checked before the positions themselves, so the contradiction is named.
+  p.positions = {0, 1, 2, 3, 64};
+  EXPECT_TRUE(RotateRejected(p, StatusCode::kInvalidArgument, "start_pos and positions"));
+  p.start_pos = -1;
+  EXPECT_TRUE(RotateRejected(p, StatusCode::kInvalidArgument, "start_pos and positions"));
+}
+
 TEST_F(ValidationTest, ExplicitPositionAtMaxLenIsOutOfRange) {
-  RotateParams p = ValidRotate();
+  RotateParams p = WithPositions(ValidRotate(), {});
   p.positions = {0, 1, 63, 2, 3};
   EXPECT_TRUE(engine_->Rotate(p).ok());
   p.positions = {0, 1, 64, 2, 3};
@@ -349,13 +371,13 @@ TEST_F(ValidationTest, ExplicitPositionAtMaxLenIsOutOfRange) {
 }
 
 TEST_F(ValidationTest, NegativeExplicitPositionIsInvalid) {
-  RotateParams p = ValidRotate();
+  RotateParams p = WithPositions(ValidRotate(), {});
   p.positions = {0, -1, 2, 3, 4};
   EXPECT_TRUE(RotateRejected(p, StatusCode::kInvalidArgument, "positions[1] is -1"));
 }
 
 TEST_F(ValidationTest, PositionsCountMustBeSeqOrBatchTimesSeq) {
-  RotateParams p = ValidRotate();
+  RotateParams p = WithPositions(ValidRotate(), {});
   for (size_t n : {size_t{1}, size_t{4}, size_t{6}, size_t{9}, size_t{11}}) {
     p.positions.assign(n, 0);
     EXPECT_TRUE(RotateRejected(p, StatusCode::kInvalidArgument,

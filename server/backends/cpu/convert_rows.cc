@@ -3,6 +3,7 @@
 #include "server/engine/rope_math.h"
 
 #if defined(__x86_64__)
+#include <cpuid.h>
 #include <immintrin.h>
 #define ROPE_HAVE_F16C_PATH 1
 #endif
@@ -12,7 +13,13 @@ namespace {
 
 #if ROPE_HAVE_F16C_PATH
 bool CpuHasF16c() {
-  static const bool has = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");
+  // F16C straight from CPUID: clang 14's __builtin_cpu_supports does not know
+  // "f16c". Its "avx" also checks that the OS saves the AVX registers.
+  static const bool has = [] {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    if (__get_cpuid(1, &eax, &ebx, &ecx, &edx) == 0) return false;
+    return (ecx & bit_F16C) != 0 && __builtin_cpu_supports("avx");
+  }();
   return has;
 }
 

@@ -1,0 +1,234 @@
+// Writes the fuzzer's seed corpus: small valid requests of each RPC, dtype,
+// layout and scaling variant, in the input format of request_fuzz_target.h.
+// scripts/fuzz.sh runs it into tests/fuzz/corpus; the output is deterministic,
+// so the committed files change only when this program does.
+//
+// Usage: rope_fuzz_seed_corpus OUT_DIR
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "rope/v1/rope.pb.h"
+#include "tests/fuzz/request_fuzz_target.h"
+
+namespace rope {
+namespace fuzz {
+namespace {
+
+int64_t Elements(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+// Deterministic values in about [-1, 1): float32 as is, bfloat16 as the
+// upper half of the float32, float16 from a few exact binary16 patterns.
+v1::Tensor MakeTensor(v1::DType dtype, const std::vector<int64_t>& shape, int salt) {
+  v1::Tensor t;
+  t.set_dtype(dtype);
+  for (int64_t d : shape) t.add_shape(d);
+  std::string* data = t.mutable_data();
+  for (int64_t i = 0; i < Elements(shape); ++i) {
+    const float value = static_cast<float>(((i * 7 + salt * 13) % 41) - 20) / 20.0f;
+    uint32_t bits;
+    std::memcpy(&bits, &value, sizeof(bits));
+    if (dtype == v1::FLOAT32) {
+      data->append(reinterpret_cast<const char*>(&bits), 4);
+    } else {
+      const uint16_t half = dtype == v1::BFLOAT16
+                                ? static_cast<uint16_t>(bits >> 16)
+                                : static_cast<uint16_t>(0x3800 + ((i + salt) % 64) * 16 +
+                                                        (value < 0 ? 0x8000 : 0));
+      data->append(reinterpret_cast<const char*>(&half), 2);
+    }
+  }
+  return t;
+}
+
+v1::RopeConfig Config(uint32_t head_dim, uint32_t max_len, v1::Layout layout = v1::INTERLEAVED,
+                      uint32_t rotary_dim = 0, double theta = 0) {
+  v1::RopeConfig c;
+  c.set_head_dim(head_dim);
+  c.set_max_len(max_len);
+  c.set_layout(layout);
+  c.set_rotary_dim(rotary_dim);
+  c.set_theta(theta);
+  return c;
+}
+
+bool Write(const std::string& dir, const std::string& name, RequestKind kind,
+           const google::protobuf::Message& message) {
+  std::string bytes(1, static_cast<char>(kind));
+  if (!message.AppendToString(&bytes)) return false;
+  std::ofstream out(dir + "/" + name, std::ios::binary | std::ios::trunc);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  return static_cast<bool>(out);
+}
+
+std::vector<std::pair<std::string, v1::RotateRequest>> RotateSeeds() {
+  std::vector<std::pair<std::string, v1::RotateRequest>> seeds;
+  v1::RotateRequest r;
+  *r.mutable_config() = Config(8, 16);
+  *r.mutable_q() = MakeTensor(v1::FLOAT32, {1, 2, 2, 8}, 1);
+  r.set_start_pos(3);
+  seeds.emplace_back("rotate_f32_start_pos", r);
+
+  r = v1::RotateRequest();
+  *r.mutable_config() = Config(8, 32, v1::HALF, 4);
+  *r.mutable_q() = MakeTensor(v1::FLOAT32, {2, 2, 4, 8}, 2);
+  *r.mutable_k() = MakeTensor(v1::FLOAT32, {2, 2, 2, 8}, 3);
+  for (int64_t p : {5, 0, 31, 7}) r.add_positions(p);
+  seeds.emplace_back("rotate_f32_gqa_positions_half_partial", r);
+
+  r = v1::RotateRequest();
+  *r.mutable_config() = Config(8, 16, v1::HALF);
+  *r.mutable_q() = MakeTensor(v1::FLOAT16, {3, 1, 8}, 4);
+  *r.mutable_k() = MakeTensor(v1::FLOAT16, {3, 1, 8}, 5);
+  r.set_inverse(true);
+  seeds.emplace_back("rotate_f16_rank3_inverse", r);
+
+  r = v1::RotateRequest();
+  *r.mutable_config() = Config(16, 64, v1::INTERLEAVED, 0, 500000);
+  *r.mutable_q() = MakeTensor(v1::BFLOAT16, {1, 3, 1, 16}, 6);
+  for (int64_t p : {60, 1, 2}) r.add_positions(p);
+  seeds.emplace_back("rotate_bf16_theta", r);
+
+  v1::RotateRequest scaled;
+  *scaled.mutable_q() = MakeTensor(v1::FLOAT32, {1, 2, 1, 8}, 7);
+  scaled.set_start_pos(40);
+
+  r = scaled;
+  *r.mutable_config() = Config(8, 64);
+  r.mutable_config()->mutable_linear()->set_factor(4);
+  seeds.emplace_back("rotate_linear", r);
+
+  r = scaled;
+  *r.mutable_config() = Config(8, 64);
+  r.mutable_config()->mutable_dynamic_ntk()->set_factor(2);
+  r.mutable_config()->mutable_dynamic_ntk()->set_original_max_position_embeddings(16);
+  seeds.emplace_back("rotate_dynamic_ntk", r);
+
+  r = scaled;
+  *r.mutable_config() = Config(8, 64);
+  r.mutable_config()->mutable_yarn()->set_factor(4);
+  r.mutable_config()->mutable_yarn()->set_original_max_position_embeddings(16);
+  r.mutable_config()->mutable_yarn()->set_mscale(1);
+  r.mutable_config()->mutable_yarn()->set_mscale_all_dim(0.5);
+  seeds.emplace_back("rotate_yarn", r);
+
+  r = scaled;
+  *r.mutable_config() = Config(8, 64, v1::HALF, 0, 500000);
+  r.mutable_config()->mutable_llama3()->set_original_max_position_embeddings(16);
+  seeds.emplace_back("rotate_llama3", r);
+
+  r = scaled;
+  *r.mutable_config() = Config(8, 64);
+  v1::LongRopeScaling* longrope = r.mutable_config()->mutable_longrope();
+  longrope->set_original_max_position_embeddings(16);
+  for (double f : {1.0, 1.5, 2.0, 4.0}) longrope->add_short_factor(f);
+  for (double f : {1.0, 2.0, 8.0, 16.0}) longrope->add_long_factor(f);
+  seeds.emplace_back("rotate_longrope", r);
+  return seeds;
+}
+
+std::vector<std::pair<std::string, v1::AttentionScoresRequest>> AttentionSeeds() {
+  std::vector<std::pair<std::string, v1::AttentionScoresRequest>> seeds;
+  v1::AttentionScoresRequest a;
+  *a.mutable_config() = Config(8, 16);
+  *a.mutable_q() = MakeTensor(v1::FLOAT32, {1, 3, 2, 8}, 8);
+  *a.mutable_k() = MakeTensor(v1::FLOAT32, {1, 4, 1, 8}, 9);
+  *a.mutable_v() = MakeTensor(v1::FLOAT32, {1, 4, 1, 3}, 10);
+  a.set_q_start_pos(1);
+  a.set_causal(true);
+  a.set_softmax(true);
+  seeds.emplace_back("attention_f32_causal_softmax_v", a);
+
+  a = v1::AttentionScoresRequest();
+  *a.mutable_config() = Config(8, 16, v1::HALF, 4);
+  *a.mutable_q() = MakeTensor(v1::FLOAT32, {2, 2, 8}, 11);
+  *a.mutable_k() = MakeTensor(v1::FLOAT32, {3, 2, 8}, 12);
+  a.set_scale(0.5);
+  a.set_q_start_pos(2);
+  seeds.emplace_back("attention_f32_rank3_scale", a);
+
+  a = v1::AttentionScoresRequest();
+  *a.mutable_config() = Config(8, 32);
+  a.mutable_config()->mutable_yarn()->set_factor(2);
+  a.mutable_config()->mutable_yarn()->set_original_max_position_embeddings(8);
+  *a.mutable_q() = MakeTensor(v1::BFLOAT16, {1, 2, 2, 8}, 13);
+  *a.mutable_k() = MakeTensor(v1::BFLOAT16, {1, 5, 2, 8}, 14);
+  *a.mutable_v() = MakeTensor(v1::BFLOAT16, {1, 5, 2, 2}, 15);
+  a.set_k_start_pos(20);
+  a.set_softmax(true);
+  seeds.emplace_back("attention_bf16_yarn_v", a);
+
+  a = v1::AttentionScoresRequest();
+  *a.mutable_config() = Config(8, 16);
+  *a.mutable_q() = MakeTensor(v1::FLOAT16, {1, 2, 1, 8}, 16);
+  *a.mutable_k() = MakeTensor(v1::FLOAT16, {1, 2, 1, 8}, 17);
+  a.set_causal(true);
+  a.set_q_start_pos(0);
+  a.set_k_start_pos(5);  // every key after every query: fully masked rows
+  a.set_softmax(true);
+  seeds.emplace_back("attention_f16_fully_masked", a);
+  return seeds;
+}
+
+std::vector<std::pair<std::string, v1::GetTableRequest>> TableSeeds() {
+  std::vector<std::pair<std::string, v1::GetTableRequest>> seeds;
+  v1::GetTableRequest t;
+  *t.mutable_config() = Config(8, 32);
+  t.set_start(4);
+  t.set_count(8);
+  seeds.emplace_back("table_plain", t);
+
+  t = v1::GetTableRequest();
+  *t.mutable_config() = Config(16, 128, v1::INTERLEAVED, 8);
+  t.mutable_config()->mutable_dynamic_ntk()->set_factor(3);
+  t.mutable_config()->mutable_dynamic_ntk()->set_original_max_position_embeddings(32);
+  seeds.emplace_back("table_dynamic_ntk_to_end", t);
+
+  t = v1::GetTableRequest();
+  *t.mutable_config() = Config(8, 64);
+  t.mutable_config()->mutable_llama3()->set_factor(8);
+  t.set_start(60);
+  t.set_count(4);
+  seeds.emplace_back("table_llama3_last_rows", t);
+  return seeds;
+}
+
+}  // namespace
+}  // namespace fuzz
+}  // namespace rope
+
+int main(int argc, char** argv) {
+  using namespace rope::fuzz;  // NOLINT(build/namespaces)
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: %s OUT_DIR\n", argv[0]);
+    return 2;
+  }
+  const std::string dir = argv[1];
+  int written = 0;
+  bool ok = true;
+  for (const auto& [name, m] : RotateSeeds()) {
+    ok = ok && Write(dir, name, RequestKind::kRotate, m);
+    ++written;
+  }
+  for (const auto& [name, m] : AttentionSeeds()) {
+    ok = ok && Write(dir, name, RequestKind::kAttention, m);
+    ++written;
+  }
+  for (const auto& [name, m] : TableSeeds()) {
+    ok = ok && Write(dir, name, RequestKind::kGetTable, m);
+    ++written;
+  }
+  if (!ok) {
+    std::fprintf(stderr, "cannot write the corpus into %s\n", dir.c_str());
+    return 1;
+  }
+  std::printf("wrote %d seed inputs into %s\n", written, dir.c_str());
+  return 0;
+}

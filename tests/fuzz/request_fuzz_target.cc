@@ -1,0 +1,122 @@
+#include "tests/fuzz/request_fuzz_target.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "rope/v1/rope.pb.h"
+#include "server/backends/cpu/cpu_backend.h"
+#include "server/engine/engine.h"
+#include "server/service/request_conversion.h"
+
+namespace rope {
+namespace fuzz {
+namespace {
+
+// Small limits so that no input can make a run slow or large: tables of at
+// most 4096 rows, 64 Ki elements per request, a 4 MiB cache (so configs
+// churn through evictions).
+Engine& SharedEngine() {
+  static Engine* engine = [] {
+    absl::StatusOr<std::unique_ptr<Backend>> backend = NewCpuBackend(1);
+    if (!backend.ok()) {
+      std::fprintf(stderr, "NewCpuBackend failed: %s\n", backend.status().ToString().c_str());
+      std::abort();
+    }
+    EngineLimits limits;
+    limits.max_len_cap = 4096;
+    limits.max_elements_per_request = 1 << 16;
+    limits.table_cache_bytes = 4 << 20;
+    return new Engine(*std::move(backend), limits);
+  }();
+  return *engine;
+}
+
+// ROPE_FUZZ_VERBOSE=1 prints every status, to see what an input does.
+bool Verbose() {
+  static const bool verbose = std::getenv("ROPE_FUZZ_VERBOSE") != nullptr;
+  return verbose;
+}
+
+// A client error must carry a specific code and say what is wrong.
+void CheckRejection(const absl::Status& status) {
+  if (Verbose()) std::fprintf(stderr, "  status: %s\n", status.ToString().c_str());
+  if (status.ok()) return;
+  if (status.code() == absl::StatusCode::kUnknown || status.code() == absl::StatusCode::kInternal ||
+      status.message().empty()) {
+    std::fprintf(stderr, "catch-all rejection of a client request: %s\n",
+                 status.ToString().c_str());
+    std::abort();
+  }
+}
+
+void RunRotate(const uint8_t* data, size_t size) {
+  v1::RotateRequest request;
+  if (!request.ParseFromArray(data, static_cast<int>(size))) return;
+  absl::StatusOr<RotateParams> params = RotateParamsFromProto(&request);
+  CheckRejection(params.status());
+  if (!params.ok()) return;
+  const absl::Status status = SharedEngine().Rotate(*params);
+  CheckRejection(status);
+  if (status.ok()) {
+    // Undo it: the same validated request with inverse flipped must pass too.
+    params->inverse = !params->inverse;
+    CheckRejection(SharedEngine().Rotate(*params));
+  }
+}
+
+void RunAttention(const uint8_t* data, size_t size) {
+  v1::AttentionScoresRequest request;
+  if (!request.ParseFromArray(data, static_cast<int>(size))) return;
+  absl::StatusOr<AttentionParams> params = AttentionParamsFromProto(request);
+  CheckRejection(params.status());
+  if (!params.ok()) return;
+  std::string scores, output;
+  AttentionOutputs outputs;
+  outputs.scores = &scores;
+  outputs.output = &output;
+  CheckRejection(SharedEngine().AttentionScores(*params, &outputs));
+}
+
+void RunGetTable(const uint8_t* data, size_t size) {
+  v1::GetTableRequest request;
+  if (!request.ParseFromArray(data, static_cast<int>(size))) return;
+  absl::StatusOr<RopeConfig> config = ConfigFromProto(request.config());
+  CheckRejection(config.status());
+  if (!config.ok()) return;
+  absl::StatusOr<TableSlice> slice =
+      SharedEngine().GetTable(*config, request.start(), request.count());
+  CheckRejection(slice.status());
+  if (!slice.ok()) return;
+  // Read the first and last value of the slice, as the service's reply does.
+  const RopeTable& table = *slice->table;
+  const int64_t last = slice->start + slice->count - 1;
+  volatile float sink = table.cos_row(slice->start)[0] + table.sin_row(last)[table.half() - 1];
+  (void)sink;
+}
+
+}  // namespace
+}  // namespace fuzz
+}  // namespace rope
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using rope::fuzz::RequestKind;
+  if (size == 0) return 0;
+  const uint8_t* message = data + 1;
+  const size_t message_size = size - 1;
+  switch (static_cast<RequestKind>(data[0] % 3)) {
+    case RequestKind::kRotate:
+      rope::fuzz::RunRotate(message, message_size);
+      break;
+    case RequestKind::kAttention:
+      rope::fuzz::RunAttention(message, message_size);
+      break;
+    case RequestKind::kGetTable:
+      rope::fuzz::RunGetTable(message, message_size);
+      break;
+  }
+  return 0;
+}

@@ -1,0 +1,568 @@
+// Malformed-request corpus: one table of bad (and borderline) requests sent
+// through a real server on 127.0.0.1. Each case changes one thing in an
+// otherwise valid request and names the exact grpc code and a message
+// substring it must get back. After each one, the same server must still
+// rotate a valid request correctly (checked against the reference), so a
+// case that corrupts shared state (table cache, work queue, call gate) fails.
+//
+// Also here: the documented behaviour for non-finite tensor data (accepted,
+// not scanned; IEEE-754 propagation), see Tensor.data in rope.proto.
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <ostream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "tests/service/service_fixture.h"
+#include "tests/unit/reference_rope.h"
+#include "tests/unit/test_util.h"
+
+namespace rope {
+namespace test {
+namespace {
+
+constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
+constexpr int64_t kInt64Min = std::numeric_limits<int64_t>::min();
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// Valid requests of each RPC; a case mutates one of them.
+//   rotate:    q [2,3,4,8] and k [2,3,2,8] float32, head_dim 8, max_len 64, start_pos 5
+//   attention: q [1,4,4,8], k [1,6,2,8], v [1,6,2,3] float32, head_dim 8, max_len 64
+//   table:     head_dim 8, max_len 64, rows [0, 4)
+struct Requests {
+  v1::RotateRequest rotate;
+  v1::AttentionScoresRequest attention;
+  v1::GetTableRequest table;
+};
+
+v1::Tensor RandomTensor(DType dtype, std::vector<int64_t> shape, unsigned seed) {
+  std::mt19937 rng(seed);
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return ToProto(Encode(dtype, std::move(shape), RandomValues(dtype, n, &rng)));
+}
+
+Requests ValidRequests() {
+  Requests r;
+  *r.rotate.mutable_config() = MakeConfig(8, 64);
+  *r.rotate.mutable_q() = RandomTensor(DType::kFloat32, {2, 3, 4, 8}, 1);
+  *r.rotate.mutable_k() = RandomTensor(DType::kFloat32, {2, 3, 2, 8}, 2);
+  r.rotate.set_start_pos(5);
+
+  *r.attention.mutable_config() = MakeConfig(8, 64);
+  *r.attention.mutable_q() = RandomTensor(DType::kFloat32, {1, 4, 4, 8}, 3);
+  *r.attention.mutable_k() = RandomTensor(DType::kFloat32, {1, 6, 2, 8}, 4);
+  *r.attention.mutable_v() = RandomTensor(DType::kFloat32, {1, 6, 2, 3}, 5);
+  r.attention.set_causal(true);
+  r.attention.set_softmax(true);
+
+  *r.table.mutable_config() = MakeConfig(8, 64);
+  r.table.set_count(4);
+  return r;
+}
+
+enum class Rpc { kRotate, kAttention, kGetTable };
+
+struct MalformedCase {
+  std::string name;  // test name suffix: letters and digits only
+  Rpc rpc;
+  std::function<void(Requests*)> mutate;
+  grpc::StatusCode code;
+  std::string message;  // substring of the error message ("" for OK)
+};
+
+void PrintTo(const MalformedCase& c, std::ostream* os) { *os << c.name; }
+
+grpc::Status Call(v1::RopeService::Stub* stub, Rpc rpc, const Requests& r) {
+  grpc::ClientContext context;
+  SetDeadline(&context);
+  switch (rpc) {
+    case Rpc::kRotate: {
+      v1::RotateResponse response;
+      return stub->Rotate(&context, r.rotate, &response);
+    }
+    case Rpc::kAttention: {
+      v1::AttentionScoresResponse response;
+      return stub->AttentionScores(&context, r.attention, &response);
+    }
+    case Rpc::kGetTable: {
+      v1::GetTableResponse response;
+      return stub->GetTable(&context, r.table, &response);
+    }
+  }
+  return grpc::Status(grpc::StatusCode::INTERNAL, "unknown rpc");
+}
+
+// Shorthands for the mutations.
+v1::Tensor* Q(Requests* r) { return r->rotate.mutable_q(); }
+v1::Tensor* K(Requests* r) { return r->rotate.mutable_k(); }
+v1::RopeConfig* RotateConfig(Requests* r) { return r->rotate.mutable_config(); }
+void SetShape(v1::Tensor* t, std::vector<int64_t> shape) {
+  t->clear_shape();
+  for (int64_t d : shape) t->add_shape(d);
+}
+void SetPositions(Requests* r, std::vector<int64_t> positions) {
+  r->rotate.set_start_pos(0);
+  r->rotate.clear_positions();
+  for (int64_t p : positions) r->rotate.add_positions(p);
+}
+
+using grpc::StatusCode;
+
+std::vector<MalformedCase> Cases() {
+  const StatusCode kInvalid = StatusCode::INVALID_ARGUMENT;
+  const StatusCode kOutOfRange = StatusCode::OUT_OF_RANGE;
+  const StatusCode kExhausted = StatusCode::RESOURCE_EXHAUSTED;
+  const StatusCode kOk = StatusCode::OK;
+  const Rpc kRotate = Rpc::kRotate, kAttention = Rpc::kAttention, kTable = Rpc::kGetTable;
+  return {
+      // ---- Byte lengths (q is 2*3*4*8 = 192 float32 = 768 bytes) ----
+      {"QDataOneByteShort", kRotate, [](Requests* r) { Q(r)->mutable_data()->pop_back(); },
+       kInvalid, "q.data has 767 bytes: shape [2,3,4,8] of float32 needs 768"},
+      {"QDataOneByteLong", kRotate, [](Requests* r) { Q(r)->mutable_data()->push_back('x'); },
+       kInvalid, "q.data has 769 bytes"},
+      {"QDataMissing", kRotate, [](Requests* r) { Q(r)->clear_data(); }, kInvalid,
+       "q.data has 0 bytes: shape [2,3,4,8] of float32 needs 768"},
+      {"QFloat16DTypeOverFloat32Bytes", kRotate,
+       [](Requests* r) {
+         Q(r)->set_dtype(v1::FLOAT16);
+         K(r)->set_dtype(v1::FLOAT16);
+       },
+       kInvalid, "q.data has 768 bytes: shape [2,3,4,8] of float16 needs 384"},
+      {"KDataHalfLength", kRotate, [](Requests* r) { K(r)->mutable_data()->resize(192); },
+       kInvalid, "k.data has 192 bytes: shape [2,3,2,8] of float32 needs 384"},
+      {"AttentionVDataShort", kAttention,
+       [](Requests* r) { r->attention.mutable_v()->mutable_data()->resize(4); }, kInvalid,
+       "v.data has 4 bytes: shape [1,6,2,3] of float32 needs 144"},
+
+      // ---- Shapes ----
+      {"QZeroDim", kRotate, [](Requests* r) { Q(r)->set_shape(1, 0); }, kInvalid,
+       "q.shape[1] is 0: every dimension must be > 0"},
+      {"QNegativeDim", kRotate, [](Requests* r) { Q(r)->set_shape(2, -4); }, kInvalid,
+       "q.shape[2] is -4"},
+      {"KNegativeDimsWithPositiveProduct", kRotate,
+       [](Requests* r) { SetShape(K(r), {-2, -3, 2, 8}); }, kInvalid, "k.shape[0] is -2"},
+      {"QInt64MinDim", kRotate, [](Requests* r) { Q(r)->set_shape(0, kInt64Min); }, kInvalid,
+       "q.shape[0] is -9223372036854775808"},
+      {"QHugeDimOverByteLength", kRotate, [](Requests* r) { Q(r)->set_shape(1, int64_t{1} << 40); },
+       kInvalid, "q.data has 768 bytes: shape [2,1099511627776,4,8] of float32 needs"},
+      {"QElementCountOverflowsInt64", kRotate,
+       [](Requests* r) { SetShape(Q(r), {int64_t{1} << 32, int64_t{1} << 32, 4, 8}); }, kInvalid,
+       "q.shape [4294967296,4294967296,4,8]: element count overflows int64"},
+      {"QByteCountOverflowsInt64", kRotate,
+       [](Requests* r) { SetShape(Q(r), {int64_t{1} << 30, int64_t{1} << 30, 1, 8}); }, kInvalid,
+       "element count overflows int64"},
+      {"QInt64MaxDims", kRotate, [](Requests* r) { SetShape(Q(r), {kInt64Max, kInt64Max, 4, 8}); },
+       kInvalid, "element count overflows int64"},
+      {"QRank2", kRotate, [](Requests* r) { SetShape(Q(r), {24, 8}); }, kInvalid,
+       "q.shape is [24,8] (rank 2): must be rank 4 [B,S,H,D] or rank 3 [S,H,D]"},
+      {"QRank5", kRotate, [](Requests* r) { SetShape(Q(r), {1, 2, 3, 4, 8}); }, kInvalid,
+       "q.shape is [1,2,3,4,8] (rank 5)"},
+      {"QEmptyShapeWithData", kRotate, [](Requests* r) { Q(r)->clear_shape(); }, kInvalid,
+       "q.shape is [] (rank 0)"},
+      {"QEmptyTensor", kRotate, [](Requests* r) { *Q(r) = v1::Tensor(); }, kInvalid,
+       "q.dtype is DTYPE_UNSPECIFIED (0)"},
+      {"KEmptyTensorWithDType", kRotate,
+       [](Requests* r) {
+         *K(r) = v1::Tensor();
+         K(r)->set_dtype(v1::FLOAT32);
+       },
+       kInvalid, "k.shape is [] (rank 0)"},
+      {"KRankDiffersFromQ", kRotate, [](Requests* r) { SetShape(K(r), {6, 2, 8}); }, kInvalid,
+       "k.shape [6,2,8] has rank 3: must equal q's rank 4"},
+      {"KBatchDiffersFromQ", kRotate, [](Requests* r) { SetShape(K(r), {3, 2, 2, 8}); }, kInvalid,
+       "k.shape[0] (batch) is 3: must equal q's batch 2"},
+      {"KSequenceDiffersFromQ", kRotate, [](Requests* r) { SetShape(K(r), {2, 6, 1, 8}); },
+       kInvalid, "k sequence length is 6: must equal q's 3"},
+      {"TensorHeadDimDiffersFromConfig", kRotate,
+       [](Requests* r) { RotateConfig(r)->set_head_dim(16); }, kInvalid,
+       "q.shape[-1] (head_dim) is 8: must equal config.head_dim 16"},
+      {"QMissing", kRotate, [](Requests* r) { r->rotate.clear_q(); }, kInvalid,
+       "q is missing: it is required"},
+      {"ConfigMissing", kRotate, [](Requests* r) { r->rotate.clear_config(); }, kInvalid,
+       "config is missing"},
+      {"AttentionKMissing", kAttention, [](Requests* r) { r->attention.clear_k(); }, kInvalid,
+       "k is missing"},
+      {"GetTableConfigMissing", kTable, [](Requests* r) { r->table.clear_config(); }, kInvalid,
+       "config is missing"},
+
+      // ---- Dims in the config ----
+      {"OddHeadDim", kRotate,
+       [](Requests* r) {
+         RotateConfig(r)->set_head_dim(7);
+         Q(r)->set_shape(3, 7);
+       },
+       kInvalid, "config.head_dim is 7: must be even and > 0"},
+      {"ZeroHeadDim", kRotate, [](Requests* r) { RotateConfig(r)->set_head_dim(0); }, kInvalid,
+       "config.head_dim is 0"},
+      {"OddRotaryDim", kRotate, [](Requests* r) { RotateConfig(r)->set_rotary_dim(5); }, kInvalid,
+       "config.rotary_dim is 5: must be even and <= head_dim 8"},
+      {"RotaryDimAboveHeadDim", kRotate, [](Requests* r) { RotateConfig(r)->set_rotary_dim(10); },
+       kInvalid, "config.rotary_dim is 10"},
+      {"GetTableHugeOddHeadDim", kTable,
+       [](Requests* r) { r->table.mutable_config()->set_head_dim(0xFFFFFFFFu); }, kInvalid,
+       "config.head_dim is 4294967295"},
+      {"GetTableHugeEvenHeadDim", kTable,
+       // 4 rows x 2^31 x 2 values: refused by count, before any allocation.
+       [](Requests* r) { r->table.mutable_config()->set_head_dim(0xFFFFFFFEu); }, kExhausted,
+       "table slice of 4 rows x 2147483647 x 2 values: over the max_elements_per_request limit"},
+      {"MaxLenZero", kRotate, [](Requests* r) { RotateConfig(r)->set_max_len(0); }, kInvalid,
+       "config.max_len is 0: must be > 0"},
+      {"MaxLenOverCap", kTable, [](Requests* r) { r->table.mutable_config()->set_max_len(~0u); },
+       kExhausted, "config.max_len is 4294967295: over the server's max_len cap"},
+      {"GetTableSliceOverElementLimit", kTable,
+       [](Requests* r) {
+         // 2^20 rows x 256 x 2 = 2^29 values > the 2^28 default, refused
+         // before any table is built.
+         *r->table.mutable_config() = MakeConfig(512, 1u << 20);
+         r->table.set_count(0);
+       },
+       kExhausted, "over the max_elements_per_request limit"},
+
+      // ---- Enum values outside the enums (proto3 keeps unknown numbers) ----
+      {"QDTypeUnspecified", kRotate, [](Requests* r) { Q(r)->set_dtype(v1::DTYPE_UNSPECIFIED); },
+       kInvalid, "q.dtype is DTYPE_UNSPECIFIED (0)"},
+      {"QDTypeUnknown", kRotate, [](Requests* r) { Q(r)->set_dtype(static_cast<v1::DType>(4)); },
+       kInvalid, "q.dtype is 4: not a rope.v1.DType"},
+      {"KDTypeNegative", kRotate, [](Requests* r) { K(r)->set_dtype(static_cast<v1::DType>(-1)); },
+       kInvalid, "k.dtype is -1"},
+      {"AttentionVDTypeUnknown", kAttention,
+       [](Requests* r) { r->attention.mutable_v()->set_dtype(static_cast<v1::DType>(99)); },
+       kInvalid, "v.dtype is 99"},
+      {"KDTypeDiffersFromQ", kRotate,
+       [](Requests* r) {
+         *K(r) = RandomTensor(DType::kFloat16, {2, 3, 2, 8}, 9);
+       },
+       kInvalid, "k.dtype is float16: must equal q.dtype float32"},
+      {"LayoutUnknown", kRotate,
+       [](Requests* r) { RotateConfig(r)->set_layout(static_cast<v1::Layout>(3)); }, kInvalid,
+       "config.layout is 3: not a rope.v1.Layout"},
+      {"LayoutNegative", kTable,
+       [](Requests* r) { r->table.mutable_config()->set_layout(static_cast<v1::Layout>(-7)); },
+       kInvalid, "config.layout is -7"},
+
+      // ---- Positions ----
+      {"NegativeStartPos", kRotate, [](Requests* r) { r->rotate.set_start_pos(-1); }, kInvalid,
+       "start_pos is -1: must be >= 0"},
+      {"Int64MinStartPos", kRotate, [](Requests* r) { r->rotate.set_start_pos(kInt64Min); },
+       kInvalid, "start_pos is -9223372036854775808"},
+      {"StartPosPastTable", kRotate, [](Requests* r) { r->rotate.set_start_pos(62); }, kOutOfRange,
+       "start_pos is 62 with sequence length 3: positions start_pos + s must be < config.max_len "
+       "64"},
+      {"Int64MaxStartPos", kRotate, [](Requests* r) { r->rotate.set_start_pos(kInt64Max); },
+       kOutOfRange, "start_pos is 9223372036854775807"},
+      {"LastPositionOfTableIsAccepted", kRotate, [](Requests* r) { r->rotate.set_start_pos(61); },
+       kOk, ""},
+      {"NegativeExplicitPosition", kRotate, [](Requests* r) { SetPositions(r, {0, -1, 2}); },
+       kInvalid, "positions[1] is -1: must be >= 0"},
+      {"ExplicitPositionAtMaxLen", kRotate, [](Requests* r) { SetPositions(r, {0, 1, 64}); },
+       kOutOfRange, "positions[2] is 64: must be < config.max_len 64"},
+      {"ExplicitPositionInt64Max", kRotate,
+       [](Requests* r) { SetPositions(r, {0, 1, 2, 3, 4, kInt64Max}); }, kOutOfRange,
+       "positions[5] is 9223372036854775807"},
+      {"PositionsCountNeitherSNorBS", kRotate, [](Requests* r) { SetPositions(r, {0, 1, 2, 3}); },
+       kInvalid, "positions has 4 values: must be S (3) or B*S (6)"},
+      {"StartPosAndPositionsBothSet", kRotate,
+       [](Requests* r) {
+         SetPositions(r, {0, 1, 2});
+         r->rotate.set_start_pos(5);
+       },
+       kInvalid, "start_pos and positions are both set (start_pos is 5, positions has 3 values)"},
+      {"PositionsWithZeroStartPosAreAccepted", kRotate,
+       [](Requests* r) { SetPositions(r, {63, 0, 7}); }, kOk, ""},
+      {"AttentionNegativeQStartPos", kAttention,
+       [](Requests* r) { r->attention.set_q_start_pos(-3); }, kInvalid,
+       "q_start_pos is -3: must be >= 0"},
+      {"AttentionKStartPosPastTable", kAttention,
+       [](Requests* r) { r->attention.set_k_start_pos(59); }, kOutOfRange,
+       "k_start_pos is 59 with sequence length 6"},
+      {"GetTableNegativeStart", kTable, [](Requests* r) { r->table.set_start(-1); }, kInvalid,
+       "start is -1: must be >= 0"},
+      {"GetTableStartAtMaxLen", kTable, [](Requests* r) { r->table.set_start(64); }, kOutOfRange,
+       "start is 64: must be < config.max_len 64"},
+      {"GetTableNegativeCount", kTable, [](Requests* r) { r->table.set_count(-2); }, kInvalid,
+       "count is -2"},
+      {"GetTableCountPastTable", kTable,
+       [](Requests* r) {
+         r->table.set_start(10);
+         r->table.set_count(55);
+       },
+       kOutOfRange, "start 10 + count 55 is past config.max_len 64"},
+      {"GetTableInt64MaxCount", kTable, [](Requests* r) { r->table.set_count(kInt64Max); },
+       kOutOfRange, "count 9223372036854775807 is past config.max_len 64"},
+
+      // ---- GQA ----
+      {"QHeadsNotMultipleOfKHeads", kRotate,
+       [](Requests* r) { *K(r) = RandomTensor(DType::kFloat32, {2, 3, 3, 8}, 6); }, kInvalid,
+       "q heads (4) % k heads (3) != 0"},
+      {"KHeadsAboveQHeads", kRotate,
+       [](Requests* r) { *K(r) = RandomTensor(DType::kFloat32, {2, 3, 8, 8}, 6); }, kInvalid,
+       "q heads (4) % k heads (8) != 0"},
+      {"AttentionQHeadsNotMultipleOfKHeads", kAttention,
+       [](Requests* r) {
+         *r->attention.mutable_k() = RandomTensor(DType::kFloat32, {1, 6, 3, 8}, 7);
+         *r->attention.mutable_v() = RandomTensor(DType::kFloat32, {1, 6, 3, 3}, 8);
+       },
+       kInvalid, "q heads (4) % k heads (3) != 0"},
+      {"AttentionVHeadsDifferFromK", kAttention,
+       [](Requests* r) {
+         *r->attention.mutable_v() = RandomTensor(DType::kFloat32, {1, 6, 1, 3}, 8);
+       },
+       kInvalid, "v heads (1) must equal k heads (2)"},
+
+      // ---- theta: 0 means 10000; otherwise finite and > 1 ----
+      {"ThetaZeroMeansDefault", kRotate, [](Requests* r) { RotateConfig(r)->set_theta(0); }, kOk,
+       ""},
+      {"ThetaNegative", kRotate, [](Requests* r) { RotateConfig(r)->set_theta(-10000); }, kInvalid,
+       "config.theta is -10000: must be finite and > 1"},
+      {"ThetaNaN", kRotate, [](Requests* r) { RotateConfig(r)->set_theta(kNaN); }, kInvalid,
+       "config.theta is nan"},
+      {"ThetaInf", kRotate, [](Requests* r) { RotateConfig(r)->set_theta(kInf); }, kInvalid,
+       "config.theta is inf"},
+      {"ThetaMinusInf", kTable, [](Requests* r) { r->table.mutable_config()->set_theta(-kInf); },
+       kInvalid, "config.theta is -inf"},
+      {"ThetaOne", kRotate, [](Requests* r) { RotateConfig(r)->set_theta(1); }, kInvalid,
+       "config.theta is 1: must be finite and > 1"},
+      {"ThetaDenormal", kAttention,
+       [](Requests* r) { r->attention.mutable_config()->set_theta(5e-324); }, kInvalid,
+       "config.theta is 4.94066e-324"},
+      // Finite and > 1: every frequency but the first underflows to 0. Valid,
+      // if useless.
+      {"Theta1e308IsAccepted", kRotate, [](Requests* r) { RotateConfig(r)->set_theta(1e308); },
+       kOk, ""},
+
+      // ---- Scaling parameters ----
+      {"LinearFactorZero", kRotate, [](Requests* r) { RotateConfig(r)->mutable_linear(); },
+       kInvalid, "config.linear.factor is 0: must be finite and > 0"},
+      {"LinearFactorNegative", kRotate,
+       [](Requests* r) { RotateConfig(r)->mutable_linear()->set_factor(-2); }, kInvalid,
+       "config.linear.factor is -2"},
+      {"LinearFactorNaN", kRotate,
+       [](Requests* r) { RotateConfig(r)->mutable_linear()->set_factor(kNaN); }, kInvalid,
+       "config.linear.factor is nan"},
+      {"LinearFactorInf", kTable,
+       [](Requests* r) { r->table.mutable_config()->mutable_linear()->set_factor(kInf); },
+       kInvalid, "config.linear.factor is inf"},
+      {"DynamicNtkWithoutOriginalLength", kRotate,
+       [](Requests* r) { RotateConfig(r)->mutable_dynamic_ntk()->set_factor(2); }, kInvalid,
+       "config.dynamic_ntk.original_max_position_embeddings is 0: must be > 0 (required)"},
+      {"DynamicNtkRotaryDimTwo", kRotate,
+       [](Requests* r) {
+         RotateConfig(r)->set_rotary_dim(2);
+         RotateConfig(r)->mutable_dynamic_ntk()->set_factor(2);
+         RotateConfig(r)->mutable_dynamic_ntk()->set_original_max_position_embeddings(16);
+       },
+       kInvalid, "config.rotary_dim is 2: dynamic NTK scaling needs rotary_dim >= 4"},
+      {"YarnBetaFastNotAboveBetaSlow", kRotate,
+       [](Requests* r) {
+         v1::YarnScaling* yarn = RotateConfig(r)->mutable_yarn();
+         yarn->set_factor(4);
+         yarn->set_original_max_position_embeddings(16);
+         yarn->set_beta_fast(1);
+         yarn->set_beta_slow(2);
+       },
+       kInvalid, "config.yarn.beta_fast is 1: must be > beta_slow 2"},
+      {"YarnMscaleNaN", kAttention,
+       [](Requests* r) {
+         v1::YarnScaling* yarn = r->attention.mutable_config()->mutable_yarn();
+         yarn->set_factor(4);
+         yarn->set_original_max_position_embeddings(16);
+         yarn->set_mscale(kNaN);
+       },
+       kInvalid, "config.yarn.mscale is nan: must be finite"},
+      {"Llama3LowFactorNotBelowHigh", kRotate,
+       [](Requests* r) {
+         RotateConfig(r)->mutable_llama3()->set_low_freq_factor(4);
+         RotateConfig(r)->mutable_llama3()->set_high_freq_factor(4);
+       },
+       kInvalid, "config.llama3.low_freq_factor is 4: must be < high_freq_factor 4"},
+      {"Llama3NegativeFactor", kTable,
+       [](Requests* r) { r->table.mutable_config()->mutable_llama3()->set_factor(-8); }, kInvalid,
+       "config.llama3.factor is -8"},
+      {"LongRopeWrongFactorCount", kRotate,
+       [](Requests* r) {
+         v1::LongRopeScaling* longrope = RotateConfig(r)->mutable_longrope();
+         longrope->set_original_max_position_embeddings(16);
+         for (int i = 0; i < 3; ++i) longrope->add_short_factor(1);
+       },
+       kInvalid, "config.longrope.short_factor has 3 values: must have rotary_dim/2 = 4"},
+      {"LongRopeNonPositiveFactor", kRotate,
+       [](Requests* r) {
+         v1::LongRopeScaling* longrope = RotateConfig(r)->mutable_longrope();
+         longrope->set_original_max_position_embeddings(16);
+         for (double f : {1.0, 1.0, 0.0, 1.0}) longrope->add_short_factor(f);
+         for (double f : {1.0, 1.0, 1.0, kInf}) longrope->add_long_factor(f);
+       },
+       kInvalid, "config.longrope.short_factor[2] is 0: must be finite and > 0"},
+
+      // ---- Attention scale: 0 means 1/sqrt(D); float32 is what the backends use ----
+      {"AttentionScaleNegative", kAttention, [](Requests* r) { r->attention.set_scale(-0.5); },
+       kInvalid, "scale is -0.5"},
+      {"AttentionScaleNaN", kAttention, [](Requests* r) { r->attention.set_scale(kNaN); },
+       kInvalid, "scale is nan"},
+      {"AttentionScaleOverFloat32", kAttention, [](Requests* r) { r->attention.set_scale(1e39); },
+       kInvalid, "must be finite as float32"},
+  };
+}
+
+class MalformedRequestTest : public ServiceTest,
+                             public ::testing::WithParamInterface<MalformedCase> {
+ protected:
+  // A valid rotate on the same config as the corpus (head_dim 8, max_len 64,
+  // so its table is the one the bad requests would have touched), compared
+  // with the double-precision reference.
+  void ExpectServesAValidRotate() {
+    constexpr int64_t kBatch = 1, kSeq = 4, kHeads = 2, kDim = 8, kStart = 50;
+    std::mt19937 rng(77);
+    const std::vector<double> q = RandomValues(DType::kFloat32, kBatch * kSeq * kHeads * kDim, &rng);
+    v1::RotateRequest request;
+    *request.mutable_config() = MakeConfig(kDim, 64);
+    *request.mutable_q() = ToProto(Encode(DType::kFloat32, {kBatch, kSeq, kHeads, kDim}, q));
+    request.set_start_pos(kStart);
+    v1::RotateResponse response;
+    grpc::ClientContext context;
+    SetDeadline(&context);
+    ASSERT_TRUE(GrpcStatusIs(stub_->Rotate(&context, request, &response), StatusCode::OK, ""))
+        << "the server stopped answering valid requests";
+
+    reference::Rope rope;
+    rope.head_dim = kDim;
+    rope.rotary_dim = kDim;
+    std::vector<int64_t> positions;
+    for (int64_t s = 0; s < kSeq; ++s) positions.push_back(kStart + s);
+    std::vector<double> want = q;
+    reference::RotateTensor(rope, kBatch, kSeq, kHeads, positions, /*inverse=*/false, &want);
+    const std::vector<double> got = Decode(FromProto(response.q()));
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      ASSERT_NEAR(got[i], want[i], 4e-6 * (1 + std::abs(want[i]))) << "element " << i;
+    }
+  }
+};
+
+TEST_P(MalformedRequestTest, GetsItsStatusAndTheServerKeepsServing) {
+  const MalformedCase& c = GetParam();
+  Requests requests = ValidRequests();
+  ASSERT_TRUE(GrpcStatusIs(Call(stub_.get(), c.rpc, requests), StatusCode::OK, ""))
+      << "the unmutated request must be valid";
+  c.mutate(&requests);
+  EXPECT_TRUE(GrpcStatusIs(Call(stub_.get(), c.rpc, requests), c.code, c.message));
+  ExpectServesAValidRotate();
+  // The same bad request again (now with a warm table cache) gets the same answer.
+  EXPECT_TRUE(GrpcStatusIs(Call(stub_.get(), c.rpc, requests), c.code, c.message));
+  ExpectServesAValidRotate();
+}
+
+INSTANTIATE_TEST_SUITE_P(Corpus, MalformedRequestTest, ::testing::ValuesIn(Cases()),
+                         [](const ::testing::TestParamInfo<MalformedCase>& info) {
+                           return info.param.name;
+                         });
+
+// ---- Non-finite tensor data -------------------------------------------------------
+// Documented choice (rope.proto, Tensor.data): the server does not scan tensor
+// data for NaN/Inf (a scan is a second pass over every byte on the hot path);
+// it computes with them as IEEE-754 does, like torch or flashinfer would, and
+// answers OK. Only the outputs that depend on a non-finite input change.
+
+float FloatAt(const std::string& bytes, size_t i) {
+  float f;
+  std::memcpy(&f, bytes.data() + i * sizeof(float), sizeof(f));
+  return f;
+}
+
+void SetFloatAt(std::string* bytes, size_t i, float value) {
+  std::memcpy(bytes->data() + i * sizeof(float), &value, sizeof(value));
+}
+
+class NonFiniteDataTest : public ServiceTest, public ::testing::WithParamInterface<float> {};
+
+TEST_P(NonFiniteDataTest, RotateAcceptsItAndOnlyItsPairChanges) {
+  // q [1, 2, 1, 8] interleaved at positions 3, 4: element 10 is feature 2 of
+  // token 1, in the pair (10, 11).
+  constexpr size_t kPoisoned = 10;
+  const v1::RotateRequest clean = MakeRotateRequest(1, 2, 1, 8, 64, /*start_pos=*/3);
+  v1::RotateRequest poisoned = clean;
+  SetFloatAt(poisoned.mutable_q()->mutable_data(), kPoisoned, GetParam());
+  v1::RotateRequest zeroed = clean;
+  SetFloatAt(zeroed.mutable_q()->mutable_data(), kPoisoned, 0.0f);
+
+  v1::RotateResponse poisoned_reply, zeroed_reply;
+  for (auto [request, reply] : {std::pair{&poisoned, &poisoned_reply}, {&zeroed, &zeroed_reply}}) {
+    grpc::ClientContext context;
+    SetDeadline(&context);
+    ASSERT_TRUE(GrpcStatusIs(stub_->Rotate(&context, *request, reply), StatusCode::OK, ""));
+  }
+  const std::string& got = poisoned_reply.q().data();
+  const std::string& ref = zeroed_reply.q().data();
+  ASSERT_EQ(got.size(), ref.size());
+  for (size_t i = 0; i < got.size() / sizeof(float); ++i) {
+    if (i == kPoisoned || i == kPoisoned + 1) {
+      // x0' = x0 cos - x1 sin and x1' = x0 sin + x1 cos both read x0 (sin and
+      // cos of 4 * inv_freq[1] are non-zero).
+      EXPECT_FALSE(std::isfinite(FloatAt(got, i))) << "element " << i;
+    } else {
+      EXPECT_EQ(FloatAt(got, i), FloatAt(ref, i)) << "element " << i;
+    }
+  }
+}
+
+TEST_P(NonFiniteDataTest, AttentionAcceptsItAndOnlyItsQueryRowChanges) {
+  // q [1, 3, 2, 8], k [1, 4, 1, 8]: a non-finite q[0, 1, 1, 0] reaches only
+  // scores[0, 1, 1, :] (head 1, query 1). Raw scores there are non-finite;
+  // its softmax row is NaN, or 0 where every score came out -inf (the rule
+  // for a fully masked row).
+  v1::AttentionScoresRequest clean;
+  *clean.mutable_config() = MakeConfig(8, 64);
+  *clean.mutable_q() = RandomTensor(DType::kFloat32, {1, 3, 2, 8}, 11);
+  *clean.mutable_k() = RandomTensor(DType::kFloat32, {1, 4, 1, 8}, 12);
+  constexpr size_t kPoisoned = (1 * 2 + 1) * 8;  // token 1, head 1, feature 0
+  v1::AttentionScoresRequest poisoned = clean;
+  SetFloatAt(poisoned.mutable_q()->mutable_data(), kPoisoned, GetParam());
+
+  for (bool softmax : {false, true}) {
+    SCOPED_TRACE(softmax ? "softmax" : "raw scores");
+    poisoned.set_softmax(softmax);
+    clean.set_softmax(softmax);
+    v1::AttentionScoresResponse poisoned_reply, clean_reply;
+    for (auto [request, reply] : {std::pair{&poisoned, &poisoned_reply}, {&clean, &clean_reply}}) {
+      grpc::ClientContext context;
+      SetDeadline(&context);
+      ASSERT_TRUE(
+          GrpcStatusIs(stub_->AttentionScores(&context, *request, reply), StatusCode::OK, ""));
+    }
+    // scores [1, Hq=2, Sq=3, Sk=4]: row (h=1, i=1) starts at (1 * 3 + 1) * 4.
+    constexpr size_t kRowBegin = (1 * 3 + 1) * 4, kRowEnd = kRowBegin + 4;
+    const std::string& got = poisoned_reply.scores().data();
+    const std::string& ref = clean_reply.scores().data();
+    ASSERT_EQ(got.size(), 2u * 3 * 4 * sizeof(float));
+    for (size_t i = 0; i < got.size() / sizeof(float); ++i) {
+      if (i >= kRowBegin && i < kRowEnd) {
+        EXPECT_NE(FloatAt(got, i), FloatAt(ref, i)) << "score " << i;
+        if (!softmax) {
+          EXPECT_FALSE(std::isfinite(FloatAt(got, i))) << "score " << i;
+        }
+      } else {
+        EXPECT_EQ(FloatAt(got, i), FloatAt(ref, i)) << "score " << i;
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Values, NonFiniteDataTest,
+                         ::testing::Values(std::numeric_limits<float>::quiet_NaN(),
+                                           std::numeric_limits<float>::infinity(),
+                                           -std::numeric_limits<float>::infinity()),
+                         [](const ::testing::TestParamInfo<float>& info) -> std::string {
+                           if (std::isnan(info.param)) return "NaN";
+                           return info.param > 0 ? "PlusInf" : "MinusInf";
+                         });
+
+}  // namespace
+}  // namespace test
+}  // namespace rope
