@@ -23,6 +23,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "server/backends/cpu/cpu_backend.h"
+#include "server/backends/cuda/cuda_backend.h"
 #include "server/engine/engine.h"
 #include "server/service/rope_server.h"
 
@@ -36,7 +37,8 @@ ABSL_FLAG(int32_t, work_threads, 0,
 ABSL_FLAG(int64_t, max_message_bytes, int64_t{512} << 20,
           "largest request or reply message, in bytes (at most 2147483647)");
 ABSL_FLAG(int64_t, table_cache_bytes, int64_t{1} << 30,
-          "byte budget of the cos/sin table cache (least recently used tables are evicted)");
+          "byte budget of the cos/sin table cache (least recently used tables are evicted); "
+          "the CUDA backend's device-resident cache has the same budget");
 ABSL_FLAG(uint32_t, max_len_cap, 1u << 20, "largest RopeConfig.max_len accepted");
 ABSL_FLAG(int64_t, max_elements_per_request, int64_t{1} << 28,
           "most tensor elements per request (q + k + v + scores)");
@@ -56,22 +58,33 @@ ABSL_FLAG(bool, enable_echo, false,
 namespace rope {
 namespace {
 
-// There is no CUDA backend in this build yet: auto falls back to the CPU,
-// and an explicit request for CUDA is an error rather than a silent downgrade.
+// --backend=auto takes the CUDA backend when cudaGetDeviceCount finds a
+// device (and the backend starts), else the CPU, and says which and why;
+// --backend=cuda without a usable device is an error, not a silent downgrade.
 absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(const std::string& choice) {
-  if (choice == "cuda") {
-    return absl::UnimplementedError(
-        "--backend=cuda: this build of ropeserve has no CUDA backend; "
-        "use --backend=cpu or --backend=auto");
-  }
-  if (choice == "auto") {
-    std::fprintf(stderr,
-                 "ropeserve: --backend=auto: using the CPU backend (this build has no CUDA "
-                 "backend)\n");
-  } else if (choice != "cpu") {
+  if (choice != "auto" && choice != "cpu" && choice != "cuda") {
     return absl::InvalidArgumentError(
         absl::StrCat("--backend is \"", choice, "\": must be auto, cpu or cuda"));
   }
+  if (choice == "cpu") return NewCpuBackend(absl::GetFlag(FLAGS_cpu_threads));
+  CudaBackendOptions cuda_options;
+  cuda_options.table_cache_bytes = absl::GetFlag(FLAGS_table_cache_bytes);
+  absl::StatusOr<std::unique_ptr<Backend>> cuda = NewCudaBackend(0, cuda_options);
+  if (choice == "cuda") {
+    if (!cuda.ok()) {
+      return absl::Status(cuda.status().code(),
+                          absl::StrCat("--backend=cuda: ", cuda.status().message(),
+                                       "; use --backend=cpu or --backend=auto"));
+    }
+    return cuda;
+  }
+  if (cuda.ok()) {
+    std::fprintf(stderr, "ropeserve: --backend=auto: using the CUDA backend (device 0: %s)\n",
+                 (*cuda)->info().device.c_str());
+    return cuda;
+  }
+  std::fprintf(stderr, "ropeserve: --backend=auto: using the CPU backend (%s)\n",
+               std::string(cuda.status().message()).c_str());
   return NewCpuBackend(absl::GetFlag(FLAGS_cpu_threads));
 }
 

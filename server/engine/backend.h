@@ -9,10 +9,12 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
 #include "server/engine/dtype.h"
+#include "server/engine/keyed_lru_cache.h"
 #include "server/engine/rope_math.h"
 #include "server/engine/rope_table.h"
 
@@ -62,6 +64,12 @@ struct BackendInfo {
   std::string name;    // "cpu" or "cuda"
   std::string device;  // e.g. "x86_64, 2 threads" or "NVIDIA H200 (sm_90)"
   int threads = 1;
+  // Device backends only (0 / absent on the CPU): the device's memory as
+  // last sampled (used counts every process on it; sampled at start-up and
+  // by calls, at most every 100 ms), and the device-resident table cache.
+  int64_t device_memory_total_bytes = 0;
+  int64_t device_memory_used_bytes = 0;
+  std::optional<TableCacheStats> device_table_cache;
 };
 
 class Backend {

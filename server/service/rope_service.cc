@@ -202,6 +202,19 @@ void RopeServiceImpl::FillServerInfo(v1::ServerInfo* info) const {
   cache->set_bytes(stats.bytes);
   cache->set_budget_bytes(stats.budget_bytes);
 
+  info->set_device_memory_total_bytes(backend.device_memory_total_bytes);
+  info->set_device_memory_used_bytes(backend.device_memory_used_bytes);
+  if (backend.device_table_cache.has_value()) {
+    const TableCacheStats& device = *backend.device_table_cache;
+    v1::TableCacheStats* device_cache = info->mutable_device_table_cache();
+    device_cache->set_hits(device.hits);
+    device_cache->set_misses(device.misses);
+    device_cache->set_evictions(device.evictions);
+    device_cache->set_entries(device.entries);
+    device_cache->set_bytes(device.bytes);
+    device_cache->set_budget_bytes(device.budget_bytes);
+  }
+
   for (const std::string& name : SupportedScalingNames()) info->add_supported_scalings(name);
   for (DType dtype : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
     info->add_supported_dtypes(v1::DType_Name(DTypeToProto(dtype)));

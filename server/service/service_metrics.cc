@@ -132,6 +132,34 @@ class StateCollector final : public prometheus::Collectable {
                            MetricType::Gauge, static_cast<double>(cache.bytes)));
     out.push_back(OneValue("rope_table_cache_budget_bytes", "Byte budget of the table cache.",
                            MetricType::Gauge, static_cast<double>(cache.budget_bytes)));
+    // Device backends (CUDA) only.
+    const BackendInfo backend = engine_->backend_info();
+    if (backend.device_table_cache.has_value()) {
+      const TableCacheStats& device = *backend.device_table_cache;
+      out.push_back(OneValue("rope_device_memory_total_bytes", "Memory of the device.",
+                             MetricType::Gauge,
+                             static_cast<double>(backend.device_memory_total_bytes)));
+      out.push_back(OneValue("rope_device_memory_used_bytes",
+                             "Memory in use on the device (every process).", MetricType::Gauge,
+                             static_cast<double>(backend.device_memory_used_bytes)));
+      out.push_back(OneValue("rope_device_table_cache_hits_total",
+                             "Device table lookups answered by the device cache.",
+                             MetricType::Counter, static_cast<double>(device.hits)));
+      out.push_back(OneValue("rope_device_table_cache_misses_total",
+                             "Device table lookups that uploaded a table.", MetricType::Counter,
+                             static_cast<double>(device.misses)));
+      out.push_back(OneValue("rope_device_table_cache_evictions_total",
+                             "Tables evicted from device memory to stay within the budget.",
+                             MetricType::Counter, static_cast<double>(device.evictions)));
+      out.push_back(OneValue("rope_device_table_cache_entries", "Tables resident on the device.",
+                             MetricType::Gauge, static_cast<double>(device.entries)));
+      out.push_back(OneValue("rope_device_table_cache_bytes",
+                             "Bytes of tables resident on the device.", MetricType::Gauge,
+                             static_cast<double>(device.bytes)));
+      out.push_back(OneValue("rope_device_table_cache_budget_bytes",
+                             "Byte budget of the device table cache.", MetricType::Gauge,
+                             static_cast<double>(device.budget_bytes)));
+    }
     return out;
   }
 

@@ -2,6 +2,7 @@
 // reflection, and the command line. This binary does not link the server (nor
 // grpc++_reflection), so it may carry its own reflection client stubs.
 #include <signal.h>
+#include <stdlib.h>
 #include <sys/wait.h>
 
 #include <memory>
@@ -25,6 +26,9 @@
 
 #ifndef ROPESERVE_PATH
 #error "ROPESERVE_PATH must name the ropeserve binary"
+#endif
+#ifndef ROPE_HAVE_CUDA
+#error "ROPE_HAVE_CUDA must say whether ropeserve was built with the CUDA backend (0 or 1)"
 #endif
 
 namespace rope {
@@ -272,12 +276,43 @@ std::string RunToExit(const std::vector<std::string>& args, int* exit_code) {
   return (*process)->output();
 }
 
-TEST(ProcessTest, CudaBackendIsRefusedInABuildWithoutCuda) {
+// CUDA_VISIBLE_DEVICES=-1 hides every GPU from the child, so that these
+// behave the same on machines with and without one.
+class HiddenGpus {
+ public:
+  HiddenGpus() { setenv("CUDA_VISIBLE_DEVICES", "-1", 1); }
+  ~HiddenGpus() { unsetenv("CUDA_VISIBLE_DEVICES"); }
+};
+
+TEST(ProcessTest, CudaBackendWithoutADeviceIsRefused) {
+  HiddenGpus hidden;
   int exit_code = 0;
   const std::string output = RunToExit({"--backend=cuda", "--listen=127.0.0.1:0"}, &exit_code);
-  EXPECT_NE(exit_code, 0);
-  EXPECT_NE(output.find("this build of ropeserve has no CUDA backend"), std::string::npos)
+  EXPECT_EQ(exit_code, 1);
+  // A CUDA build finds no device; a build without CUDA says how to get it.
+  const char* const expected =
+      ROPE_HAVE_CUDA ? "FAILED_PRECONDITION: --backend=cuda: no usable CUDA device"
+                     : "UNIMPLEMENTED: --backend=cuda: this build has no CUDA backend: install "
+                       "the CUDA toolkit (nvcc) and reconfigure with -DROPE_ENABLE_CUDA=ON";
+  EXPECT_NE(output.find(expected), std::string::npos) << output;
+}
+
+TEST(ProcessTest, AutoBackendWithoutADeviceUsesTheCpuAndSaysWhy) {
+  HiddenGpus hidden;
+  Server server;
+  ASSERT_NO_FATAL_FAILURE(StartServer({"--backend=auto", "--cpu_threads=1"}, &server));
+  const std::string& output = server.process->output();
+  EXPECT_NE(output.find(ROPE_HAVE_CUDA ? "--backend=auto: using the CPU backend (no usable CUDA "
+                                         "device: cudaGetDeviceCount: "
+                                       : "--backend=auto: using the CPU backend (this build has "
+                                         "no CUDA backend"),
+            std::string::npos)
       << output;
+  EXPECT_NE(output.find("(backend cpu: "), std::string::npos) << output;
+  server.process->Signal(SIGTERM);
+  const std::optional<int> status = server.process->WaitExit(absl::Seconds(40));
+  ASSERT_TRUE(status.has_value());
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0);
 }
 
 TEST(ProcessTest, BadFlagValuesExitWithAMessage) {

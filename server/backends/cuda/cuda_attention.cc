@@ -1,0 +1,149 @@
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "server/backends/cuda/cuda_ops.h"
+#include "server/backends/cuda/cuda_status.h"
+#include "server/backends/cuda/gemm_plan.h"
+#include "server/backends/cuda/kernel_launchers.h"
+#include "server/engine/status_macros.h"
+
+namespace rope {
+namespace {
+
+cublasOperation_t ToCublas(kernels::GemmOp op) {
+  return op == kernels::GemmOp::kT ? CUBLAS_OP_T : CUBLAS_OP_N;
+}
+
+absl::Status RunPlan(const WorkerContext& context, const std::vector<kernels::StridedGemm>& plan,
+                     const float* a, const float* b, float* c, const char* what) {
+  for (const kernels::StridedGemm& g : plan) {
+    ROPE_CUBLAS_RETURN_IF_ERROR(
+        context.cublas_api().sgemm_strided_batched(
+            context.cublas(), ToCublas(g.op_a), ToCublas(g.op_b), g.m, g.n, g.k, &g.alpha,
+            a + g.a_offset, g.lda, g.stride_a, b + g.b_offset, g.ldb, g.stride_b, &g.beta,
+            c + g.c_offset, g.ldc, g.stride_c, g.batch),
+        what);
+  }
+  return absl::OkStatus();
+}
+
+// Uploads one request tensor of `bytes` into `buffer`.
+absl::Status Upload(WorkerContext& context, DeviceBuffer& buffer, const void* host, int64_t bytes,
+                    const char* what) {
+  ROPE_RETURN_IF_ERROR(buffer.Reserve(bytes, what));
+  return context.UploadStaged(host, buffer.data(), bytes);
+}
+
+}  // namespace
+
+absl::Status CudaAttentionScores(WorkerContext& context, const DeviceTable& table,
+                                 const AttentionArgs& args, int64_t max_blocks) {
+  const int64_t elem = static_cast<int64_t>(DTypeSize(args.dtype));
+  const int64_t q_elems = args.batch * args.q_seq * args.q_heads * args.head_dim;
+  const int64_t k_elems = args.batch * args.k_seq * args.k_heads * args.head_dim;
+  const int64_t v_elems =
+      args.v != nullptr ? args.batch * args.k_seq * args.k_heads * args.v_dim : 0;
+  const int64_t score_elems = args.batch * args.q_heads * args.q_seq * args.k_seq;
+  const int64_t out_elems =
+      args.v != nullptr ? args.batch * args.q_seq * args.q_heads * args.v_dim : 0;
+  const int64_t f = static_cast<int64_t>(sizeof(float));
+
+  // Device memory first: a request too large for the device fails here,
+  // before any work is enqueued.
+  ROPE_RETURN_IF_ERROR(context.qf.Reserve(q_elems * f, "rotated q (float32)"));
+  ROPE_RETURN_IF_ERROR(context.kf.Reserve(k_elems * f, "rotated k (float32)"));
+  ROPE_RETURN_IF_ERROR(context.scores.Reserve(score_elems * f, "attention scores"));
+  const bool separate_probs = args.v != nullptr && !args.softmax;
+  if (separate_probs) {
+    ROPE_RETURN_IF_ERROR(context.probs.Reserve(score_elems * f, "attention probabilities"));
+  }
+  if (args.v != nullptr) {
+    ROPE_RETURN_IF_ERROR(context.vf.Reserve(v_elems * f, "v (float32)"));
+    ROPE_RETURN_IF_ERROR(context.output.Reserve(out_elems * f, "attention output"));
+  }
+
+  ROPE_RETURN_IF_ERROR(Upload(context, context.q_in, args.q, q_elems * elem, "q"));
+  ROPE_RETURN_IF_ERROR(Upload(context, context.k_in, args.k, k_elems * elem, "k"));
+  if (args.v != nullptr) {
+    ROPE_RETURN_IF_ERROR(Upload(context, context.v_in, args.v, v_elems * elem, "v"));
+  }
+  math::PositionSpec positions[2] = {args.q_positions, args.k_positions};
+  ROPE_RETURN_IF_ERROR(UploadPositions(context, positions, 2));
+
+  kernels::LaunchConfig launch;
+  launch.stream = context.compute_stream();
+  launch.max_blocks = max_blocks;
+  const kernels::Storage storage = StorageOf(args.dtype);
+  const bool interleaved = args.layout == Layout::kInterleaved;
+  float* qf = static_cast<float*>(context.qf.data());
+  float* kf = static_cast<float*>(context.kf.data());
+  float* vf = static_cast<float*>(context.vf.data());
+  float* scores = static_cast<float*>(context.scores.data());
+
+  kernels::RotatedCopyParams copy;
+  copy.head_dim = static_cast<int>(args.head_dim);
+  copy.rotary_dim = static_cast<int>(args.rotary_dim);
+  copy.cos = table.cos_data();
+  copy.sin = table.sin_data();
+  copy.in = context.q_in.data();
+  copy.out = qf;
+  copy.tokens = args.batch * args.q_seq;
+  copy.heads = static_cast<int>(args.q_heads);
+  copy.positions = positions[0];
+  ROPE_CUDA_RETURN_IF_ERROR(kernels::RotatedCopy(copy, storage, interleaved, launch),
+                            "launching the rotated copy of q");
+  copy.in = context.k_in.data();
+  copy.out = kf;
+  copy.tokens = args.batch * args.k_seq;
+  copy.heads = static_cast<int>(args.k_heads);
+  copy.positions = positions[1];
+  ROPE_CUDA_RETURN_IF_ERROR(kernels::RotatedCopy(copy, storage, interleaved, launch),
+                            "launching the rotated copy of k");
+  if (args.v != nullptr) {
+    copy.in = context.v_in.data();
+    copy.out = vf;
+    copy.head_dim = static_cast<int>(args.v_dim);
+    copy.rotary_dim = 0;  // a plain widening copy
+    ROPE_CUDA_RETURN_IF_ERROR(kernels::RotatedCopy(copy, storage, interleaved, launch),
+                              "launching the float32 copy of v");
+  }
+
+  kernels::AttentionDims dims;
+  dims.batch = args.batch;
+  dims.q_seq = args.q_seq;
+  dims.k_seq = args.k_seq;
+  dims.q_heads = args.q_heads;
+  dims.k_heads = args.k_heads;
+  dims.head_dim = args.head_dim;
+  dims.v_dim = args.v_dim;
+  ROPE_RETURN_IF_ERROR(RunPlan(context, kernels::PlanScoreGemms(dims, args.scale), kf, qf, scores,
+                               "cublasSgemmStridedBatched (scores)"));
+
+  kernels::MaskSoftmaxParams mask;
+  mask.scores = scores;
+  mask.probs = separate_probs ? static_cast<float*>(context.probs.data()) : nullptr;
+  mask.batch = args.batch;
+  mask.heads = args.q_heads;
+  mask.q_seq = args.q_seq;
+  mask.k_seq = args.k_seq;
+  mask.q_positions = positions[0];
+  mask.k_positions = positions[1];
+  mask.causal = args.causal;
+  mask.softmax = args.softmax;
+  ROPE_CUDA_RETURN_IF_ERROR(kernels::MaskSoftmax(mask, launch), "launching the softmax kernel");
+
+  float* output = static_cast<float*>(context.output.data());
+  if (args.v != nullptr) {
+    const float* probs = separate_probs ? mask.probs : scores;
+    ROPE_RETURN_IF_ERROR(RunPlan(context, kernels::PlanOutputGemms(dims), vf, probs, output,
+                                 "cublasSgemmStridedBatched (output)"));
+  }
+
+  ROPE_RETURN_IF_ERROR(context.DownloadStaged(scores, args.scores, score_elems * f));
+  if (args.v != nullptr) {
+    ROPE_RETURN_IF_ERROR(context.DownloadStaged(output, args.output, out_elems * f));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace rope

@@ -1,0 +1,191 @@
+#include "server/backends/cuda/cuda_backend.h"
+
+#include <cuda_runtime_api.h>
+
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "server/backends/cpu/thread_pool.h"
+#include "server/backends/cuda/cublas_api.h"
+#include "server/backends/cuda/cuda_ops.h"
+#include "server/backends/cuda/cuda_status.h"
+#include "server/backends/cuda/device_table_cache.h"
+#include "server/backends/cuda/kernel_launchers.h"
+#include "server/backends/cuda/worker_context.h"
+#include "server/engine/status_macros.h"
+
+namespace rope {
+namespace {
+
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend(int device, const CudaBackendOptions& options, const cudaDeviceProp& properties,
+              const CublasApi& cublas)
+      : device_(device),
+        options_(options),
+        description_(
+            absl::StrFormat("%s (sm_%d%d, %d SMs, %.1f GiB), CUDA device %d", properties.name,
+                            properties.major, properties.minor, properties.multiProcessorCount,
+                            static_cast<double>(properties.totalGlobalMem) / (1 << 30), device)),
+        // A few waves of blocks per multiprocessor; grid-stride loops do
+        // the rest.
+        max_blocks_(int64_t{32} * properties.multiProcessorCount),
+        table_cache_(options.table_cache_bytes),
+        contexts_(device, options, cublas),
+        table_pool_(static_cast<int>(std::max(1u, std::thread::hardware_concurrency()))) {}
+
+  ~CudaBackend() override {
+    // Contexts free device resources on destruction: on this device.
+    (void)cudaSetDevice(device_);
+  }
+
+  BackendInfo info() const override {
+    BackendInfo info;
+    info.name = "cuda";
+    info.device = description_;
+    info.threads = options_.contexts;
+    {
+      absl::MutexLock lock(&memory_mu_);
+      info.device_memory_total_bytes = memory_total_;
+      info.device_memory_used_bytes = memory_used_;
+    }
+    info.device_table_cache = table_cache_.stats();
+    return info;
+  }
+
+  absl::Status Rotate(const RopeTable& table, const RotateArgs& args) override {
+    ROPE_ASSIGN_OR_RETURN(ContextPool::Lease context, contexts_.Acquire());
+    SampleMemory(/*force=*/false);
+    ROPE_ASSIGN_OR_RETURN(std::shared_ptr<const DeviceTable> device_table, table_cache_.Get(table));
+    return CudaRotate(*context, *device_table, args, max_blocks_);
+  }
+
+  absl::Status AttentionScores(const RopeTable& table, const AttentionArgs& args) override {
+    ROPE_ASSIGN_OR_RETURN(ContextPool::Lease context, contexts_.Acquire());
+    SampleMemory(/*force=*/false);
+    ROPE_ASSIGN_OR_RETURN(std::shared_ptr<const DeviceTable> device_table, table_cache_.Get(table));
+    return CudaAttentionScores(*context, *device_table, args, max_blocks_);
+  }
+
+  // Host tables are built (in double precision) on host threads before
+  // they are uploaded.
+  void ParallelRows(int64_t rows, const std::function<void(int64_t, int64_t)>& fill) override {
+    table_pool_.ParallelFor(rows, 1024, fill);
+  }
+
+  // Leases a context once, so that start-up fails rather than the first call
+  // when the device cannot give us streams, pinned memory or cuBLAS.
+  absl::Status WarmUp() {
+    ROPE_ASSIGN_OR_RETURN(ContextPool::Lease context, contexts_.Acquire());
+    SampleMemory(/*force=*/true);
+    return absl::OkStatus();
+  }
+
+ private:
+  const int device_;
+  const CudaBackendOptions options_;
+  const std::string description_;
+  const int64_t max_blocks_;
+  DeviceTableCache table_cache_;
+  ContextPool contexts_;
+  ThreadPool table_pool_;
+
+  // Device memory as last sampled, on a thread that has the device current
+  // (at start-up, then by calls at most every kMemorySamplePeriod). info()
+  // makes no CUDA call: it also runs on the /metrics endpoint's threads,
+  // whose small stacks are not meant for driver calls.
+  void SampleMemory(bool force) {
+    const absl::Time now = absl::Now();
+    {
+      absl::MutexLock lock(&memory_mu_);
+      if (!force && now - memory_sampled_ < kMemorySamplePeriod) return;
+      memory_sampled_ = now;
+    }
+    size_t free_bytes = 0, total_bytes = 0;
+    if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return;
+    }
+    absl::MutexLock lock(&memory_mu_);
+    memory_total_ = static_cast<int64_t>(total_bytes);
+    memory_used_ = static_cast<int64_t>(total_bytes - free_bytes);
+  }
+
+  static constexpr absl::Duration kMemorySamplePeriod = absl::Milliseconds(100);
+  mutable absl::Mutex memory_mu_;
+  absl::Time memory_sampled_ ABSL_GUARDED_BY(memory_mu_) = absl::InfinitePast();
+  int64_t memory_total_ ABSL_GUARDED_BY(memory_mu_) = 0;
+  int64_t memory_used_ ABSL_GUARDED_BY(memory_mu_) = 0;
+};
+
+absl::Status CheckOptions(const CudaBackendOptions& options) {
+  if (options.table_cache_bytes <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cuda table_cache_bytes is ", options.table_cache_bytes, ": must be > 0"));
+  }
+  if (options.contexts < 1 || options.contexts > 64) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cuda contexts is ", options.contexts, ": must be in [1, 64]"));
+  }
+  if (options.staging_bytes < (int64_t{64} << 10)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cuda staging_bytes is ", options.staging_bytes, ": must be at least 65536"));
+  }
+  if (options.keep_workspace_bytes < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("cuda keep_workspace_bytes is ",
+                                                   options.keep_workspace_bytes, ": must be >= 0"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<int> CountCudaDevices() {
+  int count = 0;
+  const cudaError_t error = cudaGetDeviceCount(&count);
+  if (error != cudaSuccess) {
+    // Whatever the reason (no device, no driver, a driver older than this
+    // runtime), there is no device to use.
+    (void)cudaGetLastError();
+    return absl::FailedPreconditionError(
+        absl::StrCat("no usable CUDA device: cudaGetDeviceCount: ", cudaGetErrorName(error), ": ",
+                     cudaGetErrorString(error)));
+  }
+  if (count == 0) {
+    return absl::FailedPreconditionError("no CUDA device: cudaGetDeviceCount found none");
+  }
+  return count;
+}
+
+absl::StatusOr<std::unique_ptr<Backend>> NewCudaBackend(int device,
+                                                        const CudaBackendOptions& options) {
+  ROPE_RETURN_IF_ERROR(CheckOptions(options));
+  ROPE_ASSIGN_OR_RETURN(const int count, CountCudaDevices());
+  if (device < 0 || device >= count) {
+    return absl::FailedPreconditionError(absl::StrCat("CUDA device ", device,
+                                                      " does not exist: this machine has ", count,
+                                                      " CUDA device", count == 1 ? "" : "s"));
+  }
+  ROPE_CUDA_RETURN_IF_ERROR(cudaSetDevice(device), absl::StrCat("selecting CUDA device ", device));
+  cudaDeviceProp properties;
+  ROPE_CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&properties, device),
+                            absl::StrCat("reading the properties of CUDA device ", device));
+  const cudaError_t image = kernels::CheckKernelImage();
+  if (image != cudaSuccess) {
+    (void)cudaGetLastError();
+    return absl::FailedPreconditionError(absl::StrCat(
+        "CUDA device ", device, " (", properties.name, ", sm_", properties.major, properties.minor,
+        ") cannot run this build's kernels (CUDA architectures ", ROPE_CUDA_ARCHITECTURES,
+        "): ", cudaGetErrorName(image), ": ", cudaGetErrorString(image)));
+  }
+  ROPE_ASSIGN_OR_RETURN(const CublasApi* cublas, LoadCublas());
+  auto backend = std::make_unique<CudaBackend>(device, options, properties, *cublas);
+  ROPE_RETURN_IF_ERROR(backend->WarmUp());
+  return std::unique_ptr<Backend>(std::move(backend));
+}
+
+}  // namespace rope

@@ -1,0 +1,38 @@
+// The CUDA backend's two operations, on a leased worker context and a
+// device-resident table. Arguments are validated by the engine (backend.h).
+// Both return after the results are in the caller's host buffers, or with
+// the first error (the context is then quiesced by its lease).
+#ifndef ROPE_BACKENDS_CUDA_CUDA_OPS_H_
+#define ROPE_BACKENDS_CUDA_CUDA_OPS_H_
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "server/backends/cuda/device_table_cache.h"
+#include "server/backends/cuda/kernel_common.h"
+#include "server/backends/cuda/worker_context.h"
+#include "server/engine/backend.h"
+
+namespace rope {
+
+kernels::Storage StorageOf(DType dtype);
+
+// Rotates args.q (and args.k) in place: token chunks go host -> pinned ->
+// device, through one kernel launch for q and k, and back, alternating the
+// context's two staging slots.
+absl::Status CudaRotate(WorkerContext& context, const DeviceTable& table, const RotateArgs& args,
+                        int64_t max_blocks);
+
+// Fills args.scores (and args.output): rotated float32 copies of q and k on
+// the device, cuBLAS GEMMs, the mask/softmax kernel, the optional P.V GEMMs.
+absl::Status CudaAttentionScores(WorkerContext& context, const DeviceTable& table,
+                                 const AttentionArgs& args, int64_t max_blocks);
+
+// Copies explicit positions (if any) of `specs` to the device and returns
+// specs whose explicit_positions point there; ready for work enqueued on
+// any of the context's streams afterwards.
+absl::Status UploadPositions(WorkerContext& context, math::PositionSpec* specs, int count);
+
+}  // namespace rope
+
+#endif  // ROPE_BACKENDS_CUDA_CUDA_OPS_H_

@@ -1,0 +1,177 @@
+#include "server/backends/cuda/worker_context.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "server/backends/cuda/cuda_status.h"
+#include "server/engine/status_macros.h"
+
+namespace rope {
+
+WorkerContext::WorkerContext(const CudaBackendOptions& options, const CublasApi& cublas)
+    : cublas_api_(&cublas),
+      staging_bytes_(options.staging_bytes),
+      keep_workspace_bytes_(options.keep_workspace_bytes) {}
+
+WorkerContext::~WorkerContext() {
+  (void)Quiesce();
+  if (cublas_ != nullptr) (void)cublas_api_->destroy(cublas_);
+}
+
+absl::StatusOr<std::unique_ptr<WorkerContext>> WorkerContext::Create(
+    const CudaBackendOptions& options, const CublasApi& cublas) {
+  std::unique_ptr<WorkerContext> context(new WorkerContext(options, cublas));
+  for (Slot& slot : context->slots_) {
+    ROPE_RETURN_IF_ERROR(slot.stream.Create());
+    ROPE_RETURN_IF_ERROR(slot.done.Create());
+  }
+  ROPE_RETURN_IF_ERROR(context->compute_done_.Create());
+  ROPE_RETURN_IF_ERROR(context->ReserveSlots(options.staging_bytes));
+  ROPE_CUBLAS_RETURN_IF_ERROR(cublas.create(&context->cublas_), "creating a cuBLAS handle");
+  ROPE_CUBLAS_RETURN_IF_ERROR(cublas.set_stream(context->cublas_, context->compute_stream()),
+                              "binding the cuBLAS handle to its stream");
+  // Plain float32 GEMMs (no TF32): the scores must agree with the CPU
+  // backend to float32 rounding.
+  ROPE_CUBLAS_RETURN_IF_ERROR(cublas.set_math_mode(context->cublas_, CUBLAS_PEDANTIC_MATH),
+                              "setting cuBLAS math mode");
+  return context;
+}
+
+absl::Status WorkerContext::ReserveSlots(int64_t bytes) {
+  for (Slot& slot : slots_) {
+    if (slot.host.capacity() >= bytes && slot.device.capacity() >= bytes) continue;
+    ROPE_RETURN_IF_ERROR(Reuse(static_cast<int>(&slot - slots_)));  // nothing may still use them
+    ROPE_RETURN_IF_ERROR(slot.host.Reserve(bytes, "a staging buffer"));
+    ROPE_RETURN_IF_ERROR(slot.device.Reserve(bytes, "a staging buffer"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status WorkerContext::Reuse(int i) {
+  Slot& slot = slots_[i];
+  if (slot.in_flight) {
+    ROPE_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(slot.done.get()), "waiting for a staged copy");
+    slot.in_flight = false;
+  }
+  for (const CopyOut& out : slot.copy_out) {
+    std::memcpy(out.host, slot.host.data() + out.slot_offset, out.bytes);
+  }
+  slot.copy_out.clear();
+  return absl::OkStatus();
+}
+
+absl::Status WorkerContext::UploadStaged(const void* src, void* dst, int64_t bytes) {
+  const char* from = static_cast<const char*>(src);
+  char* to = static_cast<char*>(dst);
+  int next = 0;
+  for (int64_t done = 0; done < bytes; done += staging_bytes_, next ^= 1) {
+    const int64_t n = std::min(staging_bytes_, bytes - done);
+    Slot& slot = slots_[next];
+    ROPE_RETURN_IF_ERROR(Reuse(next));
+    std::memcpy(slot.host.data(), from + done, n);
+    ROPE_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(to + done, slot.host.data(), n, cudaMemcpyHostToDevice, slot.stream.get()),
+        "copying a request tensor to the device");
+    ROPE_CUDA_RETURN_IF_ERROR(cudaEventRecord(slot.done.get(), slot.stream.get()),
+                              "recording a staged copy");
+    slot.in_flight = true;
+  }
+  return ComputeWaitsForSlots();
+}
+
+absl::Status WorkerContext::DownloadStaged(const void* src, void* dst, int64_t bytes) {
+  ROPE_RETURN_IF_ERROR(SlotsWaitForCompute());
+  const char* from = static_cast<const char*>(src);
+  char* to = static_cast<char*>(dst);
+  int next = 0;
+  for (int64_t done = 0; done < bytes; done += staging_bytes_, next ^= 1) {
+    const int64_t n = std::min(staging_bytes_, bytes - done);
+    Slot& slot = slots_[next];
+    ROPE_RETURN_IF_ERROR(Reuse(next));  // delivers the chunk before last
+    ROPE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(slot.host.data(), from + done, n,
+                                              cudaMemcpyDeviceToHost, slot.stream.get()),
+                              "copying a result from the device");
+    ROPE_CUDA_RETURN_IF_ERROR(cudaEventRecord(slot.done.get(), slot.stream.get()),
+                              "recording a staged copy");
+    slot.in_flight = true;
+    slot.copy_out.push_back(CopyOut{to + done, 0, n});
+  }
+  for (int i = 0; i < kSlots; ++i) ROPE_RETURN_IF_ERROR(Reuse(i));
+  return absl::OkStatus();
+}
+
+absl::Status WorkerContext::ComputeWaitsForSlots() {
+  for (int i = 1; i < kSlots; ++i) {
+    if (!slots_[i].in_flight) continue;
+    ROPE_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(compute_stream(), slots_[i].done.get(), 0),
+                              "ordering the compute stream after staged copies");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status WorkerContext::SlotsWaitForCompute() {
+  ROPE_CUDA_RETURN_IF_ERROR(cudaEventRecord(compute_done_.get(), compute_stream()),
+                            "recording the end of compute");
+  for (int i = 1; i < kSlots; ++i) {
+    ROPE_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(slots_[i].stream.get(), compute_done_.get(), 0),
+                              "ordering staged copies after compute");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status WorkerContext::Quiesce() {
+  absl::Status status;
+  for (Slot& slot : slots_) {
+    if (slot.stream.get() != nullptr) {
+      const cudaError_t error = cudaStreamSynchronize(slot.stream.get());
+      if (status.ok()) status = CudaStatus(error, "waiting for a worker stream");
+    }
+    slot.in_flight = false;
+    slot.copy_out.clear();
+  }
+  for (DeviceBuffer* buffer :
+       {&q_in, &k_in, &v_in, &qf, &kf, &vf, &scores, &probs, &output, &positions}) {
+    buffer->ShrinkTo(keep_workspace_bytes_);
+  }
+  if (positions_host.capacity() > keep_workspace_bytes_) positions_host.Release();
+  return status;
+}
+
+ContextPool::Lease::~Lease() {
+  if (context_ == nullptr) return;
+  (void)context_->Quiesce();
+  pool_->Return(std::move(context_));
+}
+
+absl::StatusOr<ContextPool::Lease> ContextPool::Acquire() {
+  ROPE_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_),
+                            absl::StrCat("selecting CUDA device ", device_));
+  {
+    absl::MutexLock lock(&mu_);
+    auto available = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return !idle_.empty() || created_ < options_.contexts;
+    };
+    mu_.Await(absl::Condition(&available));
+    if (!idle_.empty()) {
+      std::unique_ptr<WorkerContext> context = std::move(idle_.back());
+      idle_.pop_back();
+      return Lease(this, std::move(context));
+    }
+    ++created_;
+  }
+  absl::StatusOr<std::unique_ptr<WorkerContext>> context = WorkerContext::Create(options_, cublas_);
+  if (!context.ok()) {
+    absl::MutexLock lock(&mu_);
+    --created_;
+    return context.status();
+  }
+  return Lease(this, *std::move(context));
+}
+
+void ContextPool::Return(std::unique_ptr<WorkerContext> context) {
+  absl::MutexLock lock(&mu_);
+  idle_.push_back(std::move(context));
+}
+
+}  // namespace rope

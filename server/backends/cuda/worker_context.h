@@ -1,0 +1,146 @@
+// WorkerContext: what one call needs on the device, reused across calls:
+// two staging slots (each a pinned host buffer, a device buffer, a stream
+// and an event), a cuBLAS handle on the compute stream (slot 0's), and
+// device workspaces. ContextPool hands contexts to calls, one call each.
+//
+// Staged copies: host data moves through the pinned slots in chunks,
+// alternating slots, so that the host-side memcpy of one chunk overlaps the
+// DMA of the previous one, and uploads on one slot's stream overlap
+// downloads on the other's.
+#ifndef ROPE_BACKENDS_CUDA_WORKER_CONTEXT_H_
+#define ROPE_BACKENDS_CUDA_WORKER_CONTEXT_H_
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "server/backends/cuda/cublas_api.h"
+#include "server/backends/cuda/cuda_backend.h"
+#include "server/backends/cuda/device_memory.h"
+
+namespace rope {
+
+class WorkerContext {
+ public:
+  static constexpr int kSlots = 2;
+
+  // A host range waiting to receive bytes of a slot's pinned buffer once
+  // the slot's event completes.
+  struct CopyOut {
+    void* host = nullptr;
+    int64_t slot_offset = 0;
+    int64_t bytes = 0;
+  };
+
+  struct Slot {
+    PinnedBuffer host;
+    DeviceBuffer device;
+    CudaStream stream;
+    CudaEvent done;          // recorded after the slot's last enqueued copy
+    bool in_flight = false;  // `done` has been recorded since the last wait
+    std::vector<CopyOut> copy_out;
+  };
+
+  // Creates streams, events, the cuBLAS handle and the staging buffers on
+  // the calling thread's current device.
+  static absl::StatusOr<std::unique_ptr<WorkerContext>> Create(const CudaBackendOptions& options,
+                                                               const CublasApi& cublas);
+  ~WorkerContext();
+  WorkerContext(const WorkerContext&) = delete;
+  WorkerContext& operator=(const WorkerContext&) = delete;
+
+  Slot& slot(int i) { return slots_[i]; }
+  cudaStream_t compute_stream() const { return slots_[0].stream.get(); }
+  cublasHandle_t cublas() const { return cublas_; }
+  const CublasApi& cublas_api() const { return *cublas_api_; }
+  int64_t staging_bytes() const { return staging_bytes_; }
+
+  // Ensures both slots hold at least `bytes` (pinned and device).
+  absl::Status ReserveSlots(int64_t bytes);
+
+  // Waits for slot i's last copy and delivers its pending CopyOuts.
+  absl::Status Reuse(int i);
+
+  // Copies `bytes` from host `src` to device `dst` through the slots; on
+  // return the copies are enqueued and the compute stream waits for all
+  // of them.
+  absl::Status UploadStaged(const void* src, void* dst, int64_t bytes);
+
+  // Copies `bytes` from device `src` to host `dst` through the slots, after
+  // everything enqueued on the compute stream so far; on return `dst` holds
+  // the data.
+  absl::Status DownloadStaged(const void* src, void* dst, int64_t bytes);
+
+  // Makes the compute stream wait for everything enqueued on the other
+  // slot's stream, or the other way round.
+  absl::Status ComputeWaitsForSlots();
+  absl::Status SlotsWaitForCompute();
+
+  // Waits for every stream and drops undelivered CopyOuts (the call that
+  // asked for them has failed). Then frees workspaces over the keep limit.
+  // Returns the first error of the wait (a broken device context).
+  absl::Status Quiesce();
+
+  // Device workspaces of the attention path (grown on demand).
+  DeviceBuffer q_in, k_in, v_in, qf, kf, vf, scores, probs, output, positions;
+  PinnedBuffer positions_host;
+
+ private:
+  WorkerContext(const CudaBackendOptions& options, const CublasApi& cublas);
+
+  Slot slots_[kSlots];
+  CudaEvent compute_done_;
+  const CublasApi* const cublas_api_;
+  cublasHandle_t cublas_ = nullptr;
+  const int64_t staging_bytes_;
+  const int64_t keep_workspace_bytes_;
+};
+
+// Hands out worker contexts, creating up to `options.contexts` lazily;
+// Acquire blocks while all are in use. Thread-safe.
+class ContextPool {
+ public:
+  ContextPool(int device, const CudaBackendOptions& options, const CublasApi& cublas)
+      : device_(device), options_(options), cublas_(cublas) {}
+  ContextPool(const ContextPool&) = delete;
+  ContextPool& operator=(const ContextPool&) = delete;
+
+  // Returns its context to the pool (quiesced) when destroyed.
+  class Lease {
+   public:
+    Lease(ContextPool* pool, std::unique_ptr<WorkerContext> context)
+        : pool_(pool), context_(std::move(context)) {}
+    Lease(Lease&&) = default;
+    ~Lease();
+    WorkerContext* operator->() const { return context_.get(); }
+    WorkerContext& operator*() const { return *context_; }
+
+   private:
+    ContextPool* pool_;
+    std::unique_ptr<WorkerContext> context_;
+  };
+
+  // Sets the calling thread's current device and leases a context.
+  absl::StatusOr<Lease> Acquire();
+
+ private:
+  void Return(std::unique_ptr<WorkerContext> context);
+
+  const int device_;
+  const CudaBackendOptions options_;
+  const CublasApi& cublas_;
+  absl::Mutex mu_;
+  std::vector<std::unique_ptr<WorkerContext>> idle_ ABSL_GUARDED_BY(mu_);
+  int created_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace rope
+
+#endif  // ROPE_BACKENDS_CUDA_WORKER_CONTEXT_H_

@@ -1,0 +1,220 @@
+// The attention path of the CUDA backend run on the host: the rotated-copy
+// kernel body over its whole grid (q, k, and v with rotary_dim 0), the
+// planned cuBLAS calls through a reference GEMM, and the mask/softmax kernel
+// phases for every thread of every row, with the barriers in between; then
+// against the CPU backend over mask x softmax x v x GQA x dtype x layout,
+// fully masked rows included. Runs without a GPU.
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "server/backends/cuda/gemm_plan.h"
+#include "server/backends/cuda/kernel_common.h"
+#include "server/backends/cuda/rotate_kernel_body.h"
+#include "server/backends/cuda/softmax_kernel_body.h"
+#include "tests/cuda/backend_cases.h"
+#include "tests/cuda/grid_emulation.h"
+#include "tests/cuda/reference_gemm.h"
+
+namespace rope {
+namespace {
+
+using kernels::MaskSoftmaxParams;
+using test::AttentionCase;
+using test::AttentionData;
+
+template <typename Tag, bool kInterleaved>
+void RunCopy(const kernels::RotatedCopyParams& p, int block_dim, int64_t max_blocks) {
+  const int64_t blocks = kernels::BlocksFor(kernels::RotatedCopyItems(p), block_dim, max_blocks);
+  test::RunGridOnHost(blocks, block_dim, [&p](int64_t b, int t, int bd, int64_t gd) {
+    kernels::RotatedCopyKernelBody<Tag, kInterleaved>(p, b, t, bd, gd);
+  });
+}
+
+void RotatedCopyOnHost(DType dtype, Layout layout, const kernels::RotatedCopyParams& p) {
+  constexpr int kBlock = 64;
+  constexpr int64_t kMaxBlocks = 5;  // small, so the grid-stride loop runs
+  const bool inter = layout == Layout::kInterleaved;
+  switch (dtype) {
+    case DType::kFloat32:
+      return inter ? RunCopy<math::F32, true>(p, kBlock, kMaxBlocks)
+                   : RunCopy<math::F32, false>(p, kBlock, kMaxBlocks);
+    case DType::kFloat16:
+      return inter ? RunCopy<math::F16, true>(p, kBlock, kMaxBlocks)
+                   : RunCopy<math::F16, false>(p, kBlock, kMaxBlocks);
+    case DType::kBFloat16:
+      return inter ? RunCopy<math::BF16, true>(p, kBlock, kMaxBlocks)
+                   : RunCopy<math::BF16, false>(p, kBlock, kMaxBlocks);
+  }
+}
+
+// The softmax kernel as the GPU runs it, one block per row (grid-stride
+// over rows), each phase for every thread before the next barrier.
+void MaskSoftmaxOnHost(const MaskSoftmaxParams& p, int64_t max_blocks) {
+  const int block_dim = kernels::MaskSoftmaxBlockDim(p.k_seq);
+  const int64_t rows = kernels::MaskSoftmaxRows(p);
+  const int64_t grid = kernels::BlocksFor(rows, 1, max_blocks);
+  std::vector<float> partial(block_dim);
+  for (int64_t block = 0; block < grid; ++block) {
+    for (int64_t row = block; row < rows; row += grid) {
+      for (int t = 0; t < block_dim; ++t) partial[t] = kernels::MaskMaxPhase(p, row, t, block_dim);
+      for (int stride = block_dim / 2; stride > 0; stride /= 2) {
+        for (int t = 0; t < block_dim; ++t) kernels::TreeMaxStep(partial.data(), t, stride);
+      }
+      if (!kernels::NeedsProbabilities(p)) continue;
+      const float row_max = partial[0];
+      for (int t = 0; t < block_dim; ++t) {
+        partial[t] = kernels::ExpSumPhase(p, row, t, block_dim, row_max);
+      }
+      for (int stride = block_dim / 2; stride > 0; stride /= 2) {
+        for (int t = 0; t < block_dim; ++t) kernels::TreeSumStep(partial.data(), t, stride);
+      }
+      const float row_sum = partial[0];
+      for (int t = 0; t < block_dim; ++t) kernels::NormalizePhase(p, row, t, block_dim, row_sum);
+    }
+  }
+}
+
+// The whole CUDA attention path with host stand-ins for the device.
+void AttentionOnHost(const RopeTable& table, const AttentionArgs& a) {
+  const int64_t q_elems = a.batch * a.q_seq * a.q_heads * a.head_dim;
+  const int64_t k_elems = a.batch * a.k_seq * a.k_heads * a.head_dim;
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::vector<float> qf(q_elems, nan), kf(k_elems, nan), vf, probs;
+
+  kernels::RotatedCopyParams copy;
+  copy.head_dim = static_cast<int>(a.head_dim);
+  copy.rotary_dim = static_cast<int>(a.rotary_dim);
+  copy.cos = table.cos_data();
+  copy.sin = table.sin_data();
+  copy.in = a.q;
+  copy.out = qf.data();
+  copy.tokens = a.batch * a.q_seq;
+  copy.heads = static_cast<int>(a.q_heads);
+  copy.positions = a.q_positions;
+  RotatedCopyOnHost(a.dtype, a.layout, copy);
+  copy.in = a.k;
+  copy.out = kf.data();
+  copy.tokens = a.batch * a.k_seq;
+  copy.heads = static_cast<int>(a.k_heads);
+  copy.positions = a.k_positions;
+  RotatedCopyOnHost(a.dtype, a.layout, copy);
+  if (a.v != nullptr) {
+    vf.assign(a.batch * a.k_seq * a.k_heads * a.v_dim, nan);
+    copy.in = a.v;
+    copy.out = vf.data();
+    copy.head_dim = static_cast<int>(a.v_dim);
+    copy.rotary_dim = 0;
+    RotatedCopyOnHost(a.dtype, a.layout, copy);
+  }
+
+  kernels::AttentionDims dims;
+  dims.batch = a.batch;
+  dims.q_seq = a.q_seq;
+  dims.k_seq = a.k_seq;
+  dims.q_heads = a.q_heads;
+  dims.k_heads = a.k_heads;
+  dims.head_dim = a.head_dim;
+  dims.v_dim = a.v_dim;
+  for (const kernels::StridedGemm& g : kernels::PlanScoreGemms(dims, a.scale)) {
+    test::RunGemmOnHost(g, kf.data(), qf.data(), a.scores);
+  }
+
+  MaskSoftmaxParams m;
+  m.scores = a.scores;
+  m.batch = a.batch;
+  m.heads = a.q_heads;
+  m.q_seq = a.q_seq;
+  m.k_seq = a.k_seq;
+  m.q_positions = a.q_positions;
+  m.k_positions = a.k_positions;
+  m.causal = a.causal;
+  m.softmax = a.softmax;
+  if (a.v != nullptr && !a.softmax) {
+    probs.assign(a.batch * a.q_heads * a.q_seq * a.k_seq, nan);
+    m.probs = probs.data();
+  }
+  MaskSoftmaxOnHost(m, /*max_blocks=*/7);
+  if (a.v != nullptr) {
+    const float* p = a.softmax ? a.scores : probs.data();
+    for (const kernels::StridedGemm& g : kernels::PlanOutputGemms(dims)) {
+      test::RunGemmOnHost(g, vf.data(), p, a.output);
+    }
+  }
+}
+
+class AttentionBodyTest : public ::testing::TestWithParam<AttentionCase> {};
+
+TEST_P(AttentionBodyTest, MatchesCpuBackend) {
+  const AttentionCase& c = GetParam();
+  const std::shared_ptr<const RopeTable> table = test::PlainTable(c.rotary_dim, 4096);
+  AttentionData want = test::MakeAttentionData(c, 11);
+  ASSERT_TRUE(test::CpuBackend().AttentionScores(*table, want.Args(c)).ok());
+  AttentionData got = test::MakeAttentionData(c, 11);
+  AttentionOnHost(*table, got.Args(c));
+  // Float32 sums in another order: a few 1e-7 relative on O(1) values.
+  EXPECT_TRUE(test::CloseToCpu(got.scores, want.scores, 2e-5)) << "scores";
+  EXPECT_TRUE(test::CloseToCpu(got.output, want.output, 2e-5)) << "output";
+}
+
+INSTANTIATE_TEST_SUITE_P(Grid, AttentionBodyTest, ::testing::ValuesIn(test::AttentionGrid()),
+                         [](const ::testing::TestParamInfo<AttentionCase>& info) {
+                           return info.param.Name();
+                         });
+
+// A row whose every key is after the query: scores all -inf, probabilities
+// and output all zero, never NaN.
+TEST(MaskSoftmaxBodyTest, FullyMaskedRowIsAllZeroProbabilities) {
+  std::vector<float> scores = {1.0f, 2.0f, 3.0f, 4.0f, 0.5f, 0.25f, 0.125f, 1.0f};
+  MaskSoftmaxParams p;
+  p.scores = scores.data();
+  p.batch = 1;
+  p.heads = 1;
+  p.q_seq = 2;  // query positions 3 and 4
+  p.k_seq = 4;  // key positions 4..7
+  p.q_positions.start_pos = 3;
+  p.q_positions.seq = 2;
+  p.k_positions.start_pos = 4;
+  p.k_positions.seq = 4;
+  p.causal = true;
+  p.softmax = true;
+  MaskSoftmaxOnHost(p, 1);
+  for (int j = 0; j < 4; ++j) EXPECT_EQ(scores[j], 0.0f) << j;
+  EXPECT_FLOAT_EQ(scores[4], 1.0f);  // only key 4 is visible to query 4
+  for (int j = 5; j < 8; ++j) EXPECT_EQ(scores[j], 0.0f) << j;
+}
+
+TEST(MaskSoftmaxBodyTest, BlockDimIsAPowerOfTwoBetween32And256) {
+  EXPECT_EQ(kernels::MaskSoftmaxBlockDim(1), 32);
+  EXPECT_EQ(kernels::MaskSoftmaxBlockDim(33), 64);
+  EXPECT_EQ(kernels::MaskSoftmaxBlockDim(200), 256);
+  EXPECT_EQ(kernels::MaskSoftmaxBlockDim(1 << 20), 256);
+}
+
+// Both ways of batching the GEMMs appear in the grid above; check the
+// choice itself on shapes that force each.
+TEST(GemmPlanTest, BatchesOverKvHeadsOrOverTheBatchWhicheverIsFewerCalls) {
+  kernels::AttentionDims d;
+  d.batch = 1;
+  d.q_seq = 4;
+  d.k_seq = 4;
+  d.q_heads = 32;
+  d.k_heads = 8;
+  d.head_dim = 128;
+  d.v_dim = 128;
+  std::vector<kernels::StridedGemm> plan = kernels::PlanScoreGemms(d, 1.0f);
+  ASSERT_EQ(plan.size(), 4u);  // one call per (b, r), each over the 8 kv heads
+  EXPECT_EQ(plan[0].batch, 8);
+  EXPECT_EQ(plan[0].stride_a, 128);  // the next kv head, read in place
+  d.batch = 64;
+  plan = kernels::PlanOutputGemms(d);
+  ASSERT_EQ(plan.size(), 32u);  // one call per query head, over the batch
+  EXPECT_EQ(plan[0].batch, 64);
+}
+
+}  // namespace
+}  // namespace rope

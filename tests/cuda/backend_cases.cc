@@ -1,0 +1,249 @@
+#include "tests/cuda/backend_cases.h"
+
+#include <cmath>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "server/backends/cpu/cpu_backend.h"
+#include "server/engine/rope_math.h"
+
+namespace rope {
+namespace test {
+namespace {
+
+const char* DTypeTag(DType d) {
+  switch (d) {
+    case DType::kFloat32:
+      return "F32";
+    case DType::kFloat16:
+      return "F16";
+    case DType::kBFloat16:
+      return "BF16";
+  }
+  return "?";
+}
+
+const char* ModeTag(PositionMode m) {
+  switch (m) {
+    case PositionMode::kStart:
+      return "StartPos";
+    case PositionMode::kPerSeq:
+      return "PerSeq";
+    case PositionMode::kPerToken:
+      return "PerToken";
+  }
+  return "?";
+}
+
+// Random values in [-2, 2) stored as `dtype`.
+std::vector<uint8_t> RandomBytes(DType dtype, int64_t count, std::mt19937* rng) {
+  std::uniform_real_distribution<float> dist(-2.0f, 2.0f);
+  std::vector<uint8_t> bytes(count * DTypeSize(dtype));
+  for (int64_t i = 0; i < count; ++i) {
+    const float v = dist(*rng);
+    if (dtype == DType::kFloat32) {
+      std::memcpy(bytes.data() + 4 * i, &v, 4);
+    } else {
+      const uint16_t h = dtype == DType::kFloat16 ? math::FloatToHalf(v) : math::FloatToBFloat16(v);
+      std::memcpy(bytes.data() + 2 * i, &h, 2);
+    }
+  }
+  return bytes;
+}
+
+}  // namespace
+
+std::string RotateCase::Name() const {
+  return absl::StrCat(DTypeTag(dtype), layout == Layout::kInterleaved ? "Interleaved" : "Half",
+                      "_B", batch, "S", seq, "Hq", q_heads, "Hkv", k_heads, "D", head_dim, "R",
+                      rotary_dim, "_", ModeTag(positions), inverse ? "_Inverse" : "");
+}
+
+RotateArgs RotateData::Args(const RotateCase& c) {
+  RotateArgs a;
+  a.dtype = c.dtype;
+  a.layout = c.layout;
+  a.inverse = c.inverse;
+  a.batch = c.batch;
+  a.seq = c.seq;
+  a.head_dim = c.head_dim;
+  a.rotary_dim = c.rotary_dim;
+  a.q = q.data();
+  a.q_heads = c.q_heads;
+  a.k = c.k_heads > 0 ? k.data() : nullptr;
+  a.k_heads = c.k_heads;
+  a.positions = spec;
+  a.positions.explicit_positions = explicit_positions.empty() ? nullptr : explicit_positions.data();
+  return a;
+}
+
+RotateData MakeRotateData(const RotateCase& c, uint32_t seed) {
+  std::mt19937 rng(seed);
+  RotateData d;
+  d.q = RandomBytes(c.dtype, c.batch * c.seq * c.q_heads * c.head_dim, &rng);
+  if (c.k_heads > 0) d.k = RandomBytes(c.dtype, c.batch * c.seq * c.k_heads * c.head_dim, &rng);
+  std::uniform_int_distribution<int64_t> pos(0, c.max_len - 1);
+  d.spec.seq = c.seq;
+  switch (c.positions) {
+    case PositionMode::kStart:
+      d.spec.start_pos = c.max_len - c.seq - 3;  // near the end of the table
+      break;
+    case PositionMode::kPerSeq:
+      d.explicit_positions.resize(c.seq);
+      break;
+    case PositionMode::kPerToken:
+      d.explicit_positions.resize(c.batch * c.seq);
+      break;
+  }
+  for (int64_t& p : d.explicit_positions) p = pos(rng);
+  d.spec.count = static_cast<int64_t>(d.explicit_positions.size());
+  return d;
+}
+
+std::shared_ptr<const RopeTable> PlainTable(int64_t rotary_dim, uint32_t max_len) {
+  TableKey key;
+  key.theta = 10000.0;
+  key.rotary_dim = static_cast<uint32_t>(rotary_dim);
+  key.max_len = max_len;
+  return RopeTable::Build(key);
+}
+
+Backend& CpuBackend() {
+  static Backend* const backend = NewCpuBackend(2).value().release();
+  return *backend;
+}
+
+std::vector<RotateCase> RotateGrid() {
+  struct Dims {
+    int64_t head_dim, rotary_dim;
+  };
+  // 16-byte paths for every dtype/layout; partial rotary on a vector path;
+  // shapes that force the one-pair path (12 is not a multiple of 8 elements,
+  // a quarter of 6 is not whole).
+  const Dims dims[] = {{64, 64}, {64, 32}, {12, 8}, {6, 2}};
+  struct Heads {
+    int64_t q, k;
+  };
+  const Heads heads[] = {{4, 4}, {8, 2}, {4, 1}, {3, 0}};
+  std::vector<RotateCase> grid;
+  for (DType dtype : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
+    for (Layout layout : {Layout::kInterleaved, Layout::kHalf}) {
+      for (const Dims& d : dims) {
+        for (const Heads& h : heads) {
+          RotateCase c;
+          c.dtype = dtype;
+          c.layout = layout;
+          c.batch = 2;
+          c.seq = 5;
+          c.q_heads = h.q;
+          c.k_heads = h.k;
+          c.head_dim = d.head_dim;
+          c.rotary_dim = d.rotary_dim;
+          grid.push_back(c);
+        }
+      }
+    }
+  }
+  return grid;
+}
+
+std::string AttentionCase::Name() const {
+  return absl::StrCat(DTypeTag(dtype), layout == Layout::kInterleaved ? "Interleaved" : "Half",
+                      "_B", batch, "Sq", q_seq, "Sk", k_seq, "Hq", q_heads, "Hkv", k_heads, "D",
+                      head_dim, "R", rotary_dim, "Dv", v_dim, "_Q", q_start, "K", k_start,
+                      causal ? "_Causal" : "", softmax ? "_Softmax" : "");
+}
+
+AttentionArgs AttentionData::Args(const AttentionCase& c) {
+  AttentionArgs a;
+  a.dtype = c.dtype;
+  a.layout = c.layout;
+  a.batch = c.batch;
+  a.q_seq = c.q_seq;
+  a.k_seq = c.k_seq;
+  a.q_heads = c.q_heads;
+  a.k_heads = c.k_heads;
+  a.head_dim = c.head_dim;
+  a.rotary_dim = c.rotary_dim;
+  a.v_dim = c.v_dim;
+  a.q = q.data();
+  a.k = k.data();
+  a.v = c.v_dim > 0 ? v.data() : nullptr;
+  a.q_positions.start_pos = c.q_start;
+  a.q_positions.seq = c.q_seq;
+  a.k_positions.start_pos = c.k_start;
+  a.k_positions.seq = c.k_seq;
+  a.causal = c.causal;
+  a.softmax = c.softmax;
+  a.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.head_dim)));
+  a.scores = scores.data();
+  a.output = c.v_dim > 0 ? output.data() : nullptr;
+  return a;
+}
+
+AttentionData MakeAttentionData(const AttentionCase& c, uint32_t seed) {
+  std::mt19937 rng(seed);
+  AttentionData d;
+  d.q = RandomBytes(c.dtype, c.batch * c.q_seq * c.q_heads * c.head_dim, &rng);
+  d.k = RandomBytes(c.dtype, c.batch * c.k_seq * c.k_heads * c.head_dim, &rng);
+  if (c.v_dim > 0) d.v = RandomBytes(c.dtype, c.batch * c.k_seq * c.k_heads * c.v_dim, &rng);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  d.scores.assign(c.batch * c.q_heads * c.q_seq * c.k_seq, nan);
+  if (c.v_dim > 0) d.output.assign(c.batch * c.q_seq * c.q_heads * c.v_dim, nan);
+  return d;
+}
+
+std::vector<AttentionCase> AttentionGrid() {
+  std::vector<AttentionCase> grid;
+  struct Shape {
+    int64_t batch, q_seq, k_seq, q_heads, k_heads, head_dim, rotary_dim, q_start, k_start;
+  };
+  // Prefill (q and k aligned), decode (one query at the end), a query block
+  // that starts before the keys (its first rows are fully masked), MQA and
+  // GQA, partial rotary, and a batch that takes the by-batch GEMM plan.
+  const Shape shapes[] = {
+      {1, 7, 7, 4, 4, 16, 16, 0, 0},    {2, 1, 9, 4, 2, 16, 16, 8, 0}, {1, 5, 6, 2, 1, 8, 4, 3, 5},
+      {1, 4, 40, 6, 3, 12, 8, 100, 70}, {3, 3, 5, 2, 2, 8, 8, 2, 0},
+  };
+  for (const Shape& s : shapes) {
+    for (DType dtype : {DType::kFloat32, DType::kBFloat16}) {
+      for (Layout layout : {Layout::kInterleaved, Layout::kHalf}) {
+        for (int flags = 0; flags < 8; ++flags) {
+          AttentionCase c;
+          c.dtype = dtype;
+          c.layout = layout;
+          c.batch = s.batch;
+          c.q_seq = s.q_seq;
+          c.k_seq = s.k_seq;
+          c.q_heads = s.q_heads;
+          c.k_heads = s.k_heads;
+          c.head_dim = s.head_dim;
+          c.rotary_dim = s.rotary_dim;
+          c.q_start = s.q_start;
+          c.k_start = s.k_start;
+          c.causal = (flags & 1) != 0;
+          c.softmax = (flags & 2) != 0;
+          c.v_dim = (flags & 4) != 0 ? 6 : 0;
+          grid.push_back(c);
+        }
+      }
+    }
+  }
+  return grid;
+}
+
+::testing::AssertionResult CloseToCpu(const std::vector<float>& got, const std::vector<float>& want,
+                                      double tolerance) {
+  if (got.size() != want.size()) return ::testing::AssertionFailure() << "sizes differ";
+  for (size_t i = 0; i < got.size(); ++i) {
+    const float g = got[i], w = want[i];
+    const bool exact = std::isinf(w) || w == 0.0f;
+    if (exact ? !(g == w) : !(std::fabs(g - w) <= tolerance * (1.0 + std::fabs(w)))) {
+      return ::testing::AssertionFailure() << "element " << i << ": " << g << " vs " << w;
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+}  // namespace test
+}  // namespace rope

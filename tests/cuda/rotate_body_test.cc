@@ -1,0 +1,201 @@
+// The rotate kernels' per-thread bodies, run on the host over their whole
+// launch grid, against the CPU backend: bit-identical results over dtype x
+// layout x rotary_dim x head grouping x position mode x direction, on the
+// 16-byte path and the one-pair path, with full grids, grid-stride grids and
+// token chunks as the backend launches them. Runs without a GPU.
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "server/backends/cuda/kernel_common.h"
+#include "server/backends/cuda/rotate_kernel_body.h"
+#include "tests/cuda/backend_cases.h"
+#include "tests/cuda/grid_emulation.h"
+
+namespace rope {
+namespace {
+
+using kernels::RotateKernelParams;
+using test::RotateCase;
+using test::RotateData;
+
+// Rotates data in place with the kernel body for `Tag`/`kInterleaved`,
+// launching over token chunks of `chunk_tokens` with at most `max_blocks`
+// blocks of `block_dim` threads, as the backend does.
+template <typename Tag, bool kInterleaved, bool kVector>
+void RunRotateBody(const RotateCase& c, const RopeTable& table, RotateData* d, int64_t chunk_tokens,
+                   int block_dim, int64_t max_blocks) {
+  const RotateArgs args = d->Args(c);
+  const int64_t elem = static_cast<int64_t>(DTypeSize(c.dtype));
+  const int64_t tokens = c.batch * c.seq;
+  for (int64_t first = 0; first < tokens; first += chunk_tokens) {
+    RotateKernelParams p;
+    p.q = static_cast<char*>(args.q) + first * c.q_heads * c.head_dim * elem;
+    p.q_heads = static_cast<int>(c.q_heads);
+    if (args.k != nullptr) {
+      p.k = static_cast<char*>(args.k) + first * c.k_heads * c.head_dim * elem;
+      p.k_heads = static_cast<int>(c.k_heads);
+    }
+    p.tokens = std::min(chunk_tokens, tokens - first);
+    p.first_token = first;
+    p.head_dim = static_cast<int>(c.head_dim);
+    p.rotary_dim = static_cast<int>(c.rotary_dim);
+    p.cos = table.cos_data();
+    p.sin = table.sin_data();
+    p.positions = args.positions;
+    p.inverse = c.inverse;
+    const int64_t items = kernels::RotateItems<Tag, kInterleaved, kVector>(p);
+    const int64_t blocks = kernels::BlocksFor(items, block_dim, max_blocks);
+    test::RunGridOnHost(blocks, block_dim, [&p](int64_t b, int t, int bd, int64_t gd) {
+      kernels::RotateKernelBody<Tag, kInterleaved, kVector>(p, b, t, bd, gd);
+    });
+  }
+}
+
+// Dispatch on the case's dtype and layout, as the launcher does.
+template <bool kVector>
+void RunBody(const RotateCase& c, const RopeTable& table, RotateData* d, int64_t chunk_tokens,
+             int block_dim, int64_t max_blocks) {
+  const bool inter = c.layout == Layout::kInterleaved;
+  switch (c.dtype) {
+    case DType::kFloat32:
+      return inter ? RunRotateBody<math::F32, true, kVector>(c, table, d, chunk_tokens, block_dim,
+                                                             max_blocks)
+                   : RunRotateBody<math::F32, false, kVector>(c, table, d, chunk_tokens, block_dim,
+                                                              max_blocks);
+    case DType::kFloat16:
+      return inter ? RunRotateBody<math::F16, true, kVector>(c, table, d, chunk_tokens, block_dim,
+                                                             max_blocks)
+                   : RunRotateBody<math::F16, false, kVector>(c, table, d, chunk_tokens, block_dim,
+                                                              max_blocks);
+    case DType::kBFloat16:
+      return inter ? RunRotateBody<math::BF16, true, kVector>(c, table, d, chunk_tokens, block_dim,
+                                                              max_blocks)
+                   : RunRotateBody<math::BF16, false, kVector>(c, table, d, chunk_tokens, block_dim,
+                                                               max_blocks);
+  }
+}
+
+bool ShapeAllowsVectors(const RotateCase& c) {
+  const int hd = static_cast<int>(c.head_dim), r = static_cast<int>(c.rotary_dim);
+  const bool inter = c.layout == Layout::kInterleaved;
+  switch (c.dtype) {
+    case DType::kFloat32:
+      return inter ? kernels::RotateShapeAllowsVectors<math::F32, true>(hd, r)
+                   : kernels::RotateShapeAllowsVectors<math::F32, false>(hd, r);
+    case DType::kFloat16:
+      return inter ? kernels::RotateShapeAllowsVectors<math::F16, true>(hd, r)
+                   : kernels::RotateShapeAllowsVectors<math::F16, false>(hd, r);
+    case DType::kBFloat16:
+      return inter ? kernels::RotateShapeAllowsVectors<math::BF16, true>(hd, r)
+                   : kernels::RotateShapeAllowsVectors<math::BF16, false>(hd, r);
+  }
+  return false;
+}
+
+// First differing byte offset, or -1.
+int64_t FirstDifference(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b) {
+  if (a.size() != b.size()) return 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i] != b[i]) return static_cast<int64_t>(i);
+  }
+  return -1;
+}
+
+struct Launch {
+  int64_t chunk_tokens;
+  int block_dim;
+  int64_t max_blocks;
+};
+
+class RotateBodyTest : public ::testing::TestWithParam<RotateCase> {};
+
+TEST_P(RotateBodyTest, MatchesCpuBackendBitForBit) {
+  // Whole grid in one chunk; a tiny grid that strides; odd token chunks.
+  const Launch launches[] = {{1 << 20, 256, 1 << 20}, {1 << 20, 32, 3}, {3, 64, 2}};
+  for (test::PositionMode mode :
+       {test::PositionMode::kStart, test::PositionMode::kPerSeq, test::PositionMode::kPerToken}) {
+    for (bool inverse : {false, true}) {
+      RotateCase c = GetParam();
+      c.positions = mode;
+      c.inverse = inverse;
+      SCOPED_TRACE(c.Name());
+      const std::shared_ptr<const RopeTable> table = test::PlainTable(c.rotary_dim, c.max_len);
+      RotateData want = test::MakeRotateData(c, 7);
+      ASSERT_TRUE(test::CpuBackend().Rotate(*table, want.Args(c)).ok());
+      for (bool vector : {false, true}) {
+        if (vector && !ShapeAllowsVectors(c)) continue;
+        for (const Launch& l : launches) {
+          SCOPED_TRACE(testing::Message()
+                       << (vector ? "16-byte" : "one-pair") << " path, chunk " << l.chunk_tokens
+                       << ", block " << l.block_dim << ", max blocks " << l.max_blocks);
+          RotateData got = test::MakeRotateData(c, 7);
+          if (vector) {
+            RunBody<true>(c, *table, &got, l.chunk_tokens, l.block_dim, l.max_blocks);
+          } else {
+            RunBody<false>(c, *table, &got, l.chunk_tokens, l.block_dim, l.max_blocks);
+          }
+          EXPECT_EQ(FirstDifference(got.q, want.q), -1) << "q differs";
+          EXPECT_EQ(FirstDifference(got.k, want.k), -1) << "k differs";
+        }
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Grid, RotateBodyTest, ::testing::ValuesIn(test::RotateGrid()),
+                         [](const ::testing::TestParamInfo<RotateCase>& info) {
+                           return info.param.Name();
+                         });
+
+// The shapes of real models take the 16-byte path for every dtype and
+// layout (so the tests above cover it), and odd shapes do not.
+TEST(RotateBodyVectorTest, VectorPathCoversModelShapesOnly) {
+  for (int head_dim : {64, 128, 256}) {
+    EXPECT_TRUE((kernels::RotateShapeAllowsVectors<math::F32, true>(head_dim, head_dim)));
+    EXPECT_TRUE((kernels::RotateShapeAllowsVectors<math::F32, false>(head_dim, head_dim)));
+    EXPECT_TRUE((kernels::RotateShapeAllowsVectors<math::BF16, true>(head_dim, head_dim)));
+    EXPECT_TRUE((kernels::RotateShapeAllowsVectors<math::F16, false>(head_dim, head_dim)));
+  }
+  EXPECT_FALSE((kernels::RotateShapeAllowsVectors<math::BF16, true>(12, 8)));
+  EXPECT_FALSE((kernels::RotateShapeAllowsVectors<math::F32, false>(6, 2)));
+  // Half layout with rotary_dim/2 not a multiple of a vector: pairs would
+  // straddle vectors.
+  EXPECT_FALSE((kernels::RotateShapeAllowsVectors<math::BF16, false>(64, 24)));
+
+  kernels::RotateKernelParams p;
+  p.head_dim = 64;
+  p.rotary_dim = 64;
+  alignas(16) uint16_t buffer[16] = {};
+  p.q = buffer;
+  EXPECT_TRUE((kernels::RotateUsesVectors<math::BF16, true>(p)));
+  p.q = buffer + 1;  // 2-byte aligned only
+  EXPECT_FALSE((kernels::RotateUsesVectors<math::BF16, true>(p)));
+  p.q = buffer;
+  p.k = buffer + 4;  // 8-byte aligned only
+  EXPECT_FALSE((kernels::RotateUsesVectors<math::BF16, true>(p)));
+}
+
+TEST(RotateBodyLaunchTest, IndexDivIsDivisionOnBothSidesOfTheThirtyTwoBitPath) {
+  const int64_t cases[][2] = {{0, 7},
+                              {13, 5},
+                              {0xffffffffll, 3},
+                              {1ll << 32, 3},
+                              {(1ll << 40) + 5, 1ll << 20},
+                              {123456789, 1ll << 33}};
+  for (const auto& c : cases) EXPECT_EQ(kernels::IndexDiv(c[0], c[1]), c[0] / c[1]) << c[0];
+}
+
+TEST(RotateBodyLaunchTest, BlocksForCapsAndNeverReturnsZero) {
+  EXPECT_EQ(kernels::BlocksFor(0, 256, 100), 1);
+  EXPECT_EQ(kernels::BlocksFor(1, 256, 100), 1);
+  EXPECT_EQ(kernels::BlocksFor(256, 256, 100), 1);
+  EXPECT_EQ(kernels::BlocksFor(257, 256, 100), 2);
+  EXPECT_EQ(kernels::BlocksFor(1 << 30, 256, 100), 100);
+}
+
+}  // namespace
+}  // namespace rope
