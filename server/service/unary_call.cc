@@ -39,11 +39,19 @@ void UnaryCall::FinishWith(const absl::Status& status, google::protobuf::Message
   grpc::Status grpc_status = ToGrpcStatus(final_status);
   metrics_.RecordRequest(rpc_, grpc_status.error_code(), absl::Now() - start_, bytes_in_,
                          bytes_out);
+  // The work is done: free the slot now rather than in OnDone, which gRPC
+  // runs only once the reply is acknowledged and which lags far behind under
+  // CPU load (refusing calls a client sees as long finished). A drain still
+  // waits for the reply: Shutdown(deadline) lets pending sends complete.
+  if (admitted_) {
+    admitted_ = false;
+    gate_.Leave();
+  }
   Finish(std::move(grpc_status));
 }
 
 void UnaryCall::OnDone() {
-  if (admitted_) gate_.Leave();
+  if (admitted_) gate_.Leave();  // never reached FinishWith
   delete this;
 }
 

@@ -1,8 +1,7 @@
 // UnaryCall: the reactor of every unary RPC of ropeserve.
 //
-// It holds a CallGate slot for the life of the call, so that the in-flight
-// count covers the call until gRPC is done with it, and records the request's
-// metrics when it finishes. Owned by gRPC once returned from a handler;
+// It holds a CallGate slot while the call is being worked on (from Admit to
+// FinishWith), and records the request's metrics when it finishes. Owned by gRPC once returned from a handler;
 // deletes itself in OnDone.
 #ifndef ROPE_SERVICE_UNARY_CALL_H_
 #define ROPE_SERVICE_UNARY_CALL_H_
