@@ -35,6 +35,12 @@ struct ClientOptions {
   absl::Duration retry_initial_backoff = absl::Milliseconds(50);
   absl::Duration retry_max_backoff = absl::Milliseconds(500);
 
+  // Whether the channel keeps its connections to itself. gRPC otherwise
+  // shares one connection per address among channels created with equal
+  // arguments, so N channels would still be one HTTP/2 connection;
+  // ropeload --connections=N sets this to get N.
+  bool own_connections = false;
+
   // Channel credentials. nullptr means plaintext (insecure) — the only mode
   // so far. TLS seam: the TLS issue sets grpc::SslCredentials(...) here
   // (from ropectl flags) and nothing else changes.

@@ -38,6 +38,7 @@ absl::StatusOr<std::unique_ptr<RopeClient>> RopeClient::Create(const std::string
   // another replica; the default (256 KiB) would disable retries of large
   // tensors.
   args.SetInt(GRPC_ARG_PER_RPC_RETRY_BUFFER_SIZE, options.max_send_message_bytes);
+  if (options.own_connections) args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   std::shared_ptr<grpc::Channel> channel =
       grpc::CreateCustomChannel(target, CredentialsFor(options), args);
   return std::make_unique<RopeClient>(std::move(channel), options);

@@ -1,0 +1,214 @@
+#include "client/load/ropeload_command.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_replace.h"
+#include "absl/time/time.h"
+#include "client/cli/flag_set.h"
+#include "client/load/channel_pool.h"
+#include "client/load/load_flags.h"
+#include "client/load/progress.h"
+#include "client/load/report.h"
+#include "client/load/step_runner.h"
+#include "client/load/verifier.h"
+#include "client/load/workload.h"
+
+namespace rope {
+namespace load {
+namespace {
+
+constexpr char kUsage[] =
+    R"(ropeload: load generator for ropeserve (rope.v1.RopeService).
+
+Drives one RPC (Rotate, RotateStream, AttentionScores or GetTable) with
+payloads built once from a seed, in a closed loop (--concurrency workers, one
+request in flight each) or an open loop (--rps, constant or --poisson
+arrivals), for --duration or --requests per step, optionally sweeping
+--concurrency_range or --rps_range and stopping at --max_p99. Latencies go to
+an HDR histogram (within 0.4%); the report has p50/p90/p95/p99/p99.9/max,
+mean, stddev, req/s, MB/s, errors by status code, windows with a stability
+verdict, and the client's marshal time vs its wait for the server.
+
+Usage:
+  ropeload --target=HOST:PORT [flags]
+Examples:
+  ropeload --target=localhost:50051 --random_q_shape=1,1,32,128 -c 8 -z 10s
+  ropeload --workload=scores --random_q_shape=1,128,8,64 --random_k_shape=1,128,8,64 \
+      --causal --rps=200 --poisson --duration=30s --html=report.html
+  ropeload --random_q_shape=1,2048,32,128 --concurrency-range=1:32:x2 \
+      --max-p99=50ms --warmup=2s --json=sweep.json --html=sweep.html
+Flag names take '-' or '_' alike (--max-p99 = --max_p99). Unlike ropectl,
+ropeload never retries: --deadline bounds each call (each stream for
+rotate_stream) and every failure is counted.
+
+Exit status: 0 the run finished (RPC errors are in the report), 1 no server,
+a report could not be written, or a --verify mismatch, 2 bad command line.
+)";
+
+void ReportError(const absl::Status& status, std::ostream& err) {
+  err << "ropeload: "
+      << absl::StrReplaceAll(
+             absl::StrCat(absl::StatusCodeToString(status.code()), ": ", status.message()),
+             {{"\n", " "}, {"\r", " "}})
+      << "\n";
+}
+
+absl::Status WriteFile(const std::string& path, const std::string& content) {
+  std::ofstream file(path, std::ios::binary | std::ios::trunc);
+  if (!file) return absl::PermissionDeniedError(absl::StrCat(path, ": cannot open for writing"));
+  file << content;
+  file.close();
+  if (!file) return absl::DataLossError(absl::StrCat(path, ": write failed"));
+  return absl::OkStatus();
+}
+
+std::string StepLabel(const StepPlan& plan, size_t index, size_t count) {
+  std::string label = plan.open_loop() ? absl::StrFormat("%g rps", plan.rps)
+                                       : absl::StrFormat("c=%d", plan.concurrency);
+  if (count > 1) label = absl::StrCat("step ", index + 1, "/", count, " ", label);
+  return label;
+}
+
+}  // namespace
+
+int RunRopeload(const std::vector<std::string>& raw_args, std::ostream& out, std::ostream& err) {
+  const std::vector<std::string> args = ExpandShortFlags(raw_args);
+  client::FlagSet flags;
+  AddLoadFlags(&flags);
+  absl::Status status = flags.Parse(args);
+  if (flags.help_requested()) {
+    out << kUsage << flags.Help();
+    return kExitOk;
+  }
+  if (!status.ok()) {
+    ReportError(status, err);
+    err << "(see ropeload --help)\n";
+    return kExitUsage;
+  }
+  absl::StatusOr<LoadSpec> spec = LoadSpecFromFlags(flags);
+  if (!spec.ok()) {
+    ReportError(spec.status(), err);
+    return kExitUsage;
+  }
+  absl::StatusOr<Workload> workload = WorkloadFromFlags(flags);
+  if (!workload.ok()) {
+    ReportError(workload.status(), err);
+    return client::IsUsageError(workload.status()) ? kExitUsage : kExitFailure;
+  }
+
+  client::ClientOptions options;
+  // Only Connect's GetServerInfo uses this deadline (the load's calls take
+  // --deadline): a tiny --deadline should fail load calls, not the start.
+  options.deadline = std::max(spec->deadline, absl::Seconds(10));
+  options.retry_max_attempts = 1;  // every failure is counted, none hidden by a retry
+  absl::StatusOr<std::unique_ptr<ChannelPool>> pool =
+      ChannelPool::Create(spec->target, options, spec->connections);
+  if (!pool.ok()) {
+    ReportError(pool.status(), err);
+    return kExitFailure;
+  }
+  absl::StatusOr<v1::ServerInfo> info = (*pool)->Connect();
+  if (!info.ok()) {
+    ReportError(absl::Status(info.status().code(),
+                             absl::StrCat("cannot use ", spec->target, ": ",
+                                          info.status().message())),
+                err);
+    return kExitFailure;
+  }
+  std::unique_ptr<Verifier> verifier;
+  if (spec->verify > 0) {
+    absl::StatusOr<std::unique_ptr<Verifier>> v = Verifier::Create(&*workload);
+    if (!v.ok()) {
+      ReportError(v.status(), err);
+      return kExitFailure;
+    }
+    verifier = *std::move(v);
+  }
+
+  RunReport report;
+  report.target = spec->target;
+  report.workload = std::string(WorkloadRpcName(workload->kind));
+  report.config = workload->config_description;
+  report.payload = workload->payload_description;
+  report.request_bytes = workload->request_bytes;
+  report.server = absl::StrCat("ropeserve ", info->version(), ", backend ", info->backend(), " (",
+                               info->device(), ")");
+  report.spec = *spec;
+  report.verify.requested = 0;
+
+  Progress progress(stderr, spec->progress);
+  for (size_t i = 0; i < spec->steps.size(); ++i) {
+    StepContext context;
+    context.spec = &*spec;
+    context.workload = &*workload;
+    context.pool = pool->get();
+    context.verifier = verifier.get();
+    context.verify_budget = spec->verify;
+    context.progress = &progress;
+    context.label = StepLabel(spec->steps[i], i, spec->steps.size());
+    report.steps.push_back(RunStep(context, spec->steps[i]));
+    const StepResult& step = report.steps.back();
+    report.verify.requested += step.verify.requested;
+    report.verify.checked += step.verify.checked;
+    report.verify.matched += step.verify.matched;
+    report.verify.max_abs_error = std::max(report.verify.max_abs_error, step.verify.max_abs_error);
+    for (const std::string& f : step.verify.failures) report.verify.failures.push_back(f);
+
+    if (spec->max_p99 > absl::ZeroDuration()) {
+      const double limit_ms = absl::ToDoubleMilliseconds(spec->max_p99);
+      const double p99 = step.latency_summary.p99_ms;
+      const bool broken = step.latency_summary.count == 0 || p99 > limit_ms;
+      if (broken) {
+        report.slo_note = step.latency_summary.count == 0
+                              ? absl::StrFormat("no OK calls at %s: SLO p99 <= %g ms not met",
+                                                StepLabel(step.plan, 0, 1), limit_ms)
+                              : absl::StrFormat("p99 %.3f ms at %s exceeds the SLO %g ms",
+                                                p99, StepLabel(step.plan, 0, 1), limit_ms);
+        if (i + 1 < spec->steps.size()) {
+          report.slo_stopped = true;
+          absl::StrAppend(&report.slo_note, "; sweep stopped after ", i + 1, " of ",
+                          spec->steps.size(), " steps");
+        }
+        break;
+      }
+      report.slo_note = absl::StrFormat("every step met p99 <= %g ms", limit_ms);
+    }
+  }
+  progress.Clear();
+
+  out << RenderText(report);
+  int code = kExitOk;
+  const struct {
+    const std::string& path;
+    std::string (*render)(const RunReport&);
+  } files[] = {{spec->json_path, RenderJson},
+               {spec->csv_path, RenderCsv},
+               {spec->html_path, RenderHtml}};
+  for (const auto& f : files) {
+    if (f.path.empty()) continue;
+    absl::Status written = WriteFile(f.path, f.render(report));
+    if (!written.ok()) {
+      ReportError(written, err);
+      code = kExitFailure;
+    } else {
+      out << "wrote " << f.path << "\n";
+    }
+  }
+  if (report.verify.matched != report.verify.checked ||
+      (spec->verify > 0 && report.verify.checked == 0)) {
+    ReportError(absl::FailedPreconditionError(absl::StrCat(
+                    "--verify: ", report.verify.matched, " of ", report.verify.checked,
+                    " checked replies match the local engine")),
+                err);
+    code = kExitFailure;
+  }
+  return code;
+}
+
+}  // namespace load
+}  // namespace rope

@@ -1,0 +1,329 @@
+#!/usr/bin/python3
+"""ropeload against a real ropeserve on 127.0.0.1, checked from outside.
+
+Each test starts its own ropeserve (with a Prometheus endpoint on a free
+loopback port), runs the ropeload binary for about a second, and checks what
+it wrote: the JSON schema, ordered percentiles, OK counts equal to the
+server's own rope_requests_total delta, errors counted by status code,
+open-loop rate accuracy by count, and an HTML report that parses and holds
+SVG charts. Standard library only (/usr/bin/python3).
+
+Usage: ropeload_test.py --ropeserve PATH --ropeload PATH --workdir DIR [unittest args]
+"""
+
+import argparse
+import html.parser
+import json
+import os
+import re
+import select
+import signal
+import socket
+import subprocess
+import sys
+import time
+import unittest
+import urllib.request
+import xml.etree.ElementTree as ElementTree
+
+ARGS = None
+START_TIMEOUT_S = 30
+RUN_TIMEOUT_S = 120
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """A ropeserve child process with its gRPC and metrics addresses."""
+
+    def __init__(self):
+        last_output = ""
+        for _ in range(3):  # a free port can be taken before the server binds it
+            self.metrics_port = free_port()
+            self.proc = subprocess.Popen(
+                [ARGS.ropeserve, "--listen=127.0.0.1:0", "--backend=cpu",
+                 "--metrics_port=%d" % self.metrics_port, "--metrics_host=127.0.0.1",
+                 "--shutdown_grace_period=2s"],
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+            self.address, last_output = self._wait_listening()
+            if self.address:
+                return
+            self.stop()
+        raise RuntimeError("ropeserve did not start: " + last_output)
+
+    def _wait_listening(self):
+        # Raw reads from the pipe: select() and a buffered readline() do not
+        # mix (a second line may sit in the buffer while the pipe is empty).
+        fd = self.proc.stdout.fileno()
+        output = ""
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            address = re.search(r"ropeserve listening on (\S+)", output)
+            if address and "ropeserve metrics on" in output:
+                return address.group(1), output
+            ready, _, _ = select.select([fd], [], [], 0.5)
+            if not ready:
+                if self.proc.poll() is not None:
+                    break
+                continue
+            chunk = os.read(fd, 4096)
+            if not chunk:
+                break
+            output += chunk.decode(errors="replace")
+        return None, output
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=15)
+        self.proc.stdout.close()
+
+    def request_counts(self):
+        """{(rpc, code): count} of rope_requests_total."""
+        url = "http://127.0.0.1:%d/metrics" % self.metrics_port
+        with urllib.request.urlopen(url, timeout=10) as reply:
+            text = reply.read().decode()
+        counts = {}
+        for m in re.finditer(r'^rope_requests_total\{([^}]*)\} (\S+)$', text, re.M):
+            labels = dict(re.findall(r'(\w+)="([^"]*)"', m.group(1)))
+            counts[(labels["rpc"], labels["code"])] = int(float(m.group(2)))
+        return counts
+
+
+def delta(before, after, rpc, code):
+    return after.get((rpc, code), 0) - before.get((rpc, code), 0)
+
+
+class RopeloadTest(unittest.TestCase):
+    def setUp(self):
+        self.server = Server()
+        self.dir = os.path.join(ARGS.workdir, self.id().split(".")[-1])
+        os.makedirs(self.dir, exist_ok=True)
+
+    def tearDown(self):
+        self.server.stop()
+
+    def ropeload(self, *flags, expect_rc=0):
+        """Runs ropeload against the server; returns (stdout, report JSON)."""
+        json_path = os.path.join(self.dir, "report.json")
+        if os.path.exists(json_path):
+            os.remove(json_path)
+        cmd = [ARGS.ropeload, "--target=" + self.server.address, "--noprogress",
+               "--json=" + json_path] + list(flags)
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+        self.assertEqual(proc.returncode, expect_rc,
+                         "command: %s\nstdout:\n%s\nstderr:\n%s" % (" ".join(cmd), proc.stdout,
+                                                                     proc.stderr))
+        with open(json_path) as f:
+            return proc.stdout, json.load(f)
+
+    # -------------------------------------------------------------- schema
+
+    def test_json_has_the_schema_fields_and_ordered_percentiles(self):
+        _, report = self.ropeload("--random_q_shape=1,8,4,64", "-c", "2", "-n", "300",
+                                  "--window=100ms")
+        for key in ("schema", "target", "server", "workload", "load", "steps", "slo", "verify"):
+            self.assertIn(key, report)
+        self.assertEqual(report["schema"], "ropeload/1")
+        self.assertEqual(report["workload"]["rpc"], "Rotate")
+        self.assertEqual(report["load"]["mode"], "closed")
+        self.assertEqual(len(report["steps"]), 1)
+        step = report["steps"][0]
+        for key in ("concurrency", "measured_s", "issued", "ok", "errors", "rps",
+                    "sent_mb_per_s", "received_mb_per_s", "latency_ms", "marshal_ms", "wait_ms",
+                    "errors_by_code", "windows", "stable", "stability", "histogram", "warmup",
+                    "peak_in_flight"):
+            self.assertIn(key, step)
+        self.assertEqual(step["issued"], 300)
+        self.assertEqual(step["ok"] + step["errors"], 300)
+        self.assertEqual(step["ok"], 300, step["errors_by_code"])
+        self.assertLessEqual(step["peak_in_flight"], 2)
+        lat = step["latency_ms"]
+        order = [lat[k] for k in ("min", "p50", "p90", "p95", "p99", "p999", "max")]
+        self.assertEqual(order, sorted(order), lat)
+        self.assertGreater(lat["min"], 0)
+        self.assertLessEqual(lat["min"], lat["mean"])
+        self.assertLessEqual(lat["mean"], lat["max"])
+        self.assertEqual(lat["count"], step["ok"])
+        self.assertEqual(sum(b["count"] for b in step["histogram"]), step["ok"])
+        self.assertEqual(sum(w["ok"] for w in step["windows"]), step["ok"])
+        self.assertLessEqual(step["marshal_ms"]["mean"], lat["mean"])
+        self.assertGreater(step["sent_mb_per_s"], 0)
+        self.assertIn("stable", step["stability"])
+
+    # -------------------------------------------------------------- counts
+
+    def check_ok_count_matches_server(self, rpc, *flags):
+        before = self.server.request_counts()
+        _, report = self.ropeload(*flags)
+        after = self.server.request_counts()
+        step = report["steps"][0]
+        self.assertGreater(step["ok"], 0)
+        self.assertEqual(step["errors"], 0, step["errors_by_code"])
+        self.assertEqual(delta(before, after, rpc, "OK"), step["ok"] + step["warmup"]["ok"])
+
+    def test_ok_count_equals_server_counter_rotate(self):
+        self.check_ok_count_matches_server(
+            "Rotate", "--random_q_shape=1,4,8,64", "--random_k_shape=1,4,2,64", "-c", "4",
+            "--connections=2", "-z", "1s", "--warmup=300ms")
+
+    def test_ok_count_equals_server_counter_rotate_stream(self):
+        self.check_ok_count_matches_server(
+            "RotateStream", "--workload=rotate_stream", "--random_q_shape=1,4,8,64", "-c", "3",
+            "-z", "1s", "--warmup=200ms")
+
+    def test_ok_count_equals_server_counter_scores_open_loop(self):
+        self.check_ok_count_matches_server(
+            "AttentionScores", "--workload=scores", "--random_q_shape=1,16,4,32",
+            "--random_k_shape=1,16,4,32", "--causal", "--rps=100", "--poisson", "-z", "1s")
+
+    def test_ok_count_equals_server_counter_table(self):
+        self.check_ok_count_matches_server(
+            "GetTable", "--workload=table", "--head_dim=64", "--table_count=32", "-c", "2",
+            "-n", "200")
+
+    # -------------------------------------------------------------- errors
+
+    def test_errors_are_counted_by_status_code(self):
+        before = self.server.request_counts()
+        # q's last dim is 64 but the config says 32.
+        stdout, report = self.ropeload("--random_q_shape=1,2,4,64", "--head_dim=32", "-c", "2",
+                                       "-n", "150")
+        after = self.server.request_counts()
+        step = report["steps"][0]
+        self.assertEqual(step["ok"], 0)
+        self.assertEqual(step["errors"], 150)
+        self.assertEqual(len(step["errors_by_code"]), 1)
+        error = step["errors_by_code"][0]
+        self.assertEqual(error["code"], "INVALID_ARGUMENT")
+        self.assertEqual(error["code_number"], 3)
+        self.assertEqual(error["count"], 150)
+        self.assertIn("head_dim", error["first_message"])
+        self.assertEqual(delta(before, after, "Rotate", "INVALID_ARGUMENT"), 150)
+        self.assertIn("INVALID_ARGUMENT", stdout)
+
+    def test_out_of_range_positions_are_counted_as_out_of_range(self):
+        _, report = self.ropeload("--random_q_shape=1,4,2,16", "--max_len=64",
+                                  "--start_pos=100", "-n", "20")
+        codes = {e["code"]: e["count"] for e in report["steps"][0]["errors_by_code"]}
+        self.assertEqual(codes, {"OUT_OF_RANGE": 20})
+
+    # -------------------------------------------------------------- rate
+
+    def test_open_loop_rate_is_within_five_percent_at_low_rate(self):
+        # 50 req/s for 2 s at constant gaps: 100 arrivals. Counted, not timed.
+        stdout, report = self.ropeload("--random_q_shape=1,4,4,32", "--rps=50", "-z", "2s",
+                                       "--window=500ms")
+        step = report["steps"][0]
+        self.assertEqual(report["load"]["mode"], "open")
+        self.assertEqual(step["target_rps"], 50)
+        self.assertEqual(step["scheduled"], 100)
+        self.assertLessEqual(abs(step["ok"] - 100), 5, step)
+        self.assertLessEqual(abs(step["offered_rps"] - 50), 2.5, step)
+        self.assertTrue(step["rate_reached"], step)
+        self.assertIn("rate reached", stdout)
+
+    def test_poisson_arrivals_are_reproducible_from_the_seed(self):
+        counts = []
+        for _ in range(2):
+            _, report = self.ropeload("--random_q_shape=1,1,4,32", "--rps=80", "--poisson",
+                                      "--seed=7", "-z", "1s")
+            counts.append(report["steps"][0]["scheduled"])
+        self.assertEqual(counts[0], counts[1])
+        self.assertGreater(counts[0], 40)
+        self.assertLess(counts[0], 130)
+
+    # -------------------------------------------------------------- sweeps, SLO
+
+    def test_sweep_stops_at_the_p99_slo(self):
+        _, report = self.ropeload("--random_q_shape=1,4,4,32", "--concurrency-range=1:3:1",
+                                  "-n", "50", "--max-p99=1us")
+        self.assertEqual(len(report["steps"]), 1)
+        self.assertTrue(report["slo"]["stopped"])
+        self.assertIn("exceeds the SLO", report["slo"]["note"])
+
+    # -------------------------------------------------------------- outputs
+
+    def test_html_report_parses_and_holds_svg_charts(self):
+        html_path = os.path.join(self.dir, "report.html")
+        csv_path = os.path.join(self.dir, "report.csv")
+        _, report = self.ropeload("--random_q_shape=1,4,4,32", "--concurrency-range=1:2",
+                                  "-z", "600ms", "--window=150ms", "--html=" + html_path,
+                                  "--csv=" + csv_path)
+        with open(html_path) as f:
+            text = f.read()
+        checker = TagBalanceChecker()
+        checker.feed(text)
+        checker.close()
+        self.assertEqual(checker.problems, [])
+        self.assertEqual(checker.open_tags, [])
+        self.assertGreaterEqual(checker.counts.get("svg", 0), 4)
+        self.assertNotIn("<script", text)
+        self.assertIsNone(re.search(r'\s(src|href)=', text), "external resource referenced")
+        for svg in re.findall(r"<svg.*?</svg>", text, re.S):
+            ElementTree.fromstring(svg)  # each chart is well-formed XML
+        self.assertIn("Throughput vs latency", text)
+        with open(csv_path) as f:
+            rows = [line for line in f.read().splitlines() if line]
+        self.assertEqual(len(rows), 1 + len(report["steps"]))
+
+    def test_verify_checks_replies_against_the_local_engine(self):
+        stdout, report = self.ropeload("--workload=scores", "--random_q_shape=1,8,4,32",
+                                       "--random_k_shape=1,8,2,32", "--random_v_shape=1,8,2,16",
+                                       "--softmax", "--causal", "--dtype=bfloat16", "-n", "60",
+                                       "--verify=3", "--payloads=2")
+        verify = report["verify"]
+        self.assertEqual(verify["checked"], 3)
+        self.assertEqual(verify["matched"], 3, verify["failures"])
+        self.assertIn("3 of 3 checked replies match", stdout)
+
+
+VOID_ELEMENTS = {"meta", "br", "hr", "img", "input", "link", "col", "area", "base", "wbr",
+                 "source", "track", "embed", "param"}
+
+
+class TagBalanceChecker(html.parser.HTMLParser):
+    """Checks that every non-void element is closed, in order."""
+
+    def __init__(self):
+        super().__init__()
+        self.open_tags = []
+        self.problems = []
+        self.counts = {}
+
+    def handle_starttag(self, tag, attrs):
+        self.counts[tag] = self.counts.get(tag, 0) + 1
+        if tag not in VOID_ELEMENTS:
+            self.open_tags.append(tag)
+
+    def handle_startendtag(self, tag, attrs):
+        self.counts[tag] = self.counts.get(tag, 0) + 1
+
+    def handle_endtag(self, tag):
+        if not self.open_tags or self.open_tags[-1] != tag:
+            self.problems.append("unexpected </%s> (open: %s)" % (tag, self.open_tags[-3:]))
+            return
+        self.open_tags.pop()
+
+
+def main():
+    global ARGS
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--ropeserve", required=True)
+    parser.add_argument("--ropeload", required=True)
+    parser.add_argument("--workdir", required=True)
+    ARGS, rest = parser.parse_known_args()
+    os.makedirs(ARGS.workdir, exist_ok=True)
+    unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
+
+
+if __name__ == "__main__":
+    main()
