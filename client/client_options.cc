@@ -59,6 +59,11 @@ absl::Status ValidateClientOptions(const ClientOptions& options) {
 std::string ServiceConfigJson(const ClientOptions& options) {
   std::string json = absl::StrCat(R"({"loadBalancingConfig":[{")",
                                   options.load_balancing_policy, R"(":{}}])");
+  // Client-side health checking (grpc.health.v1 Watch on each address): a
+  // draining server turns NOT_SERVING and leaves the rotation before it
+  // closes its connections. Servers without the health service count as
+  // healthy (gRPC treats UNIMPLEMENTED so).
+  absl::StrAppend(&json, R"(,"healthCheckConfig":{"serviceName":""})");
   if (options.retry_max_attempts > 1) {
     absl::StrAppend(&json, R"(,"methodConfig":[{"name":[{"service":"rope.v1.RopeService"}],)",
                     R"("retryPolicy":{"maxAttempts":)", options.retry_max_attempts,

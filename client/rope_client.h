@@ -61,7 +61,10 @@ class RopeClient {
 
   // grpc.health.v1.Health/Check for `service` ("" = the whole server).
   // Returns the reported status (SERVING, NOT_SERVING, ...); a server that
-  // does not know `service` gives NOT_FOUND.
+  // does not know `service` gives NOT_FOUND. The channel itself watches the
+  // whole server's health (client-side health checking), so a server that
+  // is NOT_SERVING is out of the rotation and the call gets UNAVAILABLE
+  // ("backend unhealthy") instead.
   absl::StatusOr<ServingStatus> Health(const std::string& service = "");
 
   const std::shared_ptr<grpc::Channel>& channel() const { return channel_; }

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/security/server_credentials.h"
@@ -18,6 +19,10 @@
 namespace rope {
 
 namespace {
+
+// How long a draining server stays reachable, refusing calls, before its
+// transport shuts down (capped by the grace period).
+constexpr absl::Duration kHealthPropagationTime = absl::Milliseconds(500);
 
 // Both are process-wide switches read by every ServerBuilder made later.
 void EnableHealthAndReflection() {
@@ -134,6 +139,13 @@ void RopeServer::Drain(absl::Duration grace) {
   if (drained_ || server_ == nullptr) return;
   drained_ = true;
   StartDraining();
+  // Keep the transport open a moment after health turns NOT_SERVING: clients
+  // that watch health (RopeClient's service config has healthCheckConfig)
+  // take this replica out of their round_robin first, and the calls they
+  // still send get UNAVAILABLE from the gate, which they retry elsewhere.
+  // Shutdown() sooner would race calls already on the wire, which gRPC
+  // fails with CANCELLED (not retried): tests/deploy/scale_out_test.cc.
+  absl::SleepFor(std::min(grace, kHealthPropagationTime));
   gate_.WaitForIdle(deadline);
   // Cancels whatever is still running at the deadline, and waits for it.
   server_->Shutdown(absl::ToChronoTime(deadline));

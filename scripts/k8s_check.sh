@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Checks the deployment files under deploy/ without a cluster:
+#   1. yamllint (deploy/.yamllint.yaml) on every YAML file there;
+#   2. `kubectl kustomize` renders each overlay (deploy/k8s/overlays/*);
+#   3. deploy/check/check_manifests.py asserts the properties ropeserve needs
+#      on each rendered overlay and on the compose file, and its self-test
+#      proves that it catches each property broken on purpose.
+#
+# Installs yamllint and python3-yaml when missing (root or sudo). kubectl is
+# not a Debian package of this release in a usable version (Debian 12's
+# kubernetes-client is kubectl 1.20, whose kustomize v2 predates the
+# kustomization fields used here), so it is used when present (kustomize v4+,
+# kubectl 1.21+); without it the render and the manifest check are skipped
+# with a message, or fail when ROPE_REQUIRE_KUBECTL=1.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON=/usr/bin/python3
+
+missing=()
+for p in yamllint python3-yaml; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  SUDO=""
+  if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; fi
+  echo "k8s_check: installing ${missing[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive timeout 600 \
+    $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+WORK=$(mktemp -d /tmp/ropeserve-k8s-check.XXXXXX)
+trap 'rm -rf "$WORK"' EXIT
+
+echo "k8s_check: yamllint deploy/"
+yamllint --strict -c deploy/.yamllint.yaml deploy/
+
+COMPOSE=deploy/compose/compose.yaml
+"$PYTHON" deploy/check/check_manifests.py compose "$COMPOSE"
+
+if ! command -v kubectl >/dev/null; then
+  message="kubectl not found: skipping the kustomize render and the manifest check (needs kubectl >= 1.21, i.e. kustomize v4+)"
+  if [ "${ROPE_REQUIRE_KUBECTL:-0}" = 1 ]; then
+    echo "k8s_check: FAIL: $message" >&2
+    exit 1
+  fi
+  echo "k8s_check: SKIP: $message"
+  exit 0
+fi
+echo "k8s_check: $(kubectl version --client 2>/dev/null | tr '\n' ' ')"
+
+overlays=0
+for dir in deploy/k8s/overlays/*/; do
+  variant=$(basename "$dir")
+  rendered=$WORK/$variant.yaml
+  echo "k8s_check: kubectl kustomize $dir"
+  if ! timeout 120 kubectl kustomize "$dir" > "$rendered" 2> "$WORK/$variant.err"; then
+    cat "$WORK/$variant.err" >&2
+    echo "k8s_check: FAIL: kubectl kustomize $dir" >&2
+    exit 1
+  fi
+  # Deprecation warnings mean the kustomization needs updating.
+  if [ -s "$WORK/$variant.err" ]; then
+    cat "$WORK/$variant.err" >&2
+    echo "k8s_check: FAIL: kubectl kustomize $dir printed warnings" >&2
+    exit 1
+  fi
+  "$PYTHON" deploy/check/check_manifests.py k8s --variant="$variant" "$rendered"
+  "$PYTHON" deploy/check/check_manifests.py self-test --variant="$variant" "$rendered" \
+    --compose "$COMPOSE"
+  overlays=$((overlays + 1))
+done
+[ "$overlays" -eq 2 ] || { echo "k8s_check: FAIL: expected overlays cpu and gpu, found $overlays" >&2; exit 1; }
+echo "k8s_check: PASS ($overlays overlays rendered and checked)"
