@@ -14,6 +14,7 @@
 
 #include "absl/status/status.h"
 #include "server/engine/dtype.h"
+#include "server/engine/interrupt.h"
 #include "server/engine/keyed_lru_cache.h"
 #include "server/engine/rope_math.h"
 #include "server/engine/rope_table.h"
@@ -58,6 +59,9 @@ struct AttentionArgs {
   float scale = 1.0f;
   float* scores = nullptr;  // [batch, q_heads, q_seq, k_seq]
   float* output = nullptr;  // [batch, q_seq, q_heads, v_dim] when v != null
+  // Polled between pieces of work when set; a backend that sees a non-OK
+  // Check() may stop and return that status (outputs then unspecified).
+  const Interrupt* interrupt = nullptr;
 };
 
 struct BackendInfo {

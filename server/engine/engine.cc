@@ -52,6 +52,7 @@ absl::Status Engine::AttentionScores(const AttentionParams& params, AttentionOut
     return absl::InvalidArgumentError("v is given but outputs.output is null");
   }
   AttentionArgs& args = resolved.args;
+  args.interrupt = params.interrupt;
   ROPE_ASSIGN_OR_RETURN(const std::shared_ptr<const RopeTable> table,
                         TableFor(params.config, std::max(MaxPosition(args.q_positions),
                                                          MaxPosition(args.k_positions))));

@@ -46,6 +46,9 @@ struct AttentionParams {
   bool causal = false;
   bool softmax = false;
   double scale = 0;                  // 0 -> 1/sqrt(D)
+  // Optional: lets the backend stop early (CANCELLED / DEADLINE_EXCEEDED)
+  // when the caller has gone. Must outlive the call.
+  const Interrupt* interrupt = nullptr;
 };
 
 // Result buffers for AttentionScores. The engine resizes each string to the

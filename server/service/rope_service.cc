@@ -137,8 +137,10 @@ absl::Status RopeServiceImpl::DoRotate(v1::RotateRequest* request, v1::RotateRes
 }
 
 absl::Status RopeServiceImpl::DoAttentionScores(const v1::AttentionScoresRequest& request,
-                                                v1::AttentionScoresResponse* response) {
+                                                v1::AttentionScoresResponse* response,
+                                                const Interrupt* interrupt) {
   ROPE_ASSIGN_OR_RETURN(AttentionParams params, AttentionParamsFromProto(request));
+  params.interrupt = interrupt;
   AttentionOutputs outputs;
   outputs.scores = response->mutable_scores()->mutable_data();
   if (request.has_v()) outputs.output = response->mutable_output()->mutable_data();
@@ -259,7 +261,11 @@ grpc::ServerUnaryReactor* RopeServiceImpl::AttentionScores(
       call->FinishWith(CancelledBeforeRun(Rpc::kAttentionScores), nullptr);
       return;
     }
-    call->FinishWith(DoAttentionScores(*request, response), response);
+    // The longest call there is: let the backend stop when the client
+    // cancels or its deadline passes (gRPC marks the call cancelled then).
+    const Interrupt interrupt([context] { return context->IsCancelled(); },
+                              absl::FromChrono(context->deadline()));
+    call->FinishWith(DoAttentionScores(*request, response, &interrupt), response);
   });
   return call;
 }

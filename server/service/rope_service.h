@@ -59,8 +59,10 @@ class RopeServiceImpl final : public v1::RopeService::CallbackService {
 
   // Rotates `request` in place and moves q (and k) into `response`.
   absl::Status DoRotate(v1::RotateRequest* request, v1::RotateResponse* response);
+  // `interrupt` (may be null) lets the backend stop early.
   absl::Status DoAttentionScores(const v1::AttentionScoresRequest& request,
-                                 v1::AttentionScoresResponse* response);
+                                 v1::AttentionScoresResponse* response,
+                                 const Interrupt* interrupt);
   absl::Status DoGetTable(const v1::GetTableRequest& request, v1::GetTableResponse* response);
   void FillServerInfo(v1::ServerInfo* info) const;
 

@@ -2,6 +2,7 @@
 // Prometheus endpoint, and the bench-only Echo being opt-in.
 #include <string>
 
+#include "absl/synchronization/notification.h"
 #include "gtest/gtest.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "rope/bench/v1/echo.grpc.pb.h"
@@ -47,6 +48,52 @@ class MetricsTest : public ServiceTest {
     StartServer(options);
   }
 };
+
+// A long AttentionScores whose client cancels it once the server is working
+// on it: the server must stop the work (recording CANCELLED), not finish it
+// with OK for nobody. Both "working on it" (rope_calls_in_flight) and "how it
+// ended" (rope_requests_total) are read from the server's own metrics, so
+// nothing here depends on how fast this machine is. (The deadline path is
+// the same Interrupt; tests/unit/attention_test.cc covers its check.)
+TEST_F(MetricsTest, AttentionScoresStopsWhenTheClientCancels) {
+  ASSERT_NE(server_->metrics_port(), 0);
+  // q, k [1, 2048, 8, 512] float32: about 34 GFLOP, seconds on these cores.
+  v1::AttentionScoresRequest request;
+  *request.mutable_config() = MakeConfig(512, 4096);
+  *request.mutable_q() = MakeRotateRequest(1, 2048, 8, 512, 4096, 0, 1).q();
+  *request.mutable_k() = MakeRotateRequest(1, 2048, 8, 512, 4096, 0, 2).q();
+  v1::AttentionScoresResponse response;
+  grpc::ClientContext context;
+  SetDeadline(&context, absl::Seconds(120));
+  absl::Notification done;
+  grpc::Status status;
+  stub_->async()->AttentionScores(&context, &request, &response, [&](grpc::Status s) {
+    status = std::move(s);
+    done.Notify();
+  });
+
+  const std::string in_flight = "rope_calls_in_flight";
+  bool working = false;
+  for (int i = 0; i < 3000 && !working && !done.HasBeenNotified(); ++i) {  // at most ~60 s
+    working = MetricValue(HttpGetMetrics(server_->metrics_port()), in_flight) >= 1;
+    if (!working) absl::SleepFor(absl::Milliseconds(20));
+  }
+  ASSERT_TRUE(working) << "the server never started the call";
+  context.TryCancel();
+  ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(60)));
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::CANCELLED) << status.error_message();
+
+  const std::string ok = "rope_requests_total{code=\"OK\",rpc=\"AttentionScores\"}";
+  const std::string cancelled = "rope_requests_total{code=\"CANCELLED\",rpc=\"AttentionScores\"}";
+  std::string metrics;
+  for (int i = 0; i < 600; ++i) {  // at most ~60 s for the server to end the call its way
+    metrics = HttpGetMetrics(server_->metrics_port());
+    if (MetricValue(metrics, ok) > 0 || MetricValue(metrics, cancelled) > 0) break;
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  EXPECT_EQ(MetricValue(metrics, ok), -1) << "the server finished work nobody waited for";
+  EXPECT_EQ(MetricValue(metrics, cancelled), 1) << metrics;
+}
 
 TEST_F(MetricsTest, EndpointCountsRequestsByMethodAndCode) {
   ASSERT_NE(server_->metrics_port(), 0);

@@ -104,6 +104,56 @@ TEST_F(AttentionTest, DerivationNoteVector) {
   EXPECT_NEAR(Floats(scores)[0], want, 1e-6);
 }
 
+AttentionParams SmallAttention(const HostTensor& q, const HostTensor& k) {
+  AttentionParams params;
+  params.config.head_dim = 4;
+  params.config.max_len = 16;
+  params.q = q.const_view();
+  params.k = k.const_view();
+  return params;
+}
+
+TEST_F(AttentionTest, CancelledCallStopsWithCancelled) {
+  HostTensor q = Encode(DType::kFloat32, {1, 2, 4, 4}, std::vector<double>(32, 0.5));
+  HostTensor k = Encode(DType::kFloat32, {1, 2, 2, 4}, std::vector<double>(16, 0.25));
+  AttentionParams params = SmallAttention(q, k);
+  int polls = 0;
+  const Interrupt cancelled([&polls] { return ++polls > 0; }, absl::InfiniteFuture());
+  params.interrupt = &cancelled;
+  std::string scores;
+  AttentionOutputs out;
+  out.scores = &scores;
+  EXPECT_TRUE(test::StatusIs(engine_->AttentionScores(params, &out), absl::StatusCode::kCancelled,
+                             "AttentionScores stopped: the caller cancelled"));
+  EXPECT_GT(polls, 0);
+}
+
+TEST_F(AttentionTest, CallPastItsDeadlineStopsWithDeadlineExceeded) {
+  HostTensor q = Encode(DType::kFloat32, {1, 2, 4, 4}, std::vector<double>(32, 0.5));
+  HostTensor k = Encode(DType::kFloat32, {1, 2, 2, 4}, std::vector<double>(16, 0.25));
+  AttentionParams params = SmallAttention(q, k);
+  const Interrupt late(nullptr, absl::Now() - absl::Seconds(1));
+  params.interrupt = &late;
+  std::string scores;
+  AttentionOutputs out;
+  out.scores = &scores;
+  EXPECT_TRUE(test::StatusIs(engine_->AttentionScores(params, &out),
+                             absl::StatusCode::kDeadlineExceeded, "deadline passed"));
+}
+
+TEST_F(AttentionTest, UninterruptedCallCompletes) {
+  HostTensor q = Encode(DType::kFloat32, {1, 2, 4, 4}, std::vector<double>(32, 0.5));
+  HostTensor k = Encode(DType::kFloat32, {1, 2, 2, 4}, std::vector<double>(16, 0.25));
+  AttentionParams params = SmallAttention(q, k);
+  const Interrupt never([] { return false; }, absl::InfiniteFuture());
+  params.interrupt = &never;
+  std::string scores;
+  AttentionOutputs out;
+  out.scores = &scores;
+  ASSERT_TRUE(engine_->AttentionScores(params, &out).ok());
+  EXPECT_EQ(out.scores_shape, (std::vector<int64_t>{1, 4, 2, 2}));
+}
+
 TEST_F(AttentionTest, ScoresDependOnlyOnRelativePosition) {
   // (R_m q).(R_n k) = q . R_{n-m} k: shifting both start positions by t
   // leaves every score unchanged, up to float32 rounding of the table.

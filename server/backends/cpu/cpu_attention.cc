@@ -2,12 +2,14 @@
 
 #include <cblas.h>
 
+#include <atomic>
 #include <cmath>
 #include <limits>
 #include <new>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "server/backends/cpu/cpu_rotate.h"
 #include "server/backends/cpu/fast_exp.h"
 #include "server/engine/rope_math.h"
@@ -114,9 +116,25 @@ absl::Status CpuAttentionScores(const RopeTable& table, const AttentionArgs& arg
   const int64_t sq = args.q_seq, sk = args.k_seq;
   // One task per (batch, query head): S = scale * Q_h K_{h/group}^T, read in
   // place with leading dimensions heads * d.
+  // The first task that finds the call interrupted records why; the others
+  // then skip their work, so the pool is free again within one head's time.
+  std::atomic<bool> stop{false};
+  absl::Mutex stop_mu;
+  absl::Status stop_status;
+  auto interrupted = [&]() {
+    if (stop.load(std::memory_order_relaxed)) return true;
+    if (args.interrupt == nullptr) return false;
+    absl::Status status = args.interrupt->Check("AttentionScores");
+    if (status.ok()) return false;
+    absl::MutexLock lock(&stop_mu);
+    if (stop_status.ok()) stop_status = std::move(status);
+    stop.store(true, std::memory_order_relaxed);
+    return true;
+  };
   pool->ParallelFor(args.batch * args.q_heads, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> probs;  // softmax of S for the output when scores stay raw
     for (int64_t task = begin; task < end; ++task) {
+      if (interrupted()) return;
       const int64_t b = task / args.q_heads, h = task % args.q_heads, kh = h / group;
       const float* qh = q.data() + (b * sq * args.q_heads + h) * d;
       const float* kb = k.data() + (b * sk * args.k_heads + kh) * d;
@@ -167,6 +185,10 @@ absl::Status CpuAttentionScores(const RopeTable& table, const AttentionArgs& arg
       }
     }
   });
+  if (stop.load()) {
+    absl::MutexLock lock(&stop_mu);
+    return stop_status;
+  }
   return absl::OkStatus();
 }
 
