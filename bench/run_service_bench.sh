@@ -8,18 +8,10 @@ BUILD_DIR=${BUILD_DIR:-build}
 cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build "$BUILD_DIR" --target ropeserve service_bench -j"$(nproc)"
 mkdir -p bench/results
-log=$(mktemp)
-"$BUILD_DIR"/bin/ropeserve --listen=127.0.0.1:0 --backend=cpu --enable_echo --metrics_port=0 \
-  >"$log" 2>&1 &
-pid=$!
-trap 'kill -TERM $pid 2>/dev/null || true; wait $pid 2>/dev/null || true; rm -f "$log"' EXIT
-target=""
-for _ in $(seq 1 300); do
-  target=$(sed -n 's/.*listening on \([0-9.]*:[0-9]*\).*/\1/p' "$log" | head -n1)
-  [ -n "$target" ] && break
-  sleep 0.1
-done
-[ -n "$target" ] || { cat "$log"; exit 1; }
+. scripts/lib/ropeserve.sh
+trap 'stop_ropeserve >/dev/null || true' EXIT
+start_ropeserve "$BUILD_DIR"/bin/ropeserve --backend=cpu --enable_echo --metrics_port=0
+target=$ROPESERVE_TARGET
 "$BUILD_DIR"/bin/service_bench --target="$target" --out=bench/results/service_bench.json \
   --seconds_per_case="${SECONDS_PER_CASE:-3}" > /dev/null
 /usr/bin/python3 bench/summarize_service_bench.py bench/results/service_bench.json \

@@ -11,21 +11,10 @@ BUILD_DIR=${BUILD_DIR:-build}
 SERVER="$BUILD_DIR/bin/ropeserve"
 CTL="$BUILD_DIR/bin/ropectl"
 
-log=$(mktemp)
-"$SERVER" --listen=127.0.0.1:0 --backend=cpu --metrics_port=0 >"$log" 2>&1 &
-server_pid=$!
-cleanup() { kill -TERM "$server_pid" 2>/dev/null || true; wait "$server_pid" 2>/dev/null || true; rm -f "$log"; }
-trap cleanup EXIT
-
-# Wait (at most 30 s) for the "listening on HOST:PORT" line.
-target=""
-for _ in $(seq 1 300); do
-  target=$(sed -n 's/.*listening on \([0-9.]*:[0-9]*\).*/\1/p' "$log" | head -n1)
-  [ -n "$target" ] && break
-  kill -0 "$server_pid" 2>/dev/null || { cat "$log"; echo "ropeserve exited early" >&2; exit 1; }
-  sleep 0.1
-done
-[ -n "$target" ] || { cat "$log"; echo "ropeserve did not start in 30 s" >&2; exit 1; }
+. scripts/lib/ropeserve.sh
+trap 'stop_ropeserve >/dev/null || true' EXIT
+start_ropeserve "$SERVER" --backend=cpu --metrics_port=0
+target=$ROPESERVE_TARGET
 echo "== ropeserve is up at $target (CPU backend)"
 
 LLAMA3=(--target="$target" --theta=500000 --head_dim=128 --max_len=8192)
@@ -39,7 +28,5 @@ set -x
 "$CTL" table "${LLAMA3[@]}" --start=131 --count=2
 set +x
 
-kill -TERM "$server_pid"
-wait "$server_pid" && echo "== ropeserve drained and exited 0 on SIGTERM"
 trap - EXIT
-rm -f "$log"
+stop_ropeserve && echo "== ropeserve drained and exited 0 on SIGTERM"

@@ -26,17 +26,10 @@ if [ -z "${SKIP_BUILD:-}" ]; then
 fi
 out=bench/results
 mkdir -p "$out"
-log=$(mktemp)
-"$BUILD_DIR"/bin/ropeserve --listen=127.0.0.1:0 --backend="$BACKEND" >"$log" 2>&1 &
-pid=$!
-trap 'kill -TERM $pid 2>/dev/null || true; wait $pid 2>/dev/null || true; rm -f "$log"' EXIT
-target=""
-for _ in $(seq 1 300); do
-  target=$(sed -n 's/.*listening on \([0-9.]*:[0-9]*\).*/\1/p' "$log" | head -n1)
-  [ -n "$target" ] && break
-  sleep 0.1
-done
-[ -n "$target" ] || { cat "$log"; exit 1; }
+. scripts/lib/ropeserve.sh
+trap 'stop_ropeserve >/dev/null || true' EXIT
+start_ropeserve "$BUILD_DIR"/bin/ropeserve --backend="$BACKEND"
+target=$ROPESERVE_TARGET
 
 # run NAME FLAGS...: one scenario, its summary on stdout and in NAME.txt.
 run() {
