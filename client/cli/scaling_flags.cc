@@ -38,11 +38,17 @@ const std::vector<std::string>& ParamsOf(absl::string_view variant) {
   return *kNone;
 }
 
+// Every parameter flag of any variant, derived from ParamsOf.
 const std::vector<std::string>& AllParams() {
-  static const auto* const kAll = new std::vector<std::string>{
-      "factor", "original_max_position_embeddings", "beta_fast", "beta_slow", "mscale",
-      "mscale_all_dim", "attention_factor", "low_freq_factor", "high_freq_factor",
-      "short_factor", "long_factor"};
+  static const auto* const kAll = [] {
+    auto* all = new std::vector<std::string>;
+    for (const char* variant : kVariants) {
+      for (const std::string& param : ParamsOf(variant)) {
+        if (std::find(all->begin(), all->end(), param) == all->end()) all->push_back(param);
+      }
+    }
+    return all;
+  }();
   return *kAll;
 }
 

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "server/engine/status_macros.h"
 
 namespace rope {
 namespace {
@@ -47,12 +48,6 @@ absl::Status CheckRequiredLength(const std::string& field, uint32_t v) {
   }
   return absl::OkStatus();
 }
-
-#define ROPE_CHECK_(expr)              \
-  do {                                 \
-    absl::Status s_ = (expr);          \
-    if (!s_.ok()) return s_;           \
-  } while (false)
 
 std::vector<double> PlainInvFreq(double base, uint32_t rotary_dim) {
   std::vector<double> inv(rotary_dim / 2);
@@ -123,8 +118,8 @@ absl::Status ValidateScaling(const ScalingConfig& scaling, uint32_t rotary_dim) 
             return CheckPositive("config.linear.factor", s.factor);
           },
           [rotary_dim](const DynamicNtkScaling& s) {
-            ROPE_CHECK_(CheckPositive("config.dynamic_ntk.factor", s.factor));
-            ROPE_CHECK_(CheckRequiredLength("config.dynamic_ntk.original_max_position_embeddings",
+            ROPE_RETURN_IF_ERROR(CheckPositive("config.dynamic_ntk.factor", s.factor));
+            ROPE_RETURN_IF_ERROR(CheckRequiredLength("config.dynamic_ntk.original_max_position_embeddings",
                                             s.original_max_position_embeddings));
             if (rotary_dim < 4) {
               return absl::InvalidArgumentError(absl::StrCat(
@@ -134,14 +129,14 @@ absl::Status ValidateScaling(const ScalingConfig& scaling, uint32_t rotary_dim) 
             return absl::OkStatus();
           },
           [](const YarnScaling& s) {
-            ROPE_CHECK_(CheckPositive("config.yarn.factor", s.factor));
-            ROPE_CHECK_(CheckRequiredLength("config.yarn.original_max_position_embeddings",
+            ROPE_RETURN_IF_ERROR(CheckPositive("config.yarn.factor", s.factor));
+            ROPE_RETURN_IF_ERROR(CheckRequiredLength("config.yarn.original_max_position_embeddings",
                                             s.original_max_position_embeddings));
-            ROPE_CHECK_(CheckPositiveOrDefault("config.yarn.beta_fast", s.beta_fast));
-            ROPE_CHECK_(CheckPositiveOrDefault("config.yarn.beta_slow", s.beta_slow));
-            ROPE_CHECK_(CheckFinite("config.yarn.mscale", s.mscale));
-            ROPE_CHECK_(CheckFinite("config.yarn.mscale_all_dim", s.mscale_all_dim));
-            ROPE_CHECK_(CheckPositiveOrDefault("config.yarn.attention_factor", s.attention_factor));
+            ROPE_RETURN_IF_ERROR(CheckPositiveOrDefault("config.yarn.beta_fast", s.beta_fast));
+            ROPE_RETURN_IF_ERROR(CheckPositiveOrDefault("config.yarn.beta_slow", s.beta_slow));
+            ROPE_RETURN_IF_ERROR(CheckFinite("config.yarn.mscale", s.mscale));
+            ROPE_RETURN_IF_ERROR(CheckFinite("config.yarn.mscale_all_dim", s.mscale_all_dim));
+            ROPE_RETURN_IF_ERROR(CheckPositiveOrDefault("config.yarn.attention_factor", s.attention_factor));
             const double fast = s.beta_fast == 0 ? 32 : s.beta_fast;
             const double slow = s.beta_slow == 0 ? 1 : s.beta_slow;
             if (fast <= slow) {
@@ -151,9 +146,9 @@ absl::Status ValidateScaling(const ScalingConfig& scaling, uint32_t rotary_dim) 
             return absl::OkStatus();
           },
           [](const Llama3Scaling& s) {
-            ROPE_CHECK_(CheckPositiveOrDefault("config.llama3.factor", s.factor));
-            ROPE_CHECK_(CheckPositiveOrDefault("config.llama3.low_freq_factor", s.low_freq_factor));
-            ROPE_CHECK_(
+            ROPE_RETURN_IF_ERROR(CheckPositiveOrDefault("config.llama3.factor", s.factor));
+            ROPE_RETURN_IF_ERROR(CheckPositiveOrDefault("config.llama3.low_freq_factor", s.low_freq_factor));
+            ROPE_RETURN_IF_ERROR(
                 CheckPositiveOrDefault("config.llama3.high_freq_factor", s.high_freq_factor));
             const double low = s.low_freq_factor == 0 ? 1 : s.low_freq_factor;
             const double high = s.high_freq_factor == 0 ? 4 : s.high_freq_factor;
@@ -164,9 +159,9 @@ absl::Status ValidateScaling(const ScalingConfig& scaling, uint32_t rotary_dim) 
             return absl::OkStatus();
           },
           [rotary_dim](const LongRopeScaling& s) {
-            ROPE_CHECK_(CheckRequiredLength("config.longrope.original_max_position_embeddings",
+            ROPE_RETURN_IF_ERROR(CheckRequiredLength("config.longrope.original_max_position_embeddings",
                                             s.original_max_position_embeddings));
-            ROPE_CHECK_(
+            ROPE_RETURN_IF_ERROR(
                 CheckPositiveOrDefault("config.longrope.attention_factor", s.attention_factor));
             const size_t half = rotary_dim / 2;
             for (const auto& [name, list] :
@@ -178,7 +173,7 @@ absl::Status ValidateScaling(const ScalingConfig& scaling, uint32_t rotary_dim) 
                     " values: must have rotary_dim/2 = ", half));
               }
               for (size_t i = 0; i < half; ++i) {
-                ROPE_CHECK_(CheckPositive(absl::StrCat("config.longrope.", name, "[", i, "]"),
+                ROPE_RETURN_IF_ERROR(CheckPositive(absl::StrCat("config.longrope.", name, "[", i, "]"),
                                           (*list)[i]));
               }
             }
