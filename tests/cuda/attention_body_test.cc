@@ -1,17 +1,20 @@
 // The attention path of the CUDA backend run on the host: the rotated-copy
 // kernel body over its whole grid (q, k, and v with rotary_dim 0), the
 // planned cuBLAS calls through a reference GEMM, and the mask/softmax kernel
-// phases for every thread of every row, with the barriers in between; then
-// against the CPU backend over mask x softmax x v x GQA x dtype x layout,
-// fully masked rows included. Runs without a GPU.
+// phases for every thread of every row, with the barriers in between, chunk
+// by chunk as cuda_attention.cc runs them; then against the CPU backend over
+// mask x softmax x v x GQA x dtype x layout, fully masked rows included, as
+// one chunk and in chunks of every kind. Runs without a GPU.
 #include <cmath>
 #include <cstdint>
 #include <limits>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "server/backends/cuda/attention_chunks.h"
 #include "server/backends/cuda/gemm_plan.h"
 #include "server/backends/cuda/kernel_common.h"
 #include "server/backends/cuda/rotate_kernel_body.h"
@@ -53,14 +56,16 @@ void RotatedCopyOnHost(DType dtype, Layout layout, const kernels::RotatedCopyPar
 }
 
 // The softmax kernel as the GPU runs it, one block per row (grid-stride
-// over rows), each phase for every thread before the next barrier.
+// over rows from row_begin), each phase for every thread before the next
+// barrier.
 void MaskSoftmaxOnHost(const MaskSoftmaxParams& p, int64_t max_blocks) {
   const int block_dim = kernels::MaskSoftmaxBlockDim(p.k_seq);
   const int64_t rows = kernels::MaskSoftmaxRows(p);
+  const int64_t row_end = kernels::MaskSoftmaxRowEnd(p);
   const int64_t grid = kernels::BlocksFor(rows, 1, max_blocks);
   std::vector<float> partial(block_dim);
   for (int64_t block = 0; block < grid; ++block) {
-    for (int64_t row = block; row < rows; row += grid) {
+    for (int64_t row = p.row_begin + block; row < row_end; row += grid) {
       for (int t = 0; t < block_dim; ++t) partial[t] = kernels::MaskMaxPhase(p, row, t, block_dim);
       for (int stride = block_dim / 2; stride > 0; stride /= 2) {
         for (int t = 0; t < block_dim; ++t) kernels::TreeMaxStep(partial.data(), t, stride);
@@ -79,8 +84,9 @@ void MaskSoftmaxOnHost(const MaskSoftmaxParams& p, int64_t max_blocks) {
   }
 }
 
-// The whole CUDA attention path with host stand-ins for the device.
-void AttentionOnHost(const RopeTable& table, const AttentionArgs& a) {
+// The whole CUDA attention path with host stand-ins for the device, in the
+// chunks planned for `chunk_work`.
+void AttentionOnHost(const RopeTable& table, const AttentionArgs& a, double chunk_work) {
   const int64_t q_elems = a.batch * a.q_seq * a.q_heads * a.head_dim;
   const int64_t k_elems = a.batch * a.k_seq * a.k_heads * a.head_dim;
   const float nan = std::numeric_limits<float>::quiet_NaN();
@@ -120,10 +126,6 @@ void AttentionOnHost(const RopeTable& table, const AttentionArgs& a) {
   dims.k_heads = a.k_heads;
   dims.head_dim = a.head_dim;
   dims.v_dim = a.v_dim;
-  for (const kernels::StridedGemm& g : kernels::PlanScoreGemms(dims, a.scale)) {
-    test::RunGemmOnHost(g, kf.data(), qf.data(), a.scores);
-  }
-
   MaskSoftmaxParams m;
   m.scores = a.scores;
   m.batch = a.batch;
@@ -138,33 +140,103 @@ void AttentionOnHost(const RopeTable& table, const AttentionArgs& a) {
     probs.assign(a.batch * a.q_heads * a.q_seq * a.k_seq, nan);
     m.probs = probs.data();
   }
-  MaskSoftmaxOnHost(m, /*max_blocks=*/7);
-  if (a.v != nullptr) {
-    const float* p = a.softmax ? a.scores : probs.data();
-    for (const kernels::StridedGemm& g : kernels::PlanOutputGemms(dims)) {
-      test::RunGemmOnHost(g, vf.data(), p, a.output);
+  const float* p = m.probs != nullptr ? m.probs : a.scores;
+  for (const kernels::AttentionBlock& chunk : kernels::PlanAttentionChunks(dims, chunk_work)) {
+    for (const kernels::StridedGemm& g : kernels::PlanScoreGemms(dims, a.scale, chunk)) {
+      test::RunGemmOnHost(g, kf.data(), qf.data(), a.scores);
+    }
+    m.row_begin = kernels::BlockRowBegin(dims, chunk);
+    m.row_end = kernels::BlockRowEnd(dims, chunk);
+    MaskSoftmaxOnHost(m, /*max_blocks=*/7);
+    if (a.v != nullptr) {
+      for (const kernels::StridedGemm& g : kernels::PlanOutputGemms(dims, chunk)) {
+        test::RunGemmOnHost(g, vf.data(), p, a.output);
+      }
     }
   }
 }
 
-class AttentionBodyTest : public ::testing::TestWithParam<AttentionCase> {};
+// The work budget of a chunk, as a multiple of one part of a case's work.
+enum class ChunkSize {
+  kWholeCall,
+  kBatchElement,
+  kHead,
+  kTwoHeads,
+  kFourHeads,
+  kRow,
+  kThreeRows,
+};
+
+double ChunkWork(const AttentionCase& c, ChunkSize size) {
+  kernels::AttentionDims d;
+  d.head_dim = c.head_dim;
+  d.v_dim = c.v_dim;
+  const double row = static_cast<double>(c.k_seq) * kernels::WorkPerScore(d);
+  const double head = static_cast<double>(c.q_seq) * row;
+  switch (size) {
+    case ChunkSize::kWholeCall:
+      return 1e30;
+    case ChunkSize::kBatchElement:
+      return static_cast<double>(c.q_heads) * head;
+    case ChunkSize::kHead:
+      return head;
+    case ChunkSize::kTwoHeads:
+      return 2 * head;
+    case ChunkSize::kFourHeads:
+      return 4 * head;
+    case ChunkSize::kRow:
+      return row;
+    case ChunkSize::kThreeRows:
+      return 3 * row;
+  }
+  return 0;
+}
+
+const char* ChunkSizeName(ChunkSize size) {
+  switch (size) {
+    case ChunkSize::kWholeCall:
+      return "WholeCall";
+    case ChunkSize::kBatchElement:
+      return "BatchElement";
+    case ChunkSize::kHead:
+      return "Head";
+    case ChunkSize::kTwoHeads:
+      return "TwoHeads";
+    case ChunkSize::kFourHeads:
+      return "FourHeads";
+    case ChunkSize::kRow:
+      return "Row";
+    case ChunkSize::kThreeRows:
+      return "ThreeRows";
+  }
+  return "?";
+}
+
+class AttentionBodyTest
+    : public ::testing::TestWithParam<std::tuple<AttentionCase, ChunkSize>> {};
 
 TEST_P(AttentionBodyTest, MatchesCpuBackend) {
-  const AttentionCase& c = GetParam();
+  const AttentionCase& c = std::get<0>(GetParam());
   const std::shared_ptr<const RopeTable> table = test::PlainTable(c.rotary_dim, 4096);
   AttentionData want = test::MakeAttentionData(c, 11);
   ASSERT_TRUE(test::CpuBackend().AttentionScores(*table, want.Args(c)).ok());
   AttentionData got = test::MakeAttentionData(c, 11);
-  AttentionOnHost(*table, got.Args(c));
+  AttentionOnHost(*table, got.Args(c), ChunkWork(c, std::get<1>(GetParam())));
   // Float32 sums in another order: a few 1e-7 relative on O(1) values.
   EXPECT_TRUE(test::CloseToCpu(got.scores, want.scores, 2e-5)) << "scores";
   EXPECT_TRUE(test::CloseToCpu(got.output, want.output, 2e-5)) << "output";
 }
 
-INSTANTIATE_TEST_SUITE_P(Grid, AttentionBodyTest, ::testing::ValuesIn(test::AttentionGrid()),
-                         [](const ::testing::TestParamInfo<AttentionCase>& info) {
-                           return info.param.Name();
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Grid, AttentionBodyTest,
+    ::testing::Combine(::testing::ValuesIn(test::AttentionGrid()),
+                       ::testing::Values(ChunkSize::kWholeCall, ChunkSize::kBatchElement,
+                                         ChunkSize::kHead, ChunkSize::kTwoHeads,
+                                         ChunkSize::kFourHeads, ChunkSize::kRow,
+                                         ChunkSize::kThreeRows)),
+    [](const ::testing::TestParamInfo<std::tuple<AttentionCase, ChunkSize>>& info) {
+      return std::get<0>(info.param).Name() + "_" + ChunkSizeName(std::get<1>(info.param));
+    });
 
 // A row whose every key is after the query: scores all -inf, probabilities
 // and output all zero, never NaN.

@@ -3,12 +3,16 @@
 // errors, option checks and the CUDA/cuBLAS status mapping. With a device
 // (scripts/gpu_check.sh on a lent GPU): the backend against the CPU backend
 // over the whole rotate and attention grids (rotation bit for bit), staging
-// in many chunks, concurrent calls, the device table cache's counters and
-// eviction, and out-of-memory mapping.
+// in many chunks, attention in chunks, concurrent calls, the device table
+// cache's counters and eviction, out-of-memory mapping, and AttentionScores
+// stopping at each of its interrupt checks (cancelled, deadline passed) with
+// the worker context fit for the next call.
 #include "server/backends/cuda/cuda_backend.h"
 
+#include <cuda_runtime_api.h>
 #include <pthread.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -19,10 +23,14 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "gtest/gtest.h"
+#include "server/backends/cuda/attention_chunks.h"
 #include "server/backends/cuda/cublas_api.h"
 #include "server/backends/cuda/cuda_status.h"
 #include "server/backends/cuda/device_memory.h"
+#include "server/engine/interrupt.h"
 #include "tests/cuda/backend_cases.h"
 
 namespace rope {
@@ -67,6 +75,10 @@ TEST(CudaOptionsTest, BadOptionsAreInvalidArgumentBeforeLookingForADevice) {
   options.table_cache_bytes = 0;
   EXPECT_TRUE(StatusIs(NewCudaBackend(0, options).status(), absl::StatusCode::kInvalidArgument,
                        "cuda table_cache_bytes is 0"));
+  options = CudaBackendOptions();
+  options.attention_chunk_work = -1;
+  EXPECT_TRUE(StatusIs(NewCudaBackend(0, options).status(), absl::StatusCode::kInvalidArgument,
+                       "cuda attention_chunk_work is -1"));
 }
 
 TEST(CudaStatusTest, ErrorsMapToTheMostSpecificCode) {
@@ -371,6 +383,221 @@ TEST_F(CudaBackendTest, DeviceOutOfMemoryIsResourceExhaustedAndLeavesTheDeviceUs
                        "attention scores"));
   // And the device still works.
   ExpectRotateMatchesCpu(*cuda, SmallCase());
+}
+
+// Chunks of one query row, and of a few heads: every chunk kind of
+// attention_chunks.h on the device (the host tests run the same plans).
+TEST_F(CudaBackendTest, AttentionInChunksMatchesCpuBackendOverTheGrid) {
+  for (int64_t chunk_work : {int64_t{1}, int64_t{20000}}) {
+    SCOPED_TRACE(chunk_work);
+    CudaBackendOptions options;
+    options.attention_chunk_work = chunk_work;
+    std::unique_ptr<Backend> cuda = MakeBackend(options);
+    ASSERT_NE(cuda, nullptr);
+    for (const AttentionCase& c : test::AttentionGrid()) {
+      SCOPED_TRACE(c.Name());
+      const std::shared_ptr<const RopeTable> table = test::PlainTable(c.rotary_dim, 4096);
+      AttentionData want = test::MakeAttentionData(c, 5);
+      AttentionData got = test::MakeAttentionData(c, 5);
+      ASSERT_TRUE(test::CpuBackend().AttentionScores(*table, want.Args(c)).ok());
+      const absl::Status status = cuda->AttentionScores(*table, got.Args(c));
+      ASSERT_TRUE(status.ok()) << status;
+      EXPECT_TRUE(test::CloseToCpu(got.scores, want.scores, 2e-5)) << "scores";
+      EXPECT_TRUE(test::CloseToCpu(got.output, want.output, 2e-5)) << "output";
+    }
+  }
+}
+
+// A call with interrupt checks in every phase: q, k, v and the output one
+// staging chunk each, the scores two, and 8 compute chunks (one head each).
+AttentionCase InterruptCase() {
+  AttentionCase c;
+  c.dtype = DType::kFloat16;
+  c.batch = 2;
+  c.q_seq = 48;
+  c.k_seq = 64;
+  c.q_heads = 4;
+  c.k_heads = 2;
+  c.head_dim = 64;
+  c.rotary_dim = 64;
+  c.v_dim = 32;
+  c.causal = true;
+  c.softmax = true;
+  return c;
+}
+
+kernels::AttentionDims DimsOf(const AttentionCase& c) {
+  kernels::AttentionDims d;
+  d.batch = c.batch;
+  d.q_seq = c.q_seq;
+  d.k_seq = c.k_seq;
+  d.q_heads = c.q_heads;
+  d.k_heads = c.k_heads;
+  d.head_dim = c.head_dim;
+  d.v_dim = c.v_dim;
+  return d;
+}
+
+// One worker context, so that the call after a stopped one reuses the
+// stopped call's context.
+CudaBackendOptions InterruptOptions(const AttentionCase& c) {
+  CudaBackendOptions options;
+  options.contexts = 1;
+  options.staging_bytes = 64 << 10;
+  const kernels::AttentionDims d = DimsOf(c);
+  options.attention_chunk_work =
+      static_cast<int64_t>(static_cast<double>(c.q_seq * c.k_seq) * kernels::WorkPerScore(d));
+  return options;
+}
+
+// An uninterrupted call on `cuda` matches the CPU backend.
+void ExpectAttentionMatchesCpu(Backend& cuda, const AttentionCase& c,
+                               const Interrupt* interrupt = nullptr) {
+  const std::shared_ptr<const RopeTable> table = test::PlainTable(c.rotary_dim, 4096);
+  AttentionData want = test::MakeAttentionData(c, 21);
+  AttentionData got = test::MakeAttentionData(c, 21);
+  ASSERT_TRUE(test::CpuBackend().AttentionScores(*table, want.Args(c)).ok());
+  AttentionArgs args = got.Args(c);
+  args.interrupt = interrupt;
+  const absl::Status status = cuda.AttentionScores(*table, args);
+  ASSERT_TRUE(status.ok()) << status;
+  EXPECT_TRUE(test::CloseToCpu(got.scores, want.scores, 2e-5)) << "scores";
+  EXPECT_TRUE(test::CloseToCpu(got.output, want.output, 2e-5)) << "output";
+}
+
+absl::Status AttentionWith(Backend& cuda, const AttentionCase& c, const Interrupt& interrupt) {
+  const std::shared_ptr<const RopeTable> table = test::PlainTable(c.rotary_dim, 4096);
+  AttentionData data = test::MakeAttentionData(c, 21);
+  AttentionArgs args = data.Args(c);
+  args.interrupt = &interrupt;
+  return cuda.AttentionScores(*table, args);
+}
+
+TEST_F(CudaBackendTest, AttentionOfACancelledCallerIsCancelledAndTheNextCallSucceeds) {
+  const AttentionCase c = InterruptCase();
+  std::unique_ptr<Backend> cuda = MakeBackend(InterruptOptions(c));
+  ASSERT_NE(cuda, nullptr);
+  const Interrupt cancelled([] { return true; }, absl::InfiniteFuture());
+  EXPECT_TRUE(StatusIs(AttentionWith(*cuda, c, cancelled), absl::StatusCode::kCancelled,
+                       "AttentionScores stopped: the caller cancelled"));
+  ExpectAttentionMatchesCpu(*cuda, c);
+}
+
+TEST_F(CudaBackendTest, AttentionPastItsDeadlineIsDeadlineExceededAndTheNextCallSucceeds) {
+  const AttentionCase c = InterruptCase();
+  std::unique_ptr<Backend> cuda = MakeBackend(InterruptOptions(c));
+  ASSERT_NE(cuda, nullptr);
+  const Interrupt late(nullptr, absl::Now() - absl::Seconds(1));
+  EXPECT_TRUE(StatusIs(AttentionWith(*cuda, c, late), absl::StatusCode::kDeadlineExceeded,
+                       "AttentionScores stopped: the caller's deadline passed"));
+  ExpectAttentionMatchesCpu(*cuda, c);
+}
+
+// The caller goes away at the k-th check, for every k: in the uploads,
+// between compute chunks, in the downloads. The call stops at that very
+// check (no further polls), and the context it leaves behind serves the next
+// call correctly.
+TEST_F(CudaBackendTest, AttentionStopsAtTheCheckThatFindsItCancelledAtEveryCheck) {
+  const AttentionCase c = InterruptCase();
+  std::unique_ptr<Backend> cuda = MakeBackend(InterruptOptions(c));
+  ASSERT_NE(cuda, nullptr);
+  int checks = 0;
+  const Interrupt counting([&checks] { return ++checks < 0; }, absl::InfiniteFuture());
+  ExpectAttentionMatchesCpu(*cuda, c, &counting);
+  const size_t chunks =
+      kernels::PlanAttentionChunks(DimsOf(c), InterruptOptions(c).attention_chunk_work).size();
+  EXPECT_EQ(chunks, 8u);
+  // 3 uploads and 2 downloads of 1 staging chunk, scores 2, and the chunks.
+  EXPECT_EQ(checks, static_cast<int>(3 + chunks + 3));
+  ASSERT_LE(checks, 100);
+  for (int k = 1; k <= checks; ++k) {
+    SCOPED_TRACE(k);
+    int polls = 0;
+    const Interrupt at_k([&polls, k] { return ++polls >= k; }, absl::InfiniteFuture());
+    EXPECT_TRUE(StatusIs(AttentionWith(*cuda, c, at_k), absl::StatusCode::kCancelled,
+                         "AttentionScores stopped"));
+    EXPECT_EQ(polls, k);
+    ExpectAttentionMatchesCpu(*cuda, c);
+  }
+}
+
+// A long call (~2 T float32 operations: ~10 chunks of the automatic size on
+// an H100/H200) cancelled in the middle of its compute chunks. Prints how
+// long the call took to return after the cancellation was seen by the
+// check (the device runs out the chunks already enqueued): a measurement
+// for the GPU run's report, not an assertion.
+TEST_F(CudaBackendTest, LongAttentionCancelledMidwayStopsAndReportsHowSoon) {
+  int device = 0;
+  cudaDeviceProp properties;
+  ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
+  ASSERT_EQ(cudaGetDeviceProperties(&properties, device), cudaSuccess);
+  CudaBackendOptions options;
+  options.contexts = 1;
+  const double chunk_work = 2147483648.0 * properties.multiProcessorCount;  // the automatic size
+  std::unique_ptr<Backend> cuda = MakeBackend(options);
+  ASSERT_NE(cuda, nullptr);
+
+  AttentionArgs args;
+  args.dtype = DType::kFloat16;
+  args.batch = 1;
+  args.q_seq = 4096;
+  args.k_seq = 4096;
+  args.q_heads = 8;
+  args.k_heads = 8;
+  args.head_dim = 8192;
+  args.rotary_dim = 128;
+  args.q_positions.seq = args.q_seq;
+  args.k_positions.seq = args.k_seq;
+  args.causal = true;
+  args.softmax = true;
+  args.scale = 1.0f / 90.5f;
+  const int64_t elems = args.q_seq * args.q_heads * args.head_dim;
+  std::vector<uint16_t> q(elems, 0x2c00), k(elems, 0x2c00);  // 0.0625 in float16
+  std::vector<float> scores(args.q_heads * args.q_seq * args.k_seq);
+  args.q = q.data();
+  args.k = k.data();
+  args.scores = scores.data();
+  kernels::AttentionDims d;
+  d.batch = 1;
+  d.q_seq = args.q_seq;
+  d.k_seq = args.k_seq;
+  d.q_heads = args.q_heads;
+  d.k_heads = args.k_heads;
+  d.head_dim = args.head_dim;
+  const int64_t chunks = static_cast<int64_t>(kernels::PlanAttentionChunks(d, chunk_work).size());
+  const int64_t staging = options.staging_bytes;
+  const int64_t upload_checks = 2 * ((elems * 2 + staging - 1) / staging);
+  const std::shared_ptr<const RopeTable> table = test::PlainTable(args.rotary_dim, 4096);
+
+  int checks = 0;
+  const Interrupt counting([&checks] { return ++checks < 0; }, absl::InfiniteFuture());
+  args.interrupt = &counting;
+  auto start = std::chrono::steady_clock::now();
+  ASSERT_TRUE(cuda->AttentionScores(*table, args).ok());
+  const double whole_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+
+  const int trip = static_cast<int>(upload_checks + chunks / 2 + 1);
+  int polls = 0;
+  std::chrono::steady_clock::time_point tripped;
+  const Interrupt midway(
+      [&] {
+        if (++polls < trip) return false;
+        tripped = std::chrono::steady_clock::now();
+        return true;
+      },
+      absl::InfiniteFuture());
+  args.interrupt = &midway;
+  EXPECT_TRUE(StatusIs(cuda->AttentionScores(*table, args), absl::StatusCode::kCancelled,
+                       "AttentionScores stopped"));
+  const double stop_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - tripped).count();
+  EXPECT_EQ(polls, trip);
+  std::printf("long attention: %lld compute chunks of %.3g operations, %d checks, whole call "
+              "%.1f ms; cancelled at check %d (compute chunk %lld): returned %.2f ms later\n",
+              static_cast<long long>(chunks), chunk_work, checks, whole_ms, trip,
+              static_cast<long long>(chunks / 2 + 1), stop_ms);
+  ExpectAttentionMatchesCpu(*cuda, InterruptCase());
 }
 
 }  // namespace

@@ -16,9 +16,9 @@ __global__ void __launch_bounds__(kMaskSoftmaxMaxBlock)
   __shared__ float partial[kMaskSoftmaxMaxBlock];
   const int t = threadIdx.x;
   const int block_dim = blockDim.x;
-  const int64_t rows = MaskSoftmaxRows(params);
+  const int64_t row_end = MaskSoftmaxRowEnd(params);
   const bool probabilities = NeedsProbabilities(params);
-  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+  for (int64_t row = params.row_begin + blockIdx.x; row < row_end; row += gridDim.x) {
     partial[t] = MaskMaxPhase(params, row, t, block_dim);
     if (!probabilities) continue;  // uniform across the block
     __syncthreads();

@@ -1,6 +1,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "server/backends/cuda/attention_chunks.h"
 #include "server/backends/cuda/cuda_ops.h"
 #include "server/backends/cuda/cuda_status.h"
 #include "server/backends/cuda/gemm_plan.h"
@@ -29,15 +30,22 @@ absl::Status RunPlan(const WorkerContext& context, const std::vector<kernels::St
 
 // Uploads one request tensor of `bytes` into `buffer`.
 absl::Status Upload(WorkerContext& context, DeviceBuffer& buffer, const void* host, int64_t bytes,
-                    const char* what) {
+                    const char* what, WorkerContext::StopCheck stop) {
   ROPE_RETURN_IF_ERROR(buffer.Reserve(bytes, what));
-  return context.UploadStaged(host, buffer.data(), bytes);
+  return context.UploadStaged(host, buffer.data(), bytes, stop);
 }
 
 }  // namespace
 
 absl::Status CudaAttentionScores(WorkerContext& context, const DeviceTable& table,
-                                 const AttentionArgs& args, int64_t max_blocks) {
+                                 const AttentionArgs& args, int64_t max_blocks,
+                                 double chunk_work) {
+  // Polled before each staging chunk and each compute chunk; on a stop the
+  // caller's lease quiesces the context (what is enqueued runs out).
+  auto stop = [&args]() {
+    return args.interrupt != nullptr ? args.interrupt->Check("AttentionScores")
+                                     : absl::OkStatus();
+  };
   const int64_t elem = static_cast<int64_t>(DTypeSize(args.dtype));
   const int64_t q_elems = args.batch * args.q_seq * args.q_heads * args.head_dim;
   const int64_t k_elems = args.batch * args.k_seq * args.k_heads * args.head_dim;
@@ -62,10 +70,10 @@ absl::Status CudaAttentionScores(WorkerContext& context, const DeviceTable& tabl
     ROPE_RETURN_IF_ERROR(context.output.Reserve(out_elems * f, "attention output"));
   }
 
-  ROPE_RETURN_IF_ERROR(Upload(context, context.q_in, args.q, q_elems * elem, "q"));
-  ROPE_RETURN_IF_ERROR(Upload(context, context.k_in, args.k, k_elems * elem, "k"));
+  ROPE_RETURN_IF_ERROR(Upload(context, context.q_in, args.q, q_elems * elem, "q", stop));
+  ROPE_RETURN_IF_ERROR(Upload(context, context.k_in, args.k, k_elems * elem, "k", stop));
   if (args.v != nullptr) {
-    ROPE_RETURN_IF_ERROR(Upload(context, context.v_in, args.v, v_elems * elem, "v"));
+    ROPE_RETURN_IF_ERROR(Upload(context, context.v_in, args.v, v_elems * elem, "v", stop));
   }
   math::PositionSpec positions[2] = {args.q_positions, args.k_positions};
   ROPE_RETURN_IF_ERROR(UploadPositions(context, positions, 2));
@@ -116,8 +124,6 @@ absl::Status CudaAttentionScores(WorkerContext& context, const DeviceTable& tabl
   dims.k_heads = args.k_heads;
   dims.head_dim = args.head_dim;
   dims.v_dim = args.v_dim;
-  ROPE_RETURN_IF_ERROR(RunPlan(context, kernels::PlanScoreGemms(dims, args.scale), kf, qf, scores,
-                               "cublasSgemmStridedBatched (scores)"));
 
   kernels::MaskSoftmaxParams mask;
   mask.scores = scores;
@@ -130,18 +136,38 @@ absl::Status CudaAttentionScores(WorkerContext& context, const DeviceTable& tabl
   mask.k_positions = positions[1];
   mask.causal = args.causal;
   mask.softmax = args.softmax;
-  ROPE_CUDA_RETURN_IF_ERROR(kernels::MaskSoftmax(mask, launch), "launching the softmax kernel");
-
   float* output = static_cast<float*>(context.output.data());
-  if (args.v != nullptr) {
-    const float* probs = separate_probs ? mask.probs : scores;
-    ROPE_RETURN_IF_ERROR(RunPlan(context, kernels::PlanOutputGemms(dims), vf, probs, output,
-                                 "cublasSgemmStridedBatched (output)"));
+  const float* probs = separate_probs ? mask.probs : scores;
+
+  // Chunk by chunk (attention_chunks.h), checking `stop` before each. The
+  // host runs at most kProgressMarks chunks ahead of the device: before
+  // enqueueing chunk c it waits for chunk c - kProgressMarks, so a check
+  // sees real progress while the device always has the next chunk queued.
+  // A call within one chunk's budget is enqueued at once, as one chunk.
+  const std::vector<kernels::AttentionBlock> chunks =
+      kernels::PlanAttentionChunks(dims, chunk_work);
+  constexpr size_t kMarks = WorkerContext::kProgressMarks;
+  for (size_t c = 0; c < chunks.size(); ++c) {
+    const kernels::AttentionBlock& chunk = chunks[c];
+    if (c >= kMarks) ROPE_RETURN_IF_ERROR(context.WaitForProgress(static_cast<int>(c % kMarks)));
+    ROPE_RETURN_IF_ERROR(stop());
+    ROPE_RETURN_IF_ERROR(RunPlan(context, kernels::PlanScoreGemms(dims, args.scale, chunk), kf, qf,
+                                 scores, "cublasSgemmStridedBatched (scores)"));
+    mask.row_begin = kernels::BlockRowBegin(dims, chunk);
+    mask.row_end = kernels::BlockRowEnd(dims, chunk);
+    ROPE_CUDA_RETURN_IF_ERROR(kernels::MaskSoftmax(mask, launch), "launching the softmax kernel");
+    if (args.v != nullptr) {
+      ROPE_RETURN_IF_ERROR(RunPlan(context, kernels::PlanOutputGemms(dims, chunk), vf, probs,
+                                   output, "cublasSgemmStridedBatched (output)"));
+    }
+    if (chunks.size() > 1) {
+      ROPE_RETURN_IF_ERROR(context.MarkProgress(static_cast<int>(c % kMarks)));
+    }
   }
 
-  ROPE_RETURN_IF_ERROR(context.DownloadStaged(scores, args.scores, score_elems * f));
+  ROPE_RETURN_IF_ERROR(context.DownloadStaged(scores, args.scores, score_elems * f, stop));
   if (args.v != nullptr) {
-    ROPE_RETURN_IF_ERROR(context.DownloadStaged(output, args.output, out_elems * f));
+    ROPE_RETURN_IF_ERROR(context.DownloadStaged(output, args.output, out_elems * f, stop));
   }
   return absl::OkStatus();
 }

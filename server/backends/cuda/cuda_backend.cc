@@ -34,6 +34,9 @@ class CudaBackend final : public Backend {
         // A few waves of blocks per multiprocessor; grid-stride loops do
         // the rest.
         max_blocks_(int64_t{32} * properties.multiProcessorCount),
+        attention_chunk_work_(options.attention_chunk_work > 0
+                                  ? static_cast<double>(options.attention_chunk_work)
+                                  : kChunkWorkPerMultiprocessor * properties.multiProcessorCount),
         table_cache_(options.table_cache_bytes),
         contexts_(device, options, cublas),
         table_pool_(static_cast<int>(std::max(1u, std::thread::hardware_concurrency()))) {}
@@ -68,7 +71,7 @@ class CudaBackend final : public Backend {
     ROPE_ASSIGN_OR_RETURN(ContextPool::Lease context, contexts_.Acquire());
     SampleMemory(/*force=*/false);
     ROPE_ASSIGN_OR_RETURN(std::shared_ptr<const DeviceTable> device_table, table_cache_.Get(table));
-    return CudaAttentionScores(*context, *device_table, args, max_blocks_);
+    return CudaAttentionScores(*context, *device_table, args, max_blocks_, attention_chunk_work_);
   }
 
   // Host tables are built (in double precision) on host threads before
@@ -86,10 +89,15 @@ class CudaBackend final : public Backend {
   }
 
  private:
+  // Float32 operations per multiprocessor of one attention chunk: ~4 ms at
+  // an H100's 0.5 TFLOP/s per SM, ~12 ms at an A100's or a T4's 0.18.
+  static constexpr double kChunkWorkPerMultiprocessor = 2147483648.0;  // 2^31
+
   const int device_;
   const CudaBackendOptions options_;
   const std::string description_;
   const int64_t max_blocks_;
+  const double attention_chunk_work_;
   DeviceTableCache table_cache_;
   ContextPool contexts_;
   ThreadPool table_pool_;
@@ -134,6 +142,11 @@ absl::Status CheckOptions(const CudaBackendOptions& options) {
   if (options.staging_bytes < (int64_t{64} << 10)) {
     return absl::InvalidArgumentError(
         absl::StrCat("cuda staging_bytes is ", options.staging_bytes, ": must be at least 65536"));
+  }
+  if (options.attention_chunk_work < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("cuda attention_chunk_work is ",
+                                                   options.attention_chunk_work,
+                                                   ": must be >= 0 (0: automatic)"));
   }
   if (options.keep_workspace_bytes < 0) {
     return absl::InvalidArgumentError(absl::StrCat("cuda keep_workspace_bytes is ",

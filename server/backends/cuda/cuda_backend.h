@@ -1,8 +1,10 @@
 // The CUDA backend: the Backend interface on one NVIDIA GPU. Tables live in
 // a device-resident LRU cache; rotation is one kernel launch for q and k;
-// attention scores are cuBLAS GEMMs around a mask/softmax kernel. Calls run
-// concurrently on a small pool of worker contexts (streams, pinned staging
-// buffers, device workspaces), each used by one call at a time.
+// attention scores are cuBLAS GEMMs around a mask/softmax kernel, in chunks
+// between which a call stops if its caller has cancelled or its deadline
+// has passed (AttentionArgs::interrupt). Calls run concurrently on a small
+// pool of worker contexts (streams, pinned staging buffers, device
+// workspaces), each used by one call at a time.
 //
 // A build without CUDA (no nvcc at configure time) compiles
 // cuda_backend_stub.cc instead, whose functions return UNIMPLEMENTED saying
@@ -32,6 +34,11 @@ struct CudaBackendOptions {
   // Device workspaces larger than this are freed after each call, so that
   // one huge request does not hold memory for ever.
   int64_t keep_workspace_bytes = int64_t{256} << 20;
+  // Estimated float32 operations of one chunk of an AttentionScores call;
+  // the call checks for cancellation and its deadline between chunks, so
+  // it stops within about two chunks' device time. 0: 2^31 per
+  // multiprocessor, a few milliseconds of the device's float32 rate.
+  int64_t attention_chunk_work = 0;
 };
 
 // What cudaGetDeviceCount says: the number of devices (> 0), or

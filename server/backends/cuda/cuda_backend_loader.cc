@@ -47,8 +47,12 @@ absl::StatusOr<const CudaPluginApi*> Load() {
         absl::StrCat(beside, " has no ", ROPE_CUDA_PLUGIN_ENTRY, ": not a ropeserve CUDA plugin"));
   }
   const CudaPluginApi* api = entry();
+  // abi first: an older plugin's table may end before the sizes.
   if (api == nullptr || api->abi != kCudaPluginAbi ||
-      api->options_size != sizeof(CudaBackendOptions) || api->info_size != sizeof(BackendInfo)) {
+      api->options_size != sizeof(CudaBackendOptions) || api->info_size != sizeof(BackendInfo) ||
+      api->rotate_args_size != sizeof(RotateArgs) ||
+      api->attention_args_size != sizeof(AttentionArgs) ||
+      api->interrupt_size != sizeof(Interrupt)) {
     return absl::FailedPreconditionError(
         absl::StrCat("the CUDA backend plugin was built from another version of ropeserve (abi ",
                      api == nullptr ? -1 : api->abi, ", want ", kCudaPluginAbi, ")"));

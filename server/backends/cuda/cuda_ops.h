@@ -24,9 +24,14 @@ absl::Status CudaRotate(WorkerContext& context, const DeviceTable& table, const 
                         int64_t max_blocks);
 
 // Fills args.scores (and args.output): rotated float32 copies of q and k on
-// the device, cuBLAS GEMMs, the mask/softmax kernel, the optional P.V GEMMs.
+// the device, cuBLAS GEMMs, the mask/softmax kernel, the optional P.V GEMMs,
+// in chunks of about `chunk_work` float32 operations (attention_chunks.h).
+// Checks args.interrupt (when set) between staging chunks of the copies and
+// between compute chunks, and returns its CANCELLED or DEADLINE_EXCEEDED;
+// the device then still runs out at most WorkerContext::kProgressMarks
+// chunks, which the lease's Quiesce waits for.
 absl::Status CudaAttentionScores(WorkerContext& context, const DeviceTable& table,
-                                 const AttentionArgs& args, int64_t max_blocks);
+                                 const AttentionArgs& args, int64_t max_blocks, double chunk_work);
 
 // Copies explicit positions (if any) of `specs` to the device and returns
 // specs whose explicit_positions point there; ready for work enqueued on

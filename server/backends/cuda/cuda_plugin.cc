@@ -9,6 +9,9 @@ extern "C" __attribute__((visibility("default"))) const rope::CudaPluginApi* Rop
     a.abi = rope::kCudaPluginAbi;
     a.options_size = sizeof(rope::CudaBackendOptions);
     a.info_size = sizeof(rope::BackendInfo);
+    a.rotate_args_size = sizeof(rope::RotateArgs);
+    a.attention_args_size = sizeof(rope::AttentionArgs);
+    a.interrupt_size = sizeof(rope::Interrupt);
     a.count_devices = &rope::CountCudaDevices;
     a.new_backend = &rope::NewCudaBackend;
     return a;

@@ -25,16 +25,22 @@
 namespace rope {
 
 struct CudaPluginApi {
-  // kCudaPluginAbi and the sizes of the types that cross the boundary.
+  // kCudaPluginAbi and the sizes of the types that cross the boundary (the
+  // Backend interface's argument structs included: AttentionArgs carries a
+  // `const Interrupt*` that the plugin polls, calling back into ropeserve).
   int abi = 0;
   size_t options_size = 0;
   size_t info_size = 0;
+  size_t rotate_args_size = 0;
+  size_t attention_args_size = 0;
+  size_t interrupt_size = 0;
   absl::StatusOr<int> (*count_devices)() = nullptr;
   absl::StatusOr<std::unique_ptr<Backend>> (*new_backend)(
       int device, const CudaBackendOptions& options) = nullptr;
 };
 
-constexpr int kCudaPluginAbi = 1;
+// 2: AttentionArgs::interrupt, CudaBackendOptions::attention_chunk_work.
+constexpr int kCudaPluginAbi = 2;
 
 // The plugin's one exported symbol.
 #define ROPE_CUDA_PLUGIN_ENTRY "RopeCudaPluginApi"

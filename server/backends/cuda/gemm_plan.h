@@ -37,13 +37,39 @@ struct AttentionDims {
   int64_t head_dim = 0, v_dim = 0;
 };
 
+// A box of the scores tensor: batch elements [b0, b1), query heads [h0, h1),
+// query rows [i0, i1), every key. A call's work is planned per block (see
+// attention_chunks.h); the whole call is one block.
+struct AttentionBlock {
+  int64_t b0 = 0, b1 = 0, h0 = 0, h1 = 0, i0 = 0, i1 = 0;
+};
+
+AttentionBlock WholeCall(const AttentionDims& d);
+
+// Whether the block's scores rows (b, h, i), numbered (b * q_heads + h) *
+// q_seq + i, are one contiguous range: several batch elements with every
+// head and row, or one batch element with every row of some heads, or some
+// rows of one head. Then they are [BlockRowBegin, BlockRowEnd).
+bool BlockRowsAreContiguous(const AttentionDims& d, const AttentionBlock& block);
+int64_t BlockRowBegin(const AttentionDims& d, const AttentionBlock& block);
+int64_t BlockRowEnd(const AttentionDims& d, const AttentionBlock& block);
+
 // scores[b, h] = scale * q[b, :, h, :] . k[b, :, h / group, :]^T, computed as
-// scores^T = k q^T: A = k (op T), B = q (op N), C = scores.
-std::vector<StridedGemm> PlanScoreGemms(const AttentionDims& d, float scale);
+// scores^T = k q^T: A = k (op T), B = q (op N), C = scores. Only the block's
+// part of scores is written.
+std::vector<StridedGemm> PlanScoreGemms(const AttentionDims& d, float scale,
+                                        const AttentionBlock& block);
+inline std::vector<StridedGemm> PlanScoreGemms(const AttentionDims& d, float scale) {
+  return PlanScoreGemms(d, scale, WholeCall(d));
+}
 
 // output[b, :, h, :] = probs[b, h] . v[b, :, h / group, :], computed as
-// output^T = v^T probs^T: A = v (op N), B = probs (op N), C = output.
-std::vector<StridedGemm> PlanOutputGemms(const AttentionDims& d);
+// output^T = v^T probs^T: A = v (op N), B = probs (op N), C = output. Reads
+// only the block's probabilities and writes only its part of output.
+std::vector<StridedGemm> PlanOutputGemms(const AttentionDims& d, const AttentionBlock& block);
+inline std::vector<StridedGemm> PlanOutputGemms(const AttentionDims& d) {
+  return PlanOutputGemms(d, WholeCall(d));
+}
 
 }  // namespace kernels
 }  // namespace rope

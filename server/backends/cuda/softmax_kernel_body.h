@@ -35,11 +35,14 @@ namespace kernels {
 // rewritten in place: masked entries become -inf; with `softmax` each row
 // becomes its probabilities. `probs`, when set (the output needs
 // probabilities but the caller asked for raw scores), receives the
-// probabilities instead and scores keep the masked raw values.
+// probabilities instead and scores keep the masked raw values. Only rows
+// [row_begin, row_end) of the batch * heads * q_seq rows (numbered
+// (b * heads + h) * q_seq + i) are touched; row_end -1 means the last row.
 struct MaskSoftmaxParams {
   float* scores = nullptr;
   float* probs = nullptr;
   int64_t batch = 0, heads = 0, q_seq = 0, k_seq = 0;
+  int64_t row_begin = 0, row_end = -1;
   math::PositionSpec q_positions;
   math::PositionSpec k_positions;
   bool causal = false;
@@ -62,8 +65,14 @@ ROPE_HOST_DEVICE float DeviceExp(float x) {
 #endif
 }
 
+// One past the last row to touch.
+ROPE_HOST_DEVICE int64_t MaskSoftmaxRowEnd(const MaskSoftmaxParams& p) {
+  return p.row_end < 0 ? p.batch * p.heads * p.q_seq : p.row_end;
+}
+
+// How many rows are touched: blocks stride over them from row_begin.
 ROPE_HOST_DEVICE int64_t MaskSoftmaxRows(const MaskSoftmaxParams& p) {
-  return p.batch * p.heads * p.q_seq;
+  return MaskSoftmaxRowEnd(p) - p.row_begin;
 }
 
 // Whether the row's probabilities are computed at all.

@@ -27,6 +27,7 @@ absl::StatusOr<std::unique_ptr<WorkerContext>> WorkerContext::Create(
     ROPE_RETURN_IF_ERROR(slot.done.Create());
   }
   ROPE_RETURN_IF_ERROR(context->compute_done_.Create());
+  for (CudaEvent& mark : context->progress_) ROPE_RETURN_IF_ERROR(mark.Create());
   ROPE_RETURN_IF_ERROR(context->ReserveSlots(options.staging_bytes));
   ROPE_CUBLAS_RETURN_IF_ERROR(cublas.create(&context->cublas_), "creating a cuBLAS handle");
   ROPE_CUBLAS_RETURN_IF_ERROR(cublas.set_stream(context->cublas_, context->compute_stream()),
@@ -61,11 +62,13 @@ absl::Status WorkerContext::Reuse(int i) {
   return absl::OkStatus();
 }
 
-absl::Status WorkerContext::UploadStaged(const void* src, void* dst, int64_t bytes) {
+absl::Status WorkerContext::UploadStaged(const void* src, void* dst, int64_t bytes,
+                                         StopCheck stop) {
   const char* from = static_cast<const char*>(src);
   char* to = static_cast<char*>(dst);
   int next = 0;
   for (int64_t done = 0; done < bytes; done += staging_bytes_, next ^= 1) {
+    ROPE_RETURN_IF_ERROR(stop());
     const int64_t n = std::min(staging_bytes_, bytes - done);
     Slot& slot = slots_[next];
     ROPE_RETURN_IF_ERROR(Reuse(next));
@@ -80,12 +83,14 @@ absl::Status WorkerContext::UploadStaged(const void* src, void* dst, int64_t byt
   return ComputeWaitsForSlots();
 }
 
-absl::Status WorkerContext::DownloadStaged(const void* src, void* dst, int64_t bytes) {
+absl::Status WorkerContext::DownloadStaged(const void* src, void* dst, int64_t bytes,
+                                           StopCheck stop) {
   ROPE_RETURN_IF_ERROR(SlotsWaitForCompute());
   const char* from = static_cast<const char*>(src);
   char* to = static_cast<char*>(dst);
   int next = 0;
   for (int64_t done = 0; done < bytes; done += staging_bytes_, next ^= 1) {
+    ROPE_RETURN_IF_ERROR(stop());
     const int64_t n = std::min(staging_bytes_, bytes - done);
     Slot& slot = slots_[next];
     ROPE_RETURN_IF_ERROR(Reuse(next));  // delivers the chunk before last
@@ -98,6 +103,18 @@ absl::Status WorkerContext::DownloadStaged(const void* src, void* dst, int64_t b
     slot.copy_out.push_back(CopyOut{to + done, 0, n});
   }
   for (int i = 0; i < kSlots; ++i) ROPE_RETURN_IF_ERROR(Reuse(i));
+  return absl::OkStatus();
+}
+
+absl::Status WorkerContext::MarkProgress(int i) {
+  ROPE_CUDA_RETURN_IF_ERROR(cudaEventRecord(progress_[i].get(), compute_stream()),
+                            "recording the compute stream's progress");
+  return absl::OkStatus();
+}
+
+absl::Status WorkerContext::WaitForProgress(int i) {
+  ROPE_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(progress_[i].get()),
+                            "waiting for the compute stream's progress");
   return absl::OkStatus();
 }
 

@@ -1,7 +1,8 @@
 // WorkerContext: what one call needs on the device, reused across calls:
 // two staging slots (each a pinned host buffer, a device buffer, a stream
-// and an event), a cuBLAS handle on the compute stream (slot 0's), and
-// device workspaces. ContextPool hands contexts to calls, one call each.
+// and an event), a cuBLAS handle on the compute stream (slot 0's), events
+// that mark the compute stream's progress, and device workspaces.
+// ContextPool hands contexts to calls, one call each.
 //
 // Staged copies: host data moves through the pinned slots in chunks,
 // alternating slots, so that the host-side memcpy of one chunk overlaps the
@@ -18,6 +19,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -30,6 +32,13 @@ namespace rope {
 class WorkerContext {
  public:
   static constexpr int kSlots = 2;
+  // Events that mark the compute stream's progress (see MarkProgress).
+  static constexpr int kProgressMarks = 2;
+
+  // Asked before each staging chunk of a copy: a non-OK status stops the
+  // copy, which returns it (copies already enqueued still run; the lease's
+  // Quiesce waits for them).
+  using StopCheck = absl::FunctionRef<absl::Status()>;
 
   // A host range waiting to receive bytes of a slot's pinned buffer once
   // the slot's event completes.
@@ -71,12 +80,24 @@ class WorkerContext {
   // Copies `bytes` from host `src` to device `dst` through the slots; on
   // return the copies are enqueued and the compute stream waits for all
   // of them.
-  absl::Status UploadStaged(const void* src, void* dst, int64_t bytes);
+  absl::Status UploadStaged(const void* src, void* dst, int64_t bytes, StopCheck stop);
+  absl::Status UploadStaged(const void* src, void* dst, int64_t bytes) {
+    return UploadStaged(src, dst, bytes, NeverStop);
+  }
 
   // Copies `bytes` from device `src` to host `dst` through the slots, after
   // everything enqueued on the compute stream so far; on return `dst` holds
-  // the data.
-  absl::Status DownloadStaged(const void* src, void* dst, int64_t bytes);
+  // the data (on a stop, only some of it).
+  absl::Status DownloadStaged(const void* src, void* dst, int64_t bytes, StopCheck stop);
+  absl::Status DownloadStaged(const void* src, void* dst, int64_t bytes) {
+    return DownloadStaged(src, dst, bytes, NeverStop);
+  }
+
+  // Progress of the compute stream: MarkProgress(i) records mark i after
+  // everything enqueued on it so far; WaitForProgress(i) blocks until that
+  // work is done (at once if mark i was never recorded).
+  absl::Status MarkProgress(int i);
+  absl::Status WaitForProgress(int i);
 
   // Makes the compute stream wait for everything enqueued on the other
   // slot's stream, or the other way round.
@@ -95,8 +116,11 @@ class WorkerContext {
  private:
   WorkerContext(const CudaBackendOptions& options, const CublasApi& cublas);
 
+  static absl::Status NeverStop() { return absl::OkStatus(); }
+
   Slot slots_[kSlots];
   CudaEvent compute_done_;
+  CudaEvent progress_[kProgressMarks];
   const CublasApi* const cublas_api_;
   cublasHandle_t cublas_ = nullptr;
   const int64_t staging_bytes_;
