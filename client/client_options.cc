@@ -53,6 +53,11 @@ absl::Status ValidateClientOptions(const ClientOptions& options) {
         absl::FormatDuration(options.retry_initial_backoff), " and retry_max_backoff is ",
         absl::FormatDuration(options.retry_max_backoff), ": need 0 < initial <= max"));
   }
+  if (!options.tls_server_name.empty() && options.credentials == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("ClientOptions.tls_server_name is \"",
+                                                   options.tls_server_name,
+                                                   "\" but the channel is plaintext"));
+  }
   return absl::OkStatus();
 }
 

@@ -41,10 +41,12 @@ struct ClientOptions {
   // ropeload --connections=N sets this to get N.
   bool own_connections = false;
 
-  // Channel credentials. nullptr means plaintext (insecure) — the only mode
-  // so far. TLS seam: the TLS issue sets grpc::SslCredentials(...) here
-  // (from ropectl flags) and nothing else changes.
+  // Channel credentials. nullptr means plaintext (insecure). TLS, mutual TLS
+  // and bearer tokens: see channel_security.h.
   std::shared_ptr<grpc::ChannelCredentials> credentials;
+  // With TLS: the name the server's certificate must carry, when it differs
+  // from the target's host (e.g. connecting by IP address). Empty: the host.
+  std::string tls_server_name;
 };
 
 // INVALID_ARGUMENT naming the field and value when an option is unusable

@@ -39,6 +39,7 @@ absl::StatusOr<std::unique_ptr<RopeClient>> RopeClient::Create(const std::string
   // tensors.
   args.SetInt(GRPC_ARG_PER_RPC_RETRY_BUFFER_SIZE, options.max_send_message_bytes);
   if (options.own_connections) args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  if (!options.tls_server_name.empty()) args.SetSslTargetNameOverride(options.tls_server_name);
   std::shared_ptr<grpc::Channel> channel =
       grpc::CreateCustomChannel(target, CredentialsFor(options), args);
   return std::make_unique<RopeClient>(std::move(channel), options);

@@ -9,8 +9,9 @@ PACKAGES=(
   build-essential cmake pkg-config git
   # gRPC, protobuf, Abseil
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev grpc-proto
-  # metrics, BLAS
-  prometheus-cpp-dev libopenblas-dev
+  # metrics, BLAS; TLS (certificate checks at startup, and the openssl CLI
+  # that makes throw-away certificates in the tests)
+  prometheus-cpp-dev libopenblas-dev libssl-dev openssl
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev
   # libFuzzer (scripts/fuzz.sh): clang 14 and its sanitizer/fuzzer runtimes

@@ -26,6 +26,7 @@
 #include "server/backends/cuda/cuda_backend.h"
 #include "server/engine/engine.h"
 #include "server/service/rope_server.h"
+#include "server/service/server_security.h"
 
 ABSL_FLAG(std::string, listen, "0.0.0.0:50051",
           "host:port to serve gRPC on; port 0 picks a free port (printed on start)");
@@ -52,6 +53,19 @@ ABSL_FLAG(absl::Duration, shutdown_grace_period, absl::Seconds(25),
 ABSL_FLAG(absl::Duration, max_connection_age, absl::Minutes(5),
           "close client connections (gracefully) after this age so that clients re-resolve and "
           "spread over new replicas; inf: never");
+ABSL_FLAG(std::string, health_listen, "",
+          "host:port of an extra plaintext port serving only grpc.health.v1, for probes that "
+          "cannot do TLS or send tokens (Kubernetes gRPC probes); empty: none");
+ABSL_FLAG(std::string, tls_cert_file, "",
+          "PEM certificate chain (leaf first) for TLS on the gRPC port; with --tls_key_file. "
+          "Empty: plaintext");
+ABSL_FLAG(std::string, tls_key_file, "", "PEM private key (unencrypted) of --tls_cert_file");
+ABSL_FLAG(std::string, tls_client_ca_file, "",
+          "PEM CA bundle: mutual TLS; clients must present a certificate signed by it "
+          "(needs --tls_cert_file)");
+ABSL_FLAG(std::string, auth_token_file, "",
+          "file of accepted bearer tokens, one per line ('#' comments); every call except "
+          "grpc.health.v1 must send \"authorization: Bearer <token>\" (needs --tls_cert_file)");
 ABSL_FLAG(bool, enable_echo, false,
           "also serve rope.bench.v1.EchoService (benchmarks of the transport alone)");
 
@@ -111,6 +125,17 @@ absl::Status CheckFlags() {
     return absl::InvalidArgumentError("--max_len_cap is 0: must be > 0");
   }
   return absl::OkStatus();
+}
+
+// "plaintext", "TLS", "mutual TLS", each "+ bearer tokens" when set.
+std::string DescribeSecurity(const ServerSecurity& security) {
+  std::string mode = !security.tls()                  ? "plaintext"
+                     : security.client_ca_pem.empty() ? "TLS"
+                                                      : "mutual TLS";
+  if (!security.bearer_tokens.empty()) {
+    absl::StrAppend(&mode, " + bearer tokens (", security.bearer_tokens.size(), ")");
+  }
+  return mode;
 }
 
 int g_stop_pipe[2] = {-1, -1};
@@ -176,7 +201,16 @@ int RunServer() {
   auto engine = std::make_unique<Engine>(*std::move(backend), limits);
   const BackendInfo info = engine->backend_info();
 
+  ServerSecurityFiles security_files;
+  security_files.tls_cert_file = absl::GetFlag(FLAGS_tls_cert_file);
+  security_files.tls_key_file = absl::GetFlag(FLAGS_tls_key_file);
+  security_files.tls_client_ca_file = absl::GetFlag(FLAGS_tls_client_ca_file);
+  security_files.auth_token_file = absl::GetFlag(FLAGS_auth_token_file);
+  absl::StatusOr<ServerSecurity> security = LoadServerSecurity(security_files);
+  if (!security.ok()) return Fail(security.status());
+
   ServerOptions options;
+  options.security = *std::move(security);
   options.listen_address = absl::GetFlag(FLAGS_listen);
   options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   options.max_concurrent_calls = absl::GetFlag(FLAGS_max_concurrent_calls);
@@ -187,13 +221,20 @@ int RunServer() {
   }
   options.max_connection_age = absl::GetFlag(FLAGS_max_connection_age);
   options.enable_echo = absl::GetFlag(FLAGS_enable_echo);
+  options.health_listen_address = absl::GetFlag(FLAGS_health_listen);
 
   absl::StatusOr<std::unique_ptr<RopeServer>> server =
       RopeServer::Start(std::move(engine), options);
   if (!server.ok()) return Fail(server.status());
 
-  std::printf("ropeserve listening on %s (backend %s: %s)\n", (*server)->bound_address().c_str(),
-              info.name.c_str(), info.device.c_str());
+  std::printf("ropeserve listening on %s (backend %s: %s; %s)\n",
+              (*server)->bound_address().c_str(), info.name.c_str(), info.device.c_str(),
+              DescribeSecurity(options.security).c_str());
+  if ((*server)->health_port() != 0) {
+    const std::string& health = options.health_listen_address;
+    std::printf("ropeserve health on %s:%d (plaintext, grpc.health.v1 only)\n",
+                health.substr(0, health.rfind(':')).c_str(), (*server)->health_port());
+  }
   if ((*server)->metrics_port() != 0) {
     std::printf("ropeserve metrics on %s:%d/metrics\n",
                 absl::GetFlag(FLAGS_metrics_host).c_str(), (*server)->metrics_port());

@@ -46,6 +46,34 @@ void AddConnectionFlags(FlagSet* flags) {
   flags->Add("deadline", FlagSet::Kind::kDuration, "30s",
              "Deadline of the call (e.g. 500ms, 10s, 2m). Calls failing with "
              "UNAVAILABLE are retried (3 attempts in all) within it.");
+  flags->BeginGroup("Security flags");
+  flags->Add("tls", FlagSet::Kind::kBool, "false",
+             "Connect with TLS, trusting the system's CA store (implied by the other --tls_* "
+             "flags).");
+  flags->Add("tls_ca_file", FlagSet::Kind::kString, "",
+             "PEM CA bundle the server's certificate must chain to.");
+  flags->Add("tls_cert_file", FlagSet::Kind::kString, "",
+             "PEM client certificate, for servers that require mutual TLS (with "
+             "--tls_key_file).");
+  flags->Add("tls_key_file", FlagSet::Kind::kString, "",
+             "PEM private key of --tls_cert_file.");
+  flags->Add("tls_server_name", FlagSet::Kind::kString, "",
+             "Name the server's certificate must carry, when it is not the target's host "
+             "(e.g. when connecting by IP address).");
+  flags->Add("token_file", FlagSet::Kind::kString, "",
+             "File whose first line (after '#' comments) is a bearer token, sent as "
+             "\"authorization: Bearer <token>\"; needs TLS.");
+}
+
+ChannelSecurityFiles ChannelSecurityFromFlags(const FlagSet& flags) {
+  ChannelSecurityFiles files;
+  files.tls = flags.Bool("tls");
+  files.tls_ca_file = flags.String("tls_ca_file");
+  files.tls_cert_file = flags.String("tls_cert_file");
+  files.tls_key_file = flags.String("tls_key_file");
+  files.tls_server_name = flags.String("tls_server_name");
+  files.token_file = flags.String("token_file");
+  return files;
 }
 
 void AddRopeConfigFlags(FlagSet* flags) {
@@ -85,6 +113,12 @@ void AddRandomFlags(FlagSet* flags) {
              ValidateDistribution);
 }
 
+absl::Status ApplySecurityFlags(const ChannelSecurityFiles& files, ClientOptions* options) {
+  absl::Status status = ApplyChannelSecurity(files, options);
+  if (status.code() == absl::StatusCode::kInvalidArgument) return UsageError(status.message());
+  return status;
+}
+
 absl::StatusOr<std::unique_ptr<RopeClient>> ClientFromFlags(const FlagSet& flags) {
   ClientOptions options;
   options.deadline = flags.Duration("deadline");
@@ -93,6 +127,8 @@ absl::StatusOr<std::unique_ptr<RopeClient>> ClientFromFlags(const FlagSet& flags
                                    ": must be > 0"));
   }
   if (flags.String("target").empty()) return UsageError("--target is empty");
+  absl::Status security = ApplySecurityFlags(ChannelSecurityFromFlags(flags), &options);
+  if (!security.ok()) return security;
   return RopeClient::Create(flags.String("target"), options);
 }
 

@@ -11,6 +11,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "client/channel_security.h"
 #include "client/cli/flag_set.h"
 #include "client/rope_client.h"
 #include "rope/v1/rope.pb.h"
@@ -18,7 +19,9 @@
 namespace rope {
 namespace client {
 
-// --target, --deadline (every command).
+// --target, --deadline and the security flags: --tls, --tls_ca_file,
+// --tls_cert_file, --tls_key_file, --tls_server_name, --token_file (every
+// command of ropectl and ropeload).
 void AddConnectionFlags(FlagSet* flags);
 // --theta, --head_dim, --rotary_dim, --max_len, --layout, and the scaling
 // flags of scaling_flags.h.
@@ -27,6 +30,14 @@ void AddRopeConfigFlags(FlagSet* flags);
 void AddDTypeFlag(FlagSet* flags);
 // --seed, --distribution (commands that can make random inputs).
 void AddRandomFlags(FlagSet* flags);
+
+// The security flags' values (see AddConnectionFlags); files are read later,
+// by ApplyChannelSecurity.
+ChannelSecurityFiles ChannelSecurityFromFlags(const FlagSet& flags);
+
+// ApplyChannelSecurity, with its INVALID_ARGUMENTs (flag combinations, token
+// files) turned into usage errors.
+absl::Status ApplySecurityFlags(const ChannelSecurityFiles& files, ClientOptions* options);
 
 absl::StatusOr<std::unique_ptr<RopeClient>> ClientFromFlags(const FlagSet& flags);
 

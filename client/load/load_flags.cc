@@ -111,6 +111,7 @@ absl::StatusOr<LoadSpec> LoadSpecFromFlags(const FlagSet& flags) {
     if (!s.ok()) return s;
   }
   spec.deadline = flags.Duration("deadline");
+  spec.security = client::ChannelSecurityFromFlags(flags);
   spec.connections = static_cast<int>(flags.Int("connections"));
   spec.max_in_flight = static_cast<int>(flags.Int("max_in_flight"));
   spec.duration = flags.Duration("duration");

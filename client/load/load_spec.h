@@ -11,6 +11,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "client/channel_security.h"
 
 namespace rope {
 namespace load {
@@ -27,6 +28,7 @@ struct LoadSpec {
   std::string target;
   int connections = 1;                  // channels, each with its own connection
   absl::Duration deadline = absl::Seconds(30);  // per call (per stream: see runner)
+  client::ChannelSecurityFiles security;  // TLS, mutual TLS, bearer token
 
   std::vector<StepPlan> steps;          // one, or a sweep
   bool sweep = false;

@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
 #include "absl/time/time.h"
+#include "client/cli/common_flags.h"
 #include "client/cli/flag_set.h"
 #include "client/load/channel_pool.h"
 #include "client/load/load_flags.h"
@@ -106,6 +107,11 @@ int RunRopeload(const std::vector<std::string>& raw_args, std::ostream& out, std
   // --deadline): a tiny --deadline should fail load calls, not the start.
   options.deadline = std::max(spec->deadline, absl::Seconds(10));
   options.retry_max_attempts = 1;  // every failure is counted, none hidden by a retry
+  absl::Status security = client::ApplySecurityFlags(spec->security, &options);
+  if (!security.ok()) {
+    ReportError(security, err);
+    return client::IsUsageError(security) ? kExitUsage : kExitFailure;
+  }
   absl::StatusOr<std::unique_ptr<ChannelPool>> pool =
       ChannelPool::Create(spec->target, options, spec->connections);
   if (!pool.ok()) {

@@ -168,18 +168,49 @@ def check_attention(pb, stub, deadline):
     return ok
 
 
+def read_bytes(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def channel_credentials(grpc, args):
+    """TLS (and a bearer token) as ropectl's --tls_* / --token_file flags do; None: plaintext."""
+    if not args.tls_ca_file:
+        if args.tls_cert_file or args.token_file:
+            raise SystemExit("rope_client_example: --tls-cert-file and --token-file need --tls-ca-file")
+        return None
+    credentials = grpc.ssl_channel_credentials(
+        root_certificates=read_bytes(args.tls_ca_file),
+        private_key=read_bytes(args.tls_key_file) if args.tls_key_file else None,
+        certificate_chain=read_bytes(args.tls_cert_file) if args.tls_cert_file else None)
+    if args.token_file:
+        lines = [l.strip() for l in read_bytes(args.token_file).decode().splitlines()]
+        token = next(l for l in lines if l and not l.startswith("#"))
+        credentials = grpc.composite_channel_credentials(
+            credentials, grpc.access_token_call_credentials(token))
+    return credentials
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("target", nargs="?", default="localhost:50051")
     parser.add_argument("--stubs", help="directory made by generate_stubs.sh")
     parser.add_argument("--deadline", type=float, default=30.0, help="seconds per call")
+    parser.add_argument("--tls-ca-file", help="PEM CA bundle: connect with TLS, trusting it")
+    parser.add_argument("--tls-cert-file", help="PEM client certificate (mutual TLS)")
+    parser.add_argument("--tls-key-file", help="PEM private key of --tls-cert-file")
+    parser.add_argument("--token-file", help="file whose first line is a bearer token (needs TLS)")
     args = parser.parse_args()
 
     import grpc  # pylint: disable=import-outside-toplevel
     pb, pb_grpc = load_stubs(args.stubs)
     limit = 512 << 20
-    channel = grpc.insecure_channel(args.target, options=[("grpc.max_send_message_length", limit),
-                                                          ("grpc.max_receive_message_length", limit)])
+    options = [("grpc.max_send_message_length", limit), ("grpc.max_receive_message_length", limit)]
+    credentials = channel_credentials(grpc, args)
+    if credentials is None:
+        channel = grpc.insecure_channel(args.target, options=options)
+    else:
+        channel = grpc.secure_channel(args.target, credentials, options=options)
     stub = pb_grpc.RopeServiceStub(channel)
     try:
         info = stub.GetServerInfo(pb.GetServerInfoRequest(), timeout=args.deadline)

@@ -11,7 +11,6 @@
 #include "absl/time/clock.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
-#include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_builder.h"
 #include "prometheus/exposer.h"
 #include "prometheus/registry.h"
@@ -47,7 +46,7 @@ absl::Status CheckOptions(const ServerOptions& options) {
                                                    absl::FormatDuration(options.max_connection_age),
                                                    ": must be > 0 (inf: never)"));
   }
-  return absl::OkStatus();
+  return ValidateServerSecurity(options.security);
 }
 
 std::string WithPort(const std::string& address, int port) {
@@ -87,8 +86,12 @@ absl::StatusOr<std::unique_ptr<RopeServer>> RopeServer::Start(std::unique_ptr<En
   }
 
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(options.listen_address, grpc::InsecureServerCredentials(),
-                           &server->port_);
+  ServiceMetrics* const metrics = &server->metrics_;
+  builder.AddListeningPort(
+      options.listen_address,
+      MakeServerCredentials(options.security,
+                            [metrics](AuthFailure reason) { metrics->RecordAuthFailure(reason); }),
+      &server->port_);
   builder.SetMaxReceiveMessageSize(static_cast<int>(options.max_message_bytes));
   builder.SetMaxSendMessageSize(static_cast<int>(options.max_message_bytes));
   if (options.max_connection_age != absl::InfiniteDuration()) {
@@ -113,6 +116,12 @@ absl::StatusOr<std::unique_ptr<RopeServer>> RopeServer::Start(std::unique_ptr<En
     // probes that ask about it.
     health->SetServingStatus(v1::RopeService::service_full_name(), true);
   }
+  if (!options.health_listen_address.empty()) {
+    absl::StatusOr<std::unique_ptr<HealthPort>> health =
+        HealthPort::Start(options.health_listen_address);
+    if (!health.ok()) return health.status();
+    server->health_ = *std::move(health);
+  }
   server->bound_address_ = WithPort(options.listen_address, server->port_);
   return server;
 }
@@ -131,6 +140,7 @@ void RopeServer::StartDraining() {
   if (grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService()) {
     health->SetServingStatus(false);
   }
+  if (health_ != nullptr) health_->SetServing(false);
 }
 
 void RopeServer::Drain(absl::Duration grace) {
@@ -149,6 +159,7 @@ void RopeServer::Drain(absl::Duration grace) {
   gate_.WaitForIdle(deadline);
   // Cancels whatever is still running at the deadline, and waits for it.
   server_->Shutdown(absl::ToChronoTime(deadline));
+  if (health_ != nullptr) health_->Shutdown(deadline);
 }
 
 void RopeServer::Wait() {

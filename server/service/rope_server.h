@@ -21,7 +21,9 @@
 #include "server/engine/engine.h"
 #include "server/service/call_gate.h"
 #include "server/service/echo_service.h"
+#include "server/service/health_port.h"
 #include "server/service/rope_service.h"
+#include "server/service/server_security.h"
 #include "server/service/service_metrics.h"
 #include "server/service/work_queue.h"
 
@@ -50,11 +52,19 @@ struct ServerOptions {
   absl::Duration max_connection_age = absl::InfiniteDuration();
   // Registers the bench-only rope.bench.v1.EchoService.
   bool enable_echo = false;
+  // host:port of a plaintext port serving only grpc.health.v1 (for probes
+  // that cannot do TLS or send tokens); empty: none. Port 0 picks a free
+  // port (see RopeServer::health_port()).
+  std::string health_listen_address;
+  // Plaintext by default; TLS, mutual TLS and bearer tokens otherwise. The
+  // metrics endpoint stays plaintext (it is scraped inside the cluster).
+  ServerSecurity security;
 };
 
 class RopeServer {
  public:
-  // Starts serving. INVALID_ARGUMENT for bad options; UNAVAILABLE naming the
+  // Starts serving. INVALID_ARGUMENT for bad options (including an invalid
+  // `security`: ValidateServerSecurity); UNAVAILABLE naming the
   // address when a port cannot be bound. The engine is owned by the server.
   static absl::StatusOr<std::unique_ptr<RopeServer>> Start(std::unique_ptr<Engine> engine,
                                                            const ServerOptions& options);
@@ -70,6 +80,8 @@ class RopeServer {
   const std::string& bound_address() const { return bound_address_; }
   // 0 when metrics are off.
   int metrics_port() const { return metrics_port_; }
+  // 0 when there is no separate health port.
+  int health_port() const { return health_ != nullptr ? health_->port() : 0; }
   Engine& engine() { return *engine_; }
   CallGate& gate() { return gate_; }
 
@@ -99,6 +111,7 @@ class RopeServer {
   std::shared_ptr<prometheus::Collectable> state_collector_;
   std::unique_ptr<prometheus::Exposer> exposer_;
   std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<HealthPort> health_;
   int port_ = 0;
   int metrics_port_ = 0;
   std::string bound_address_;

@@ -188,6 +188,12 @@ ServiceMetrics::ServiceMetrics() : registry_(std::make_shared<prometheus::Regist
                         .Name("rope_sent_bytes_total")
                         .Help("Serialized reply bytes sent, by method.")
                         .Register(*registry_);
+  auto& auth_failures = prometheus::BuildCounter()
+                            .Name("rope_auth_failures_total")
+                            .Help("Calls refused for a missing or unaccepted bearer token.")
+                            .Register(*registry_);
+  missing_token_ = &auth_failures.Add({{"reason", "missing_token"}});
+  invalid_token_ = &auth_failures.Add({{"reason", "invalid_token"}});
   for (Rpc rpc : kAllRpcs) {
     const int i = static_cast<int>(rpc);
     const prometheus::Labels labels = {{"rpc", std::string(RpcName(rpc))}};
@@ -223,6 +229,10 @@ void ServiceMetrics::RecordRequest(Rpc rpc, grpc::StatusCode code, absl::Duratio
   durations_[i]->Observe(absl::ToDoubleSeconds(latency));
   if (bytes_in > 0) bytes_in_[i]->Increment(static_cast<double>(bytes_in));
   if (bytes_out > 0) bytes_out_[i]->Increment(static_cast<double>(bytes_out));
+}
+
+void ServiceMetrics::RecordAuthFailure(AuthFailure reason) {
+  (reason == AuthFailure::kMissingToken ? missing_token_ : invalid_token_)->Increment();
 }
 
 std::shared_ptr<prometheus::Collectable> ServiceMetrics::NewStateCollector(const CallGate* gate,

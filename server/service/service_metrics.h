@@ -4,6 +4,8 @@
 //   rope_request_duration_seconds{rpc}   handling time, admission to reply
 //   rope_received_bytes_total{rpc}       serialized request bytes
 //   rope_sent_bytes_total{rpc}           serialized reply bytes
+//   rope_auth_failures_total{reason}     calls refused for their bearer token
+//                                        (missing_token, invalid_token)
 // and, read at scrape time by the state collector:
 //   rope_calls_in_flight, rope_max_concurrent_calls, rope_draining
 //   rope_table_cache_{hits,misses,evictions}_total, rope_table_cache_{entries,bytes,budget_bytes}
@@ -22,6 +24,7 @@
 #include "grpcpp/support/status.h"
 #include "server/engine/engine.h"
 #include "server/service/call_gate.h"
+#include "server/service/token_auth.h"
 
 namespace prometheus {
 class Collectable;
@@ -51,6 +54,10 @@ class ServiceMetrics {
   void RecordRequest(Rpc rpc, grpc::StatusCode code, absl::Duration latency, int64_t bytes_in,
                      int64_t bytes_out);
 
+  // Counts a call refused by the BearerTokenProcessor (such calls never
+  // reach the services, so rope_requests_total does not see them).
+  void RecordAuthFailure(AuthFailure reason);
+
   // Holds the metrics above; register it with an Exposer.
   std::shared_ptr<prometheus::Registry> registry() const { return registry_; }
 
@@ -72,6 +79,8 @@ class ServiceMetrics {
   std::array<prometheus::Histogram*, kRpcCount> durations_{};
   std::array<prometheus::Counter*, kRpcCount> bytes_in_{};
   std::array<prometheus::Counter*, kRpcCount> bytes_out_{};
+  prometheus::Counter* missing_token_ = nullptr;
+  prometheus::Counter* invalid_token_ = nullptr;
 };
 
 }  // namespace rope

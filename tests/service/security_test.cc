@@ -1,0 +1,353 @@
+// TLS, mutual TLS and bearer tokens through a real ropeserve (RopeServer on
+// 127.0.0.1) and real RopeClient channels, with certificates made by the
+// openssl CLI for this run (test_certs.h).
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/match.h"
+#include "client/channel_security.h"
+#include "client/rope_client.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "grpcpp/create_channel.h"
+#include "gtest/gtest.h"
+#include "server/backends/cpu/cpu_backend.h"
+#include "server/service/rope_server.h"
+#include "tests/service/grpc_test_util.h"
+#include "tests/service/test_certs.h"
+
+namespace rope {
+namespace test {
+namespace {
+
+using client::ChannelSecurityFiles;
+using client::ClientOptions;
+using client::RopeClient;
+
+constexpr char kToken[] = "tok-3f9a1c0e5b7d";
+constexpr char kNextToken[] = "tok-rotated-88e2";
+
+class SecurityTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    absl::StatusOr<TestCerts> made = MakeTestCerts();
+    ASSERT_TRUE(made.ok()) << made.status();
+    certs_ = new TestCerts(*std::move(made));
+  }
+  static void TearDownTestSuite() {
+    if (certs_ != nullptr) std::filesystem::remove_all(certs_->dir);
+    delete certs_;
+    certs_ = nullptr;
+  }
+
+  static ServerSecurity Tls() {
+    ServerSecurity security;
+    security.cert_chain_pem = ReadWholeFile(certs_->server_cert);
+    security.private_key_pem = ReadWholeFile(certs_->server_key);
+    return security;
+  }
+  static ServerSecurity MutualTls() {
+    ServerSecurity security = Tls();
+    security.client_ca_pem = ReadWholeFile(certs_->ca_cert);
+    return security;
+  }
+  static ServerSecurity TlsWithTokens() {
+    ServerSecurity security = Tls();
+    security.bearer_tokens = {kToken, kNextToken};
+    return security;
+  }
+
+  void Start(const ServerSecurity& security, bool metrics = false,
+             const std::string& health_listen = "") {
+    if (certs_ == nullptr) GTEST_SKIP() << "no test certificates";
+    absl::StatusOr<std::unique_ptr<Backend>> cpu = NewCpuBackend(1);
+    ASSERT_TRUE(cpu.ok()) << cpu.status();
+    ServerOptions options;
+    options.listen_address = "127.0.0.1:0";
+    options.work_threads = 2;
+    options.security = security;
+    if (metrics) options.metrics_address = "127.0.0.1:0";
+    options.health_listen_address = health_listen;
+    absl::StatusOr<std::unique_ptr<RopeServer>> server =
+        RopeServer::Start(std::make_unique<Engine>(*std::move(cpu), EngineLimits()), options);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = *std::move(server);
+  }
+
+  // A client of the server with `files`; ADD_FAILURE when it cannot be made.
+  std::unique_ptr<RopeClient> Client(const ChannelSecurityFiles& files) {
+    ClientOptions options;
+    options.deadline = absl::Seconds(10);
+    options.retry_max_attempts = 1;
+    absl::Status applied = client::ApplyChannelSecurity(files, &options);
+    EXPECT_TRUE(applied.ok()) << applied;
+    if (!applied.ok()) return nullptr;
+    absl::StatusOr<std::unique_ptr<RopeClient>> c =
+        RopeClient::Create(absl::StrCat("127.0.0.1:", server_->port()), options);
+    EXPECT_TRUE(c.ok()) << c.status();
+    return c.ok() ? *std::move(c) : nullptr;
+  }
+
+  static ChannelSecurityFiles TrustingCa() {
+    ChannelSecurityFiles files;
+    files.tls_ca_file = certs_->ca_cert;
+    return files;
+  }
+  static ChannelSecurityFiles WithClientCert() {
+    ChannelSecurityFiles files = TrustingCa();
+    files.tls_cert_file = certs_->client_cert;
+    files.tls_key_file = certs_->client_key;
+    return files;
+  }
+  static ChannelSecurityFiles WithToken(const std::string& token) {
+    ChannelSecurityFiles files = TrustingCa();
+    files.token_file = WriteTestFile(certs_->dir, absl::StrCat("token-", token), token + "\n");
+    return files;
+  }
+
+  // A small Rotate through `c`: its status.
+  static absl::Status RotateThrough(RopeClient* c) {
+    if (c == nullptr) return absl::InternalError("no client");
+    return c->Rotate(MakeRotateRequest(1, 4, 2, 16, 64)).status();
+  }
+
+  static TestCerts* certs_;
+  std::unique_ptr<RopeServer> server_;
+};
+
+TestCerts* SecurityTest::certs_ = nullptr;
+
+TEST_F(SecurityTest, TlsServesClientsThatTrustItsCa) {
+  Start(Tls());
+  std::unique_ptr<RopeClient> c = Client(TrustingCa());
+  EXPECT_TRUE(RotateThrough(c.get()).ok()) << RotateThrough(c.get());
+}
+
+TEST_F(SecurityTest, TlsChecksTheNameGivenByTlsServerName) {
+  Start(Tls());
+  ChannelSecurityFiles files = TrustingCa();
+  files.tls_server_name = "localhost";  // in the certificate's SAN
+  std::unique_ptr<RopeClient> good = Client(files);
+  EXPECT_TRUE(RotateThrough(good.get()).ok());
+  files.tls_server_name = "not-this-server.example";
+  std::unique_ptr<RopeClient> bad = Client(files);
+  EXPECT_EQ(RotateThrough(bad.get()).code(), absl::StatusCode::kUnavailable);
+}
+
+TEST_F(SecurityTest, TlsRefusesPlaintextClients) {
+  Start(Tls());
+  std::unique_ptr<RopeClient> c = Client(ChannelSecurityFiles());
+  EXPECT_EQ(RotateThrough(c.get()).code(), absl::StatusCode::kUnavailable);
+}
+
+TEST_F(SecurityTest, ClientsRefuseAServerTheirCaDidNotSign) {
+  Start(Tls());
+  ChannelSecurityFiles files;
+  files.tls_ca_file = certs_->other_ca_cert;
+  std::unique_ptr<RopeClient> c = Client(files);
+  EXPECT_EQ(RotateThrough(c.get()).code(), absl::StatusCode::kUnavailable);
+}
+
+TEST_F(SecurityTest, MutualTlsServesClientsWithACertificateFromItsCa) {
+  Start(MutualTls());
+  std::unique_ptr<RopeClient> c = Client(WithClientCert());
+  EXPECT_TRUE(RotateThrough(c.get()).ok()) << RotateThrough(c.get());
+}
+
+TEST_F(SecurityTest, MutualTlsRefusesClientsWithoutACertificate) {
+  Start(MutualTls());
+  std::unique_ptr<RopeClient> c = Client(TrustingCa());
+  EXPECT_EQ(RotateThrough(c.get()).code(), absl::StatusCode::kUnavailable);
+  // Health too: the handshake comes before any method.
+  absl::StatusOr<RopeClient::ServingStatus> health = c->Health();
+  EXPECT_EQ(health.status().code(), absl::StatusCode::kUnavailable);
+}
+
+TEST_F(SecurityTest, MutualTlsRefusesClientsWithACertificateFromAnotherCa) {
+  Start(MutualTls());
+  ChannelSecurityFiles files = TrustingCa();
+  files.tls_cert_file = certs_->other_client_cert;
+  files.tls_key_file = certs_->other_client_key;
+  std::unique_ptr<RopeClient> c = Client(files);
+  EXPECT_EQ(RotateThrough(c.get()).code(), absl::StatusCode::kUnavailable);
+  // The server keeps serving the clients it should.
+  std::unique_ptr<RopeClient> good = Client(WithClientCert());
+  EXPECT_TRUE(RotateThrough(good.get()).ok());
+}
+
+TEST_F(SecurityTest, TokenAuthAcceptsEveryListedToken) {
+  Start(TlsWithTokens());
+  for (const char* token : {kToken, kNextToken}) {
+    std::unique_ptr<RopeClient> c = Client(WithToken(token));
+    EXPECT_TRUE(RotateThrough(c.get()).ok()) << token << ": " << RotateThrough(c.get());
+    ASSERT_NE(c, nullptr);
+    EXPECT_TRUE(c->GetServerInfo().ok()) << token;
+  }
+}
+
+TEST_F(SecurityTest, TokenAuthRefusesCallsWithoutAToken) {
+  Start(TlsWithTokens());
+  std::unique_ptr<RopeClient> c = Client(TrustingCa());
+  const absl::Status status = RotateThrough(c.get());
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnauthenticated) << status;
+  EXPECT_TRUE(absl::StrContains(status.message(), "missing bearer token")) << status;
+}
+
+TEST_F(SecurityTest, TokenAuthRefusesAWrongTokenWithoutEchoingIt) {
+  Start(TlsWithTokens());
+  const std::string wrong = std::string(kToken) + "x";
+  std::unique_ptr<RopeClient> c = Client(WithToken(wrong));
+  const absl::Status status = RotateThrough(c.get());
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnauthenticated) << status;
+  EXPECT_TRUE(absl::StrContains(status.message(), "not accepted")) << status;
+  EXPECT_FALSE(absl::StrContains(status.message(), wrong)) << status;
+}
+
+TEST_F(SecurityTest, HealthNeedsNoToken) {
+  Start(TlsWithTokens());
+  std::unique_ptr<RopeClient> c = Client(TrustingCa());
+  ASSERT_NE(c, nullptr);
+  absl::StatusOr<RopeClient::ServingStatus> health = c->Health();
+  ASSERT_TRUE(health.ok()) << health.status();
+  EXPECT_EQ(*health, grpc::health::v1::HealthCheckResponse::SERVING);
+}
+
+TEST_F(SecurityTest, RefusedTokensAreCountedByReason) {
+  Start(TlsWithTokens(), /*metrics=*/true);
+  std::unique_ptr<RopeClient> none = Client(TrustingCa());
+  std::unique_ptr<RopeClient> wrong = Client(WithToken("nope"));
+  EXPECT_EQ(RotateThrough(none.get()).code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ(RotateThrough(wrong.get()).code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ(RotateThrough(wrong.get()).code(), absl::StatusCode::kUnauthenticated);
+  const std::string metrics = HttpGetMetrics(server_->metrics_port());
+  EXPECT_EQ(MetricValue(metrics, "rope_auth_failures_total{reason=\"missing_token\"}"), 1);
+  EXPECT_EQ(MetricValue(metrics, "rope_auth_failures_total{reason=\"invalid_token\"}"), 2);
+}
+
+// Probes that speak plaintext without credentials (Kubernetes' gRPC probes)
+// get health, and only health, from --health_listen.
+TEST_F(SecurityTest, HealthPortServesOnlyHealthInPlaintextAndFollowsDraining) {
+  Start(MutualTls(), /*metrics=*/false, "127.0.0.1:0");
+  ASSERT_NE(server_->health_port(), 0);
+  ASSERT_NE(server_->health_port(), server_->port());
+  std::shared_ptr<grpc::Channel> plain = grpc::CreateChannel(
+      absl::StrCat("127.0.0.1:", server_->health_port()), grpc::InsecureChannelCredentials());
+  auto health = grpc::health::v1::Health::NewStub(plain);
+  auto check = [&health](const std::string& service) {
+    grpc::ClientContext context;
+    SetDeadline(&context, absl::Seconds(10));
+    grpc::health::v1::HealthCheckRequest request;
+    request.set_service(service);
+    grpc::health::v1::HealthCheckResponse response;
+    grpc::Status status = health->Check(&context, request, &response);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    return response.status();
+  };
+  EXPECT_EQ(check(""), grpc::health::v1::HealthCheckResponse::SERVING);
+
+  auto rope_stub = v1::RopeService::NewStub(plain);
+  grpc::ClientContext context;
+  SetDeadline(&context, absl::Seconds(10));
+  v1::RotateResponse reply;
+  EXPECT_EQ(rope_stub->Rotate(&context, MakeRotateRequest(1, 4, 2, 16, 64), &reply).error_code(),
+            grpc::StatusCode::UNIMPLEMENTED);
+
+  server_->StartDraining();
+  EXPECT_EQ(check(""), grpc::health::v1::HealthCheckResponse::NOT_SERVING);
+}
+
+TEST_F(SecurityTest, StartRefusesAKeyThatIsNotTheCertificates) {
+  if (certs_ == nullptr) GTEST_SKIP();
+  ServerSecurity security = Tls();
+  security.private_key_pem = ReadWholeFile(certs_->client_key);
+  const absl::Status status = ValidateServerSecurity(security);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(status.message(), "does not belong")) << status;
+}
+
+TEST_F(SecurityTest, StartRefusesAnExpiredCertificate) {
+  if (certs_ == nullptr) GTEST_SKIP();
+  ServerSecurity security = Tls();
+  security.cert_chain_pem = ReadWholeFile(certs_->expired_server_cert);
+  ASSERT_FALSE(security.cert_chain_pem.empty());
+  const absl::Status status = ValidateServerSecurity(security);
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition) << status;
+  EXPECT_TRUE(absl::StrContains(status.message(), "has expired")) << status;
+}
+
+TEST_F(SecurityTest, StartRefusesTokensOrAClientCaWithoutTls) {
+  ServerSecurity tokens;
+  tokens.bearer_tokens = {kToken};
+  EXPECT_EQ(ValidateServerSecurity(tokens).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(ValidateServerSecurity(tokens).message(), "--auth_token_file"));
+  ServerSecurity ca;
+  ca.client_ca_pem = "-----BEGIN CERTIFICATE-----";
+  EXPECT_TRUE(
+      absl::StrContains(ValidateServerSecurity(ca).message(), "--tls_client_ca_file needs TLS"));
+  ServerSecurity half;
+  half.cert_chain_pem = "x";
+  EXPECT_EQ(ValidateServerSecurity(half).code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(SecurityTest, StartRefusesPemThatDoesNotParse) {
+  ServerSecurity security;
+  security.cert_chain_pem = "not a certificate";
+  security.private_key_pem = "not a key";
+  const absl::Status status = ValidateServerSecurity(security);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(status.message(), "--tls_cert_file: no PEM certificate")) << status;
+}
+
+TEST_F(SecurityTest, LoadNamesTheFlagAndPathOfAMissingFile) {
+  ServerSecurityFiles files;
+  files.tls_cert_file = "/nonexistent/server.pem";
+  files.tls_key_file = "/nonexistent/server.key";
+  const absl::StatusOr<ServerSecurity> loaded = LoadServerSecurity(files);
+  EXPECT_EQ(loaded.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(absl::StrContains(loaded.status().message(),
+                                "--tls_cert_file=/nonexistent/server.pem"))
+      << loaded.status();
+}
+
+TEST_F(SecurityTest, LoadReadsEveryFile) {
+  if (certs_ == nullptr) GTEST_SKIP();
+  ServerSecurityFiles files;
+  files.tls_cert_file = certs_->server_cert;
+  files.tls_key_file = certs_->server_key;
+  files.tls_client_ca_file = certs_->ca_cert;
+  files.auth_token_file =
+      WriteTestFile(certs_->dir, "tokens", "# current\nalpha-1\n\n  beta-2  \n");
+  absl::StatusOr<ServerSecurity> loaded = LoadServerSecurity(files);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->bearer_tokens, (std::vector<std::string>{"alpha-1", "beta-2"}));
+  EXPECT_EQ(loaded->client_ca_pem, ReadWholeFile(certs_->ca_cert));
+  files.auth_token_file = WriteTestFile(certs_->dir, "no-tokens", "# none yet\n\n");
+  EXPECT_EQ(LoadServerSecurity(files).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(SecurityTest, ClientSecurityRefusesATokenWithoutTls) {
+  ChannelSecurityFiles files;
+  files.token_file = "/dev/null";
+  ClientOptions options;
+  const absl::Status status = client::ApplyChannelSecurity(files, &options);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(status.message(), "--token_file needs TLS")) << status;
+}
+
+TEST_F(SecurityTest, ClientSecurityNamesTheFlagOfAMissingFile) {
+  ChannelSecurityFiles files;
+  files.tls_ca_file = "/nonexistent/ca.pem";
+  ClientOptions options;
+  const absl::Status status = client::ApplyChannelSecurity(files, &options);
+  EXPECT_EQ(status.code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(absl::StrContains(status.message(), "--tls_ca_file=/nonexistent/ca.pem")) << status;
+  files.tls_ca_file.clear();
+  files.tls_cert_file = "/nonexistent/client.pem";
+  EXPECT_TRUE(absl::StrContains(client::ApplyChannelSecurity(files, &options).message(),
+                                "go together"));
+}
+
+}  // namespace
+}  // namespace test
+}  // namespace rope
