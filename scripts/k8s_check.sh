@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Checks the deployment files under deploy/ without a cluster:
 #   1. yamllint (deploy/.yamllint.yaml) on every YAML file there;
-#   2. `kubectl kustomize` renders each overlay (deploy/k8s/overlays/*);
+#   2. `kubectl kustomize` renders each overlay (deploy/k8s/overlays/*: cpu,
+#      cpu-tls, gpu) and the gpu overlay with the tls component
+#      (deploy/k8s/components/tls), which must work on any overlay;
 #   3. deploy/check/check_manifests.py asserts the properties ropeserve needs
 #      on each rendered overlay and on the compose file, and its self-test
 #      proves that it catches each property broken on purpose.
@@ -49,10 +51,10 @@ if ! command -v kubectl >/dev/null; then
 fi
 echo "k8s_check: $(kubectl version --client 2>/dev/null | tr '\n' ' ')"
 
-overlays=0
-for dir in deploy/k8s/overlays/*/; do
-  variant=$(basename "$dir")
-  rendered=$WORK/$variant.yaml
+# render_and_check VARIANT DIR: renders DIR, then checks it as VARIANT.
+render_and_check() {
+  local variant=$1 dir=$2
+  local rendered=$WORK/$variant.yaml
   echo "k8s_check: kubectl kustomize $dir"
   if ! timeout 120 kubectl kustomize "$dir" > "$rendered" 2> "$WORK/$variant.err"; then
     cat "$WORK/$variant.err" >&2
@@ -68,7 +70,32 @@ for dir in deploy/k8s/overlays/*/; do
   "$PYTHON" deploy/check/check_manifests.py k8s --variant="$variant" "$rendered"
   "$PYTHON" deploy/check/check_manifests.py self-test --variant="$variant" "$rendered" \
     --compose "$COMPOSE"
-  overlays=$((overlays + 1))
+}
+
+found=()
+for dir in deploy/k8s/overlays/*/; do
+  variant=$(basename "$dir")
+  render_and_check "$variant" "$dir"
+  found+=("$variant")
 done
-[ "$overlays" -eq 2 ] || { echo "k8s_check: FAIL: expected overlays cpu and gpu, found $overlays" >&2; exit 1; }
-echo "k8s_check: PASS ($overlays overlays rendered and checked)"
+# The glob's order depends on the locale.
+found_sorted=$(printf '%s\n' "${found[@]}" | LC_ALL=C sort | paste -sd' ')
+[ "$found_sorted" = "cpu cpu-tls gpu" ] || {
+  echo "k8s_check: FAIL: expected overlays cpu cpu-tls gpu, found $found_sorted" >&2
+  exit 1
+}
+
+# The tls component on the other overlay, from a kustomization outside the
+# tree (kustomize takes only relative paths there).
+mkdir "$WORK/gpu-tls"
+rel=$(realpath --relative-to="$WORK/gpu-tls" deploy/k8s)
+cat > "$WORK/gpu-tls/kustomization.yaml" <<EOF
+apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources:
+  - $rel/overlays/gpu
+components:
+  - $rel/components/tls
+EOF
+render_and_check gpu-tls "$WORK/gpu-tls/"
+echo "k8s_check: PASS (overlays $found_sorted and gpu + the tls component rendered and checked)"

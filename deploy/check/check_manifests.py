@@ -1,12 +1,23 @@
 #!/usr/bin/python3
 """Checks the deployment properties ropeserve relies on in rendered YAML.
 
-  check_manifests.py k8s --variant=cpu|gpu RENDERED.yaml   (kubectl kustomize output)
+  check_manifests.py k8s --variant=VARIANT RENDERED.yaml   (kubectl kustomize output)
   check_manifests.py compose COMPOSE.yaml
-  check_manifests.py self-test --variant=cpu|gpu RENDERED.yaml --compose COMPOSE.yaml
+  check_manifests.py self-test --variant=VARIANT RENDERED.yaml --compose COMPOSE.yaml
+
+VARIANT is cpu or gpu, optionally with -tls (an overlay with
+deploy/k8s/components/tls): checked as cpu or gpu, and TLS, mutual TLS and
+token auth must be on.
 
 `k8s` asserts, on one rendered overlay: native gRPC startup/readiness/liveness
-probes on the gRPC port; CPU and memory requests and limits; a non-root,
+probes on a port that serves plaintext health (the gRPC port without TLS; with
+--tls_cert_file, the --health_listen port, which must be a declared container
+port reachable on the pod IP and not the gRPC or metrics port); every
+--tls_*_file and --auth_token_file under the read-only mount of a Secret volume
+(listed in its items, if any) that is not optional, not readable by other
+users, and readable through fsGroup; no mount nested under a read-only one; no
+cleartext appProtocol on a TLS Service port; CPU and memory requests and
+limits; a non-root,
 read-only, no-privilege-escalation, all-capabilities-dropped container; a
 termination grace period longer than the server's --shutdown_grace_period; a
 finite --max_connection_age; Prometheus scrape annotations on the metrics port;
@@ -33,6 +44,12 @@ import sys
 import yaml
 
 GRPC_PORT = 50051
+VARIANTS = ("cpu", "gpu", "cpu-tls", "gpu-tls")
+# Flags naming files that hold keys or secrets: they must come from Secrets.
+SECRET_FILE_FLAGS = ("tls_cert_file", "tls_key_file", "tls_client_ca_file", "auth_token_file")
+# A Secret volume's file mode when defaultMode is not given.
+SECRET_DEFAULT_MODE = 0o644
+LOOPBACK_HOSTS = ("localhost", "[::1]", "::1")
 # Time the pod needs beyond the server's own drain: the process exit and the
 # kubelet's bookkeeping.
 GRACE_MARGIN_S = 5
@@ -92,6 +109,18 @@ def one(docs, kind, checker):
     return found[0] if found else None
 
 
+def split_variant(variant):
+    """("cpu" or "gpu", whether TLS, mutual TLS and tokens must be on)."""
+    base, _, extra = variant.partition("-")
+    return base, extra == "tls"
+
+
+def host_port(text):
+    """(host, port) of "HOST:PORT"; port None when it is not a number."""
+    host, _, port = text.rpartition(":")
+    return host, int(port) if port.isdigit() else None
+
+
 def matches(selector, labels):
     return bool(selector) and all(labels.get(k) == v for k, v in selector.items())
 
@@ -125,7 +154,109 @@ def server_flags(deployment, container, configmaps, checker):
     return flags
 
 
+def plaintext_health_ports(flags, ports, needs_tls, c):
+    """Checks the TLS and health flags; returns the ports on which the
+    kubelet's gRPC probes (plaintext, no credentials) can reach
+    grpc.health.v1: the gRPC port when it is plaintext, and the
+    --health_listen port when it is well formed and declared."""
+    where = "Deployment ropeserve container"
+    tls = bool(flags.get("tls_cert_file"))
+    if needs_tls:
+        for name in SECRET_FILE_FLAGS:
+            c.expect(bool(flags.get(name)), f"{where}: no --{name} (a -tls variant serves "
+                     "TLS, mutual TLS and token auth)")
+    if tls:
+        c.expect(bool(flags.get("tls_key_file")), f"{where}: --tls_cert_file without "
+                 "--tls_key_file")
+    else:
+        for name in ("tls_key_file", "tls_client_ca_file", "auth_token_file"):
+            c.expect(not flags.get(name), f"{where}: --{name} needs --tls_cert_file")
+
+    allowed = set() if tls else {GRPC_PORT}
+    health = flags.get("health_listen", "")
+    if not health:
+        c.expect(not tls, f"{where}: --tls_cert_file without --health_listen: the kubelet's "
+                 "gRPC probes (plaintext, no token) cannot reach grpc.health.v1")
+        return allowed
+    host, port = host_port(health)
+    if not c.expect(port is not None, f"{where}: --health_listen={health} has no port"):
+        return allowed
+    c.expect(host not in LOOPBACK_HOSTS and not host.startswith("127."),
+             f"{where}: --health_listen={health} is loopback; the kubelet probes the pod IP")
+    c.expect(port != GRPC_PORT, f"{where}: --health_listen={health} is the gRPC port")
+    c.expect(str(port) != flags.get("metrics_port"),
+             f"{where}: --health_listen={health} is the metrics port")
+    if c.expect(port in ports.values(), f"{where}: --health_listen port {port} is not a "
+                f"declared container port ({ports})"):
+        allowed.add(port)
+    return allowed
+
+
+def check_secret_files(pod_spec, container, flags, c):
+    """Each key or secret file the flags name lies in a Secret volume mounted
+    read-only; each such volume is required and readable only by its owner
+    (root) and the pod's fsGroup, which the server (non-root) belongs to."""
+    where = "Deployment ropeserve container"
+    volumes = {v["name"]: v for v in pod_spec.get("volumes", [])}
+    secret_mounts = []
+    for mount in container.get("volumeMounts", []):
+        volume = volumes.get(mount["name"])
+        if not c.expect(volume is not None, f"{where}: volumeMount {mount['name']} "
+                        "names no volume of the pod"):
+            continue
+        if "secret" not in volume:
+            continue
+        secret_mounts.append((mount["mountPath"].rstrip("/"), volume))
+        secret = volume["secret"]
+        what = f"Deployment pod: Secret volume {volume['name']}"
+        c.expect(mount.get("readOnly") is True, f"{where}: Secret volume {volume['name']} "
+                 "is not mounted readOnly")
+        c.expect(secret.get("optional", False) is False, f"{what}: optional (the server "
+                 "would start without its keys)")
+        c.expect(pod_spec.get("securityContext", {}).get("fsGroup") is not None,
+                 f"{what}: no pod securityContext.fsGroup: the files are root's and the "
+                 "server (not root) cannot read them")
+        modes = [secret.get("defaultMode", SECRET_DEFAULT_MODE)] + [
+            i["mode"] for i in secret.get("items", []) if "mode" in i]
+        for mode in modes:
+            c.expect(mode & 0o007 == 0, f"{what}: file mode {mode:#o} lets every user "
+                     "read it")
+            c.expect(mode & 0o040 != 0, f"{what}: file mode {mode:#o} has no group read: "
+                     "the server reads them through the pod's fsGroup")
+    for name in SECRET_FILE_FLAGS:
+        path = flags.get(name)
+        if not path:
+            continue
+        found = [(m, v) for m, v in secret_mounts if path.startswith(m + "/")]
+        if not c.expect(found, f"{where}: --{name}={path} is not under the mount of a "
+                        "Secret volume"):
+            continue
+        mount_path, volume = found[0]
+        items = volume["secret"].get("items")
+        if items is not None:
+            c.expect(path[len(mount_path) + 1:] in [i.get("path") for i in items],
+                     f"{where}: --{name}={path}: Secret volume {volume['name']} has no "
+                     "item with that path")
+
+
+def check_mount_nesting(pod_spec, container, c):
+    """No mount point inside a read-only or kubelet-written (ConfigMap,
+    Secret) mount: the kubelet could not create the mount point there."""
+    volumes = {v["name"]: v for v in pod_spec.get("volumes", [])}
+    mounts = container.get("volumeMounts", [])
+    for outer in mounts:
+        volume = volumes.get(outer["name"], {})
+        if not (outer.get("readOnly") or "configMap" in volume or "secret" in volume):
+            continue
+        prefix = outer["mountPath"].rstrip("/") + "/"
+        for inner in mounts:
+            c.expect(not inner["mountPath"].startswith(prefix),
+                     f"Deployment ropeserve container: mount {inner['mountPath']} is inside "
+                     f"the read-only mount {outer['mountPath']}")
+
+
 def check_k8s(docs, variant):
+    base_variant, needs_tls = split_variant(variant)
     c = Checker()
     deployment = one(docs, "Deployment", c)
     service = one(docs, "Service", c)
@@ -148,12 +279,6 @@ def check_k8s(docs, variant):
     ports = {p.get("name"): p.get("containerPort") for p in container.get("ports", [])}
     c.expect(ports.get("grpc") == GRPC_PORT, f"{where}: port grpc is {ports.get('grpc')}, "
              f"want {GRPC_PORT}")
-    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
-        spec = container.get(probe) or {}
-        port = (spec.get("grpc") or {}).get("port")
-        c.expect(port == GRPC_PORT,
-                 f"{where}: {probe} is not a native gRPC probe on {GRPC_PORT} ({spec})")
-
     resources = container.get("resources", {})
     for section in ("requests", "limits"):
         for name in ("cpu", "memory"):
@@ -182,6 +307,16 @@ def check_k8s(docs, variant):
              f"{where}: securityContext.capabilities.add is not empty")
 
     flags = server_flags(deployment, container, configmaps, c)
+    health_ports = plaintext_health_ports(flags, ports, needs_tls, c)
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        spec = container.get(probe) or {}
+        port = (spec.get("grpc") or {}).get("port")
+        c.expect(port in health_ports,
+                 f"{where}: {probe} is not a native gRPC probe on a port serving plaintext "
+                 f"health {sorted(health_ports)} ({spec})")
+    check_secret_files(pod_spec, container, flags, c)
+    check_mount_nesting(pod_spec, container, c)
+
     grace_flag = flags.get("shutdown_grace_period")
     period = pod_spec.get("terminationGracePeriodSeconds", 30)
     if c.expect(grace_flag is not None, f"{where}: no --shutdown_grace_period flag"):
@@ -219,6 +354,10 @@ def check_k8s(docs, variant):
         grpc = [p for p in service["spec"].get("ports", []) if p.get("port") == GRPC_PORT]
         c.expect(len(grpc) == 1 and grpc[0].get("targetPort") in ("grpc", GRPC_PORT),
                  f"Service: no port {GRPC_PORT} to the gRPC container port")
+        if flags.get("tls_cert_file"):
+            c.expect(all(p.get("appProtocol") != "kubernetes.io/h2c" for p in grpc),
+                     f"Service: port {GRPC_PORT} serves TLS but its appProtocol is "
+                     "kubernetes.io/h2c (cleartext HTTP/2)")
     if hpa is not None:
         ref = hpa["spec"].get("scaleTargetRef", {})
         c.expect(ref.get("kind") == "Deployment" and
@@ -241,7 +380,7 @@ def check_k8s(docs, variant):
 
     gpus = resources.get("limits", {}).get("nvidia.com/gpu")
     tolerations = [t.get("key") for t in pod_spec.get("tolerations", [])]
-    if variant == "gpu":
+    if base_variant == "gpu":
         c.expect(str(gpus) == "1", f"{where}: resources.limits nvidia.com/gpu is {gpus}, want 1")
         c.expect("nvidia.com/gpu" in tolerations, "Deployment pod: no nvidia.com/gpu toleration")
         c.expect(bool(pod_spec.get("nodeSelector")), "Deployment pod: no nodeSelector for GPU "
@@ -310,8 +449,91 @@ def _set_flag(docs, name, value):
                 d["data"][key] = "\n".join(lines) + "\n"
 
 
+def _volume(docs, name):
+    pod_spec = _container(docs)[0]["spec"]["template"]["spec"]
+    return next(v for v in pod_spec["volumes"] if v["name"] == name)
+
+
+def _mount(docs, volume_name):
+    return next(m for m in _container(docs)[1]["volumeMounts"] if m["name"] == volume_name)
+
+
+def _set_probe_ports(docs, port):
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        _container(docs)[1][probe]["grpc"]["port"] = port
+
+
+def tls_mutations():
+    """Breaks of what a -tls variant needs; the volume names are the tls
+    component's."""
+    def drop_secret_volume(docs):
+        pod_spec = _container(docs)[0]["spec"]["template"]["spec"]
+        pod_spec["volumes"].remove(_volume(docs, "tls"))
+        _container(docs)[1]["volumeMounts"].remove(_mount(docs, "tls"))
+
+    def drop_health_port(docs):
+        container = _container(docs)[1]
+        container["ports"] = [p for p in container["ports"] if p.get("name") != "health"]
+
+    def health_on_grpc_port(docs):
+        _set_flag(docs, "health_listen", f"0.0.0.0:{GRPC_PORT}")
+        _set_probe_ports(docs, GRPC_PORT)
+
+    def nested_secret_mount(docs):
+        # The flags follow the mount, so only the nesting is wrong.
+        old = _mount(docs, "tls")["mountPath"].rstrip("/") + "/"
+        _mount(docs, "tls")["mountPath"] = "/etc/ropeserve/tls"
+        for d in docs:
+            if d.get("kind") == "ConfigMap":
+                for key, text in d.get("data", {}).items():
+                    d["data"][key] = text.replace(f"={old}", "=/etc/ropeserve/tls/")
+
+    def secret_field(key, value):
+        return lambda docs: _volume(docs, "tls")["secret"].__setitem__(key, value)
+
+    def no_fs_group(docs):
+        _container(docs)[0]["spec"]["template"]["spec"]["securityContext"].pop("fsGroup")
+
+    def base_flagfiles(docs):
+        args = _container(docs)[1]["args"]
+        args[0] = ",".join(p for p in args[0].split(",") if not p.endswith("/tls.flags"))
+
+    def h2c_service(docs):
+        service = next(d for d in docs if d["kind"] == "Service")
+        for port in service["spec"]["ports"]:
+            if port["port"] == GRPC_PORT:
+                port["appProtocol"] = "kubernetes.io/h2c"
+
+    return [
+        ("TLS on, probes on the TLS port", lambda docs: _set_probe_ports(docs, GRPC_PORT)),
+        ("no --health_listen", lambda docs: _set_flag(docs, "health_listen", None)),
+        ("health port on loopback",
+         lambda docs: _set_flag(docs, "health_listen", "127.0.0.1:50052")),
+        ("health port not declared", drop_health_port),
+        ("health port is the gRPC port", health_on_grpc_port),
+        ("Secret volume dropped", drop_secret_volume),
+        ("key outside the Secret mount",
+         lambda docs: _set_flag(docs, "tls_key_file", "/etc/ropeserve/tls.key")),
+        ("file not among the Secret's items",
+         lambda docs: _set_flag(docs, "tls_client_ca_file", "/etc/ropeserve-tls/ca.pem")),
+        ("Secret mounted inside the ConfigMap mount", nested_secret_mount),
+        ("Secret readable by every user", secret_field("defaultMode", 0o644)),
+        ("Secret optional", secret_field("optional", True)),
+        ("Secret files unreadable by the server (no fsGroup)", no_fs_group),
+        ("Secret files unreadable by the server (owner only)",
+         secret_field("defaultMode", 0o400)),
+        ("Secret mounted writable",
+         lambda docs: _mount(docs, "tls").__setitem__("readOnly", False)),
+        ("tls.flags not read", base_flagfiles),
+        ("no token auth", lambda docs: _set_flag(docs, "auth_token_file", None)),
+        ("no mutual TLS", lambda docs: _set_flag(docs, "tls_client_ca_file", None)),
+        ("TLS port announced as cleartext HTTP/2", h2c_service),
+    ]
+
+
 def k8s_mutations(variant):
     """(what breaks, function that breaks it in place)."""
+    base_variant, needs_tls = split_variant(variant)
     def drop_probe(probe):
         return lambda docs: _container(docs)[1].pop(probe)
 
@@ -375,11 +597,19 @@ def k8s_mutations(variant):
         ("PDB on other pods", pdb_selector),
         ("no HPA", no_hpa),
     ]
-    if variant == "gpu":
+    if base_variant == "gpu":
         mutations += [("no GPU limit", gpu_limit(None)), ("two GPUs", gpu_limit(2)),
                       ("no GPU toleration", no_tolerations)]
     else:
         mutations += [("a GPU on a CPU pod", gpu_limit(1))]
+    if needs_tls:
+        mutations += tls_mutations()
+    else:
+        mutations += [("token auth without TLS",
+                       lambda docs: _set_flag(docs, "auth_token_file", "/etc/ropeserve/tokens")),
+                      ("TLS without a health port or a Secret",
+                       lambda docs: [_set_flag(docs, "tls_cert_file", "/etc/ropeserve/tls.crt"),
+                                     _set_flag(docs, "tls_key_file", "/etc/ropeserve/tls.key")])]
     return mutations
 
 
@@ -408,7 +638,8 @@ def compose_mutations():
 def self_test(docs, variant, compose):
     problems = []
     if check_k8s(docs, variant):
-        problems.append(f"the unmodified {variant} manifests fail the check")
+        # The mutations assume the structure the check asserts.
+        return [f"the unmodified {variant} manifests fail the check"]
     for what, mutate in k8s_mutations(variant):
         broken = copy.deepcopy(docs)
         mutate(broken)
@@ -434,7 +665,7 @@ def main(argv):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("mode", choices=["k8s", "compose", "self-test"])
     parser.add_argument("file", help="rendered manifests (k8s, self-test) or a compose file")
-    parser.add_argument("--variant", choices=["cpu", "gpu"])
+    parser.add_argument("--variant", choices=VARIANTS)
     parser.add_argument("--compose", help="self-test: also mutate this compose file")
     args = parser.parse_args(argv)
     if args.mode in ("k8s", "self-test") and args.variant is None:
@@ -456,7 +687,11 @@ def main(argv):
         print(f"check_manifests {args.mode} {args.file}: {failure}", file=sys.stderr)
     if not failures:
         variant = f" {args.variant}" if args.variant else ""
-        print(f"check_manifests {args.mode}{variant} {args.file}: ok")
+        caught = ""
+        if args.mode == "self-test":
+            caught = f" ({len(k8s_mutations(args.variant))} k8s breaks caught"
+            caught += f", {len(compose_mutations())} compose)" if compose else ")"
+        print(f"check_manifests {args.mode}{variant} {args.file}: ok{caught}")
     return 1 if failures else 0
 
 
