@@ -124,20 +124,23 @@ absl::Status ValidateServerSecurity(const ServerSecurity& security) {
 
 absl::StatusOr<ServerSecurity> LoadServerSecurity(const ServerSecurityFiles& files) {
   ServerSecurity security;
-  const std::pair<const char*, std::pair<const std::string*, std::string*>> pem_files[] = {
-      {"--tls_cert_file", {&files.tls_cert_file, &security.cert_chain_pem}},
-      {"--tls_key_file", {&files.tls_key_file, &security.private_key_pem}},
-      {"--tls_client_ca_file", {&files.tls_client_ca_file, &security.client_ca_pem}},
-  };
-  for (const auto& [flag, paths] : pem_files) {
-    const auto& [path, contents] = paths;
-    if (path->empty()) continue;
-    absl::StatusOr<std::string> read = ReadFile(flag, *path);
+  // An unset flag leaves `contents` empty; a set one must name a non-empty file.
+  auto read_pem = [](absl::string_view flag, const std::string& path,
+                     std::string* contents) -> absl::Status {
+    if (path.empty()) return absl::OkStatus();
+    absl::StatusOr<std::string> read = ReadFile(flag, path);
     if (!read.ok()) return read.status();
     if (read->empty()) {
-      return absl::InvalidArgumentError(absl::StrCat(flag, "=", *path, ": the file is empty"));
+      return absl::InvalidArgumentError(absl::StrCat(flag, "=", path, ": the file is empty"));
     }
     *contents = *std::move(read);
+    return absl::OkStatus();
+  };
+  for (absl::Status s :
+       {read_pem("--tls_cert_file", files.tls_cert_file, &security.cert_chain_pem),
+        read_pem("--tls_key_file", files.tls_key_file, &security.private_key_pem),
+        read_pem("--tls_client_ca_file", files.tls_client_ca_file, &security.client_ca_pem)}) {
+    if (!s.ok()) return s;
   }
   if (!files.auth_token_file.empty()) {
     absl::StatusOr<std::string> read = ReadFile("--auth_token_file", files.auth_token_file);
