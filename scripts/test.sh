@@ -6,9 +6,12 @@
 #   3. scripts/container_test.sh: builds the CPU image with podman and runs it
 #      (needs root; a few minutes);
 #   4. scripts/sanitize.sh: the test suite again under ASan + UBSan;
-#   5. scripts/fuzz.sh: the libFuzzer target for FUZZ_SECONDS (60).
-# ROPE_SKIP_CONTAINER_TEST=1, ROPE_SKIP_SANITIZE=1 and ROPE_SKIP_FUZZ=1 skip
-# steps 3-5 for quick local runs.
+#   5. scripts/tsan.sh: the concurrency tests (cache, thread pool, CPU
+#      backend, call gate, work queue) under ThreadSanitizer (builds Debian's
+#      Abseil source with TSan once, ~1 min);
+#   6. scripts/fuzz.sh: the libFuzzer target for FUZZ_SECONDS (60).
+# ROPE_SKIP_CONTAINER_TEST=1, ROPE_SKIP_SANITIZE=1, ROPE_SKIP_TSAN=1 and
+# ROPE_SKIP_FUZZ=1 skip steps 3-6 for quick local runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
@@ -26,6 +29,11 @@ if [ "${ROPE_SKIP_SANITIZE:-0}" = 1 ]; then
   echo "test.sh: sanitizer run skipped (ROPE_SKIP_SANITIZE=1)"
 else
   ./scripts/sanitize.sh
+fi
+if [ "${ROPE_SKIP_TSAN:-0}" = 1 ]; then
+  echo "test.sh: ThreadSanitizer run skipped (ROPE_SKIP_TSAN=1)"
+else
+  ./scripts/tsan.sh
 fi
 if [ "${ROPE_SKIP_FUZZ:-0}" = 1 ]; then
   echo "test.sh: fuzzing skipped (ROPE_SKIP_FUZZ=1)"

@@ -1,6 +1,7 @@
 // Engine::AttentionScores on the CPU backend against the reference:
 // the derivation-note vector, the relative-position property, a grid over
 // masking / softmax / heads / v / dtype / positions, and fully masked rows.
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -117,15 +118,16 @@ TEST_F(AttentionTest, CancelledCallStopsWithCancelled) {
   HostTensor q = Encode(DType::kFloat32, {1, 2, 4, 4}, std::vector<double>(32, 0.5));
   HostTensor k = Encode(DType::kFloat32, {1, 2, 2, 4}, std::vector<double>(16, 0.25));
   AttentionParams params = SmallAttention(q, k);
-  int polls = 0;
-  const Interrupt cancelled([&polls] { return ++polls > 0; }, absl::InfiniteFuture());
+  // Atomic: the pool's threads poll the interrupt in parallel.
+  std::atomic<int> polls{0};
+  const Interrupt cancelled([&polls] { return polls.fetch_add(1) >= 0; }, absl::InfiniteFuture());
   params.interrupt = &cancelled;
   std::string scores;
   AttentionOutputs out;
   out.scores = &scores;
   EXPECT_TRUE(test::StatusIs(engine_->AttentionScores(params, &out), absl::StatusCode::kCancelled,
                              "AttentionScores stopped: the caller cancelled"));
-  EXPECT_GT(polls, 0);
+  EXPECT_GT(polls.load(), 0);
 }
 
 TEST_F(AttentionTest, CallPastItsDeadlineStopsWithDeadlineExceeded) {
