@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <new>
 
@@ -18,20 +19,64 @@ namespace {
 constexpr int64_t kResyncRows = 1024;
 
 constexpr size_t kHugePage = size_t{2} << 20;
+constexpr size_t kPage = 4096;
+// Arrays at least this large get a mapping of their own; smaller ones come
+// from the heap (a mapping per 1 KiB array would waste most of a page).
+constexpr size_t kMapThreshold = size_t{64} << 10;
 
-// Uninitialised float storage for `count` values. Large tables sit on 2 MiB
-// transparent huge pages where the kernel allows it: first-touch page faults
-// on 4 KiB pages otherwise cost three times the arithmetic of a build.
-std::unique_ptr<float[], void (*)(float*)> AllocateTableStorage(size_t count) {
-  const size_t bytes = std::max<size_t>(count * sizeof(float), sizeof(float));
-  const size_t rounded = (bytes + kHugePage - 1) / kHugePage * kHugePage;
-  void* p = std::aligned_alloc(kHugePage, rounded);
-  if (p == nullptr) throw std::bad_alloc();
-  if (rounded >= kHugePage) madvise(p, rounded, MADV_HUGEPAGE);  // a hint; failure is harmless
-  return {static_cast<float*>(p), [](float* f) { std::free(f); }};
-}
+size_t RoundUp(size_t n, size_t multiple) { return (n + multiple - 1) / multiple * multiple; }
 
 }  // namespace
+
+// Tables are the server's large, long-lived allocations, and the cache
+// budget counts their exact bytes, so their storage occupies no more than
+// that (plus under a page per array) and goes back to the system when a
+// table is evicted:
+//   - an array of at least kMapThreshold bytes is a private mapping of its
+//     size rounded up to 4 KiB pages, unmapped with the table. From
+//     kHugePage up it starts on a 2 MiB boundary with MADV_HUGEPAGE, so that
+//     first-touch page faults on 4 KiB pages (three times the arithmetic of
+//     a build) become one per 2 MiB. It is not rounded up to whole huge
+//     pages: with transparent huge pages on, touching a 2 MiB-aligned block
+//     makes all of it resident, so a 64 KiB array would cost 2 MiB. Nor is
+//     it on the heap, where tables outliving the request buffers around them
+//     keep freed memory from going back (the resident size then grows far
+//     past the budget under table churn: bench/results/soak.md);
+//   - a smaller array comes from aligned_alloc (64-byte aligned).
+RopeTable::Storage RopeTable::AllocateStorage(size_t count) {
+  const size_t bytes = std::max<size_t>(count * sizeof(float), sizeof(float));
+  if (bytes < kMapThreshold) {
+    void* p = std::aligned_alloc(64, RoundUp(bytes, 64));
+    if (p == nullptr) throw std::bad_alloc();
+    return Storage(static_cast<float*>(p), StorageFree{0});
+  }
+  const size_t length = RoundUp(bytes, kPage);
+  const size_t slack = length >= kHugePage ? kHugePage : 0;  // room to align the start
+  void* mapped = mmap(nullptr, length + slack, PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (mapped == MAP_FAILED) throw std::bad_alloc();
+  char* start = static_cast<char*>(mapped);
+  if (slack > 0) {
+    const uintptr_t base = reinterpret_cast<uintptr_t>(mapped);
+    char* aligned = start + (RoundUp(base, kHugePage) - base);
+    // Give back the unaligned head and the unused tail of the slack.
+    if (aligned > start) munmap(start, static_cast<size_t>(aligned - start));
+    char* end = aligned + length;
+    char* mapped_end = start + length + slack;
+    if (mapped_end > end) munmap(end, static_cast<size_t>(mapped_end - end));
+    start = aligned;
+    madvise(start, length, MADV_HUGEPAGE);  // a hint; failure is harmless
+  }
+  return Storage(reinterpret_cast<float*>(start), StorageFree{length});
+}
+
+void RopeTable::StorageFree::operator()(float* p) const {
+  if (mapped_bytes > 0) {
+    munmap(p, mapped_bytes);
+  } else {
+    std::free(p);
+  }
+}
 
 std::vector<double> ComputeInvFreq(const TableKey& key) {
   return ScaledInvFreq(key.scaling, key.theta, key.rotary_dim, key.max_len);
@@ -84,8 +129,8 @@ std::shared_ptr<const RopeTable> RopeTable::Build(const TableKey& key,
   const int64_t rows = key.max_len;
   const int64_t half = key.rotary_dim / 2;
   // Uninitialised: every element is written by the fill below.
-  table->cos_ = AllocateTableStorage(rows * half);
-  table->sin_ = AllocateTableStorage(rows * half);
+  table->cos_ = AllocateStorage(rows * half);
+  table->sin_ = AllocateStorage(rows * half);
   RopeTable* t = table.get();
   auto fill = [t, half](int64_t begin, int64_t end) {
     FillTableRows(t->inv_freq_, t->attention_factor_, begin, end - begin,

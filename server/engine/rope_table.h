@@ -8,6 +8,7 @@
 #ifndef ROPE_ENGINE_ROPE_TABLE_H_
 #define ROPE_ENGINE_ROPE_TABLE_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -56,7 +57,9 @@ class RopeTable {
   const float* cos_data() const { return cos_.get(); }
   const float* sin_data() const { return sin_.get(); }
 
-  // Bytes of table storage (cos + sin), what the cache budget counts.
+  // Bytes of table storage (cos + sin), what the cache budget counts. The
+  // memory a table occupies is within one 4 KiB page per array of this
+  // (AllocateStorage), so the budget bounds the cache's resident memory.
   int64_t byte_size() const { return ByteSizeFor(key_); }
   static int64_t ByteSizeFor(const TableKey& key) {
     return static_cast<int64_t>(key.max_len) * (key.rotary_dim / 2) * 2 *
@@ -68,9 +71,16 @@ class RopeTable {
   TableKey key_;
   std::vector<double> inv_freq_;
   double attention_factor_ = 1.0;
-  using Storage = std::unique_ptr<float[], void (*)(float*)>;
-  Storage cos_{nullptr, nullptr};  // [max_len, half]
-  Storage sin_{nullptr, nullptr};  // [max_len, half]
+  // Frees one array made by AllocateStorage.
+  struct StorageFree {
+    size_t mapped_bytes;  // > 0: a private mapping of this length; 0: aligned_alloc
+    void operator()(float* p) const;
+  };
+  using Storage = std::unique_ptr<float[], StorageFree>;
+  // Uninitialised storage for `count` floats (rope_table.cc says how).
+  static Storage AllocateStorage(size_t count);
+  Storage cos_;  // [max_len, half]
+  Storage sin_;  // [max_len, half]
 };
 
 }  // namespace rope
