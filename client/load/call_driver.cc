@@ -7,6 +7,7 @@
 
 #include <grpcpp/impl/codegen/proto_utils.h>
 #include <grpcpp/support/client_callback.h>
+#include <grpcpp/support/slice.h>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_set.h"
@@ -27,12 +28,22 @@ void SetDeadline(grpc::ClientContext* context, absl::Duration deadline) {
   context->set_deadline(absl::ToChronoTime(absl::Now() + deadline));
 }
 
-// Serialises `request` into `buffer`, timing it into outcome->marshal and
-// counting the bytes. INTERNAL when protobuf refuses (a message over 2 GiB).
-absl::Status Marshal(const Message& request, grpc::ByteBuffer* buffer, CallOutcome* outcome) {
+// Serialises request variant `variant` (its payload, then its config field
+// when the workload has several configs) into `buffer`, timing it into
+// outcome->marshal and counting the bytes. INTERNAL when protobuf refuses (a
+// message over 2 GiB).
+absl::Status Marshal(const Workload& workload, int variant, grpc::ByteBuffer* buffer,
+                     CallOutcome* outcome) {
   const absl::Time t0 = absl::Now();
   bool own_buffer = false;
-  const grpc::Status status = Traits::Serialize(request, buffer, &own_buffer);
+  grpc::Status status = Traits::Serialize(workload.payload(variant), buffer, &own_buffer);
+  const absl::string_view config = workload.config_field(variant);
+  if (status.ok() && !config.empty()) {
+    std::vector<grpc::Slice> slices;
+    status = buffer->Dump(&slices);
+    slices.emplace_back(config.data(), config.size());
+    if (status.ok()) *buffer = grpc::ByteBuffer(slices.data(), slices.size());
+  }
   outcome->marshal += absl::Now() - t0;
   if (!status.ok()) {
     return absl::InternalError(absl::StrCat("serialising the request failed: ",
@@ -99,7 +110,7 @@ class UnaryDriver final : public CallDriver {
     call->done = std::move(done);
     call->outcome.payload = payload;
     call->outcome.start = start;
-    absl::Status status = Marshal(*workload_->requests[payload], &call->request, &call->outcome);
+    absl::Status status = Marshal(*workload_, payload, &call->request, &call->outcome);
     if (!status.ok()) {
       SetFailure(status, &call->outcome);
       call->outcome.end = absl::Now();
@@ -185,12 +196,12 @@ class StreamSession final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grp
   // Opens the stream. Call once.
   void Start(grpc::GenericStub* stub, const std::string& method, absl::Duration deadline);
 
-  // Queues one message and returns true; or returns false, leaving `*done`
-  // untouched, when the stream is closing or over (the caller opens a new
-  // one).
-  bool Send(const Message& request, int payload, absl::Time start, CallDone* done);
+  // Queues request variant `payload` of `workload` and returns true; or
+  // returns false, leaving `*done` untouched, when the stream is closing or
+  // over (the caller opens a new one).
+  bool Send(const Workload& workload, int payload, absl::Time start, CallDone* done);
 
-  // Half-closes once the queued writes are out.
+  // Half-closes once the queued writes are out. Later Sends return false.
   void Close();
   void Cancel() { context_.TryCancel(); }
 
@@ -203,6 +214,11 @@ class StreamSession final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grp
     CallOutcome outcome;
     CallDone done;
   };
+
+  // Marks the session as refusing Sends and returns whether the caller
+  // must now call RemoveHold (once no Send is between its check and its
+  // StartWrite).
+  bool WantRelease() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   StreamDriver* const driver_;
   const int lane_;
@@ -219,6 +235,15 @@ class StreamSession final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grp
   bool closing_ ABSL_GUARDED_BY(mu_) = false;
   bool writes_done_ ABSL_GUARDED_BY(mu_) = false;
   bool over_ ABSL_GUARDED_BY(mu_) = false;
+  // Send and Close start operations from outside gRPC's reactions, so the
+  // session holds the call open (AddHold) while they may: without it the
+  // call can end, and OnDone run, between a Send's check and its
+  // StartWrite, which then touches a finished call. The hold goes once the
+  // session refuses Sends (closing, or its reads ended) and no Send is
+  // still starting a write.
+  bool held_ ABSL_GUARDED_BY(mu_) = true;
+  bool release_wanted_ ABSL_GUARDED_BY(mu_) = false;
+  int starting_writes_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 class StreamDriver final : public CallDriver {
@@ -231,7 +256,7 @@ class StreamDriver final : public CallDriver {
     // once; a second refusal fails the request.
     for (int attempt = 0; attempt < 2; ++attempt) {
       StreamSession* session = SessionFor(lane);
-      const bool sent = session->Send(*workload_->requests[payload], payload, start, &done);
+      const bool sent = session->Send(*workload_, payload, start, &done);
       if (!sent) Unregister(lane, session, /*drop_from_all=*/false);
       session->Unref();
       if (sent) return;
@@ -316,21 +341,29 @@ void StreamSession::Start(grpc::GenericStub* stub, const std::string& method,
                           absl::Duration deadline) {
   SetDeadline(&context_, deadline);
   stub->PrepareBidiStreamingCall(&context_, method, grpc::StubOptions(), this);
+  AddHold();
   StartRead(&read_buffer_);
   StartCall();
 }
 
-bool StreamSession::Send(const Message& request, int payload, absl::Time start,
+bool StreamSession::WantRelease() {
+  release_wanted_ = true;
+  if (!held_ || starting_writes_ > 0) return false;
+  held_ = false;
+  return true;
+}
+
+bool StreamSession::Send(const Workload& workload, int payload, absl::Time start,
                          CallDone* done) {
   {
     absl::MutexLock lock(&mu_);
-    if (closing_ || over_) return false;
+    if (closing_ || over_ || release_wanted_) return false;
   }
   Pending pending;
   pending.outcome.payload = payload;
   pending.outcome.start = start;
   grpc::ByteBuffer buffer;
-  absl::Status status = Marshal(request, &buffer, &pending.outcome);
+  absl::Status status = Marshal(workload, payload, &buffer, &pending.outcome);
   if (!status.ok()) {
     SetFailure(status, &pending.outcome);
     pending.outcome.end = absl::Now();
@@ -340,7 +373,7 @@ bool StreamSession::Send(const Message& request, int payload, absl::Time start,
   bool start_write = false;
   {
     absl::MutexLock lock(&mu_);
-    if (closing_ || over_) return false;
+    if (closing_ || over_ || release_wanted_) return false;
     pending.done = std::move(*done);
     pending_.push_back(std::move(pending));
     if (writing_) {
@@ -349,20 +382,33 @@ bool StreamSession::Send(const Message& request, int payload, absl::Time start,
       writing_ = true;
       writing_buffer_ = std::move(buffer);
       start_write = true;
+      ++starting_writes_;
     }
   }
-  if (start_write) StartWrite(&writing_buffer_);
+  if (start_write) {
+    StartWrite(&writing_buffer_);
+    bool release = false;
+    {
+      absl::MutexLock lock(&mu_);
+      --starting_writes_;
+      if (release_wanted_) release = WantRelease();
+    }
+    if (release) RemoveHold();
+  }
   return true;
 }
 
 void StreamSession::Close() {
   bool writes_done = false;
+  bool release = false;
   {
     absl::MutexLock lock(&mu_);
     closing_ = true;
-    if (!writing_ && !writes_done_ && !over_) writes_done = writes_done_ = true;
+    if (!writing_ && !writes_done_ && !over_ && held_) writes_done = writes_done_ = true;
+    release = WantRelease();
   }
   if (writes_done) StartWritesDone();
+  if (release) RemoveHold();
 }
 
 void StreamSession::OnWriteDone(bool ok) {
@@ -386,7 +432,15 @@ void StreamSession::OnWriteDone(bool ok) {
 }
 
 void StreamSession::OnReadDone(bool ok) {
-  if (!ok) return;  // the stream is over; OnDone follows
+  if (!ok) {  // the stream is over; OnDone follows once the hold is gone
+    bool release = false;
+    {
+      absl::MutexLock lock(&mu_);
+      release = WantRelease();
+    }
+    if (release) RemoveHold();
+    return;
+  }
   Pending pending;
   bool stray_reply = false;
   {

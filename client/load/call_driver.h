@@ -31,7 +31,7 @@ namespace rope {
 namespace load {
 
 struct CallOutcome {
-  int payload = 0;
+  int payload = 0;                  // the request variant (Workload::variants)
   absl::Time start;                 // latency origin (see Issue)
   absl::Time end;                   // the reply was parsed, or the failure seen
   absl::Duration marshal;           // serialise the request + parse the reply
@@ -52,7 +52,8 @@ class CallDriver {
   // Precondition for destruction: Live() == 0 (see runner).
   virtual ~CallDriver() = default;
 
-  // Sends payload `payload` on lane `lane`. `start` is the time latency is
+  // Sends request variant `payload` (0 <= payload < Workload::variants())
+  // on lane `lane`. `start` is the time latency is
   // measured from: the issue time in a closed loop, the scheduled arrival
   // in an open loop (so that a late send counts against latency).
   virtual void Issue(int lane, int payload, absl::Time start, CallDone done) = 0;

@@ -51,7 +51,7 @@ class StepRunner {
     } else {
       for (int w = 0; w < plan_.concurrency; ++w) StartNext(w);
       while (!issuing_over_.load()) {
-        absl::SleepFor(kPollInterval);
+        WaitForDeferred(kPollInterval);
         Poll();
       }
     }
@@ -114,7 +114,7 @@ class StepRunner {
 
   void Send(int lane, absl::Time start, int worker) {
     const int payload =
-        static_cast<int>(next_payload_.fetch_add(1) % context_.workload->requests.size());
+        static_cast<int>(next_payload_.fetch_add(1) % context_.workload->variants());
     outstanding_.fetch_add(1);
     const int64_t in_flight = in_flight_.fetch_add(1) + 1;
     int64_t seen = max_in_flight_.load();
@@ -140,7 +140,13 @@ class StepRunner {
     if (ok_index >= 0 && reply != nullptr) MaybeVerify(ok_index, outcome, *reply);
     last_progress_ns_.store(Nanos(absl::Now()));
     if (worker >= 0) {
-      if (tls_nesting < kMaxNesting) {
+      // After a failure the main loop issues the worker's next request.
+      // Against a server that fails every call at once (one draining, or
+      // gone), restarting inline would keep gRPC's callback threads busy
+      // serialising requests bound to fail; those threads also read the
+      // replies of the calls still in flight, which then go unread until
+      // the server gives up on them (found by bench/drain.sh).
+      if (outcome.code == absl::StatusCode::kOk && tls_nesting < kMaxNesting) {
         ++tls_nesting;
         StartNext(worker);
         --tls_nesting;
@@ -194,6 +200,16 @@ class StepRunner {
   }
 
   // ------------------------------------------------------------ main loop
+
+  // Returns once a worker start is deferred to the main loop, or after
+  // `timeout`.
+  void WaitForDeferred(absl::Duration timeout) {
+    absl::MutexLock lock(&deferred_mu_);
+    auto has_deferred = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(deferred_mu_) {
+      return !deferred_.empty();
+    };
+    deferred_mu_.AwaitWithTimeout(absl::Condition(&has_deferred), timeout);
+  }
 
   // Progress, deferred worker starts, the stall watchdog, and the end of a
   // duration-bounded closed loop. Main thread only.

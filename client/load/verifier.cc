@@ -89,7 +89,8 @@ absl::StatusOr<std::unique_ptr<Verifier>> Verifier::Create(const Workload* workl
 }
 
 absl::StatusOr<Verifier::Expected> Verifier::Compute(int payload) const {
-  const google::protobuf::Message& request = *workload_->requests[payload];
+  const std::unique_ptr<google::protobuf::Message> whole = workload_->Request(payload);
+  const google::protobuf::Message& request = *whole;
   switch (workload_->kind) {
     case WorkloadKind::kRotate:
     case WorkloadKind::kRotateStream: {

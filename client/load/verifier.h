@@ -3,7 +3,8 @@
 // service's own request conversion so that every config field (scaling
 // included) means the same thing on both sides.
 //
-// The oracle's answer to each payload is computed once, on first use.
+// The oracle's answer to each request variant (payload and config) is
+// computed once, on first use.
 // Values match when |got - want| <= atol + rtol * |want| (tolerances per
 // dtype and RPC below, loose enough for a CUDA server's rounding), or when
 // both are the same infinity or both NaN; shapes and dtypes must be equal.
@@ -40,13 +41,13 @@ class Verifier {
   // start.
   static absl::StatusOr<std::unique_ptr<Verifier>> Create(const Workload* workload);
 
-  // Compares `reply` (a reply to payload `payload`) with the oracle. An
-  // error status when the oracle itself refuses the request (with the
-  // engine's code and message).
+  // Compares `reply` (a reply to request variant `payload`) with the
+  // oracle. An error status when the oracle itself refuses the request (with
+  // the engine's code and message).
   absl::StatusOr<VerifyCheck> Check(int payload, const google::protobuf::Message& reply);
 
  private:
-  // The oracle's reply to one payload, as the server would send it.
+  // The oracle's reply to one request variant, as the server would send it.
   using Expected = std::unique_ptr<google::protobuf::Message>;
 
   Verifier(const Workload* workload, std::unique_ptr<Engine> engine)

@@ -1,7 +1,10 @@
 #include "client/load/workload.h"
 
+#include <algorithm>
 #include <optional>
 #include <utility>
+
+#include <google/protobuf/descriptor.h>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
@@ -9,6 +12,7 @@
 #include "client/cli/common_flags.h"
 #include "client/cli/summary.h"
 #include "rope/v1/rope.pb.h"
+#include "server/engine/rope_config.h"
 
 namespace rope {
 namespace load {
@@ -19,6 +23,8 @@ using client::InputTensor;
 using client::UsageError;
 
 constexpr int kMaxPayloads = 1024;
+// payloads x configs stays far below INT_MAX (variants are ints).
+constexpr int kMaxConfigs = 100000;
 constexpr char kService[] = "/rope.v1.RopeService/";
 
 absl::Status ValidateWorkloadName(absl::string_view value) {
@@ -152,7 +158,55 @@ absl::Status BuildTable(const FlagSet& flags, int index, Workload* workload) {
   return absl::OkStatus();
 }
 
+const google::protobuf::FieldDescriptor& ConfigField(const google::protobuf::Message& request) {
+  // Every request type of the workloads has `RopeConfig config = 1`.
+  return *request.GetDescriptor()->FindFieldByName("config");
+}
+
+// --configs=N > 1: moves the payloads' (common) config out of them into N
+// config fields with theta, theta + 1, ..., theta + N - 1 (see workload.h).
+void SplitConfigs(int configs, Workload* workload) {
+  const google::protobuf::FieldDescriptor& field = ConfigField(*workload->requests[0]);
+  const google::protobuf::Reflection& reflection = *workload->requests[0]->GetReflection();
+  v1::RopeConfig base;
+  base.CopyFrom(reflection.GetMessage(*workload->requests[0], &field));
+  const double theta = base.theta() == 0 ? kDefaultTheta : base.theta();
+  std::unique_ptr<google::protobuf::Message> holder(workload->requests[0]->New());
+  for (int j = 0; j < configs; ++j) {
+    base.set_theta(theta + j);
+    reflection.MutableMessage(holder.get(), &field)->CopyFrom(base);
+    workload->config_fields.push_back(holder->SerializeAsString());
+  }
+  for (auto& request : workload->requests) reflection.ClearField(request.get(), &field);
+  absl::StrAppend(&workload->config_description, "; ", configs, " configs: theta ", theta,
+                  " + j, j = 0..", configs - 1);
+}
+
 }  // namespace
+
+int Workload::variants() const {
+  return static_cast<int>(requests.size()) *
+         std::max(1, static_cast<int>(config_fields.size()));
+}
+
+const google::protobuf::Message& Workload::payload(int variant) const {
+  return *requests[static_cast<size_t>(variant) % requests.size()];
+}
+
+absl::string_view Workload::config_field(int variant) const {
+  if (config_fields.empty()) return {};
+  return config_fields[static_cast<size_t>(variant) / requests.size()];
+}
+
+std::unique_ptr<google::protobuf::Message> Workload::Request(int variant) const {
+  std::unique_ptr<google::protobuf::Message> request(payload(variant).New());
+  request->CopyFrom(payload(variant));
+  const absl::string_view field = config_field(variant);
+  // The same merge the server's parser does with the appended bytes; the
+  // bytes were made by SerializeAsString, so they parse.
+  if (!field.empty()) request->MergeFromString(std::string(field));
+  return request;
+}
 
 absl::StatusOr<WorkloadKind> ParseWorkloadKind(absl::string_view name) {
   const std::string lower = absl::AsciiStrToLower(name);
@@ -190,6 +244,11 @@ void AddWorkloadFlags(FlagSet* flags) {
   flags->Add("payloads", FlagSet::Kind::kInt, "1",
              "Distinct random payloads, built once before the run and sent in turn "
              "(payload i uses seeds seed+3i, seed+3i+1, seed+3i+2 for q, k, v).");
+  flags->Add("configs", FlagSet::Kind::kInt, "1",
+             "Distinct RoPE configs to cycle through: config j is the config flags' with "
+             "theta + j (j = 0..N-1), each its own server table-cache entry, for driving "
+             "table builds and eviction. Request n sends payload n mod P with config "
+             "(n div P) mod N (P = --payloads).");
   client::AddRopeConfigFlags(flags);
   flags->BeginGroup("Inputs (built once, before the run)");
   client::AddDTypeFlag(flags);
@@ -229,6 +288,10 @@ absl::StatusOr<Workload> WorkloadFromFlags(const FlagSet& flags) {
     return UsageError(absl::StrCat("--payloads=", payloads, ": must be in [1, ", kMaxPayloads,
                                    "]"));
   }
+  const int64_t configs = flags.Int("configs");
+  if (configs < 1 || configs > kMaxConfigs) {
+    return UsageError(absl::StrCat("--configs=", configs, ": must be in [1, ", kMaxConfigs, "]"));
+  }
   Workload workload;
   workload.kind = *kind;
   workload.method = absl::StrCat(kService, WorkloadRpcName(*kind));
@@ -245,7 +308,9 @@ absl::StatusOr<Workload> WorkloadFromFlags(const FlagSet& flags) {
   if (payloads > 1) {
     absl::StrAppend(&workload.payload_description, "; ", payloads, " payloads");
   }
-  workload.request_bytes = static_cast<int64_t>(workload.requests[0]->ByteSizeLong());
+  if (configs > 1) SplitConfigs(static_cast<int>(configs), &workload);
+  workload.request_bytes = static_cast<int64_t>(workload.requests[0]->ByteSizeLong() +
+                                                workload.config_field(0).size());
   return workload;
 }
 

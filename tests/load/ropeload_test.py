@@ -86,16 +86,27 @@ class Server:
                 self.proc.wait(timeout=15)
         self.proc.stdout.close()
 
-    def request_counts(self):
-        """{(rpc, code): count} of rope_requests_total."""
-        url = "http://127.0.0.1:%d/metrics" % self.metrics_port
-        with urllib.request.urlopen(url, timeout=10) as reply:
-            text = reply.read().decode()
+    def request_counts(self, text=None):
+        """{(rpc, code): count} of rope_requests_total (in `text`, or scraped now)."""
+        if text is None:
+            text = self.metrics_page()
         counts = {}
         for m in re.finditer(r'^rope_requests_total\{([^}]*)\} (\S+)$', text, re.M):
             labels = dict(re.findall(r'(\w+)="([^"]*)"', m.group(1)))
             counts[(labels["rpc"], labels["code"])] = int(float(m.group(2)))
         return counts
+
+    def metrics_page(self):
+        url = "http://127.0.0.1:%d/metrics" % self.metrics_port
+        with urllib.request.urlopen(url, timeout=10) as reply:
+            return reply.read().decode()
+
+    def gauge(self, name, text=None):
+        """The value of the unlabelled metric `name` (in `text`, or scraped now)."""
+        if text is None:
+            text = self.metrics_page()
+        m = re.search(r"^%s (\S+)$" % re.escape(name), text, re.M)
+        return float(m.group(1))
 
 
 def delta(before, after, rpc, code):
@@ -284,6 +295,77 @@ class RopeloadTest(unittest.TestCase):
         self.assertEqual(verify["checked"], 3)
         self.assertEqual(verify["matched"], 3, verify["failures"])
         self.assertIn("3 of 3 checked replies match", stdout)
+
+    # -------------------------------------------------------------- configs
+
+    def check_one_table_per_config(self, rpc, configs, *flags):
+        misses = self.server.gauge("rope_table_cache_misses_total")
+        before = self.server.request_counts()
+        stdout, report = self.ropeload("--configs=%d" % configs, *flags)
+        after = self.server.request_counts()
+        step = report["steps"][0]
+        self.assertEqual(step["errors"], 0, step["errors_by_code"])
+        self.assertEqual(delta(before, after, rpc, "OK"), step["ok"] + step["warmup"]["ok"])
+        # Every config is its own table: one build each, no more.
+        self.assertEqual(self.server.gauge("rope_table_cache_misses_total") - misses, configs)
+        self.assertEqual(report["verify"]["matched"], report["verify"]["checked"],
+                         report["verify"]["failures"])
+        self.assertIn("%d configs" % configs, stdout)
+
+    def test_configs_build_one_server_table_per_config(self):
+        self.check_one_table_per_config(
+            "Rotate", 7, "--random_q_shape=1,4,2,32", "--random_k_shape=1,4,1,32",
+            "--payloads=2", "-c", "2", "-n", "56", "--verify=14")
+
+    def test_configs_churn_within_one_rotate_stream(self):
+        self.check_one_table_per_config(
+            "RotateStream", 5, "--workload=rotate_stream", "--random_q_shape=1,4,2,32",
+            "-c", "1", "-n", "25", "--verify=5")
+    # -------------------------------------------------------------- drain
+
+    def test_closed_loop_loses_no_accepted_call_when_its_server_drains(self):
+        """SIGTERM mid-run: every call the server completed reaches ropeload as OK.
+
+        Once the server drains, each new call fails at once and ropeload's
+        streams end under it; ropeload must keep running, count only
+        UNAVAILABLE refusals, and receive every reply the server sent
+        (bench/drain.sh runs the heavier scenarios).
+        """
+        json_path = os.path.join(self.dir, "report.json")
+        cmd = [ARGS.ropeload, "--target=" + self.server.address, "--noprogress",
+               "--json=" + json_path, "--workload=rotate_stream", "--random_q_shape=1,16,8,64",
+               "-c", "16", "--connections=2", "-z", "4s"]
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        try:
+            time.sleep(1.0)
+            self.server.proc.send_signal(signal.SIGTERM)
+            # The server's last counts: scraped while draining with no call
+            # in flight (nothing is admitted once draining has begun).
+            final_ok = None
+            deadline = time.monotonic() + 30
+            while self.server.proc.poll() is None and time.monotonic() < deadline:
+                try:
+                    page = self.server.metrics_page()
+                    if (self.server.gauge("rope_draining", page) == 1 and
+                            self.server.gauge("rope_calls_in_flight", page) == 0):
+                        final_ok = self.server.request_counts(page).get(("RotateStream", "OK"))
+                except (OSError, AttributeError):
+                    pass  # the endpoint is going away with the server
+                time.sleep(0.02)
+            self.assertEqual(self.server.proc.wait(timeout=30), 0)
+            out, _ = proc.communicate(timeout=RUN_TIMEOUT_S)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        self.assertEqual(proc.returncode, 0, out)
+        with open(json_path) as f:
+            step = json.load(f)["steps"][0]
+        self.assertEqual({e["code"] for e in step["errors_by_code"]} - {"UNAVAILABLE"}, set(),
+                         step["errors_by_code"])
+        self.assertIsNotNone(final_ok, "no scrape while draining with no call in flight")
+        self.assertGreater(step["ok"], 0)
+        self.assertEqual(step["ok"] + step["warmup"]["ok"], final_ok)
 
 
 VOID_ELEMENTS = {"meta", "br", "hr", "img", "input", "link", "col", "area", "base", "wbr",

@@ -1,0 +1,125 @@
+// ropeload --configs=N: the request variants (payload x config), the config
+// field appended to each payload's bytes on the wire, and its usage errors.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <google/protobuf/util/message_differencer.h>
+
+#include "client/cli/flag_set.h"
+#include "client/load/load_flags.h"
+#include "client/load/workload.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "rope/v1/rope.pb.h"
+
+namespace rope {
+namespace load {
+namespace {
+
+using ::google::protobuf::util::MessageDifferencer;
+using ::testing::HasSubstr;
+
+absl::StatusOr<Workload> Build(const std::vector<std::string>& args) {
+  client::FlagSet flags;
+  AddLoadFlags(&flags);
+  absl::Status parsed = flags.Parse(ExpandShortFlags(args));
+  if (!parsed.ok()) return parsed;
+  return WorkloadFromFlags(flags);
+}
+
+// What request variant `v` of `w` puts on the wire, parsed as the server does.
+template <typename Request>
+Request OnTheWire(const Workload& w, int v) {
+  Request parsed;
+  const std::string bytes = w.payload(v).SerializeAsString() + std::string(w.config_field(v));
+  EXPECT_TRUE(parsed.ParseFromString(bytes));
+  return parsed;
+}
+
+const std::vector<std::string> kRotateFlags = {
+    "--random_q_shape=1,2,2,16", "--random_k_shape=1,2,1,16", "--theta=500000",
+    "--max_len=2048",            "--rope-scaling=linear",     "--factor=4",
+    "--payloads=2"};
+
+std::vector<std::string> With(std::vector<std::string> args, const std::string& extra) {
+  args.push_back(extra);
+  return args;
+}
+
+TEST(WorkloadConfigsTest, OneConfigByDefaultKeepsTheConfigInEachPayload) {
+  absl::StatusOr<Workload> w = Build(kRotateFlags);
+  ASSERT_TRUE(w.ok()) << w.status();
+  EXPECT_TRUE(w->config_fields.empty());
+  EXPECT_EQ(w->variants(), 2);
+  for (int v = 0; v < 2; ++v) {
+    EXPECT_TRUE(MessageDifferencer::Equals(*w->Request(v), *w->requests[v])) << v;
+    EXPECT_TRUE(w->config_field(v).empty());
+  }
+}
+
+TEST(WorkloadConfigsTest, VariantVSendsPayloadVModPWithThetaPlusVDivP) {
+  absl::StatusOr<Workload> one = Build(kRotateFlags);
+  absl::StatusOr<Workload> w = Build(With(kRotateFlags, "--configs=3"));
+  ASSERT_TRUE(one.ok()) << one.status();
+  ASSERT_TRUE(w.ok()) << w.status();
+  ASSERT_EQ(w->config_fields.size(), 3u);
+  ASSERT_EQ(w->variants(), 6);
+  for (int v = 0; v < w->variants(); ++v) {
+    // The one-config request of the same payload, with theta moved by v / P.
+    v1::RotateRequest want = static_cast<const v1::RotateRequest&>(*one->requests[v % 2]);
+    want.mutable_config()->set_theta(500000 + v / 2);
+    std::string diff;
+    MessageDifferencer differencer;
+    differencer.ReportDifferencesToString(&diff);
+    EXPECT_TRUE(differencer.Compare(OnTheWire<v1::RotateRequest>(*w, v), want))
+        << "variant " << v << ": " << diff;
+    EXPECT_TRUE(MessageDifferencer::Equals(*w->Request(v), want)) << "variant " << v;
+  }
+  // The payloads themselves carry no config (it travels in the field).
+  EXPECT_FALSE(static_cast<const v1::RotateRequest&>(*w->requests[0]).has_config());
+  EXPECT_EQ(w->request_bytes, static_cast<int64_t>(w->Request(0)->ByteSizeLong()));
+  EXPECT_THAT(w->config_description, HasSubstr("3 configs: theta 500000 + j, j = 0..2"));
+}
+
+TEST(WorkloadConfigsTest, ThetaZeroCountsAsTheDefaultTenThousand) {
+  absl::StatusOr<Workload> w = Build({"--random_q_shape=1,1,1,8", "--theta=0", "--configs=2"});
+  ASSERT_TRUE(w.ok()) << w.status();
+  EXPECT_EQ(OnTheWire<v1::RotateRequest>(*w, 0).config().theta(), 10000);
+  EXPECT_EQ(OnTheWire<v1::RotateRequest>(*w, 1).config().theta(), 10001);
+}
+
+TEST(WorkloadConfigsTest, EveryRpcCarriesTheChurnedConfigAndKeepsItsOwnFields) {
+  absl::StatusOr<Workload> scores =
+      Build({"--workload=scores", "--random_q_shape=1,4,2,16", "--random_k_shape=1,4,2,16",
+             "--causal", "--configs=4"});
+  ASSERT_TRUE(scores.ok()) << scores.status();
+  const auto s = OnTheWire<v1::AttentionScoresRequest>(*scores, 3);
+  EXPECT_EQ(s.config().theta(), 10003);
+  EXPECT_EQ(s.config().head_dim(), 16u);
+  EXPECT_TRUE(s.causal());
+  EXPECT_EQ(s.q().shape_size(), 4);
+
+  absl::StatusOr<Workload> table =
+      Build({"--workload=table", "--head_dim=32", "--table_start=5", "--configs=2"});
+  ASSERT_TRUE(table.ok()) << table.status();
+  const auto t = OnTheWire<v1::GetTableRequest>(*table, 1);
+  EXPECT_EQ(t.config().theta(), 10001);
+  EXPECT_EQ(t.config().head_dim(), 32u);
+  EXPECT_EQ(t.start(), 5);
+}
+
+TEST(WorkloadConfigsTest, RefusesACountOutOfRangeNamingTheFlag) {
+  for (const std::string value : {"0", "-3", "100001"}) {
+    absl::StatusOr<Workload> w = Build({"--random_q_shape=1,1,1,8", "--configs=" + value});
+    ASSERT_FALSE(w.ok()) << value;
+    EXPECT_EQ(w.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_TRUE(client::IsUsageError(w.status()));
+    EXPECT_THAT(std::string(w.status().message()),
+                HasSubstr("--configs=" + value + ": must be in [1, 100000]"));
+  }
+}
+
+}  // namespace
+}  // namespace load
+}  // namespace rope
