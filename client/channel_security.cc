@@ -11,6 +11,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/status_macros.h"
 
 namespace rope {
 namespace client {
@@ -69,27 +70,22 @@ absl::Status ApplyChannelSecurity(const ChannelSecurityFiles& files, ClientOptio
   }
   grpc::SslCredentialsOptions ssl;
   if (!files.tls_ca_file.empty()) {
-    absl::StatusOr<std::string> ca = ReadFlagFile("tls_ca_file", files.tls_ca_file);
-    if (!ca.ok()) return ca.status();
-    ssl.pem_root_certs = *std::move(ca);
+    ROPE_ASSIGN_OR_RETURN(std::string ca, ReadFlagFile("tls_ca_file", files.tls_ca_file));
+    ssl.pem_root_certs = std::move(ca);
   }
   if (!files.tls_cert_file.empty()) {
-    absl::StatusOr<std::string> cert = ReadFlagFile("tls_cert_file", files.tls_cert_file);
-    if (!cert.ok()) return cert.status();
-    absl::StatusOr<std::string> key = ReadFlagFile("tls_key_file", files.tls_key_file);
-    if (!key.ok()) return key.status();
-    ssl.pem_cert_chain = *std::move(cert);
-    ssl.pem_private_key = *std::move(key);
+    ROPE_ASSIGN_OR_RETURN(std::string cert, ReadFlagFile("tls_cert_file", files.tls_cert_file));
+    ROPE_ASSIGN_OR_RETURN(std::string key, ReadFlagFile("tls_key_file", files.tls_key_file));
+    ssl.pem_cert_chain = std::move(cert);
+    ssl.pem_private_key = std::move(key);
   }
   std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::SslCredentials(ssl);
   if (!files.token_file.empty()) {
-    absl::StatusOr<std::string> contents = ReadFlagFile("token_file", files.token_file);
-    if (!contents.ok()) return contents.status();
-    absl::StatusOr<std::string> token =
-        FirstToken(*contents, absl::StrCat("--token_file=", files.token_file));
-    if (!token.ok()) return token.status();
-    credentials = grpc::CompositeChannelCredentials(credentials,
-                                                    grpc::AccessTokenCredentials(*token));
+    ROPE_ASSIGN_OR_RETURN(std::string contents, ReadFlagFile("token_file", files.token_file));
+    ROPE_ASSIGN_OR_RETURN(std::string token,
+                          FirstToken(contents, absl::StrCat("--token_file=", files.token_file)));
+    credentials =
+        grpc::CompositeChannelCredentials(credentials, grpc::AccessTokenCredentials(token));
   }
   options->credentials = std::move(credentials);
   options->tls_server_name = files.tls_server_name;

@@ -10,6 +10,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "common/defaults.h"
 
 namespace rope {
 namespace client {
@@ -20,8 +21,8 @@ struct ClientOptions {
 
   // Channel limits. The server's own limit (GetServerInfo.limits) still
   // applies; these only stop the client from refusing large tensors first.
-  int max_send_message_bytes = 512 << 20;
-  int max_receive_message_bytes = 512 << 20;
+  int max_send_message_bytes = static_cast<int>(kDefaultMaxMessageBytes);
+  int max_receive_message_bytes = static_cast<int>(kDefaultMaxMessageBytes);
 
   // "round_robin" spreads calls over every address the target resolves to
   // (an "ipv4:127.0.0.1:a,127.0.0.1:b" list, or "dns:///svc:port" over a

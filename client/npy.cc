@@ -8,6 +8,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/status_macros.h"
 
 namespace rope {
 namespace client {
@@ -46,8 +47,7 @@ class HeaderParser {
         if (!ParseBool(&fortran_order)) return Error("'fortran_order' is not True or False");
         have_order = true;
       } else if (key == "shape") {
-        absl::Status s = ParseShape(&array->shape);
-        if (!s.ok()) return s;
+        ROPE_RETURN_IF_ERROR(ParseShape(&array->shape));
         have_shape = true;
       } else {
         return Error(absl::StrCat("unexpected header key '", key, "'"));
@@ -256,8 +256,7 @@ absl::StatusOr<NpyArray> ParseNpy(absl::string_view bytes, absl::string_view wha
 }
 
 absl::StatusOr<std::string> SerializeNpy(const NpyArray& array) {
-  absl::Status status = CheckPayload(array, array.data.size(), "SerializeNpy");
-  if (!status.ok()) return status;
+  ROPE_RETURN_IF_ERROR(CheckPayload(array, array.data.size(), "SerializeNpy"));
   std::string shape;
   if (array.shape.size() == 1) {
     shape = absl::StrCat("(", array.shape[0], ",)");
@@ -300,11 +299,10 @@ absl::StatusOr<NpyArray> ReadNpyFile(const std::string& path) {
 }
 
 absl::Status WriteNpyFile(const std::string& path, const NpyArray& array) {
-  absl::StatusOr<std::string> bytes = SerializeNpy(array);
-  if (!bytes.ok()) return bytes.status();
+  ROPE_ASSIGN_OR_RETURN(std::string bytes, SerializeNpy(array));
   std::unique_ptr<FILE, int (*)(FILE*)> file(std::fopen(path.c_str(), "wb"), &std::fclose);
   if (file == nullptr) return absl::ErrnoToStatus(errno, absl::StrCat("cannot create ", path));
-  if (std::fwrite(bytes->data(), 1, bytes->size(), file.get()) != bytes->size()) {
+  if (std::fwrite(bytes.data(), 1, bytes.size(), file.get()) != bytes.size()) {
     return absl::ErrnoToStatus(errno, absl::StrCat("cannot write ", path));
   }
   if (std::fclose(file.release()) != 0) {

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "client/grpc_status.h"
+#include "common/status_macros.h"
 
 namespace rope {
 namespace client {
@@ -26,8 +27,7 @@ std::shared_ptr<grpc::ChannelCredentials> CredentialsFor(const ClientOptions& op
 absl::StatusOr<std::unique_ptr<RopeClient>> RopeClient::Create(const std::string& target,
                                                              const ClientOptions& options) {
   if (target.empty()) return absl::InvalidArgumentError("target is empty");
-  absl::Status status = ValidateClientOptions(options);
-  if (!status.ok()) return status;
+  ROPE_RETURN_IF_ERROR(ValidateClientOptions(options));
 
   grpc::ChannelArguments args;
   args.SetMaxSendMessageSize(options.max_send_message_bytes);
@@ -59,8 +59,7 @@ absl::StatusOr<v1::RotateResponse> RopeClient::Rotate(const v1::RotateRequest& r
   grpc::ClientContext context;
   PrepareContext(&context);
   v1::RotateResponse response;
-  absl::Status status = FromGrpcStatus(stub_->Rotate(&context, request, &response));
-  if (!status.ok()) return status;
+  ROPE_RETURN_IF_ERROR(FromGrpcStatus(stub_->Rotate(&context, request, &response)));
   return response;
 }
 
@@ -69,8 +68,7 @@ absl::StatusOr<v1::AttentionScoresResponse> RopeClient::AttentionScores(
   grpc::ClientContext context;
   PrepareContext(&context);
   v1::AttentionScoresResponse response;
-  absl::Status status = FromGrpcStatus(stub_->AttentionScores(&context, request, &response));
-  if (!status.ok()) return status;
+  ROPE_RETURN_IF_ERROR(FromGrpcStatus(stub_->AttentionScores(&context, request, &response)));
   return response;
 }
 
@@ -78,8 +76,7 @@ absl::StatusOr<v1::GetTableResponse> RopeClient::GetTable(const v1::GetTableRequ
   grpc::ClientContext context;
   PrepareContext(&context);
   v1::GetTableResponse response;
-  absl::Status status = FromGrpcStatus(stub_->GetTable(&context, request, &response));
-  if (!status.ok()) return status;
+  ROPE_RETURN_IF_ERROR(FromGrpcStatus(stub_->GetTable(&context, request, &response)));
   return response;
 }
 
@@ -87,9 +84,8 @@ absl::StatusOr<v1::ServerInfo> RopeClient::GetServerInfo() {
   grpc::ClientContext context;
   PrepareContext(&context);
   v1::ServerInfo response;
-  absl::Status status =
-      FromGrpcStatus(stub_->GetServerInfo(&context, v1::GetServerInfoRequest(), &response));
-  if (!status.ok()) return status;
+  ROPE_RETURN_IF_ERROR(
+      FromGrpcStatus(stub_->GetServerInfo(&context, v1::GetServerInfoRequest(), &response)));
   return response;
 }
 
@@ -113,8 +109,7 @@ absl::StatusOr<std::vector<v1::RotateResponse>> RopeClient::RotateStream(
   v1::RotateResponse response;
   while (stream->Read(&response)) responses.push_back(std::move(response));
   writer.join();
-  absl::Status status = FromGrpcStatus(stream->Finish());
-  if (!status.ok()) return status;
+  ROPE_RETURN_IF_ERROR(FromGrpcStatus(stream->Finish()));
   if (responses.size() != requests.size()) {
     return absl::InternalError(absl::StrCat("RotateStream: the server sent ", responses.size(),
                                             " replies for ", requests.size(), " requests"));
@@ -128,8 +123,7 @@ absl::StatusOr<RopeClient::ServingStatus> RopeClient::Health(const std::string& 
   grpc::health::v1::HealthCheckRequest request;
   request.set_service(service);
   grpc::health::v1::HealthCheckResponse response;
-  absl::Status status = FromGrpcStatus(health_stub_->Check(&context, request, &response));
-  if (!status.ok()) return status;
+  ROPE_RETURN_IF_ERROR(FromGrpcStatus(health_stub_->Check(&context, request, &response)));
   return response.status();
 }
 

@@ -8,7 +8,8 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "server/engine/rope_math.h"
+#include "common/half_float.h"
+#include "common/status_macros.h"
 
 // Tensor bytes are little-endian on the wire and in .npy files; we copy them
 // to and from host memory without swapping.
@@ -97,13 +98,12 @@ std::string EncodeFloats(absl::Span<const float> values, v1::DType dtype) {
 }
 
 absl::StatusOr<std::vector<float>> DecodeFloats(absl::string_view bytes, v1::DType dtype) {
-  absl::StatusOr<size_t> size = DTypeSize(dtype);
-  if (!size.ok()) return size.status();
-  if (bytes.size() % *size != 0) {
+  ROPE_ASSIGN_OR_RETURN(size_t size, DTypeSize(dtype));
+  if (bytes.size() % size != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         bytes.size(), " bytes is not a whole number of ", DTypeName(dtype), " elements"));
   }
-  std::vector<float> out(bytes.size() / *size);
+  std::vector<float> out(bytes.size() / size);
   if (dtype == v1::FLOAT32) {
     if (!out.empty()) std::memcpy(out.data(), bytes.data(), bytes.size());
     return out;
@@ -118,8 +118,7 @@ absl::StatusOr<std::vector<float>> DecodeFloats(absl::string_view bytes, v1::DTy
 
 absl::StatusOr<v1::Tensor> MakeTensor(absl::Span<const float> values,
                                       std::vector<int64_t> shape, v1::DType dtype) {
-  absl::Status status = CheckShape(shape, "tensor");
-  if (!status.ok()) return status;
+  ROPE_RETURN_IF_ERROR(CheckShape(shape, "tensor"));
   if (!IsStorageDType(dtype)) {
     return absl::InvalidArgumentError(
         absl::StrCat("dtype ", DTypeName(dtype), " is not a storage type"));
@@ -186,16 +185,14 @@ std::vector<float> RandomFloats(int64_t count, uint64_t seed, Distribution distr
 
 absl::StatusOr<v1::Tensor> RandomTensor(std::vector<int64_t> shape, v1::DType dtype,
                                         uint64_t seed, Distribution distribution) {
-  absl::Status status = CheckShape(shape, "random tensor");
-  if (!status.ok()) return status;
+  ROPE_RETURN_IF_ERROR(CheckShape(shape, "random tensor"));
   std::vector<float> values = RandomFloats(NumElements(shape), seed, distribution);
   return MakeTensor(values, std::move(shape), dtype);
 }
 
 absl::StatusOr<v1::Tensor> TensorFromNpy(const NpyArray& array, v1::DType dtype,
                                          absl::string_view what) {
-  absl::Status status = CheckShape(array.shape, what);
-  if (!status.ok()) return status;
+  ROPE_RETURN_IF_ERROR(CheckShape(array.shape, what));
   if (!IsStorageDType(dtype)) {
     return absl::InvalidArgumentError(
         absl::StrCat("dtype ", DTypeName(dtype), " is not a storage type"));
@@ -225,16 +222,15 @@ absl::StatusOr<v1::Tensor> TensorFromNpy(const NpyArray& array, v1::DType dtype,
       }
       break;
   }
-  absl::StatusOr<std::vector<float>> values =
-      DecodeFloats(array.data, array.dtype == NpyDType::kFloat32 ? v1::FLOAT32 : v1::FLOAT16);
-  if (!values.ok()) return values.status();
-  tensor.set_data(EncodeFloats(*values, dtype));
+  ROPE_ASSIGN_OR_RETURN(
+      std::vector<float> values,
+      DecodeFloats(array.data, array.dtype == NpyDType::kFloat32 ? v1::FLOAT32 : v1::FLOAT16));
+  tensor.set_data(EncodeFloats(values, dtype));
   return tensor;
 }
 
 absl::StatusOr<NpyArray> TensorToNpy(const v1::Tensor& tensor, absl::string_view what) {
-  absl::StatusOr<std::vector<float>> check = TensorToFloats(tensor, what);
-  if (!check.ok()) return check.status();
+  ROPE_RETURN_IF_ERROR(TensorToFloats(tensor, what).status());
   NpyArray array;
   switch (tensor.dtype()) {
     case v1::FLOAT16: array.dtype = NpyDType::kFloat16; break;

@@ -1,6 +1,6 @@
 // Helpers to build and read rope.v1.Tensor messages on the client side:
 // float <-> float16 / bfloat16 conversion (round to nearest even, the same
-// arithmetic the server uses: server/engine/rope_math.h), tensors from .npy
+// arithmetic the server uses: common/half_float.h), tensors from .npy
 // arrays and back, seeded random tensors, and summary statistics.
 //
 // All functions are thread-compatible and free of global state. Byte buffers

@@ -25,20 +25,21 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "common/defaults.h"
 #include "server/backends/cpu/cpu_backend.h"
 #include "server/backends/cuda/cuda_backend.h"
 #include "server/engine/engine.h"
 #include "server/service/rope_server.h"
 #include "server/service/server_security.h"
 
-ABSL_FLAG(std::string, listen, "0.0.0.0:50051",
+ABSL_FLAG(std::string, listen, absl::StrCat("0.0.0.0:", rope::kDefaultPort),
           "host:port to serve gRPC on; port 0 picks a free port (printed on start)");
 ABSL_FLAG(std::string, backend, "auto",
           "where the arithmetic runs: auto (CUDA when available, else CPU), cpu or cuda");
 ABSL_FLAG(int32_t, cpu_threads, 0, "threads of the CPU backend; 0: one per hardware thread");
 ABSL_FLAG(int32_t, work_threads, 0,
           "threads running calls (validation, then the backend); 0: one per hardware thread");
-ABSL_FLAG(int64_t, max_message_bytes, int64_t{512} << 20,
+ABSL_FLAG(int64_t, max_message_bytes, rope::kDefaultMaxMessageBytes,
           "largest request or reply message, in bytes (at most 2147483647)");
 ABSL_FLAG(int64_t, table_cache_bytes, int64_t{1} << 30,
           "byte budget of the cos/sin table cache (least recently used tables are evicted); "

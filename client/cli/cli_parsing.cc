@@ -4,6 +4,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/status_macros.h"
 
 namespace rope {
 namespace client {
@@ -28,17 +29,14 @@ absl::StatusOr<std::vector<int64_t>> ParseInt64List(absl::string_view text) {
 }
 
 absl::StatusOr<std::vector<int64_t>> ParseShape(absl::string_view text) {
-  absl::StatusOr<std::vector<int64_t>> dims = ParseInt64List(text);
-  if (!dims.ok()) return dims.status();
-  if (dims->empty() || dims->size() > kMaxRank) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("shape has ", dims->size(), " dims: expected 1..", kMaxRank,
-                     ", e.g. 1,16,8,64 for [B,S,H,D]"));
+  ROPE_ASSIGN_OR_RETURN(std::vector<int64_t> dims, ParseInt64List(text));
+  if (dims.empty() || dims.size() > kMaxRank) {
+    return absl::InvalidArgumentError(absl::StrCat("shape has ", dims.size(), " dims: expected 1..",
+                                                   kMaxRank, ", e.g. 1,16,8,64 for [B,S,H,D]"));
   }
-  for (size_t i = 0; i < dims->size(); ++i) {
-    if ((*dims)[i] < 1) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("dim ", i, " is ", (*dims)[i], ": must be >= 1"));
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if (dims[i] < 1) {
+      return absl::InvalidArgumentError(absl::StrCat("dim ", i, " is ", dims[i], ": must be >= 1"));
     }
   }
   return dims;

@@ -9,6 +9,7 @@
 #include "client/cli/commands.h"
 #include "client/cli/common_flags.h"
 #include "client/cli/summary.h"
+#include "common/status_macros.h"
 
 namespace rope {
 namespace client {
@@ -47,60 +48,57 @@ void AddRotateFlags(FlagSet* flags) {
 }
 
 absl::Status RunRotate(const FlagSet& flags, std::ostream& out) {
-  absl::StatusOr<std::optional<InputTensor>> q = LoadInputTensor(flags, "q", "random_q_shape", 0);
-  if (!q.ok()) return q.status();
-  if (!q->has_value()) return UsageError("give --q=file.npy or --random_q_shape=B,S,H,D");
-  absl::StatusOr<std::optional<InputTensor>> k = LoadInputTensor(flags, "k", "random_k_shape", 1);
-  if (!k.ok()) return k.status();
+  ROPE_ASSIGN_OR_RETURN(std::optional<InputTensor> q,
+                        LoadInputTensor(flags, "q", "random_q_shape", 0));
+  if (!q.has_value()) return UsageError("give --q=file.npy or --random_q_shape=B,S,H,D");
+  ROPE_ASSIGN_OR_RETURN(std::optional<InputTensor> k,
+                        LoadInputTensor(flags, "k", "random_k_shape", 1));
   if (flags.IsSet("positions") && flags.IsSet("start_pos")) {
     return UsageError("give --start_pos or --positions, not both");
   }
-  if (!k->has_value() && !flags.String("out_k").empty()) {
+  if (!k.has_value() && !flags.String("out_k").empty()) {
     return UsageError("--out_k given but there is no k (--k or --random_k_shape)");
   }
-  const v1::Tensor& q_tensor = (*q)->tensor;
-  absl::StatusOr<v1::RopeConfig> config =
-      RopeConfigFromFlags(flags, q_tensor.shape(q_tensor.shape_size() - 1));
-  if (!config.ok()) return config.status();
+  const v1::Tensor& q_tensor = q->tensor;
+  ROPE_ASSIGN_OR_RETURN(v1::RopeConfig config,
+                        RopeConfigFromFlags(flags, q_tensor.shape(q_tensor.shape_size() - 1)));
 
   v1::RotateRequest request;
-  *request.mutable_config() = *config;
+  *request.mutable_config() = config;
   *request.mutable_q() = q_tensor;
-  if (k->has_value()) *request.mutable_k() = (*k)->tensor;
+  if (k.has_value()) *request.mutable_k() = k->tensor;
   request.set_start_pos(flags.Int("start_pos"));
   absl::StatusOr<std::vector<int64_t>> positions = ParseInt64List(flags.String("positions"));
   if (!positions.ok()) return UsageError(positions.status().message());
   for (int64_t p : *positions) request.add_positions(p);
   request.set_inverse(flags.Bool("inverse"));
 
-  absl::StatusOr<std::unique_ptr<RopeClient>> client = ClientFromFlags(flags);
-  if (!client.ok()) return client.status();
+  ROPE_ASSIGN_OR_RETURN(std::unique_ptr<RopeClient> client, ClientFromFlags(flags));
   const absl::Time start = absl::Now();
-  absl::StatusOr<v1::RotateResponse> response = (*client)->Rotate(request);
+  absl::StatusOr<v1::RotateResponse> response = client->Rotate(request);
   const absl::Duration elapsed = absl::Now() - start;
   if (!response.ok()) return response.status();
 
-  out << "rotate  " << flags.String("target") << "  " << DescribeConfig(*config)
+  out << "rotate  " << flags.String("target") << "  " << DescribeConfig(config)
       << (request.inverse() ? "  inverse" : "") << "\n";
   if (positions->empty()) {
     out << "  positions: start_pos=" << request.start_pos() << "\n";
   } else {
     out << "  positions: " << absl::StrJoin(*positions, ",") << "\n";
   }
-  out << "  q in : " << ShapeAndDType(q_tensor) << "  from " << (*q)->source << "\n";
+  out << "  q in : " << ShapeAndDType(q_tensor) << "  from " << q->source << "\n";
   absl::StatusOr<std::string> summary = SummarizeTensor(response->q(), "reply q");
   if (!summary.ok()) return summary.status();
   out << "  q out: " << *summary << "\n";
-  if (k->has_value()) {
-    out << "  k in : " << ShapeAndDType((*k)->tensor) << "  from " << (*k)->source << "\n";
+  if (k.has_value()) {
+    out << "  k in : " << ShapeAndDType(k->tensor) << "  from " << k->source << "\n";
     summary = SummarizeTensor(response->k(), "reply k");
     if (!summary.ok()) return summary.status();
     out << "  k out: " << *summary << "\n";
   }
   out << "  elapsed " << FormatMillis(elapsed) << "\n";
-  absl::Status status = WriteOutputIfAsked(flags, "out_q", response->q(), out);
-  if (!status.ok()) return status;
-  if (k->has_value()) return WriteOutputIfAsked(flags, "out_k", response->k(), out);
+  ROPE_RETURN_IF_ERROR(WriteOutputIfAsked(flags, "out_q", response->q(), out));
+  if (k.has_value()) return WriteOutputIfAsked(flags, "out_k", response->k(), out);
   return absl::OkStatus();
 }
 

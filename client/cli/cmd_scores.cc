@@ -7,6 +7,7 @@
 #include "client/cli/commands.h"
 #include "client/cli/common_flags.h"
 #include "client/cli/summary.h"
+#include "common/status_macros.h"
 
 namespace rope {
 namespace client {
@@ -45,64 +46,61 @@ void AddScoresFlags(FlagSet* flags) {
 }
 
 absl::Status RunScores(const FlagSet& flags, std::ostream& out) {
-  absl::StatusOr<std::optional<InputTensor>> q = LoadInputTensor(flags, "q", "random_q_shape", 0);
-  if (!q.ok()) return q.status();
-  absl::StatusOr<std::optional<InputTensor>> k = LoadInputTensor(flags, "k", "random_k_shape", 1);
-  if (!k.ok()) return k.status();
-  absl::StatusOr<std::optional<InputTensor>> v = LoadInputTensor(flags, "v", "random_v_shape", 2);
-  if (!v.ok()) return v.status();
-  if (!q->has_value() || !k->has_value()) {
+  ROPE_ASSIGN_OR_RETURN(std::optional<InputTensor> q,
+                        LoadInputTensor(flags, "q", "random_q_shape", 0));
+  ROPE_ASSIGN_OR_RETURN(std::optional<InputTensor> k,
+                        LoadInputTensor(flags, "k", "random_k_shape", 1));
+  ROPE_ASSIGN_OR_RETURN(std::optional<InputTensor> v,
+                        LoadInputTensor(flags, "v", "random_v_shape", 2));
+  if (!q.has_value() || !k.has_value()) {
     return UsageError("scores needs q and k: --q / --random_q_shape and --k / --random_k_shape");
   }
-  if (!v->has_value() && !flags.String("out_output").empty()) {
+  if (!v.has_value() && !flags.String("out_output").empty()) {
     return UsageError("--out_output given but there is no v (--v or --random_v_shape)");
   }
-  const v1::Tensor& q_tensor = (*q)->tensor;
-  absl::StatusOr<v1::RopeConfig> config =
-      RopeConfigFromFlags(flags, q_tensor.shape(q_tensor.shape_size() - 1));
-  if (!config.ok()) return config.status();
+  const v1::Tensor& q_tensor = q->tensor;
+  ROPE_ASSIGN_OR_RETURN(v1::RopeConfig config,
+                        RopeConfigFromFlags(flags, q_tensor.shape(q_tensor.shape_size() - 1)));
 
   v1::AttentionScoresRequest request;
-  *request.mutable_config() = *config;
+  *request.mutable_config() = config;
   *request.mutable_q() = q_tensor;
-  *request.mutable_k() = (*k)->tensor;
-  if (v->has_value()) *request.mutable_v() = (*v)->tensor;
+  *request.mutable_k() = k->tensor;
+  if (v.has_value()) *request.mutable_v() = v->tensor;
   request.set_q_start_pos(flags.Int("q_start_pos"));
   request.set_k_start_pos(flags.Int("k_start_pos"));
   request.set_causal(flags.Bool("causal"));
   request.set_softmax(flags.Bool("softmax"));
   request.set_scale(flags.Double("scale"));
 
-  absl::StatusOr<std::unique_ptr<RopeClient>> client = ClientFromFlags(flags);
-  if (!client.ok()) return client.status();
+  ROPE_ASSIGN_OR_RETURN(std::unique_ptr<RopeClient> client, ClientFromFlags(flags));
   const absl::Time start = absl::Now();
-  absl::StatusOr<v1::AttentionScoresResponse> response = (*client)->AttentionScores(request);
+  absl::StatusOr<v1::AttentionScoresResponse> response = client->AttentionScores(request);
   const absl::Duration elapsed = absl::Now() - start;
   if (!response.ok()) return response.status();
 
-  out << "scores  " << flags.String("target") << "  " << DescribeConfig(*config) << "\n";
+  out << "scores  " << flags.String("target") << "  " << DescribeConfig(config) << "\n";
   out << "  q_start_pos=" << request.q_start_pos() << " k_start_pos=" << request.k_start_pos()
       << " causal=" << (request.causal() ? "true" : "false")
       << " softmax=" << (request.softmax() ? "true" : "false") << " scale="
       << (request.scale() == 0 ? std::string("1/sqrt(head_dim)") : absl::StrCat(request.scale()))
       << "\n";
-  out << "  q: " << ShapeAndDType(q_tensor) << "  from " << (*q)->source << "\n";
-  out << "  k: " << ShapeAndDType((*k)->tensor) << "  from " << (*k)->source << "\n";
-  if (v->has_value()) {
-    out << "  v: " << ShapeAndDType((*v)->tensor) << "  from " << (*v)->source << "\n";
+  out << "  q: " << ShapeAndDType(q_tensor) << "  from " << q->source << "\n";
+  out << "  k: " << ShapeAndDType(k->tensor) << "  from " << k->source << "\n";
+  if (v.has_value()) {
+    out << "  v: " << ShapeAndDType(v->tensor) << "  from " << v->source << "\n";
   }
   absl::StatusOr<std::string> summary = SummarizeTensor(response->scores(), "reply scores");
   if (!summary.ok()) return summary.status();
   out << "  " << (request.softmax() ? "probs " : "scores") << ": " << *summary << "\n";
-  if (v->has_value()) {
+  if (v.has_value()) {
     summary = SummarizeTensor(response->output(), "reply output");
     if (!summary.ok()) return summary.status();
     out << "  output: " << *summary << "\n";
   }
   out << "  elapsed " << FormatMillis(elapsed) << "\n";
-  absl::Status status = WriteOutputIfAsked(flags, "out", response->scores(), out);
-  if (!status.ok()) return status;
-  if (v->has_value()) return WriteOutputIfAsked(flags, "out_output", response->output(), out);
+  ROPE_RETURN_IF_ERROR(WriteOutputIfAsked(flags, "out", response->scores(), out));
+  if (v.has_value()) return WriteOutputIfAsked(flags, "out_output", response->output(), out);
   return absl::OkStatus();
 }
 

@@ -5,6 +5,7 @@
 #include "client/cli/commands.h"
 #include "client/cli/common_flags.h"
 #include "client/cli/summary.h"
+#include "common/status_macros.h"
 
 namespace rope {
 namespace client {
@@ -13,10 +14,9 @@ namespace {
 void AddInfoFlags(FlagSet* flags) { AddConnectionFlags(flags); }
 
 absl::Status RunInfo(const FlagSet& flags, std::ostream& out) {
-  absl::StatusOr<std::unique_ptr<RopeClient>> client = ClientFromFlags(flags);
-  if (!client.ok()) return client.status();
+  ROPE_ASSIGN_OR_RETURN(std::unique_ptr<RopeClient> client, ClientFromFlags(flags));
   const absl::Time start = absl::Now();
-  absl::StatusOr<v1::ServerInfo> info = (*client)->GetServerInfo();
+  absl::StatusOr<v1::ServerInfo> info = client->GetServerInfo();
   const absl::Duration elapsed = absl::Now() - start;
   if (!info.ok()) return info.status();
   const v1::ServerLimits& limits = info->limits();
@@ -47,14 +47,12 @@ void AddHealthFlags(FlagSet* flags) {
 }
 
 absl::Status RunHealth(const FlagSet& flags, std::ostream& out) {
-  absl::StatusOr<std::unique_ptr<RopeClient>> client = ClientFromFlags(flags);
-  if (!client.ok()) return client.status();
-  absl::StatusOr<RopeClient::ServingStatus> status = (*client)->Health(flags.String("service"));
-  if (!status.ok()) return status.status();
-  out << ServingStatusName(*status) << "\n";
-  if (*status != grpc::health::v1::HealthCheckResponse::SERVING) {
+  ROPE_ASSIGN_OR_RETURN(std::unique_ptr<RopeClient> client, ClientFromFlags(flags));
+  ROPE_ASSIGN_OR_RETURN(RopeClient::ServingStatus status, client->Health(flags.String("service")));
+  out << ServingStatusName(status) << "\n";
+  if (status != grpc::health::v1::HealthCheckResponse::SERVING) {
     return absl::UnavailableError(
-        absl::StrCat(flags.String("target"), " reports ", ServingStatusName(*status)));
+        absl::StrCat(flags.String("target"), " reports ", ServingStatusName(status)));
   }
   return absl::OkStatus();
 }

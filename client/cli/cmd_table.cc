@@ -9,6 +9,7 @@
 #include "client/cli/commands.h"
 #include "client/cli/common_flags.h"
 #include "client/cli/summary.h"
+#include "common/status_macros.h"
 
 namespace rope {
 namespace client {
@@ -30,21 +31,19 @@ void AddTableFlags(FlagSet* flags) {
 }
 
 absl::Status RunTable(const FlagSet& flags, std::ostream& out) {
-  absl::StatusOr<v1::RopeConfig> config = RopeConfigFromFlags(flags, 0);
-  if (!config.ok()) return config.status();
+  ROPE_ASSIGN_OR_RETURN(v1::RopeConfig config, RopeConfigFromFlags(flags, 0));
   v1::GetTableRequest request;
-  *request.mutable_config() = *config;
+  *request.mutable_config() = config;
   request.set_start(flags.Int("start"));
   request.set_count(flags.Int("count"));
 
-  absl::StatusOr<std::unique_ptr<RopeClient>> client = ClientFromFlags(flags);
-  if (!client.ok()) return client.status();
+  ROPE_ASSIGN_OR_RETURN(std::unique_ptr<RopeClient> client, ClientFromFlags(flags));
   const absl::Time start = absl::Now();
-  absl::StatusOr<v1::GetTableResponse> response = (*client)->GetTable(request);
+  absl::StatusOr<v1::GetTableResponse> response = client->GetTable(request);
   const absl::Duration elapsed = absl::Now() - start;
   if (!response.ok()) return response.status();
 
-  out << "table  " << flags.String("target") << "  " << DescribeConfig(*config) << "\n";
+  out << "table  " << flags.String("target") << "  " << DescribeConfig(config) << "\n";
   std::vector<std::string> inv_freq;
   const int shown = std::min(response->inv_freq_size(), kInvFreqShown);
   for (int i = 0; i < shown; ++i) {
@@ -61,8 +60,7 @@ absl::Status RunTable(const FlagSet& flags, std::ostream& out) {
   if (!summary.ok()) return summary.status();
   out << "  sin: " << *summary << "\n";
   out << "  elapsed " << FormatMillis(elapsed) << "\n";
-  absl::Status status = WriteOutputIfAsked(flags, "out_cos", response->cos(), out);
-  if (!status.ok()) return status;
+  ROPE_RETURN_IF_ERROR(WriteOutputIfAsked(flags, "out_cos", response->cos(), out));
   return WriteOutputIfAsked(flags, "out_sin", response->sin(), out);
 }
 

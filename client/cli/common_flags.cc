@@ -10,6 +10,8 @@
 #include "client/cli/scaling_flags.h"
 #include "client/npy.h"
 #include "client/tensor_util.h"
+#include "common/defaults.h"
+#include "common/status_macros.h"
 
 namespace rope {
 namespace client {
@@ -38,7 +40,7 @@ absl::StatusOr<uint32_t> Uint32Flag(absl::string_view name, int64_t value) {
 
 void AddConnectionFlags(FlagSet* flags) {
   flags->BeginGroup("Connection flags");
-  flags->Add("target", FlagSet::Kind::kString, "localhost:50051",
+  flags->Add("target", FlagSet::Kind::kString, absl::StrCat("localhost:", kDefaultPort),
              "Server address, any gRPC target: host:port, "
              "ipv4:127.0.0.1:50051,127.0.0.1:50052 (round robin over the list), "
              "dns:///ropeserve.ns.svc:50051 (round robin over every address of a "
@@ -127,8 +129,7 @@ absl::StatusOr<std::unique_ptr<RopeClient>> ClientFromFlags(const FlagSet& flags
                                    ": must be > 0"));
   }
   if (flags.String("target").empty()) return UsageError("--target is empty");
-  absl::Status security = ApplySecurityFlags(ChannelSecurityFromFlags(flags), &options);
-  if (!security.ok()) return security;
+  ROPE_RETURN_IF_ERROR(ApplySecurityFlags(ChannelSecurityFromFlags(flags), &options));
   return RopeClient::Create(flags.String("target"), options);
 }
 
@@ -151,8 +152,7 @@ absl::StatusOr<v1::RopeConfig> RopeConfigFromFlags(const FlagSet& flags,
   absl::StatusOr<v1::Layout> layout = ParseLayout(flags.String("layout"));
   if (!layout.ok()) return UsageError(layout.status().message());
   config.set_layout(*layout);
-  absl::Status scaling = ApplyScalingFlags(flags, &config);
-  if (!scaling.ok()) return scaling;
+  ROPE_RETURN_IF_ERROR(ApplyScalingFlags(flags, &config));
   return config;
 }
 
@@ -184,10 +184,9 @@ absl::StatusOr<std::optional<InputTensor>> LoadInputTensor(const FlagSet& flags,
   }
   InputTensor input;
   if (!path.empty()) {
-    absl::StatusOr<NpyArray> array = ReadNpyFile(path);
-    if (!array.ok()) return array.status();
+    ROPE_ASSIGN_OR_RETURN(NpyArray array, ReadNpyFile(path));
     if (!dtype.has_value()) {
-      switch (array->dtype) {
+      switch (array.dtype) {
         case NpyDType::kFloat32: dtype = v1::FLOAT32; break;
         case NpyDType::kFloat16: dtype = v1::FLOAT16; break;
         case NpyDType::kUInt16:
@@ -195,10 +194,10 @@ absl::StatusOr<std::optional<InputTensor>> LoadInputTensor(const FlagSet& flags,
               path, ": dtype '<u2' holds raw bfloat16 bits: pass --dtype=bfloat16"));
       }
     }
-    absl::StatusOr<v1::Tensor> tensor = TensorFromNpy(*array, *dtype, path);
+    absl::StatusOr<v1::Tensor> tensor = TensorFromNpy(array, *dtype, path);
     if (!tensor.ok()) return tensor.status();
     input.tensor = *std::move(tensor);
-    input.source = absl::StrCat(path, " (", NpyDTypeDescr(array->dtype), ")");
+    input.source = absl::StrCat(path, " (", NpyDTypeDescr(array.dtype), ")");
     return std::optional<InputTensor>(std::move(input));
   }
   if (shape_text.empty()) return std::optional<InputTensor>();
@@ -210,10 +209,9 @@ absl::StatusOr<std::optional<InputTensor>> LoadInputTensor(const FlagSet& flags,
   absl::StatusOr<Distribution> distribution = ParseDistribution(flags.String("distribution"));
   if (!distribution.ok()) return UsageError(distribution.status().message());
   const uint64_t seed = static_cast<uint64_t>(flags.Int("seed")) + seed_offset;
-  absl::StatusOr<v1::Tensor> tensor =
-      RandomTensor(*shape, dtype.value_or(v1::FLOAT32), seed, *distribution);
-  if (!tensor.ok()) return tensor.status();
-  input.tensor = *std::move(tensor);
+  ROPE_ASSIGN_OR_RETURN(v1::Tensor tensor,
+                        RandomTensor(*shape, dtype.value_or(v1::FLOAT32), seed, *distribution));
+  input.tensor = std::move(tensor);
   input.source = absl::StrCat("random ", flags.String("distribution"), ", seed ", seed);
   return std::optional<InputTensor>(std::move(input));
 }
@@ -222,11 +220,9 @@ absl::Status WriteOutputIfAsked(const FlagSet& flags, absl::string_view flag,
                                 const v1::Tensor& tensor, std::ostream& out) {
   const std::string& path = flags.String(flag);
   if (path.empty()) return absl::OkStatus();
-  absl::StatusOr<NpyArray> array = TensorToNpy(tensor, flag);
-  if (!array.ok()) return array.status();
-  absl::Status status = WriteNpyFile(path, *array);
-  if (!status.ok()) return status;
-  out << "  wrote " << path << " (" << NpyDTypeDescr(array->dtype) << ")\n";
+  ROPE_ASSIGN_OR_RETURN(NpyArray array, TensorToNpy(tensor, flag));
+  ROPE_RETURN_IF_ERROR(WriteNpyFile(path, array));
+  out << "  wrote " << path << " (" << NpyDTypeDescr(array.dtype) << ")\n";
   return absl::OkStatus();
 }
 

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
+#include "common/status_macros.h"
 
 namespace rope {
 namespace client {
@@ -179,8 +180,7 @@ absl::Status FlagSet::Parse(absl::Span<const std::string> args) {
         return UsageError(absl::StrCat("flag --", name, " needs a value"));
       }
     }
-    absl::Status status = SetValue(&flag, value);
-    if (!status.ok()) return status;
+    ROPE_RETURN_IF_ERROR(SetValue(&flag, value));
   }
   return absl::OkStatus();
 }

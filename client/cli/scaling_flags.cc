@@ -10,6 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "common/status_macros.h"
 
 namespace rope {
 namespace client {
@@ -124,18 +125,17 @@ absl::Status ApplyScalingFlags(const FlagSet& flags, v1::RopeConfig* config) {
                                                                     ")")));
     }
   }
-  absl::StatusOr<uint32_t> original = OriginalLength(flags);
-  if (!original.ok()) return original.status();
+  ROPE_ASSIGN_OR_RETURN(uint32_t original, OriginalLength(flags));
   if (variant == "linear") {
     config->mutable_linear()->set_factor(flags.Double("factor"));
   } else if (variant == "dynamic") {
     auto* d = config->mutable_dynamic_ntk();
     d->set_factor(flags.Double("factor"));
-    d->set_original_max_position_embeddings(*original);
+    d->set_original_max_position_embeddings(original);
   } else if (variant == "yarn") {
     auto* y = config->mutable_yarn();
     y->set_factor(flags.Double("factor"));
-    y->set_original_max_position_embeddings(*original);
+    y->set_original_max_position_embeddings(original);
     y->set_beta_fast(flags.Double("beta_fast"));
     y->set_beta_slow(flags.Double("beta_slow"));
     y->set_mscale(flags.Double("mscale"));
@@ -146,13 +146,12 @@ absl::Status ApplyScalingFlags(const FlagSet& flags, v1::RopeConfig* config) {
     l->set_factor(flags.Double("factor"));
     l->set_low_freq_factor(flags.Double("low_freq_factor"));
     l->set_high_freq_factor(flags.Double("high_freq_factor"));
-    l->set_original_max_position_embeddings(*original);
+    l->set_original_max_position_embeddings(original);
   } else if (variant == "longrope") {
     auto* l = config->mutable_longrope();
     for (const char* name : {"short_factor", "long_factor"}) {
-      absl::StatusOr<std::vector<double>> list = ParseList(name, flags.String(name));
-      if (!list.ok()) return list.status();
-      for (double v : *list) {
+      ROPE_ASSIGN_OR_RETURN(std::vector<double> list, ParseList(name, flags.String(name)));
+      for (double v : list) {
         if (std::string(name) == "short_factor") {
           l->add_short_factor(v);
         } else {
@@ -160,7 +159,7 @@ absl::Status ApplyScalingFlags(const FlagSet& flags, v1::RopeConfig* config) {
         }
       }
     }
-    l->set_original_max_position_embeddings(*original);
+    l->set_original_max_position_embeddings(original);
     l->set_attention_factor(flags.Double("attention_factor"));
   }
   return absl::OkStatus();

@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 
 namespace rope {
 namespace load {
@@ -17,11 +18,10 @@ absl::StatusOr<std::unique_ptr<ChannelPool>> ChannelPool::Create(const std::stri
   options.own_connections = true;
   std::unique_ptr<ChannelPool> pool(new ChannelPool());
   for (int i = 0; i < connections; ++i) {
-    absl::StatusOr<std::unique_ptr<client::RopeClient>> c =
-        client::RopeClient::Create(target, options);
-    if (!c.ok()) return c.status();
-    pool->stubs_.push_back(std::make_unique<grpc::GenericStub>((*c)->channel()));
-    pool->clients_.push_back(*std::move(c));
+    ROPE_ASSIGN_OR_RETURN(std::unique_ptr<client::RopeClient> c,
+                          client::RopeClient::Create(target, options));
+    pool->stubs_.push_back(std::make_unique<grpc::GenericStub>(c->channel()));
+    pool->clients_.push_back(std::move(c));
   }
   return pool;
 }

@@ -11,8 +11,9 @@
 #include "client/cli/cli_parsing.h"
 #include "client/cli/common_flags.h"
 #include "client/cli/summary.h"
+#include "common/defaults.h"
+#include "common/status_macros.h"
 #include "rope/v1/rope.pb.h"
-#include "server/engine/rope_config.h"
 
 namespace rope {
 namespace load {
@@ -66,22 +67,20 @@ absl::StatusOr<Inputs> LoadInputs(const FlagSet& flags, int index, bool with_v) 
 int64_t LastDim(const v1::Tensor& tensor) { return tensor.shape(tensor.shape_size() - 1); }
 
 absl::Status BuildRotate(const FlagSet& flags, int index, Workload* workload) {
-  absl::StatusOr<Inputs> inputs = LoadInputs(flags, index, /*with_v=*/false);
-  if (!inputs.ok()) return inputs.status();
-  if (!inputs->q.has_value()) {
+  ROPE_ASSIGN_OR_RETURN(Inputs inputs, LoadInputs(flags, index, /*with_v=*/false));
+  if (!inputs.q.has_value()) {
     return UsageError(absl::StrCat(WorkloadRpcName(workload->kind),
                                    " needs q: give --random_q_shape=B,S,H,D or --q=file.npy"));
   }
   if (flags.IsSet("positions") && flags.IsSet("start_pos")) {
     return UsageError("give --start_pos or --positions, not both");
   }
-  absl::StatusOr<v1::RopeConfig> config =
-      client::RopeConfigFromFlags(flags, LastDim(inputs->q->tensor));
-  if (!config.ok()) return config.status();
+  ROPE_ASSIGN_OR_RETURN(v1::RopeConfig config,
+                        client::RopeConfigFromFlags(flags, LastDim(inputs.q->tensor)));
   auto request = std::make_unique<v1::RotateRequest>();
-  *request->mutable_config() = *config;
-  *request->mutable_q() = inputs->q->tensor;
-  if (inputs->k.has_value()) *request->mutable_k() = inputs->k->tensor;
+  *request->mutable_config() = config;
+  *request->mutable_q() = inputs.q->tensor;
+  if (inputs.k.has_value()) *request->mutable_k() = inputs.k->tensor;
   request->set_start_pos(flags.Int("start_pos"));
   absl::StatusOr<std::vector<int64_t>> positions =
       client::ParseInt64List(flags.String("positions"));
@@ -89,10 +88,10 @@ absl::Status BuildRotate(const FlagSet& flags, int index, Workload* workload) {
   for (int64_t p : *positions) request->add_positions(p);
   request->set_inverse(flags.Bool("inverse"));
   if (index == 0) {
-    workload->config_description = client::DescribeConfig(*config);
-    workload->payload_description = Describe("q", *inputs->q);
-    if (inputs->k.has_value()) {
-      absl::StrAppend(&workload->payload_description, ", ", Describe("k", *inputs->k));
+    workload->config_description = client::DescribeConfig(config);
+    workload->payload_description = Describe("q", *inputs.q);
+    if (inputs.k.has_value()) {
+      absl::StrAppend(&workload->payload_description, ", ", Describe("k", *inputs.k));
     }
     workload->reply_prototype = std::make_unique<v1::RotateResponse>();
   }
@@ -101,31 +100,29 @@ absl::Status BuildRotate(const FlagSet& flags, int index, Workload* workload) {
 }
 
 absl::Status BuildScores(const FlagSet& flags, int index, Workload* workload) {
-  absl::StatusOr<Inputs> inputs = LoadInputs(flags, index, /*with_v=*/true);
-  if (!inputs.ok()) return inputs.status();
-  if (!inputs->q.has_value() || !inputs->k.has_value()) {
+  ROPE_ASSIGN_OR_RETURN(Inputs inputs, LoadInputs(flags, index, /*with_v=*/true));
+  if (!inputs.q.has_value() || !inputs.k.has_value()) {
     return UsageError(
         "AttentionScores needs q and k: --random_q_shape / --q and --random_k_shape / --k");
   }
-  absl::StatusOr<v1::RopeConfig> config =
-      client::RopeConfigFromFlags(flags, LastDim(inputs->q->tensor));
-  if (!config.ok()) return config.status();
+  ROPE_ASSIGN_OR_RETURN(v1::RopeConfig config,
+                        client::RopeConfigFromFlags(flags, LastDim(inputs.q->tensor)));
   auto request = std::make_unique<v1::AttentionScoresRequest>();
-  *request->mutable_config() = *config;
-  *request->mutable_q() = inputs->q->tensor;
-  *request->mutable_k() = inputs->k->tensor;
-  if (inputs->v.has_value()) *request->mutable_v() = inputs->v->tensor;
+  *request->mutable_config() = config;
+  *request->mutable_q() = inputs.q->tensor;
+  *request->mutable_k() = inputs.k->tensor;
+  if (inputs.v.has_value()) *request->mutable_v() = inputs.v->tensor;
   request->set_q_start_pos(flags.Int("q_start_pos"));
   request->set_k_start_pos(flags.Int("k_start_pos"));
   request->set_causal(flags.Bool("causal"));
   request->set_softmax(flags.Bool("softmax"));
   request->set_scale(flags.Double("scale"));
   if (index == 0) {
-    workload->config_description = client::DescribeConfig(*config);
+    workload->config_description = client::DescribeConfig(config);
     workload->payload_description =
-        absl::StrCat(Describe("q", *inputs->q), ", ", Describe("k", *inputs->k));
-    if (inputs->v.has_value()) {
-      absl::StrAppend(&workload->payload_description, ", ", Describe("v", *inputs->v));
+        absl::StrCat(Describe("q", *inputs.q), ", ", Describe("k", *inputs.k));
+    if (inputs.v.has_value()) {
+      absl::StrAppend(&workload->payload_description, ", ", Describe("v", *inputs.v));
     }
     workload->reply_prototype = std::make_unique<v1::AttentionScoresResponse>();
   }
@@ -140,14 +137,13 @@ absl::Status BuildTable(const FlagSet& flags, int index, Workload* workload) {
       return UsageError(absl::StrCat("--", name, " is not used by the GetTable workload"));
     }
   }
-  absl::StatusOr<v1::RopeConfig> config = client::RopeConfigFromFlags(flags, 0);
-  if (!config.ok()) return config.status();
+  ROPE_ASSIGN_OR_RETURN(v1::RopeConfig config, client::RopeConfigFromFlags(flags, 0));
   auto request = std::make_unique<v1::GetTableRequest>();
-  *request->mutable_config() = *config;
+  *request->mutable_config() = config;
   request->set_start(flags.Int("table_start"));
   request->set_count(flags.Int("table_count"));
   if (index == 0) {
-    workload->config_description = client::DescribeConfig(*config);
+    workload->config_description = client::DescribeConfig(config);
     workload->payload_description = absl::StrCat("rows ", request->start(), " + ",
                                                  request->count() == 0
                                                      ? std::string("to the end")

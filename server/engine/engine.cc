@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "server/engine/status_macros.h"
+#include "common/status_macros.h"
 #include "server/engine/validation.h"
 
 namespace rope {

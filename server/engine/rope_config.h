@@ -7,12 +7,11 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "common/defaults.h"  // kDefaultTheta
 #include "server/engine/dtype.h"
 #include "server/engine/scaling.h"
 
 namespace rope {
-
-constexpr double kDefaultTheta = 10000.0;
 
 struct RopeConfig {
   double theta = 0;          // base; 0 means kDefaultTheta

@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
-#include "server/engine/status_macros.h"
+#include "common/status_macros.h"
 
 namespace rope {
 namespace {

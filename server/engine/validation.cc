@@ -6,7 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "server/engine/status_macros.h"
+#include "common/status_macros.h"
 
 namespace rope {
 namespace {

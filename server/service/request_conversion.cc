@@ -6,7 +6,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "server/engine/status_macros.h"
+#include "common/status_macros.h"
 #include "server/service/scaling_conversion.h"
 
 namespace rope {

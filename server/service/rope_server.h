@@ -17,6 +17,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/defaults.h"
 #include "grpcpp/server.h"
 #include "server/engine/engine.h"
 #include "server/service/call_gate.h"
@@ -36,10 +37,10 @@ namespace rope {
 
 struct ServerOptions {
   // host:port for gRPC; port 0 picks a free port (see RopeServer::port()).
-  std::string listen_address = "0.0.0.0:50051";
+  std::string listen_address = "0.0.0.0:" + std::to_string(kDefaultPort);
   // Largest message accepted or sent, each way (at most INT32_MAX: gRPC's
   // limit is an int).
-  int64_t max_message_bytes = int64_t{512} << 20;
+  int64_t max_message_bytes = kDefaultMaxMessageBytes;
   // Calls in flight across all methods (a stream is one call); <= 0: no limit.
   int64_t max_concurrent_calls = 64;
   // Threads running the calls' work; <= 0: one per hardware thread.

@@ -6,7 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
-#include "server/engine/status_macros.h"
+#include "common/status_macros.h"
 #include "server/service/request_conversion.h"
 #include "server/service/status_conversion.h"
 #include "server/service/unary_call.h"

@@ -16,6 +16,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "common/defaults.h"
 #include "grpcpp/server_context.h"
 #include "grpcpp/support/server_callback.h"
 #include "rope/v1/rope.grpc.pb.h"
@@ -31,7 +32,7 @@ namespace rope {
 struct ServiceOptions {
   // The server's limit on one message each way; replies over it are refused
   // with RESOURCE_EXHAUSTED. Reported by GetServerInfo.
-  int64_t max_message_bytes = int64_t{512} << 20;
+  int64_t max_message_bytes = kDefaultMaxMessageBytes;
 };
 
 class RopeServiceImpl final : public v1::RopeService::CallbackService {

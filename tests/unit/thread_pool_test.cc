@@ -1,7 +1,7 @@
-// server/backends/cpu/thread_pool.h: ParallelFor covers [0, n) exactly once
+// common/thread_pool.h: ParallelFor covers [0, n) exactly once
 // with chunks of at least min_chunk, also when many callers share the pool.
 // Built into scripts/tsan.sh's ThreadSanitizer run as well.
-#include "server/backends/cpu/thread_pool.h"
+#include "common/thread_pool.h"
 
 #include <algorithm>
 #include <cstdint>

@@ -6,7 +6,7 @@
 #define ROPE_BACKENDS_CPU_CPU_ATTENTION_H_
 
 #include "absl/status/status.h"
-#include "server/backends/cpu/thread_pool.h"
+#include "common/thread_pool.h"
 #include "server/engine/backend.h"
 
 namespace rope {

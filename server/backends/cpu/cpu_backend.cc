@@ -7,7 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "server/backends/cpu/cpu_attention.h"
 #include "server/backends/cpu/cpu_rotate.h"
-#include "server/backends/cpu/thread_pool.h"
+#include "common/thread_pool.h"
 
 namespace rope {
 namespace {

@@ -3,7 +3,7 @@
 #ifndef ROPE_BACKENDS_CPU_CPU_ROTATE_H_
 #define ROPE_BACKENDS_CPU_CPU_ROTATE_H_
 
-#include "server/backends/cpu/thread_pool.h"
+#include "common/thread_pool.h"
 #include "server/engine/backend.h"
 
 namespace rope {

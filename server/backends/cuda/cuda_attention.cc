@@ -6,7 +6,7 @@
 #include "server/backends/cuda/cuda_status.h"
 #include "server/backends/cuda/gemm_plan.h"
 #include "server/backends/cuda/kernel_launchers.h"
-#include "server/engine/status_macros.h"
+#include "common/status_macros.h"
 
 namespace rope {
 namespace {

@@ -9,14 +9,14 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "server/backends/cpu/thread_pool.h"
+#include "common/thread_pool.h"
 #include "server/backends/cuda/cublas_api.h"
 #include "server/backends/cuda/cuda_ops.h"
 #include "server/backends/cuda/cuda_status.h"
 #include "server/backends/cuda/device_table_cache.h"
 #include "server/backends/cuda/kernel_launchers.h"
 #include "server/backends/cuda/worker_context.h"
-#include "server/engine/status_macros.h"
+#include "common/status_macros.h"
 
 namespace rope {
 namespace {

@@ -5,7 +5,7 @@
 #include "server/backends/cuda/cuda_ops.h"
 #include "server/backends/cuda/cuda_status.h"
 #include "server/backends/cuda/kernel_launchers.h"
-#include "server/engine/status_macros.h"
+#include "common/status_macros.h"
 
 namespace rope {
 namespace {

@@ -2,7 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "server/backends/cuda/cuda_status.h"
-#include "server/engine/status_macros.h"
+#include "common/status_macros.h"
 
 namespace rope {
 

@@ -1,4 +1,4 @@
-#include "server/backends/cpu/thread_pool.h"
+#include "common/thread_pool.h"
 
 #include <algorithm>
 #include <atomic>

@@ -1,7 +1,7 @@
 // Status propagation macros. Abseil 20220623 (Debian 12) ships neither
 // ABSL_RETURN_IF_ERROR nor ASSIGN_OR_RETURN, so we carry the two we need.
-#ifndef ROPE_ENGINE_STATUS_MACROS_H_
-#define ROPE_ENGINE_STATUS_MACROS_H_
+#ifndef ROPE_COMMON_STATUS_MACROS_H_
+#define ROPE_COMMON_STATUS_MACROS_H_
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -26,4 +26,4 @@
   if (!tmp.ok()) return std::move(tmp).status();    \
   lhs = std::move(tmp).value()
 
-#endif  // ROPE_ENGINE_STATUS_MACROS_H_
+#endif  // ROPE_COMMON_STATUS_MACROS_H_

@@ -3,8 +3,8 @@
 // Thread-safe: many threads may call ParallelFor at once; their chunks share
 // the workers, and each caller also works on its own loop, so a loop always
 // makes progress even when every worker is busy with other loops.
-#ifndef ROPE_BACKENDS_CPU_THREAD_POOL_H_
-#define ROPE_BACKENDS_CPU_THREAD_POOL_H_
+#ifndef ROPE_COMMON_THREAD_POOL_H_
+#define ROPE_COMMON_THREAD_POOL_H_
 
 #include <cstdint>
 #include <deque>
@@ -46,4 +46,4 @@ class ThreadPool {
 
 }  // namespace rope
 
-#endif  // ROPE_BACKENDS_CPU_THREAD_POOL_H_
+#endif  // ROPE_COMMON_THREAD_POOL_H_
