@@ -7,9 +7,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "client/tensor_util.h"
+#include "common/status_macros.h"
+#include "proto_engine/rope_calls.h"
 #include "rope/v1/rope.pb.h"
-#include "server/backends/cpu/cpu_backend.h"
-#include "server/service/request_conversion.h"
 
 namespace rope {
 namespace load {
@@ -48,13 +48,11 @@ absl::Status CompareTensors(absl::string_view what, const v1::Tensor& got,
     }
     return absl::OkStatus();
   }
-  absl::StatusOr<std::vector<float>> g = client::TensorToFloats(got, what);
-  if (!g.ok()) return g.status();
-  absl::StatusOr<std::vector<float>> w = client::TensorToFloats(want, what);
-  if (!w.ok()) return w.status();
-  for (size_t i = 0; i < g->size(); ++i) {
-    const double a = (*g)[i];
-    const double b = (*w)[i];
+  ROPE_ASSIGN_OR_RETURN(std::vector<float> g, client::TensorToFloats(got, what));
+  ROPE_ASSIGN_OR_RETURN(std::vector<float> w, client::TensorToFloats(want, what));
+  for (size_t i = 0; i < g.size(); ++i) {
+    const double a = g[i];
+    const double b = w[i];
     if (a == b || (std::isnan(a) && std::isnan(b))) continue;
     const double diff = std::fabs(a - b);
     if (std::isfinite(diff)) check->max_abs_error = std::max(check->max_abs_error, diff);
@@ -68,74 +66,40 @@ absl::Status CompareTensors(absl::string_view what, const v1::Tensor& got,
   return absl::OkStatus();
 }
 
-v1::Tensor Float32Tensor(std::string bytes, const std::vector<int64_t>& shape) {
-  v1::Tensor t;
-  t.set_dtype(v1::FLOAT32);
-  for (int64_t d : shape) t.add_shape(d);
-  *t.mutable_data() = std::move(bytes);
-  return t;
-}
-
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Verifier>> Verifier::Create(const Workload* workload) {
-  absl::StatusOr<std::unique_ptr<Backend>> backend = NewCpuBackend(1);
-  if (!backend.ok()) return backend.status();
+  // Limits far above any server's: the oracle answers whatever the server
+  // accepted; the server's own limits are the server's to enforce.
   EngineLimits limits;
   limits.max_len_cap = 1u << 24;
   limits.max_elements_per_request = int64_t{1} << 30;
-  return std::unique_ptr<Verifier>(
-      new Verifier(workload, std::make_unique<Engine>(*std::move(backend), limits)));
+  ROPE_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, NewLocalCpuEngine(1, limits));
+  return std::unique_ptr<Verifier>(new Verifier(workload, std::move(engine)));
 }
 
 absl::StatusOr<Verifier::Expected> Verifier::Compute(int payload) const {
-  const std::unique_ptr<google::protobuf::Message> whole = workload_->Request(payload);
-  const google::protobuf::Message& request = *whole;
+  // A fresh copy of the request: AnswerRotate consumes it.
+  const std::unique_ptr<google::protobuf::Message> request = workload_->Request(payload);
   switch (workload_->kind) {
     case WorkloadKind::kRotate:
     case WorkloadKind::kRotateStream: {
-      v1::RotateRequest copy = static_cast<const v1::RotateRequest&>(request);
-      absl::StatusOr<RotateParams> params = RotateParamsFromProto(&copy);
-      if (!params.ok()) return params.status();
-      absl::Status status = engine_->Rotate(*params);
-      if (!status.ok()) return status;
       auto reply = std::make_unique<v1::RotateResponse>();
-      *reply->mutable_q() = std::move(*copy.mutable_q());
-      if (copy.has_k()) *reply->mutable_k() = std::move(*copy.mutable_k());
+      ROPE_RETURN_IF_ERROR(
+          AnswerRotate(*engine_, static_cast<v1::RotateRequest*>(request.get()), reply.get()));
       return Expected(std::move(reply));
     }
     case WorkloadKind::kAttentionScores: {
-      const auto& r = static_cast<const v1::AttentionScoresRequest&>(request);
-      absl::StatusOr<AttentionParams> params = AttentionParamsFromProto(r);
-      if (!params.ok()) return params.status();
-      std::string scores, output;
-      AttentionOutputs outputs;
-      outputs.scores = &scores;
-      if (r.has_v()) outputs.output = &output;
-      absl::Status status = engine_->AttentionScores(*params, &outputs);
-      if (!status.ok()) return status;
       auto reply = std::make_unique<v1::AttentionScoresResponse>();
-      *reply->mutable_scores() = Float32Tensor(std::move(scores), outputs.scores_shape);
-      if (r.has_v()) *reply->mutable_output() = Float32Tensor(std::move(output), outputs.output_shape);
+      ROPE_RETURN_IF_ERROR(AnswerAttentionScores(
+          *engine_, static_cast<const v1::AttentionScoresRequest&>(*request), reply.get()));
       return Expected(std::move(reply));
     }
     case WorkloadKind::kGetTable: {
-      const auto& r = static_cast<const v1::GetTableRequest&>(request);
-      absl::StatusOr<RopeConfig> config = ConfigFromProto(r.config());
-      if (!config.ok()) return config.status();
-      absl::StatusOr<TableSlice> slice = engine_->GetTable(*config, r.start(), r.count());
-      if (!slice.ok()) return slice.status();
-      const RopeTable& table = *slice->table;
-      const size_t bytes = static_cast<size_t>(slice->count) * table.half() * sizeof(float);
-      const std::vector<int64_t> shape = {slice->count, table.half()};
       auto reply = std::make_unique<v1::GetTableResponse>();
-      *reply->mutable_cos() = Float32Tensor(
-          std::string(reinterpret_cast<const char*>(table.cos_row(slice->start)), bytes), shape);
-      *reply->mutable_sin() = Float32Tensor(
-          std::string(reinterpret_cast<const char*>(table.sin_row(slice->start)), bytes), shape);
-      reply->mutable_inv_freq()->Assign(table.inv_freq().begin(), table.inv_freq().end());
-      reply->set_attention_factor(table.attention_factor());
-      reply->set_start(slice->start);
+      // No message limit: the server checks its own.
+      ROPE_RETURN_IF_ERROR(AnswerGetTable(
+          *engine_, static_cast<const v1::GetTableRequest&>(*request), 0, reply.get()));
       return Expected(std::move(reply));
     }
   }
@@ -148,9 +112,8 @@ absl::StatusOr<VerifyCheck> Verifier::Check(int payload, const google::protobuf:
     absl::MutexLock lock(&mu_);
     auto it = expected_.find(payload);
     if (it == expected_.end()) {
-      absl::StatusOr<Expected> computed = Compute(payload);
-      if (!computed.ok()) return computed.status();
-      it = expected_.emplace(payload, *std::move(computed)).first;
+      ROPE_ASSIGN_OR_RETURN(Expected computed, Compute(payload));
+      it = expected_.emplace(payload, std::move(computed)).first;
     }
     want = it->second.get();  // entries are never removed
   }

@@ -6,8 +6,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
-#include "common/status_macros.h"
-#include "server/service/request_conversion.h"
+#include "proto_engine/request_conversion.h"
+#include "proto_engine/rope_calls.h"
 #include "server/service/status_conversion.h"
 #include "server/service/unary_call.h"
 
@@ -18,18 +18,6 @@
 namespace rope {
 
 namespace {
-
-// Moves a tensor's fields from `from` into `to` without copying its bytes.
-void MoveTensor(v1::Tensor* from, v1::Tensor* to) {
-  to->set_dtype(from->dtype());
-  to->mutable_shape()->Swap(from->mutable_shape());
-  to->mutable_data()->swap(*from->mutable_data());
-}
-
-void SetFloatTensor(const std::vector<int64_t>& shape, v1::Tensor* tensor) {
-  tensor->set_dtype(v1::FLOAT32);
-  tensor->mutable_shape()->Assign(shape.begin(), shape.end());
-}
 
 absl::Status CancelledBeforeRun(Rpc rpc) {
   return absl::CancelledError(
@@ -93,7 +81,7 @@ class RopeServiceImpl::RotateStreamReactor final
     const int64_t bytes_in = static_cast<int64_t>(request_.ByteSizeLong());
     absl::Status status = context_->IsCancelled()
                               ? CancelledBeforeRun(Rpc::kRotateStream)
-                              : service_.DoRotate(&request_, &response_);
+                              : AnswerRotate(service_.engine_, &request_, &response_);
     if (!status.ok()) {
       bytes_in_ = bytes_in;
       FinishStream(status);
@@ -128,56 +116,20 @@ RopeServiceImpl::RopeServiceImpl(Engine& engine, CallGate& gate, ServiceMetrics&
   SetMessageAllocatorFor_Rotate(&rotate_allocator_);
 }
 
-absl::Status RopeServiceImpl::DoRotate(v1::RotateRequest* request, v1::RotateResponse* response) {
-  ROPE_ASSIGN_OR_RETURN(RotateParams params, RotateParamsFromProto(request));
-  ROPE_RETURN_IF_ERROR(engine_.Rotate(params));
-  MoveTensor(request->mutable_q(), response->mutable_q());
-  if (request->has_k()) MoveTensor(request->mutable_k(), response->mutable_k());
-  return absl::OkStatus();
-}
-
-absl::Status RopeServiceImpl::DoAttentionScores(const v1::AttentionScoresRequest& request,
-                                                v1::AttentionScoresResponse* response,
-                                                const Interrupt* interrupt) {
-  ROPE_ASSIGN_OR_RETURN(AttentionParams params, AttentionParamsFromProto(request));
-  params.interrupt = interrupt;
-  AttentionOutputs outputs;
-  outputs.scores = response->mutable_scores()->mutable_data();
-  if (request.has_v()) outputs.output = response->mutable_output()->mutable_data();
-  ROPE_RETURN_IF_ERROR(engine_.AttentionScores(params, &outputs));
-  SetFloatTensor(outputs.scores_shape, response->mutable_scores());
-  if (request.has_v()) SetFloatTensor(outputs.output_shape, response->mutable_output());
-  return absl::OkStatus();
-}
-
-absl::Status RopeServiceImpl::DoGetTable(const v1::GetTableRequest& request,
-                                         v1::GetTableResponse* response) {
-  if (!request.has_config()) {
-    return absl::InvalidArgumentError("config is missing: it is required");
-  }
-  ROPE_ASSIGN_OR_RETURN(RopeConfig config, ConfigFromProto(request.config()));
-  ROPE_ASSIGN_OR_RETURN(TableSlice slice,
-                        engine_.GetTable(config, request.start(), request.count()));
-  const RopeTable& table = *slice.table;
-  const int64_t half = table.half();
-  const int64_t bytes_each = slice.count * half * static_cast<int64_t>(sizeof(float));
-  if (options_.max_message_bytes > 0 && 2 * bytes_each > options_.max_message_bytes) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "GetTable reply of ", slice.count, " rows x ", half, " x 2 float32 values (",
-        2 * bytes_each, " bytes) is over the server's max_message_bytes ",
-        options_.max_message_bytes, "; ask for fewer rows (count)"));
-  }
-  const std::vector<int64_t> shape = {slice.count, half};
-  SetFloatTensor(shape, response->mutable_cos());
-  SetFloatTensor(shape, response->mutable_sin());
-  response->mutable_cos()->mutable_data()->assign(
-      reinterpret_cast<const char*>(table.cos_row(slice.start)), bytes_each);
-  response->mutable_sin()->mutable_data()->assign(
-      reinterpret_cast<const char*>(table.sin_row(slice.start)), bytes_each);
-  response->mutable_inv_freq()->Assign(table.inv_freq().begin(), table.inv_freq().end());
-  response->set_attention_factor(table.attention_factor());
-  response->set_start(slice.start);
-  return absl::OkStatus();
+template <typename Request, typename Response, typename Answer>
+grpc::ServerUnaryReactor* RopeServiceImpl::ServeUnary(Rpc rpc, grpc::CallbackServerContext* context,
+                                                      const Request& request, Response* response,
+                                                      Answer answer) {
+  auto* call = new UnaryCall(rpc, gate_, metrics_, options_.max_message_bytes);
+  if (!call->Admit(request)) return call;
+  work_.Schedule([call, rpc, context, response, answer = std::move(answer)] {
+    if (context->IsCancelled()) {
+      call->FinishWith(CancelledBeforeRun(rpc), nullptr);
+      return;
+    }
+    call->FinishWith(answer(), response);
+  });
+  return call;
 }
 
 void RopeServiceImpl::FillServerInfo(v1::ServerInfo* info) const {
@@ -226,24 +178,16 @@ void RopeServiceImpl::FillServerInfo(v1::ServerInfo* info) const {
 grpc::ServerUnaryReactor* RopeServiceImpl::Rotate(grpc::CallbackServerContext* context,
                                                   const v1::RotateRequest* request,
                                                   v1::RotateResponse* response) {
-  auto* call = new UnaryCall(Rpc::kRotate, gate_, metrics_, options_.max_message_bytes);
-  if (!call->Admit(*request)) return call;
   // The same object as `request`, owned by this call through the allocator
-  // installed in the constructor.
+  // installed in the constructor: rotated in place, its bytes moved into the
+  // reply.
   v1::RotateRequest* owned = MutableRequest<v1::RotateRequest, v1::RotateResponse>(context);
-  if (owned == nullptr) {
-    call->FinishWith(absl::InternalError("Rotate: the owning message allocator is not installed"),
-                     nullptr);
-    return call;
-  }
-  work_.Schedule([this, call, context, owned, response] {
-    if (context->IsCancelled()) {
-      call->FinishWith(CancelledBeforeRun(Rpc::kRotate), nullptr);
-      return;
+  return ServeUnary(Rpc::kRotate, context, *request, response, [this, owned, response] {
+    if (owned == nullptr) {
+      return absl::InternalError("Rotate: the owning message allocator is not installed");
     }
-    call->FinishWith(DoRotate(owned, response), response);
+    return AnswerRotate(engine_, owned, response);
   });
-  return call;
 }
 
 grpc::ServerBidiReactor<v1::RotateRequest, v1::RotateResponse>* RopeServiceImpl::RotateStream(
@@ -254,36 +198,24 @@ grpc::ServerBidiReactor<v1::RotateRequest, v1::RotateResponse>* RopeServiceImpl:
 grpc::ServerUnaryReactor* RopeServiceImpl::AttentionScores(
     grpc::CallbackServerContext* context, const v1::AttentionScoresRequest* request,
     v1::AttentionScoresResponse* response) {
-  auto* call = new UnaryCall(Rpc::kAttentionScores, gate_, metrics_, options_.max_message_bytes);
-  if (!call->Admit(*request)) return call;
-  work_.Schedule([this, call, context, request, response] {
-    if (context->IsCancelled()) {
-      call->FinishWith(CancelledBeforeRun(Rpc::kAttentionScores), nullptr);
-      return;
-    }
-    // The longest call there is: let the backend stop when the client
-    // cancels or its deadline passes (gRPC marks the call cancelled then).
-    const Interrupt interrupt([context] { return context->IsCancelled(); },
-                              absl::FromChrono(context->deadline()));
-    call->FinishWith(DoAttentionScores(*request, response, &interrupt), response);
-  });
-  return call;
+  return ServeUnary(Rpc::kAttentionScores, context, *request, response,
+                    [this, context, request, response] {
+                      // The longest call there is: let the backend stop when the
+                      // client cancels or its deadline passes (gRPC marks the call
+                      // cancelled then).
+                      const Interrupt interrupt([context] { return context->IsCancelled(); },
+                                                absl::FromChrono(context->deadline()));
+                      return AnswerAttentionScores(engine_, *request, response, &interrupt);
+                    });
 }
 
 grpc::ServerUnaryReactor* RopeServiceImpl::GetTable(grpc::CallbackServerContext* context,
                                                     const v1::GetTableRequest* request,
                                                     v1::GetTableResponse* response) {
-  auto* call = new UnaryCall(Rpc::kGetTable, gate_, metrics_, options_.max_message_bytes);
-  if (!call->Admit(*request)) return call;
-  // A miss builds a whole table: keep it off gRPC's threads too.
-  work_.Schedule([this, call, context, request, response] {
-    if (context->IsCancelled()) {
-      call->FinishWith(CancelledBeforeRun(Rpc::kGetTable), nullptr);
-      return;
-    }
-    call->FinishWith(DoGetTable(*request, response), response);
+  // A miss builds a whole table: off gRPC's threads too.
+  return ServeUnary(Rpc::kGetTable, context, *request, response, [this, request, response] {
+    return AnswerGetTable(engine_, *request, options_.max_message_bytes, response);
   });
-  return call;
 }
 
 grpc::ServerUnaryReactor* RopeServiceImpl::GetServerInfo(grpc::CallbackServerContext* context,

@@ -1,9 +1,9 @@
 // RopeServiceImpl: the rope.v1.RopeService over gRPC's callback API.
 //
-// gRPC glue only: each handler admits the call through the CallGate, converts
-// the request (request_conversion.h), runs the Engine on the WorkQueue so the
-// library's threads stay free for I/O and admission, converts the result and
-// the status (ToGrpcStatus), and records metrics.
+// gRPC glue only: each handler admits the call through the CallGate, runs the
+// RPC's entry of proto_engine/rope_calls.h (request message to reply message
+// over the Engine) on the WorkQueue so the library's threads stay free for
+// I/O and admission, converts the status (ToGrpcStatus), and records metrics.
 //
 // Rotate and RotateStream rotate in the request's own bytes and move them
 // into the reply: the payload is never copied by the service.
@@ -58,13 +58,13 @@ class RopeServiceImpl final : public v1::RopeService::CallbackService {
  private:
   class RotateStreamReactor;
 
-  // Rotates `request` in place and moves q (and k) into `response`.
-  absl::Status DoRotate(v1::RotateRequest* request, v1::RotateResponse* response);
-  // `interrupt` (may be null) lets the backend stop early.
-  absl::Status DoAttentionScores(const v1::AttentionScoresRequest& request,
-                                 v1::AttentionScoresResponse* response,
-                                 const Interrupt* interrupt);
-  absl::Status DoGetTable(const v1::GetTableRequest& request, v1::GetTableResponse* response);
+  // The skeleton of Rotate, AttentionScores and GetTable: admits the call,
+  // then on the work queue runs `answer` (() -> absl::Status, filling
+  // `response`) unless the call was cancelled or its deadline passed while it
+  // waited, and finishes the call with the status and the reply.
+  template <typename Request, typename Response, typename Answer>
+  grpc::ServerUnaryReactor* ServeUnary(Rpc rpc, grpc::CallbackServerContext* context,
+                                       const Request& request, Response* response, Answer answer);
   void FillServerInfo(v1::ServerInfo* info) const;
 
   Engine& engine_;

@@ -10,7 +10,7 @@
 #include "rope/v1/rope.pb.h"
 #include "server/backends/cpu/cpu_backend.h"
 #include "server/engine/engine.h"
-#include "server/service/request_conversion.h"
+#include "proto_engine/request_conversion.h"
 
 namespace rope {
 namespace fuzz {

@@ -1,6 +1,6 @@
 // rope.v1.RopeConfig's `scaling` oneof <-> the engine's ScalingConfig.
-#ifndef ROPE_SERVICE_SCALING_CONVERSION_H_
-#define ROPE_SERVICE_SCALING_CONVERSION_H_
+#ifndef ROPE_PROTO_ENGINE_SCALING_CONVERSION_H_
+#define ROPE_PROTO_ENGINE_SCALING_CONVERSION_H_
 
 #include "absl/status/statusor.h"
 #include "rope/v1/rope.pb.h"
@@ -14,4 +14,4 @@ ScalingConfig ScalingFromProto(const v1::RopeConfig& proto);
 
 }  // namespace rope
 
-#endif  // ROPE_SERVICE_SCALING_CONVERSION_H_
+#endif  // ROPE_PROTO_ENGINE_SCALING_CONVERSION_H_

@@ -1,4 +1,4 @@
-#include "server/service/scaling_conversion.h"
+#include "proto_engine/scaling_conversion.h"
 
 namespace rope {
 

@@ -1,4 +1,4 @@
-#include "server/service/request_conversion.h"
+#include "proto_engine/request_conversion.h"
 
 #include <string>
 #include <utility>
@@ -7,7 +7,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "server/service/scaling_conversion.h"
+#include "proto_engine/scaling_conversion.h"
 
 namespace rope {
 

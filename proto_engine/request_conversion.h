@@ -5,8 +5,8 @@
 // variants this server does not implement. Everything else (shapes, byte
 // lengths, dims, positions, limits) is the engine's to validate, in one place.
 // Every error names the field and its value.
-#ifndef ROPE_SERVICE_REQUEST_CONVERSION_H_
-#define ROPE_SERVICE_REQUEST_CONVERSION_H_
+#ifndef ROPE_PROTO_ENGINE_REQUEST_CONVERSION_H_
+#define ROPE_PROTO_ENGINE_REQUEST_CONVERSION_H_
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -46,4 +46,4 @@ absl::StatusOr<AttentionParams> AttentionParamsFromProto(const v1::AttentionScor
 
 }  // namespace rope
 
-#endif  // ROPE_SERVICE_REQUEST_CONVERSION_H_
+#endif  // ROPE_PROTO_ENGINE_REQUEST_CONVERSION_H_
