@@ -1,5 +1,7 @@
-# Small helpers shared by every target: warnings per target, and a test helper.
-# No global flags: each target states what it needs.
+# Helpers shared by every target: warnings and sanitizers per target, and one
+# call per library (rope_cc_library), executable (rope_cc_binary) and
+# GoogleTest binary (rope_cc_test). No global flags: each target states what
+# it needs.
 
 # Sanitizers for every target of ours (each calls rope_set_warnings), e.g.
 # -DROPE_SANITIZE=address,undefined (scripts/sanitize.sh). Per target, not in
@@ -44,13 +46,74 @@ function(rope_set_warnings target)
   rope_apply_sanitizers(${target})
 endfunction()
 
-# rope_cc_test(NAME name SRCS a.cc b.cc DEPS lib1 lib2 [LABELS l1 l2])
-# Builds a GoogleTest binary and registers each of its tests with ctest.
+# The include root of every library: code includes "common/...",
+# "server/engine/...", "client/..." from the repository root, and from
+# include/ropeserve once installed (see client/CMakeLists.txt).
+set(ROPE_INCLUDE_INTERFACE
+    $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}>
+    $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}/ropeserve>)
+
+# rope_cc_library(NAME <name>
+#                 [SRCS <file>...]          # none: a header-only (INTERFACE) library
+#                 [HDRS <file>...]          # its public headers
+#                 [PUBLIC_DEPS <target>...] # needed by a header in HDRS (PUBLIC)
+#                 [DEPS <target>...]        # needed by SRCS only (PRIVATE)
+#                 [DEFINES <def>...]        # private compile definitions
+#                 [TYPE STATIC|SHARED|MODULE])  # default STATIC
+# One library per call, in the spirit of abseil's absl_cc_library: includes
+# rooted at the repository, warnings and sanitizers per target
+# (rope_set_warnings), dependencies PUBLIC only when a public header needs
+# them.
+function(rope_cc_library)
+  cmake_parse_arguments(L "" "NAME;TYPE" "SRCS;HDRS;PUBLIC_DEPS;DEPS;DEFINES" ${ARGN})
+  if(NOT L_NAME)
+    message(FATAL_ERROR "rope_cc_library: NAME is required")
+  endif()
+  if(NOT L_SRCS)
+    add_library(${L_NAME} INTERFACE ${L_HDRS})
+    target_include_directories(${L_NAME} INTERFACE ${ROPE_INCLUDE_INTERFACE})
+    target_link_libraries(${L_NAME} INTERFACE ${L_PUBLIC_DEPS} ${L_DEPS})
+    return()
+  endif()
+  if(NOT L_TYPE)
+    set(L_TYPE STATIC)
+  endif()
+  add_library(${L_NAME} ${L_TYPE} ${L_SRCS} ${L_HDRS})
+  target_include_directories(${L_NAME} PUBLIC ${ROPE_INCLUDE_INTERFACE})
+  target_link_libraries(${L_NAME} PUBLIC ${L_PUBLIC_DEPS} PRIVATE ${L_DEPS})
+  if(L_DEFINES)
+    target_compile_definitions(${L_NAME} PRIVATE ${L_DEFINES})
+  endif()
+  rope_set_warnings(${L_NAME})
+endfunction()
+
+# rope_cc_binary(NAME <name> SRCS <file>... [DEPS <target>...] [DEFINES <def>...])
+# An executable in bin/ with the project's warnings and sanitizers.
+function(rope_cc_binary)
+  cmake_parse_arguments(B "" "NAME" "SRCS;DEPS;DEFINES" ${ARGN})
+  add_executable(${B_NAME} ${B_SRCS})
+  target_include_directories(${B_NAME} PRIVATE ${PROJECT_SOURCE_DIR})
+  target_link_libraries(${B_NAME} PRIVATE ${B_DEPS})
+  if(B_DEFINES)
+    target_compile_definitions(${B_NAME} PRIVATE ${B_DEFINES})
+  endif()
+  rope_set_warnings(${B_NAME})
+endfunction()
+
+# rope_cc_test(NAME <name> SRCS <file>... [DEPS <target>...] [DEFINES <def>...]
+#              [LABELS <label>...] [TIMEOUT <seconds>] [NEEDS_ROPESERVE])
+# A GoogleTest binary whose tests ctest runs one by one (gtest_discover_tests).
+# NEEDS_ROPESERVE: the test starts the built server; ROPESERVE_PATH names it
+# and it is built first.
 function(rope_cc_test)
-  cmake_parse_arguments(T "" "NAME;TIMEOUT" "SRCS;DEPS;LABELS" ${ARGN})
-  add_executable(${T_NAME} ${T_SRCS})
-  target_link_libraries(${T_NAME} PRIVATE ${T_DEPS} GTest::gtest GTest::gtest_main)
-  rope_set_warnings(${T_NAME})
+  cmake_parse_arguments(T "NEEDS_ROPESERVE" "NAME;TIMEOUT" "SRCS;DEPS;DEFINES;LABELS" ${ARGN})
+  rope_cc_binary(NAME ${T_NAME} SRCS ${T_SRCS}
+    DEPS ${T_DEPS} GTest::gtest GTest::gtest_main
+    DEFINES ${T_DEFINES})
+  if(T_NEEDS_ROPESERVE)
+    target_compile_definitions(${T_NAME} PRIVATE ROPESERVE_PATH="$<TARGET_FILE:ropeserve>")
+    add_dependencies(${T_NAME} ropeserve)
+  endif()
   if(NOT T_TIMEOUT)
     set(T_TIMEOUT 300)
   endif()
