@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
 # Sets up, builds and runs every test of ropeserve:
+#   0. scripts/check_layers.sh: the layering of the #includes (and its
+#      self-test), first because it needs no build and takes a second;
 #   1. ctest (unit, service, client, e2e, load, deploy scale-out, cuda host
 #      tests, fuzz-corpus replay) in ${BUILD_DIR:-build};
 #   2. scripts/k8s_check.sh: Kubernetes manifests and compose file;
@@ -14,6 +16,8 @@
 # ROPE_SKIP_FUZZ=1 skip steps 3-6 for quick local runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+./scripts/check_layers.sh
+./scripts/check_layers.sh --self-test
 ./scripts/setup.sh
 ./scripts/build.sh
 (cd "${BUILD_DIR:-build}" && ctest --output-on-failure -j"$(nproc)" --timeout 600)
