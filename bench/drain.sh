@@ -21,6 +21,7 @@ if [ -z "${SKIP_BUILD:-}" ]; then
   cmake --build "$BUILD_DIR" --target ropeserve ropeload -j"$(nproc)"
 fi
 mkdir -p "$(dirname "$OUT_PREFIX")"
-exec python3 bench/drain_run.py --ropeserve="$BUILD_DIR/bin/ropeserve" \
+# RopeServe (tests/support/python/ropeserve_process.py) starts the servers.
+PYTHONPATH=tests/support/python${PYTHONPATH:+:$PYTHONPATH} exec python3 bench/drain_run.py --ropeserve="$BUILD_DIR/bin/ropeserve" \
   --ropeload="$BUILD_DIR/bin/ropeload" --duration_s="$DURATION_S" --prefix="$OUT_PREFIX" \
   --only="${ONLY:-}"

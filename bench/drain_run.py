@@ -1,5 +1,6 @@
 #!/usr/bin/python3
-"""Drain under load (run by bench/drain.sh; standard library only).
+"""Drain under load (run by bench/drain.sh; standard library only, plus
+tests/support/python/ropeserve_process.py, which drain.sh puts on PYTHONPATH).
 
 Each scenario starts ropeserve (CPU backend, 127.0.0.1, /metrics on), runs
 one ropeload closed loop against it, sends SIGTERM to a server SIGTERM_AT_S
@@ -32,15 +33,13 @@ import json
 import os
 import platform
 import re
-import select
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-import urllib.request
+
+from ropeserve_process import RopeServe
 
 START_TIMEOUT_S = 30
 GRACE_S = 25  # ropeserve's default --shutdown_grace_period
@@ -50,92 +49,41 @@ ALLOWED_CLIENT_CODES = {"UNAVAILABLE"}
 ALLOWED_SERVER_CODES = {"OK", "UNAVAILABLE"}
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def start_server(binary):
+    """ropeserve (CPU backend) on 127.0.0.1 with /metrics and the drain's grace period."""
+    return RopeServe(binary, ["--backend=cpu", "--shutdown_grace_period=%ds" % GRACE_S],
+                     metrics=True, start_timeout=START_TIMEOUT_S)
 
 
-class Server:
-    """A ropeserve child process on 127.0.0.1 with /metrics."""
-
-    def __init__(self, binary, extra):
-        last = ""
-        for _ in range(3):  # the metrics port can be taken before the server binds it
-            self.metrics_port = free_port()
-            self.proc = subprocess.Popen(
-                [binary, "--listen=127.0.0.1:0", "--backend=cpu", "--metrics_host=127.0.0.1",
-                 "--metrics_port=%d" % self.metrics_port,
-                 "--shutdown_grace_period=%ds" % GRACE_S] + extra,
-                stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-            self.address, last = self._wait_listening()
-            if self.address:
-                self.output = last
-                self._drain_output = threading.Thread(target=self._read_rest, daemon=True)
-                self._drain_output.start()
-                return
-            self.kill()
-        raise RuntimeError("ropeserve did not start: " + last)
-
-    def _wait_listening(self):
-        fd = self.proc.stdout.fileno()
-        output = ""
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while time.monotonic() < deadline:
-            m = re.search(r"ropeserve listening on (\S+)", output)
-            if m and "ropeserve metrics on" in output:
-                return m.group(1), output
-            ready, _, _ = select.select([fd], [], [], 0.5)
-            if not ready:
-                if self.proc.poll() is not None:
-                    break
-                continue
-            chunk = os.read(fd, 4096)
-            if not chunk:
-                break
-            output += chunk.decode(errors="replace")
-        return None, output
-
-    def _read_rest(self):
-        for line in self.proc.stdout:
-            self.output += line.decode(errors="replace")
-
-    def kill(self):
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(timeout=30)
-
-    def scrape(self):
-        """{"requests": {code: n}, "in_flight": n, "draining": 0/1}, or None."""
-        try:
-            url = "http://127.0.0.1:%d/metrics" % self.metrics_port
-            with urllib.request.urlopen(url, timeout=2) as reply:
-                text = reply.read().decode()
-        except OSError:
-            return None
-        requests = {}
-        for m in re.finditer(r'^rope_requests_total\{([^}]*)\} (\S+)$', text, re.M):
-            labels = dict(re.findall(r'(\w+)="([^"]*)"', m.group(1)))
-            if labels.get("rpc") == "GetServerInfo":
-                continue  # ropeload's connect check, not load
-            code = labels["code"]
-            requests[code] = requests.get(code, 0) + int(float(m.group(2)))
-        scalars = dict(re.findall(r"^(rope_calls_in_flight|rope_draining) (\S+)$", text, re.M))
-        if len(scalars) < 2:
-            return None  # a page from a server taking its collectors down
-        return {"requests": requests, "in_flight": int(float(scalars["rope_calls_in_flight"])),
-                "draining": int(float(scalars["rope_draining"]))}
+def scrape(server):
+    """{"requests": {code: n}, "in_flight": n, "draining": 0/1} from `server`, or None."""
+    try:
+        text = server.metrics_page(timeout=2)
+    except OSError:
+        return None
+    requests = {}
+    for m in re.finditer(r'^rope_requests_total\{([^}]*)\} (\S+)$', text, re.M):
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', m.group(1)))
+        if labels.get("rpc") == "GetServerInfo":
+            continue  # ropeload's connect check, not load
+        code = labels["code"]
+        requests[code] = requests.get(code, 0) + int(float(m.group(2)))
+    scalars = dict(re.findall(r"^(rope_calls_in_flight|rope_draining) (\S+)$", text, re.M))
+    if len(scalars) < 2:
+        return None  # a page from a server taking its collectors down
+    return {"requests": requests, "in_flight": int(float(scalars["rope_calls_in_flight"])),
+            "draining": int(float(scalars["rope_draining"]))}
 
 
 def stop_and_watch(server, result):
     """SIGTERM `server`, scrape it until it exits; fills `result`."""
     scrapes = []
-    before = server.scrape()
+    before = scrape(server)
     t0 = time.monotonic()
     server.proc.send_signal(signal.SIGTERM)
     deadline = t0 + GRACE_S + 20
     while server.proc.poll() is None and time.monotonic() < deadline:
-        s = server.scrape()
+        s = scrape(server)
         if s is not None:
             s["t_s"] = round(time.monotonic() - t0, 3)
             scrapes.append(s)
@@ -187,7 +135,7 @@ def client_counts(json_path):
 
 
 def single_server(args, name, flags, work):
-    server = Server(args.ropeserve, [])
+    server = start_server(args.ropeserve)
     json_path = os.path.join(work, name + ".json")
     result = {"name": name, "kind": "single server", "servers": 1}
     cmd, proc = run_ropeload(args.ropeload, server.address, flags, json_path, args.duration_s)
@@ -219,7 +167,7 @@ def single_server(args, name, flags, work):
 
 
 def replicas(args, name, flags, work):
-    servers = [Server(args.ropeserve, []) for _ in range(3)]
+    servers = [start_server(args.ropeserve) for _ in range(3)]
     target = "ipv4:" + ",".join(s.address for s in servers)
     json_path = os.path.join(work, name + ".json")
     result = {"name": name, "kind": "3 replicas, round_robin, SIGTERM to one", "servers": 3}
@@ -235,7 +183,7 @@ def replicas(args, name, flags, work):
             result["pass"] = False
             return result
         result["client"] = client_counts(json_path)
-        others = [s.scrape() for s in servers[1:]]
+        others = [scrape(s) for s in servers[1:]]
     finally:
         for s in servers[1:]:
             if s.proc.poll() is None:

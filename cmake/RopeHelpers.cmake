@@ -121,3 +121,23 @@ function(rope_cc_test)
     DISCOVERY_TIMEOUT 60
     PROPERTIES TIMEOUT ${T_TIMEOUT} LABELS "${T_LABELS}")
 endfunction()
+
+# rope_py_test(NAME <name> SCRIPT <file.py> [ARGS <arg>...] [LABELS <label>...]
+#              [TIMEOUT <seconds>])
+# A Python test run by Debian's python3 (its grpcio, numpy) with
+# tests/support/python on PYTHONPATH, so that it starts servers through
+# ropeserve_process.RopeServe. Exit status 77 means skipped. Not registered
+# (the top level says so) when /usr/bin/python3 is missing.
+function(rope_py_test)
+  cmake_parse_arguments(T "" "NAME;SCRIPT;TIMEOUT" "ARGS;LABELS" ${ARGN})
+  if(NOT ROPE_SYSTEM_PYTHON3)
+    return()
+  endif()
+  if(NOT T_TIMEOUT)
+    set(T_TIMEOUT 300)
+  endif()
+  add_test(NAME ${T_NAME} COMMAND ${ROPE_SYSTEM_PYTHON3} ${T_SCRIPT} ${T_ARGS})
+  set_tests_properties(${T_NAME} PROPERTIES
+    LABELS "${T_LABELS}" TIMEOUT ${T_TIMEOUT} SKIP_RETURN_CODE 77
+    ENVIRONMENT "PYTHONPATH=${PROJECT_SOURCE_DIR}/tests/support/python")
+endfunction()

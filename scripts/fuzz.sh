@@ -14,7 +14,7 @@
 #
 # Fails (exit 1) on a crash, sanitizer report, leak, timeout or out-of-memory;
 # the input that did it is copied into tests/fuzz/regressions/, where
-# rope_fuzz_replay (a ctest test) replays it from then on: commit it with the
+# rope_fuzz_replay_test (a ctest test) replays it from then on: commit it with the
 # fix. Reproduce with: build-fuzz/bin/rope_request_fuzzer FILE
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -55,7 +55,7 @@ if [ "$status" -ne 0 ]; then
   found=$(find "$artifacts" -type f | sort)
   for f in $found; do
     cp "$f" tests/fuzz/regressions/
-    echo "fuzz: kept $(basename "$f") in tests/fuzz/regressions/ (rope_fuzz_replay replays it)" >&2
+    echo "fuzz: kept $(basename "$f") in tests/fuzz/regressions/ (rope_fuzz_replay_test replays it)" >&2
   done
   echo "fuzz: FAILED (exit $status); reproduce with $BUILD_DIR/bin/rope_request_fuzzer <input>" >&2
   exit 1

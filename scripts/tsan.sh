@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Builds the concurrency tests with ThreadSanitizer (g++) in
 # ${TSAN_BUILD_DIR:-build-tsan} and runs them:
-#   rope_cache_test         table cache: one build per key under concurrent misses
-#   rope_thread_pool_test   CPU backend's ThreadPool: ParallelFor from many callers
-#   rope_rotate_test        CPU backend: rows split across threads, concurrent calls
-#   rope_attention_test     CPU backend: attention split across threads
-#   rope_service_sync_test  the service's CallGate and WorkQueue
+#   rope_unit_cache_test        table cache: one build per key under concurrent misses
+#   rope_unit_thread_pool_test  common/'s ThreadPool: ParallelFor from many callers
+#   rope_unit_rotate_test       CPU backend: rows split across threads, concurrent calls
+#   rope_unit_attention_test    CPU backend: attention split across threads
+#   rope_service_sync_test      the service's CallGate and WorkQueue
 #
 # Why Abseil is rebuilt: Debian's libabsl is not built with -fsanitize=thread,
 # so absl::Mutex's Lock/Unlock run in uninstrumented code, TSan never sees the
@@ -32,8 +32,8 @@
 # (scripts/tsan.supp) cover only code that is not ours, each with its reason.
 #
 #   scripts/tsan.sh                               # every binary above
-#   TSAN_TESTS="rope_cache_test" scripts/tsan.sh  # some of them
-#   TSAN_TESTS=rope_service_test \
+#   TSAN_TESTS="rope_unit_cache_test" scripts/tsan.sh  # some of them
+#   TSAN_TESTS=rope_service_rpc_test \
 #     TSAN_OPTIONS=halt_on_error=0:ignore_noninstrumented_modules=1 \
 #     scripts/tsan.sh                             # see what gRPC's hand-offs give
 set -euo pipefail
@@ -42,7 +42,7 @@ ROOT=$PWD
 
 BUILD_DIR=${TSAN_BUILD_DIR:-build-tsan}
 DEPS_DIR=${TSAN_DEPS_DIR:-build-tsan-deps}
-TESTS=${TSAN_TESTS:-rope_cache_test rope_thread_pool_test rope_rotate_test rope_attention_test rope_service_sync_test}
+TESTS=${TSAN_TESTS:-rope_unit_cache_test rope_unit_thread_pool_test rope_unit_rotate_test rope_unit_attention_test rope_service_sync_test}
 CXX=${CXX:-g++}
 JOBS=$(nproc)
 mkdir -p "$DEPS_DIR"

@@ -75,6 +75,160 @@ std::string StepLabel(const StepPlan& plan, size_t index, size_t count) {
   return label;
 }
 
+// Everything a run needs, made from the command line before any load.
+struct RunSetup {
+  LoadSpec spec;
+  Workload workload;
+  std::unique_ptr<ChannelPool> pool;
+  v1::ServerInfo server;                // what Connect's GetServerInfo said
+  std::unique_ptr<Verifier> verifier;  // null without --verify
+};
+
+// Setup: the load spec and the workload from `flags`, the channels, a first
+// call to the server and, for --verify, the local oracle. kExitOk, or the
+// exit code once the error is reported on `err`.
+int SetUpRun(const client::FlagSet& flags, std::ostream& err, RunSetup* setup) {
+  absl::StatusOr<LoadSpec> spec = LoadSpecFromFlags(flags);
+  if (!spec.ok()) {
+    ReportError(spec.status(), err);
+    return kExitUsage;
+  }
+  setup->spec = *std::move(spec);
+  absl::StatusOr<Workload> workload = WorkloadFromFlags(flags);
+  if (!workload.ok()) {
+    ReportError(workload.status(), err);
+    return client::IsUsageError(workload.status()) ? kExitUsage : kExitFailure;
+  }
+  setup->workload = *std::move(workload);
+
+  client::ClientOptions options;
+  // Only Connect's GetServerInfo uses this deadline (the load's calls take
+  // --deadline): a tiny --deadline should fail load calls, not the start.
+  options.deadline = std::max(setup->spec.deadline, absl::Seconds(10));
+  options.retry_max_attempts = 1;  // every failure is counted, none hidden by a retry
+  absl::Status security = client::ApplySecurityFlags(setup->spec.security, &options);
+  if (!security.ok()) {
+    ReportError(security, err);
+    return client::IsUsageError(security) ? kExitUsage : kExitFailure;
+  }
+  absl::StatusOr<std::unique_ptr<ChannelPool>> pool =
+      ChannelPool::Create(setup->spec.target, options, setup->spec.connections);
+  if (!pool.ok()) {
+    ReportError(pool.status(), err);
+    return kExitFailure;
+  }
+  setup->pool = *std::move(pool);
+  absl::StatusOr<v1::ServerInfo> info = setup->pool->Connect();
+  if (!info.ok()) {
+    ReportError(absl::Status(info.status().code(),
+                             absl::StrCat("cannot use ", setup->spec.target, ": ",
+                                          info.status().message())),
+                err);
+    return kExitFailure;
+  }
+  setup->server = *std::move(info);
+  if (setup->spec.verify > 0) {
+    absl::StatusOr<std::unique_ptr<Verifier>> verifier = Verifier::Create(&setup->workload);
+    if (!verifier.ok()) {
+      ReportError(verifier.status(), err);
+      return kExitFailure;
+    }
+    setup->verifier = *std::move(verifier);
+  }
+  return kExitOk;
+}
+
+// Sweep: runs the steps in order, stopping after the first one that misses
+// the --max_p99 SLO, and returns the whole run's report.
+RunReport Sweep(RunSetup& setup) {
+  const LoadSpec& spec = setup.spec;
+  RunReport report;
+  report.target = spec.target;
+  report.workload = std::string(WorkloadRpcName(setup.workload.kind));
+  report.config = setup.workload.config_description;
+  report.payload = setup.workload.payload_description;
+  report.request_bytes = setup.workload.request_bytes;
+  report.server = absl::StrCat("ropeserve ", setup.server.version(), ", backend ",
+                               setup.server.backend(), " (", setup.server.device(), ")");
+  report.spec = spec;
+  report.verify.requested = 0;
+
+  Progress progress(stderr, spec.progress);
+  for (size_t i = 0; i < spec.steps.size(); ++i) {
+    StepContext context;
+    context.spec = &spec;
+    context.workload = &setup.workload;
+    context.pool = setup.pool.get();
+    context.verifier = setup.verifier.get();
+    context.verify_budget = spec.verify;
+    context.progress = &progress;
+    context.label = StepLabel(spec.steps[i], i, spec.steps.size());
+    report.steps.push_back(RunStep(context, spec.steps[i]));
+    const StepResult& step = report.steps.back();
+    report.verify.requested += step.verify.requested;
+    report.verify.checked += step.verify.checked;
+    report.verify.matched += step.verify.matched;
+    report.verify.max_abs_error = std::max(report.verify.max_abs_error, step.verify.max_abs_error);
+    for (const std::string& f : step.verify.failures) report.verify.failures.push_back(f);
+
+    if (spec.max_p99 > absl::ZeroDuration()) {
+      const double limit_ms = absl::ToDoubleMilliseconds(spec.max_p99);
+      const double p99 = step.latency_summary.p99_ms;
+      const bool broken = step.latency_summary.count == 0 || p99 > limit_ms;
+      if (broken) {
+        report.slo_note = step.latency_summary.count == 0
+                              ? absl::StrFormat("no OK calls at %s: SLO p99 <= %g ms not met",
+                                                StepLabel(step.plan, 0, 1), limit_ms)
+                              : absl::StrFormat("p99 %.3f ms at %s exceeds the SLO %g ms",
+                                                p99, StepLabel(step.plan, 0, 1), limit_ms);
+        if (i + 1 < spec.steps.size()) {
+          report.slo_stopped = true;
+          absl::StrAppend(&report.slo_note, "; sweep stopped after ", i + 1, " of ",
+                          spec.steps.size(), " steps");
+        }
+        break;
+      }
+      report.slo_note = absl::StrFormat("every step met p99 <= %g ms", limit_ms);
+    }
+  }
+  progress.Clear();
+  return report;
+}
+
+// Report: the text summary on `out`, the --json / --csv / --html files, and
+// the --verify verdict. kExitOk, or kExitFailure once the error is reported
+// on `err`.
+int WriteReport(const RunReport& report, const LoadSpec& spec, std::ostream& out,
+                std::ostream& err) {
+  out << RenderText(report);
+  int code = kExitOk;
+  const struct {
+    const std::string& path;
+    std::string (*render)(const RunReport&);
+  } files[] = {{spec.json_path, RenderJson},
+               {spec.csv_path, RenderCsv},
+               {spec.html_path, RenderHtml}};
+  for (const auto& f : files) {
+    if (f.path.empty()) continue;
+    absl::Status written = WriteFile(f.path, f.render(report));
+    if (!written.ok()) {
+      ReportError(written, err);
+      code = kExitFailure;
+    } else {
+      out << "wrote " << f.path << "\n";
+    }
+  }
+  if (report.verify.matched != report.verify.checked ||
+      (spec.verify > 0 && report.verify.checked == 0)) {
+    ReportError(absl::FailedPreconditionError(absl::StrCat(
+                    "--verify: ", report.verify.matched, " of ", report.verify.checked,
+                    " checked replies match the local engine")),
+                err);
+    code = kExitFailure;
+  }
+  return code;
+}
+
 }  // namespace
 
 int RunRopeload(const std::vector<std::string>& raw_args, std::ostream& out, std::ostream& err) {
@@ -91,129 +245,11 @@ int RunRopeload(const std::vector<std::string>& raw_args, std::ostream& out, std
     err << "(see ropeload --help)\n";
     return kExitUsage;
   }
-  absl::StatusOr<LoadSpec> spec = LoadSpecFromFlags(flags);
-  if (!spec.ok()) {
-    ReportError(spec.status(), err);
-    return kExitUsage;
-  }
-  absl::StatusOr<Workload> workload = WorkloadFromFlags(flags);
-  if (!workload.ok()) {
-    ReportError(workload.status(), err);
-    return client::IsUsageError(workload.status()) ? kExitUsage : kExitFailure;
-  }
-
-  client::ClientOptions options;
-  // Only Connect's GetServerInfo uses this deadline (the load's calls take
-  // --deadline): a tiny --deadline should fail load calls, not the start.
-  options.deadline = std::max(spec->deadline, absl::Seconds(10));
-  options.retry_max_attempts = 1;  // every failure is counted, none hidden by a retry
-  absl::Status security = client::ApplySecurityFlags(spec->security, &options);
-  if (!security.ok()) {
-    ReportError(security, err);
-    return client::IsUsageError(security) ? kExitUsage : kExitFailure;
-  }
-  absl::StatusOr<std::unique_ptr<ChannelPool>> pool =
-      ChannelPool::Create(spec->target, options, spec->connections);
-  if (!pool.ok()) {
-    ReportError(pool.status(), err);
-    return kExitFailure;
-  }
-  absl::StatusOr<v1::ServerInfo> info = (*pool)->Connect();
-  if (!info.ok()) {
-    ReportError(absl::Status(info.status().code(),
-                             absl::StrCat("cannot use ", spec->target, ": ",
-                                          info.status().message())),
-                err);
-    return kExitFailure;
-  }
-  std::unique_ptr<Verifier> verifier;
-  if (spec->verify > 0) {
-    absl::StatusOr<std::unique_ptr<Verifier>> v = Verifier::Create(&*workload);
-    if (!v.ok()) {
-      ReportError(v.status(), err);
-      return kExitFailure;
-    }
-    verifier = *std::move(v);
-  }
-
-  RunReport report;
-  report.target = spec->target;
-  report.workload = std::string(WorkloadRpcName(workload->kind));
-  report.config = workload->config_description;
-  report.payload = workload->payload_description;
-  report.request_bytes = workload->request_bytes;
-  report.server = absl::StrCat("ropeserve ", info->version(), ", backend ", info->backend(), " (",
-                               info->device(), ")");
-  report.spec = *spec;
-  report.verify.requested = 0;
-
-  Progress progress(stderr, spec->progress);
-  for (size_t i = 0; i < spec->steps.size(); ++i) {
-    StepContext context;
-    context.spec = &*spec;
-    context.workload = &*workload;
-    context.pool = pool->get();
-    context.verifier = verifier.get();
-    context.verify_budget = spec->verify;
-    context.progress = &progress;
-    context.label = StepLabel(spec->steps[i], i, spec->steps.size());
-    report.steps.push_back(RunStep(context, spec->steps[i]));
-    const StepResult& step = report.steps.back();
-    report.verify.requested += step.verify.requested;
-    report.verify.checked += step.verify.checked;
-    report.verify.matched += step.verify.matched;
-    report.verify.max_abs_error = std::max(report.verify.max_abs_error, step.verify.max_abs_error);
-    for (const std::string& f : step.verify.failures) report.verify.failures.push_back(f);
-
-    if (spec->max_p99 > absl::ZeroDuration()) {
-      const double limit_ms = absl::ToDoubleMilliseconds(spec->max_p99);
-      const double p99 = step.latency_summary.p99_ms;
-      const bool broken = step.latency_summary.count == 0 || p99 > limit_ms;
-      if (broken) {
-        report.slo_note = step.latency_summary.count == 0
-                              ? absl::StrFormat("no OK calls at %s: SLO p99 <= %g ms not met",
-                                                StepLabel(step.plan, 0, 1), limit_ms)
-                              : absl::StrFormat("p99 %.3f ms at %s exceeds the SLO %g ms",
-                                                p99, StepLabel(step.plan, 0, 1), limit_ms);
-        if (i + 1 < spec->steps.size()) {
-          report.slo_stopped = true;
-          absl::StrAppend(&report.slo_note, "; sweep stopped after ", i + 1, " of ",
-                          spec->steps.size(), " steps");
-        }
-        break;
-      }
-      report.slo_note = absl::StrFormat("every step met p99 <= %g ms", limit_ms);
-    }
-  }
-  progress.Clear();
-
-  out << RenderText(report);
-  int code = kExitOk;
-  const struct {
-    const std::string& path;
-    std::string (*render)(const RunReport&);
-  } files[] = {{spec->json_path, RenderJson},
-               {spec->csv_path, RenderCsv},
-               {spec->html_path, RenderHtml}};
-  for (const auto& f : files) {
-    if (f.path.empty()) continue;
-    absl::Status written = WriteFile(f.path, f.render(report));
-    if (!written.ok()) {
-      ReportError(written, err);
-      code = kExitFailure;
-    } else {
-      out << "wrote " << f.path << "\n";
-    }
-  }
-  if (report.verify.matched != report.verify.checked ||
-      (spec->verify > 0 && report.verify.checked == 0)) {
-    ReportError(absl::FailedPreconditionError(absl::StrCat(
-                    "--verify: ", report.verify.matched, " of ", report.verify.checked,
-                    " checked replies match the local engine")),
-                err);
-    code = kExitFailure;
-  }
-  return code;
+  RunSetup setup;
+  const int setup_code = SetUpRun(flags, err, &setup);
+  if (setup_code != kExitOk) return setup_code;
+  const RunReport report = Sweep(setup);
+  return WriteReport(report, setup.spec, out, err);
 }
 
 }  // namespace load

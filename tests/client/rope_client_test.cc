@@ -12,13 +12,13 @@
 #include "client/tensor_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/client/server_process.h"
+#include "tests/support/server_process.h"
 
 namespace rope {
 namespace client {
 namespace {
 
-using ::rope::testing::ServerProcess;
+using ::rope::test::ServerProcess;
 using ::testing::HasSubstr;
 
 constexpr absl::Duration kStartTimeout = absl::Seconds(30);

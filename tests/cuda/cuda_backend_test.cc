@@ -32,6 +32,7 @@
 #include "server/backends/cuda/device_memory.h"
 #include "server/engine/interrupt.h"
 #include "tests/cuda/backend_cases.h"
+#include "tests/support/status_matchers.h"
 
 namespace rope {
 namespace {
@@ -40,16 +41,7 @@ using test::AttentionCase;
 using test::AttentionData;
 using test::RotateCase;
 using test::RotateData;
-
-::testing::AssertionResult StatusIs(const absl::Status& status, absl::StatusCode code,
-                                    const std::string& substr) {
-  if (status.code() == code && status.message().find(substr) != absl::string_view::npos) {
-    return ::testing::AssertionSuccess();
-  }
-  return ::testing::AssertionFailure()
-         << "got " << status << ", want code " << absl::StatusCodeToString(code) << " with \""
-         << substr << "\"";
-}
+using test::StatusIs;
 
 // ---- Without a device ---------------------------------------------------------
 

@@ -24,11 +24,11 @@
 #include "client/tensor_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/client/server_process.h"
-#include "tests/deploy/metrics_scrape.h"
+#include "tests/support/server_process.h"
+#include "tests/support/metrics_scrape.h"
 
 namespace rope {
-namespace testing {
+namespace test {
 namespace {
 
 using ::rope::client::ClientOptions;
@@ -262,5 +262,5 @@ TEST_F(ScaleOutTest, SigtermMidRunFailsNoCall) {
 }
 
 }  // namespace
-}  // namespace testing
+}  // namespace test
 }  // namespace rope

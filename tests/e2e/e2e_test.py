@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """End-to-end test: a real ropeserve process driven by ropectl and Python.
 
-Starts ropeserve on 127.0.0.1:0 (port read from its "listening on" line),
+Starts ropeserve on 127.0.0.1:0 (RopeServe from
+tests/support/python/ropeserve_process.py, which ctest puts on PYTHONPATH),
 runs ropectl health / info / rotate / scores / table with random and .npy
 inputs, checks exit codes and compares the .npy outputs with a float64 NumPy
 reference (the formulas of client/python/rope_client_example.py), runs that
@@ -14,13 +15,11 @@ Exit status: 0 pass, 1 fail, 77 skipped (no NumPy).
 import argparse
 import importlib.util
 import os
-import queue
 import shutil
-import signal
 import subprocess
 import sys
-import threading
-import time
+
+from ropeserve_process import RopeServe, StartError
 
 try:
     import numpy as np
@@ -28,9 +27,7 @@ except ImportError:
     print("SKIP: numpy is not available to %s" % sys.executable)
     sys.exit(77)
 
-START_TIMEOUT_S = 30
 COMMAND_TIMEOUT_S = 60
-STOP_TIMEOUT_S = 30
 
 
 class Failure(Exception):
@@ -40,54 +37,6 @@ class Failure(Exception):
 def check(condition, message):
     if not condition:
         raise Failure(message)
-
-
-class Server:
-    """ropeserve child; its stdout is read on a thread into a queue."""
-
-    def __init__(self, binary):
-        self.proc = subprocess.Popen(
-            [binary, "--listen=127.0.0.1:0", "--backend=cpu", "--cpu_threads=1", "--work_threads=2",
-             "--shutdown_grace_period=5s"],
-            stdout=subprocess.PIPE, text=True)
-        self.lines = queue.Queue()
-        self.output = []
-        threading.Thread(target=self._pump, daemon=True).start()
-        self.address = self._wait_for_address()
-
-    def _pump(self):
-        for line in self.proc.stdout:
-            self.lines.put(line)
-        self.lines.put(None)
-
-    def _wait_for_address(self):
-        deadline = time.monotonic() + START_TIMEOUT_S
-        prefix = "ropeserve listening on "
-        while time.monotonic() < deadline:
-            try:
-                line = self.lines.get(timeout=max(0.0, deadline - time.monotonic()))
-            except queue.Empty:
-                break
-            if line is None:
-                raise Failure("ropeserve exited (status %s) before listening: %s"
-                              % (self.proc.wait(timeout=STOP_TIMEOUT_S), "".join(self.output)))
-            self.output.append(line)
-            if line.startswith(prefix):
-                return line[len(prefix):].split()[0]
-        self.proc.kill()
-        raise Failure("ropeserve printed no listening line within %ds" % START_TIMEOUT_S)
-
-    def stop(self):
-        """SIGTERM, then the exit status (None if it had to be killed)."""
-        if self.proc.poll() is not None:
-            return self.proc.returncode
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            return self.proc.wait(timeout=STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(timeout=STOP_TIMEOUT_S)
-            return None
 
 
 class Driver:
@@ -331,7 +280,12 @@ def main():
     os.makedirs(args.workdir)
     reference = load_reference(args.example)
 
-    server = Server(args.ropeserve)
+    try:
+        server = RopeServe(args.ropeserve, ["--backend=cpu", "--cpu_threads=1", "--work_threads=2",
+                                            "--shutdown_grace_period=5s"])
+    except StartError as e:
+        print("FAIL  %s" % e)
+        return 1
     print("ropeserve at %s (pid %d)" % (server.address, server.proc.pid))
     driver = Driver(args, server, reference)
     try:
@@ -354,8 +308,7 @@ def main():
         server.stop()
         return 1
     finally:
-        if server.proc.poll() is None:
-            server.proc.kill()
+        server.kill()
     print("e2e: %d checks passed" % driver.passed)
     return 0
 

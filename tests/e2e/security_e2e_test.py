@@ -9,7 +9,8 @@ the certificate and token; without the token, with a wrong one, without a
 client certificate or in plaintext they are refused with the right status;
 the health port answers plaintext probes; bad security flags stop ropeserve
 at startup with exit status 2 and a message naming the flag. Every wait is
-bounded. Standard library only.
+bounded. Standard library only, plus tests/support/python/ropeserve_process.py
+(on PYTHONPATH under ctest).
 
 Usage: security_e2e_test.py --ropeserve P --ropectl P --ropeload P --example P --workdir D
 """
@@ -17,13 +18,12 @@ Usage: security_e2e_test.py --ropeserve P --ropectl P --ropeload P --example P -
 import argparse
 import json
 import os
-import re
-import select
 import shutil
 import subprocess
 import sys
-import time
 import unittest
+
+from ropeserve_process import RopeServe
 
 ARGS = None
 START_TIMEOUT_S = 30
@@ -60,42 +60,19 @@ def make_certs(d):
                 "-extfile", d + "/%s.ext" % name, "-out", d + "/%s.pem" % name)
 
 
-class Server:
-    """A ropeserve child process; its gRPC and health addresses from stdout."""
-
-    def __init__(self, extra_args):
-        self.proc = subprocess.Popen(
-            [ARGS.ropeserve, "--listen=127.0.0.1:0", "--backend=cpu", "--cpu_threads=1",
-             "--work_threads=2", "--shutdown_grace_period=2s"] + extra_args,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        self.output = ""
-        self.address = self._wait_for(r"ropeserve listening on (\S+)")
-        self.health = (self._wait_for(r"ropeserve health on (\S+)")
-                       if any(a.startswith("--health_listen") for a in extra_args) else None)
-
-    def _wait_for(self, pattern):
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while time.monotonic() < deadline:
-            match = re.search(pattern, self.output)
-            if match:
-                return match.group(1)
-            ready, _, _ = select.select([self.proc.stdout], [], [], 0.2)
-            if ready:
-                chunk = os.read(self.proc.stdout.fileno(), 65536)
-                if not chunk:
-                    break
-                self.output += chunk.decode(errors="replace")
-        raise RuntimeError("ropeserve did not print %r: %s" % (pattern, self.output))
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=START_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        return self.proc.returncode
+def start_server(extra_args):
+    """ropeserve with `extra_args`; .health is its --health_listen address (or None)."""
+    server = RopeServe(ARGS.ropeserve, ["--backend=cpu", "--cpu_threads=1", "--work_threads=2",
+                                        "--shutdown_grace_period=2s"] + extra_args,
+                       start_timeout=START_TIMEOUT_S)
+    server.health = None
+    if any(a.startswith("--health_listen") for a in extra_args):
+        match = server.wait_for_output(r"ropeserve health on (\S+)", timeout=START_TIMEOUT_S)
+        if match is None:
+            server.kill()
+            raise RuntimeError("ropeserve did not print its health address: " + server.output)
+        server.health = match.group(1)
+    return server
 
 
 class SecurityEndToEnd(unittest.TestCase):
@@ -114,7 +91,7 @@ class SecurityEndToEnd(unittest.TestCase):
         cls.wrong = os.path.join(cls.d, "wrong")
         with open(cls.wrong, "w") as f:
             f.write("not-the-token\n")
-        cls.server = Server(["--tls_cert_file=%s/server.pem" % cls.d,
+        cls.server = start_server(["--tls_cert_file=%s/server.pem" % cls.d,
                              "--tls_key_file=%s/server.key" % cls.d,
                              "--tls_client_ca_file=%s/ca.pem" % cls.d,
                              "--auth_token_file=" + cls.tokens,

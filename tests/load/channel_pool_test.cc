@@ -11,7 +11,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
-#include "tests/client/server_process.h"
+#include "tests/support/server_process.h"
 
 namespace rope {
 namespace load {
@@ -44,8 +44,8 @@ int ConnectionsTo(int port) {
 class ChannelPoolTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    absl::StatusOr<std::unique_ptr<rope::testing::ServerProcess>> server =
-        rope::testing::ServerProcess::Start(ROPESERVE_PATH, {"--listen=127.0.0.1:0", "--backend=cpu"},
+    absl::StatusOr<std::unique_ptr<rope::test::ServerProcess>> server =
+        rope::test::ServerProcess::Start(ROPESERVE_PATH, {"--listen=127.0.0.1:0", "--backend=cpu"},
                                       absl::Seconds(30));
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = *std::move(server);
@@ -53,7 +53,7 @@ class ChannelPoolTest : public ::testing::Test {
     ASSERT_TRUE(absl::SimpleAtoi(address.substr(address.rfind(':') + 1), &port_)) << address;
   }
 
-  std::unique_ptr<rope::testing::ServerProcess> server_;
+  std::unique_ptr<rope::test::ServerProcess> server_;
   int port_ = 0;
 };
 

@@ -6,7 +6,8 @@ loopback port), runs the ropeload binary for about a second, and checks what
 it wrote: the JSON schema, ordered percentiles, OK counts equal to the
 server's own rope_requests_total delta, errors counted by status code,
 open-loop rate accuracy by count, and an HTML report that parses and holds
-SVG charts. Standard library only (/usr/bin/python3).
+SVG charts. Standard library only (/usr/bin/python3), plus RopeServe from
+tests/support/python/ropeserve_process.py (on PYTHONPATH under ctest).
 
 Usage: ropeload_test.py --ropeserve PATH --ropeload PATH --workdir DIR [unittest args]
 """
@@ -16,97 +17,18 @@ import html.parser
 import json
 import os
 import re
-import select
 import signal
-import socket
 import subprocess
 import sys
 import time
 import unittest
-import urllib.request
 import xml.etree.ElementTree as ElementTree
+
+from ropeserve_process import RopeServe
 
 ARGS = None
 START_TIMEOUT_S = 30
 RUN_TIMEOUT_S = 120
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Server:
-    """A ropeserve child process with its gRPC and metrics addresses."""
-
-    def __init__(self):
-        last_output = ""
-        for _ in range(3):  # a free port can be taken before the server binds it
-            self.metrics_port = free_port()
-            self.proc = subprocess.Popen(
-                [ARGS.ropeserve, "--listen=127.0.0.1:0", "--backend=cpu",
-                 "--metrics_port=%d" % self.metrics_port, "--metrics_host=127.0.0.1",
-                 "--shutdown_grace_period=2s"],
-                stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-            self.address, last_output = self._wait_listening()
-            if self.address:
-                return
-            self.stop()
-        raise RuntimeError("ropeserve did not start: " + last_output)
-
-    def _wait_listening(self):
-        # Raw reads from the pipe: select() and a buffered readline() do not
-        # mix (a second line may sit in the buffer while the pipe is empty).
-        fd = self.proc.stdout.fileno()
-        output = ""
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while time.monotonic() < deadline:
-            address = re.search(r"ropeserve listening on (\S+)", output)
-            if address and "ropeserve metrics on" in output:
-                return address.group(1), output
-            ready, _, _ = select.select([fd], [], [], 0.5)
-            if not ready:
-                if self.proc.poll() is not None:
-                    break
-                continue
-            chunk = os.read(fd, 4096)
-            if not chunk:
-                break
-            output += chunk.decode(errors="replace")
-        return None, output
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=15)
-        self.proc.stdout.close()
-
-    def request_counts(self, text=None):
-        """{(rpc, code): count} of rope_requests_total (in `text`, or scraped now)."""
-        if text is None:
-            text = self.metrics_page()
-        counts = {}
-        for m in re.finditer(r'^rope_requests_total\{([^}]*)\} (\S+)$', text, re.M):
-            labels = dict(re.findall(r'(\w+)="([^"]*)"', m.group(1)))
-            counts[(labels["rpc"], labels["code"])] = int(float(m.group(2)))
-        return counts
-
-    def metrics_page(self):
-        url = "http://127.0.0.1:%d/metrics" % self.metrics_port
-        with urllib.request.urlopen(url, timeout=10) as reply:
-            return reply.read().decode()
-
-    def gauge(self, name, text=None):
-        """The value of the unlabelled metric `name` (in `text`, or scraped now)."""
-        if text is None:
-            text = self.metrics_page()
-        m = re.search(r"^%s (\S+)$" % re.escape(name), text, re.M)
-        return float(m.group(1))
 
 
 def delta(before, after, rpc, code):
@@ -115,7 +37,8 @@ def delta(before, after, rpc, code):
 
 class RopeloadTest(unittest.TestCase):
     def setUp(self):
-        self.server = Server()
+        self.server = RopeServe(ARGS.ropeserve, ["--backend=cpu", "--shutdown_grace_period=2s"],
+                                metrics=True, start_timeout=START_TIMEOUT_S)
         self.dir = os.path.join(ARGS.workdir, self.id().split(".")[-1])
         os.makedirs(self.dir, exist_ok=True)
 
@@ -349,7 +272,7 @@ class RopeloadTest(unittest.TestCase):
                     if (self.server.gauge("rope_draining", page) == 1 and
                             self.server.gauge("rope_calls_in_flight", page) == 0):
                         final_ok = self.server.request_counts(page).get(("RotateStream", "OK"))
-                except (OSError, AttributeError):
+                except (OSError, KeyError):
                     pass  # the endpoint is going away with the server
                 time.sleep(0.02)
             self.assertEqual(self.server.proc.wait(timeout=30), 0)

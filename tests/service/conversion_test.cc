@@ -6,6 +6,7 @@
 #include "proto_engine/request_conversion.h"
 #include "server/service/status_conversion.h"
 #include "tests/service/service_fixture.h"
+#include "tests/support/status_matchers.h"
 #include "tests/unit/test_util.h"
 
 namespace rope {

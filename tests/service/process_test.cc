@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/numbers.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
@@ -21,8 +21,8 @@
 #include "grpcpp/support/channel_arguments.h"
 #include "gtest/gtest.h"
 #include "rope/v1/rope.grpc.pb.h"
-#include "tests/service/child_process.h"
-#include "tests/service/grpc_test_util.h"
+#include "tests/support/grpc_test_util.h"
+#include "tests/support/server_process.h"
 
 #ifndef ROPESERVE_PATH
 #error "ROPESERVE_PATH must name the ropeserve binary"
@@ -35,25 +35,22 @@ namespace rope {
 namespace test {
 namespace {
 
-constexpr char kListening[] = "ropeserve listening on 127.0.0.1:";
-
 // A started ropeserve and a channel to it.
 struct Server {
-  std::unique_ptr<ChildProcess> process;
+  std::unique_ptr<ServerProcess> process;
   int port = 0;
   std::shared_ptr<grpc::Channel> channel;
 };
 
 void StartServer(std::vector<std::string> args, Server* server) {
   args.insert(args.begin(), "--listen=127.0.0.1:0");
-  absl::StatusOr<std::unique_ptr<ChildProcess>> process = ChildProcess::Start(ROPESERVE_PATH, args);
+  absl::StatusOr<std::unique_ptr<ServerProcess>> process =
+      ServerProcess::Start(ROPESERVE_PATH, args, absl::Seconds(30));
   ASSERT_TRUE(process.ok()) << process.status();
   server->process = *std::move(process);
-  const std::optional<std::string> line =
-      server->process->WaitForLine(kListening, absl::Seconds(30));
-  ASSERT_TRUE(line.has_value()) << server->process->output();
-  const std::string rest = line->substr(line->find(kListening) + sizeof(kListening) - 1);
-  ASSERT_TRUE(absl::SimpleAtoi(rest.substr(0, rest.find(' ')), &server->port)) << *line;
+  ASSERT_TRUE(absl::StartsWith(server->process->address(), "127.0.0.1:"))
+      << server->process->Output();
+  server->port = server->process->port();
   grpc::ChannelArguments channel_args;
   channel_args.SetMaxReceiveMessageSize(-1);
   server->channel = grpc::CreateCustomChannel(absl::StrCat("127.0.0.1:", server->port),
@@ -88,8 +85,9 @@ struct AsyncTable {
 };
 
 TEST(ProcessTest, SigtermDrainsCallsInFlightThenExitsZero) {
-  const int metrics_port = PickFreePort();
-  ASSERT_NE(metrics_port, 0);
+  const absl::StatusOr<int> free_port = PickFreePort();
+  ASSERT_TRUE(free_port.ok()) << free_port.status();
+  const int metrics_port = *free_port;
   Server server;
   ASSERT_NO_FATAL_FAILURE(StartServer(
       {"--backend=cpu", "--cpu_threads=1", "--work_threads=1", "--shutdown_grace_period=60s",
@@ -131,7 +129,7 @@ TEST(ProcessTest, SigtermDrainsCallsInFlightThenExitsZero) {
 
   server.process->Signal(SIGTERM);
   ASSERT_TRUE(server.process->WaitForLine("draining", absl::Seconds(30)).has_value())
-      << server.process->output();
+      << server.process->Output();
 
   // The stream keeps the server draining (not yet shut down): a new call is
   // refused by the server itself.
@@ -171,7 +169,7 @@ TEST(ProcessTest, SigtermDrainsCallsInFlightThenExitsZero) {
   const std::optional<int> status = server.process->WaitExit(absl::Seconds(60));
   ASSERT_TRUE(status.has_value()) << "ropeserve did not exit within the grace period";
   EXPECT_TRUE(WIFEXITED(*status)) << *status;
-  EXPECT_EQ(WEXITSTATUS(*status), 0) << server.process->output();
+  EXPECT_EQ(WEXITSTATUS(*status), 0) << server.process->Output();
 }
 
 TEST(ProcessTest, HealthTurnsNotServingWhileDraining) {
@@ -226,7 +224,7 @@ TEST(ProcessTest, HealthTurnsNotServingWhileDraining) {
 
   const std::optional<int> status = server.process->WaitExit(absl::Seconds(40));
   ASSERT_TRUE(status.has_value());
-  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << server.process->output();
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << server.process->Output();
 }
 
 TEST(ProcessTest, ReflectionListsTheServices) {
@@ -267,13 +265,13 @@ TEST(ProcessTest, ReflectionListsTheServices) {
 }
 
 std::string RunToExit(const std::vector<std::string>& args, int* exit_code) {
-  absl::StatusOr<std::unique_ptr<ChildProcess>> process = ChildProcess::Start(ROPESERVE_PATH, args);
+  absl::StatusOr<std::unique_ptr<ServerProcess>> process = ServerProcess::Spawn(ROPESERVE_PATH, args);
   EXPECT_TRUE(process.ok()) << process.status();
   if (!process.ok()) return "";
   const std::optional<int> status = (*process)->WaitExit(absl::Seconds(30));
   EXPECT_TRUE(status.has_value() && WIFEXITED(*status));
   *exit_code = status.has_value() && WIFEXITED(*status) ? WEXITSTATUS(*status) : -1;
-  return (*process)->output();
+  return (*process)->Output();
 }
 
 // CUDA_VISIBLE_DEVICES=-1 hides every GPU from the child, so that these
@@ -301,7 +299,7 @@ TEST(ProcessTest, AutoBackendWithoutADeviceUsesTheCpuAndSaysWhy) {
   HiddenGpus hidden;
   Server server;
   ASSERT_NO_FATAL_FAILURE(StartServer({"--backend=auto", "--cpu_threads=1"}, &server));
-  const std::string& output = server.process->output();
+  const std::string& output = server.process->Output();
   EXPECT_NE(output.find(ROPE_HAVE_CUDA ? "--backend=auto: using the CPU backend (no usable CUDA "
                                          "device: cudaGetDeviceCount: "
                                        : "--backend=auto: using the CPU backend (this build has "

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "tests/service/grpc_test_util.h"
+#include "tests/support/grpc_test_util.h"
 #include "tests/service/service_fixture.h"
 #include "tests/unit/reference_scaling.h"
 

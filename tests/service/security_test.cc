@@ -14,8 +14,8 @@
 #include "gtest/gtest.h"
 #include "server/backends/cpu/cpu_backend.h"
 #include "server/service/rope_server.h"
-#include "tests/service/grpc_test_util.h"
-#include "tests/service/test_certs.h"
+#include "tests/support/grpc_test_util.h"
+#include "tests/support/test_certs.h"
 
 namespace rope {
 namespace test {

@@ -18,7 +18,7 @@
 #include "server/engine/engine.h"
 #include "server/service/rope_server.h"
 #include "tests/service/fault_backend.h"
-#include "tests/service/grpc_test_util.h"
+#include "tests/support/grpc_test_util.h"
 #include "tests/unit/test_util.h"
 
 namespace rope {

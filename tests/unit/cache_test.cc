@@ -17,6 +17,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
+#include "tests/support/status_matchers.h"
 #include "tests/unit/test_util.h"
 
 namespace rope {

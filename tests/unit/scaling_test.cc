@@ -15,6 +15,7 @@
 #include "server/engine/rope_config.h"
 #include "server/engine/rope_table.h"
 #include "server/engine/scaling.h"
+#include "tests/support/status_matchers.h"
 #include "tests/unit/reference_scaling.h"
 #include "tests/unit/test_util.h"
 

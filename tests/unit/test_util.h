@@ -1,6 +1,6 @@
 // Helpers shared by the unit tests: tensors that own their bytes, encoding
-// through the reference conversions (never the engine's), seeded random
-// data, and a status assertion that checks the code and a message substring.
+// through the reference conversions (never the engine's) and seeded random
+// data. Status assertions: tests/support/status_matchers.h.
 #ifndef ROPE_TESTS_UNIT_TEST_UTIL_H_
 #define ROPE_TESTS_UNIT_TEST_UTIL_H_
 
@@ -46,10 +46,6 @@ std::vector<double> RandomValues(DType dtype, int64_t count, std::mt19937* rng, 
 
 // One storage ulp at `value` (0 for float32 callers that want none).
 double StorageUlp(DType dtype, double value);
-
-// Passes when `status` has exactly `code` and its message contains `substr`.
-::testing::AssertionResult StatusIs(const absl::Status& status, absl::StatusCode code,
-                                    absl::string_view substr);
 
 }  // namespace test
 }  // namespace rope

@@ -10,8 +10,10 @@ SIGTERM (drain) or SIGKILL. Every wait is bounded.
         call(server.address)
         print(server.metrics_page())
 
-Import it by putting tests/support/python on sys.path (ctest passes its
-directory; see tests/support/CMakeLists.txt).
+Import it by putting tests/support/python on sys.path: ctest sets
+PYTHONPATH for every Python test (rope_py_test in cmake/RopeHelpers.cmake),
+and bench/drain.sh does the same. The C++ twin is
+tests/support/server_process.h.
 """
 
 import os

@@ -1,8 +1,9 @@
 // Helpers for tests that talk to ropeserve over gRPC (in-process or a child
-// process): status checks, tensors <-> proto, request builders, and a tiny
-// HTTP client for the /metrics endpoint. No dependency on the server code.
-#ifndef ROPE_TESTS_SERVICE_GRPC_TEST_UTIL_H_
-#define ROPE_TESTS_SERVICE_GRPC_TEST_UTIL_H_
+// process): the grpc::Status assertion (the twin of status_matchers.h's
+// StatusIs), tensors <-> proto, request builders, and the /metrics page. No
+// dependency on the server code.
+#ifndef ROPE_TESTS_SUPPORT_GRPC_TEST_UTIL_H_
+#define ROPE_TESTS_SUPPORT_GRPC_TEST_UTIL_H_
 
 #include <cstdint>
 #include <string>
@@ -37,7 +38,9 @@ v1::RotateRequest MakeRotateRequest(int64_t batch, int64_t seq, int64_t heads, u
                                     uint32_t max_len = 64, int64_t start_pos = 0,
                                     unsigned seed = 1);
 
-// Scrapes http://127.0.0.1:port/metrics with a plain socket; empty on error.
+// The whole response (status line, headers and page) to GET
+// http://127.0.0.1:port/metrics (metrics_scrape.h, 10 s at most); empty on
+// error.
 std::string HttpGetMetrics(int port);
 
 // The value of the sample line that starts with `series` (name plus labels,
@@ -47,4 +50,4 @@ double MetricValue(const std::string& exposition, absl::string_view series);
 }  // namespace test
 }  // namespace rope
 
-#endif  // ROPE_TESTS_SERVICE_GRPC_TEST_UTIL_H_
+#endif  // ROPE_TESTS_SUPPORT_GRPC_TEST_UTIL_H_

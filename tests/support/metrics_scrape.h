@@ -1,7 +1,7 @@
 // Reading a ropeserve's Prometheus endpoint from a test: a bounded HTTP GET
 // on 127.0.0.1, and the value of one sample in the text exposition format.
-#ifndef ROPE_TESTS_DEPLOY_METRICS_SCRAPE_H_
-#define ROPE_TESTS_DEPLOY_METRICS_SCRAPE_H_
+#ifndef ROPE_TESTS_SUPPORT_METRICS_SCRAPE_H_
+#define ROPE_TESTS_SUPPORT_METRICS_SCRAPE_H_
 
 #include <map>
 #include <string>
@@ -11,16 +11,16 @@
 #include "absl/time/time.h"
 
 namespace rope {
-namespace testing {
+namespace test {
 
-// A TCP port on 127.0.0.1 that was free a moment ago (bound to port 0, read
-// back, closed). Another process may take it before the caller binds it;
-// callers retry a failed start.
-absl::StatusOr<int> PickFreePort();
+// The whole response (status line, headers, body) to GET
+// http://127.0.0.1:<port><path> (HTTP/1.0, so the server closes the
+// connection after the body). UNAVAILABLE when nothing listens,
+// DEADLINE_EXCEEDED past `timeout`.
+absl::StatusOr<std::string> HttpGetResponse(int port, absl::string_view path,
+                                            absl::Duration timeout);
 
-// The body of GET http://127.0.0.1:<port><path> (HTTP/1.0, so the server
-// closes the connection after the body). UNAVAILABLE when nothing listens,
-// DEADLINE_EXCEEDED past `timeout`, INTERNAL for a status other than 200.
+// The body of HttpGetResponse; INTERNAL for a status other than 200.
 absl::StatusOr<std::string> HttpGet(int port, absl::string_view path, absl::Duration timeout);
 
 // The value of the sample `name{labels...}` in Prometheus text `exposition`:
@@ -31,7 +31,7 @@ absl::StatusOr<std::string> HttpGet(int port, absl::string_view path, absl::Dura
 absl::StatusOr<double> SampleValue(absl::string_view exposition, absl::string_view name,
                                    const std::map<std::string, std::string>& labels);
 
-}  // namespace testing
+}  // namespace test
 }  // namespace rope
 
-#endif  // ROPE_TESTS_DEPLOY_METRICS_SCRAPE_H_
+#endif  // ROPE_TESTS_SUPPORT_METRICS_SCRAPE_H_

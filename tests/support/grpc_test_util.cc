@@ -1,10 +1,4 @@
-#include "tests/service/grpc_test_util.h"
-
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <sys/time.h>
-#include <unistd.h>
+#include "tests/support/grpc_test_util.h"
 
 #include <random>
 #include <vector>
@@ -13,6 +7,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "tests/support/metrics_scrape.h"
 
 namespace rope {
 namespace test {
@@ -71,30 +66,8 @@ v1::RotateRequest MakeRotateRequest(int64_t batch, int64_t seq, int64_t heads, u
 }
 
 std::string HttpGetMetrics(int port) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return "";
-  timeval timeout = {10, 0};  // bounded: a stuck endpoint fails the test
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
-  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof(timeout));
-  sockaddr_in addr = {};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  std::string response;
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
-    const std::string request =
-        "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
-    if (send(fd, request.data(), request.size(), 0) == static_cast<ssize_t>(request.size())) {
-      char buffer[4096];
-      for (int reads = 0; reads < 10000; ++reads) {
-        const ssize_t n = recv(fd, buffer, sizeof(buffer), 0);
-        if (n <= 0) break;
-        response.append(buffer, n);
-      }
-    }
-  }
-  close(fd);
-  return response;
+  // Bounded: a stuck endpoint fails the test.
+  return HttpGetResponse(port, "/metrics", absl::Seconds(10)).value_or("");
 }
 
 double MetricValue(const std::string& exposition, absl::string_view series) {

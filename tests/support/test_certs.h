@@ -3,8 +3,8 @@
 // 127.0.0.1 (and an expired one for the same key) and a client
 // certificate, and a second, unrelated CA with its
 // own client certificate (which the first CA's server must refuse).
-#ifndef ROPE_TESTS_SERVICE_TEST_CERTS_H_
-#define ROPE_TESTS_SERVICE_TEST_CERTS_H_
+#ifndef ROPE_TESTS_SUPPORT_TEST_CERTS_H_
+#define ROPE_TESTS_SUPPORT_TEST_CERTS_H_
 
 #include <string>
 
@@ -41,4 +41,4 @@ std::string WriteTestFile(const std::string& dir, const std::string& name,
 }  // namespace test
 }  // namespace rope
 
-#endif  // ROPE_TESTS_SERVICE_TEST_CERTS_H_
+#endif  // ROPE_TESTS_SUPPORT_TEST_CERTS_H_

@@ -1,4 +1,4 @@
-#include "tests/deploy/metrics_scrape.h"
+#include "tests/support/metrics_scrape.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -20,7 +20,7 @@
 #include "absl/time/clock.h"
 
 namespace rope {
-namespace testing {
+namespace test {
 namespace {
 
 // Closes the descriptor on every return path.
@@ -60,21 +60,8 @@ absl::Status WaitFor(int fd, short events, absl::Time deadline, absl::string_vie
 
 }  // namespace
 
-absl::StatusOr<int> PickFreePort() {
-  Fd fd(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  if (fd.get() < 0) return absl::ErrnoToStatus(errno, "socket");
-  sockaddr_in address = Loopback(0);
-  if (bind(fd.get(), reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0) {
-    return absl::ErrnoToStatus(errno, "bind 127.0.0.1:0");
-  }
-  socklen_t length = sizeof(address);
-  if (getsockname(fd.get(), reinterpret_cast<sockaddr*>(&address), &length) != 0) {
-    return absl::ErrnoToStatus(errno, "getsockname");
-  }
-  return static_cast<int>(ntohs(address.sin_port));
-}
-
-absl::StatusOr<std::string> HttpGet(int port, absl::string_view path, absl::Duration timeout) {
+absl::StatusOr<std::string> HttpGetResponse(int port, absl::string_view path,
+                                            absl::Duration timeout) {
   const absl::Time deadline = absl::Now() + timeout;
   const std::string where = absl::StrCat("GET http://127.0.0.1:", port, path);
   Fd fd(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
@@ -121,12 +108,19 @@ absl::StatusOr<std::string> HttpGet(int port, absl::string_view path, absl::Dura
       return absl::InternalError(absl::StrCat(where, ": response over ", kMaxResponse, " bytes"));
     }
   }
-  const size_t body = response.find("\r\n\r\n");
-  const std::string status_line = response.substr(0, response.find("\r\n"));
+  return response;
+}
+
+absl::StatusOr<std::string> HttpGet(int port, absl::string_view path, absl::Duration timeout) {
+  absl::StatusOr<std::string> response = HttpGetResponse(port, path, timeout);
+  if (!response.ok()) return response.status();
+  const size_t body = response->find("\r\n\r\n");
+  const std::string status_line = response->substr(0, response->find("\r\n"));
   if (body == std::string::npos || !absl::StrContains(status_line, " 200")) {
-    return absl::InternalError(absl::StrCat(where, ": status line \"", status_line, "\""));
+    return absl::InternalError(absl::StrCat("GET http://127.0.0.1:", port, path,
+                                            ": status line \"", status_line, "\""));
   }
-  return response.substr(body + 4);
+  return response->substr(body + 4);
 }
 
 absl::StatusOr<double> SampleValue(absl::string_view exposition, absl::string_view name,
@@ -167,5 +161,5 @@ absl::StatusOr<double> SampleValue(absl::string_view exposition, absl::string_vi
   return found == 1 ? value : 0.0;
 }
 
-}  // namespace testing
+}  // namespace test
 }  // namespace rope

@@ -1,12 +1,13 @@
 // The scale-out test reads shares from Prometheus text; these pin the parts
-// of the parsing it depends on.
-#include "tests/deploy/metrics_scrape.h"
+// of the parsing it depends on (tests/support/metrics_scrape.h).
+#include "tests/support/metrics_scrape.h"
+#include "tests/support/server_process.h"
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace rope {
-namespace testing {
+namespace test {
 namespace {
 
 using ::testing::HasSubstr;
@@ -58,5 +59,5 @@ TEST(HttpGetTest, NothingListeningIsUnavailable) {
 }
 
 }  // namespace
-}  // namespace testing
+}  // namespace test
 }  // namespace rope

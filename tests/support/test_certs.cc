@@ -1,4 +1,4 @@
-#include "tests/service/test_certs.h"
+#include "tests/support/test_certs.h"
 
 #include <cstdlib>
 #include <fstream>
