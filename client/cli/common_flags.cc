@@ -38,7 +38,7 @@ absl::StatusOr<uint32_t> Uint32Flag(absl::string_view name, int64_t value) {
 
 }  // namespace
 
-void AddConnectionFlags(FlagSet* flags) {
+void AddConnectionFlags(FlagSet* flags, CallRetries retries) {
   flags->BeginGroup("Connection flags");
   flags->Add("target", FlagSet::Kind::kString, absl::StrCat("localhost:", kDefaultPort),
              "Server address, any gRPC target: host:port, "
@@ -46,8 +46,11 @@ void AddConnectionFlags(FlagSet* flags) {
              "dns:///ropeserve.ns.svc:50051 (round robin over every address of a "
              "headless Service).");
   flags->Add("deadline", FlagSet::Kind::kDuration, "30s",
-             "Deadline of the call (e.g. 500ms, 10s, 2m). Calls failing with "
-             "UNAVAILABLE are retried (3 attempts in all) within it.");
+             retries == CallRetries::kOnUnavailable
+                 ? "Deadline of the call (e.g. 500ms, 10s, 2m). Calls failing with "
+                   "UNAVAILABLE are retried (3 attempts in all) within it."
+                 : "Deadline of each call (e.g. 500ms, 10s, 2m), of each stream for "
+                   "rotate_stream. Calls are never retried: every failure is counted.");
   flags->BeginGroup("Security flags");
   flags->Add("tls", FlagSet::Kind::kBool, "false",
              "Connect with TLS, trusting the system's CA store (implied by the other --tls_* "

@@ -19,10 +19,15 @@
 namespace rope {
 namespace client {
 
+// Whether the command's calls are retried on UNAVAILABLE (ropectl's are, by
+// ClientOptions' retry policy; ropeload's never are): --deadline's help says
+// which.
+enum class CallRetries { kOnUnavailable, kNone };
+
 // --target, --deadline and the security flags: --tls, --tls_ca_file,
 // --tls_cert_file, --tls_key_file, --tls_server_name, --token_file (every
 // command of ropectl and ropeload).
-void AddConnectionFlags(FlagSet* flags);
+void AddConnectionFlags(FlagSet* flags, CallRetries retries = CallRetries::kOnUnavailable);
 // --theta, --head_dim, --rotary_dim, --max_len, --layout, and the scaling
 // flags of scaling_flags.h.
 void AddRopeConfigFlags(FlagSet* flags);

@@ -41,7 +41,7 @@ absl::Status IntIn(const FlagSet& flags, absl::string_view name, int64_t lo, int
 }  // namespace
 
 void AddLoadFlags(FlagSet* flags) {
-  client::AddConnectionFlags(flags);
+  client::AddConnectionFlags(flags, client::CallRetries::kNone);
   flags->Add("connections", FlagSet::Kind::kInt, "1",
              "Channels, each with its own HTTP/2 connection; requests are spread over them "
              "(one connection can cap throughput).");

@@ -8,8 +8,8 @@ TARGET defaults to localhost:50051. The rope.v1 stubs come from DIR (made by
 generate_stubs.sh); without --stubs they are generated into a temporary
 directory. Needs Debian's python3-grpcio, python3-protobuf and python3-numpy.
 
-Checks, each against a float64 NumPy implementation of the formulas in
-docs (design.md) written out below:
+Checks, each against a float64 NumPy implementation of the formulas of
+docs/design.md (in the repository) written out below:
   * Rotate, float32, INTERLEAVED and HALF layouts, GQA (Hq=4, Hkv=2), full and
     partial rotary_dim;
   * AttentionScores, causal softmax, GQA, with offsets and a value tensor.

@@ -54,7 +54,7 @@ v1::RopeConfig Config(uint32_t head_dim, uint32_t rotary_dim, v1::Layout layout,
   return config;
 }
 
-// RoPE in double precision, straight from the formulas in design.md:
+// RoPE in double precision, straight from the formulas in docs/design.md:
 // x is [B,S,H,D] float32 values; token s sits at start_pos + s.
 std::vector<double> ReferenceRotate(const std::vector<float>& x, int64_t batch, int64_t seq,
                                     int64_t heads, int64_t dim, const v1::RopeConfig& config,
@@ -271,7 +271,7 @@ TEST_F(RopeClientTest, GetTableMatchesFrequencies) {
 }
 
 TEST_F(RopeClientTest, AttentionScoresSelfCheckVector) {
-  // design.md: theta 100, head_dim 4 -> inv_freq (1, 0.1); q = k = (1,0,1,0)
+  // docs/design.md: theta 100, head_dim 4 -> inv_freq (1, 0.1); q = k = (1,0,1,0)
   // at m = 5, n = 7 -> q'.k' = cos(2) + cos(0.2).
   v1::AttentionScoresRequest request;
   *request.mutable_config() = Config(4, 0, v1::INTERLEAVED, 100, 16);

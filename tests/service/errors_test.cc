@@ -1,4 +1,4 @@
-// Every error path of design.md through the wire: the exact grpc code and a
+// Every error path of docs/design.md through the wire: the exact grpc code and a
 // substring naming the field and value. Also backend faults (FaultBackend)
 // and their mapping, message truncation, and isolation of a bad request.
 #include <string>

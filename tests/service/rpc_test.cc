@@ -186,7 +186,7 @@ TEST_F(ServiceTest, RotateStreamEndsWithTheFailingMessagesStatus) {
 
 // ---- AttentionScores ---------------------------------------------------------------
 
-// design.md's self-check: theta 100, head_dim 4 gives inv_freq (1, 0.1);
+// docs/design.md's self-check: theta 100, head_dim 4 gives inv_freq (1, 0.1);
 // q = k = (1,0,1,0) at m = 5, n = 7 give q'.k' = cos 2 + cos 0.2.
 TEST_F(ServiceTest, AttentionScoresMatchesTheDerivationSelfCheck) {
   v1::AttentionScoresRequest request;

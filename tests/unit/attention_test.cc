@@ -72,7 +72,7 @@ Engine* AttentionTest::engine_ = nullptr;
 TEST_F(AttentionTest, DerivationNoteVector) {
   // theta = 100, head_dim = 4: inv_freq = (1, 0.1). q = k = (1,0,1,0) at
   // m = 5, n = 7: q'.k' = cos((7-5)*1) + cos((7-5)*0.1) = cos 2 + cos 0.2.
-  // (design.md prints 0.563950...; the value of that expression is
+  // (docs/design.md prints 0.563950...; the value of that expression is
   // 0.5639197...)
   const double want = std::cos(2.0) + std::cos(0.2);
   ASSERT_NEAR(want, 0.5639197413, 1e-10);

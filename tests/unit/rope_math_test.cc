@@ -1,4 +1,5 @@
-// server/engine/rope_math.h: storage conversions, positions and the pair
+// server/engine/rope_math.h (and the common/half_float.h conversions it includes):
+// storage conversions, positions and the pair
 // rotation, against the reference (tests/unit/reference_rope.h) and against
 // hand-computed bit patterns.
 #include "server/engine/rope_math.h"
