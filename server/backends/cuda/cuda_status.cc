@@ -8,7 +8,10 @@ bool IsStickyCudaError(cudaError_t error) {
   // The errors whose documentation (driver_types.h, CUDA 13) says the
   // process must be terminated and relaunched.
   switch (error) {
+#if CUDART_VERSION >= 12080  // these two are new in CUDA 12.8
     case cudaErrorContained:
+    case cudaErrorTensorMemoryLeak:
+#endif
     case cudaErrorIllegalAddress:
     case cudaErrorLaunchTimeout:
     case cudaErrorAssert:
@@ -18,7 +21,6 @@ bool IsStickyCudaError(cudaError_t error) {
     case cudaErrorInvalidAddressSpace:
     case cudaErrorInvalidPc:
     case cudaErrorLaunchFailure:
-    case cudaErrorTensorMemoryLeak:
     case cudaErrorMpsClientTerminated:
     case cudaErrorExternalDevice:
       return true;
