@@ -8,13 +8,27 @@
 #include "tests/cuda/device_under_test.h"
 #include "tests/cuda/fake_runtime/fake_cuda_control.h"
 
+#ifndef ROPE_FAKE_CUBLAS_PATH
+#error "ROPE_FAKE_CUBLAS_PATH must name the fake libcublas.so.13"
+#endif
+
 namespace rope {
 namespace test {
+namespace {
+
+// cuBLAS is dlopen'ed by name (cublas_api.h). This binary's RUNPATH names
+// the fake runtime's directory, but AddressSanitizer's dlopen interceptor
+// makes the loader search without it (the call then comes from libasan).
+// Loaded by its path first, the fake is what every later dlopen of its
+// name returns.
+void* const fake_cublas = dlopen(ROPE_FAKE_CUBLAS_PATH, RTLD_NOW | RTLD_LOCAL);
+
+}  // namespace
 
 void PrepareDevice() {
+  ASSERT_NE(fake_cublas, nullptr) << ROPE_FAKE_CUBLAS_PATH << ": " << dlerror();
   RopeFakeCudaReset();
-  // cuBLAS is dlopen'ed by name (cublas_api.h): the fake one must come first
-  // (this binary's RUNPATH has its directory; LD_LIBRARY_PATH would win).
+  // The backend resolves cuBLAS by name: it must get the fake (above).
   const absl::StatusOr<const CublasApi*> cublas = LoadCublas();
   ASSERT_TRUE(cublas.ok()) << cublas.status();
   Dl_info info;

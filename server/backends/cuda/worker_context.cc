@@ -82,8 +82,8 @@ absl::Status WorkerContext::Reuse(int i) {
 
 absl::Status WorkerContext::UploadStaged(const void* src, void* dst, int64_t bytes,
                                          StopCheck stop) {
-  // A slot's pinned buffer may be smaller than a chunk (a failed Create or
-  // Reserve elsewhere must not turn into a write past it here).
+  // Every chunk goes through a slot's pinned buffer: make sure each holds
+  // one, whatever earlier calls did to the slots, rather than trust it.
   ROPE_RETURN_IF_ERROR(ReservePinnedSlots(std::min(staging_bytes_, bytes)));
   const char* from = static_cast<const char*>(src);
   char* to = static_cast<char*>(dst);
