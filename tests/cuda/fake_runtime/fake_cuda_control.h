@@ -102,7 +102,8 @@ cudaError_t RopeFakeCudaLaunchKernel(cudaStream_t stream, void (*run)(void* data
                                      void* data);
 
 // Counts a call of `function` (the fake cuBLAS's entry points) and returns
-// the error injected for it (0 if none), or the sticky error.
+// the code injected for this call (0 if none); the sticky error is the
+// caller's to check (RopeFakeCudaStickyError).
 int RopeFakeCudaEnter(const char* function);
 
 }  // extern "C"
