@@ -14,6 +14,12 @@
 # intercepts every malloc/free they make, and LeakSanitizer checks each test
 # process at exit. A finding aborts the test that hit it.
 #
+# The CUDA backend is built when nvcc is found, with PTX for one
+# architecture only (no GPU runs here): its host code runs on the fake CUDA
+# runtime (rope_cuda_fake_device_test, rope_cuda_fake_device_process_test),
+# whose "device" memory is host memory, so the sanitizers check every byte
+# the backend's copies, GEMMs and host-emulated kernels touch.
+#
 # ThreadSanitizer runs separately, in scripts/tsan.sh: Debian's Abseil is
 # built without TSan (absl::Mutex's lock and unlock would be invisible to it,
 # and every ABSL_GUARDED_BY member would read as a race), so that script
@@ -29,7 +35,7 @@ BUILD_DIR=${SANITIZE_BUILD_DIR:-build-asan}
 cmake -S . -B "$BUILD_DIR" \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DROPE_SANITIZE=address,undefined,float-cast-overflow \
-  -DROPE_ENABLE_CUDA=OFF \
+  -DROPE_ENABLE_CUDA=AUTO -DCMAKE_CUDA_ARCHITECTURES=75-virtual \
   -DROPE_BUILD_BENCHMARKS=OFF >/dev/null
 cmake --build "$BUILD_DIR" -j"$(nproc)"
 

@@ -2,7 +2,9 @@
 //
 // Parses flags, picks a backend, starts a RopeServer, and waits for SIGTERM or
 // SIGINT; then drains (health NOT_SERVING, new calls UNAVAILABLE, calls in
-// flight finish within --shutdown_grace_period) and exits 0.
+// flight finish within --shutdown_grace_period) and exits 0. When the backend
+// fails for good (BackendInfo::fault: a sticky CUDA error), it drains the
+// same way and exits kExitBackendFailed, so that the orchestrator restarts it.
 #include <fcntl.h>
 #include <malloc.h>
 #include <unistd.h>
@@ -24,6 +26,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "common/defaults.h"
 #include "server/backends/cpu/cpu_backend.h"
@@ -153,7 +156,13 @@ void LimitMallocArenas() {
   mallopt(M_ARENA_MAX, static_cast<int>(std::clamp(cores / 4, 2u, 8u)));
 }
 
+// Exit status after the backend failed for good (see BackendInfo::fault).
+constexpr int kExitBackendFailed = 3;
+
 int g_stop_pipe[2] = {-1, -1};
+// Written to the stop pipe instead of a signal number (all below 65) when the
+// backend fails.
+constexpr unsigned char kBackendFailed = 255;
 
 extern "C" void OnStopSignal(int signal) {
   const unsigned char byte = static_cast<unsigned char>(signal);
@@ -188,6 +197,18 @@ int WaitForStopSignal() {
     if (errno != EINTR) return 0;
   }
   return byte;
+}
+
+// Until `stop` is notified, asks the backend every 250 ms whether it still
+// works (a cheap, lock-only query); on its first fault, wakes the stop
+// thread through the stop pipe as a signal would.
+void WatchBackend(const Engine& engine, absl::Notification& stop) {
+  while (!stop.WaitForNotificationWithTimeout(absl::Milliseconds(250))) {
+    if (engine.backend_info().fault.empty()) continue;
+    const ssize_t ignored = write(g_stop_pipe[1], &kBackendFailed, 1);
+    (void)ignored;
+    return;
+  }
 }
 
 int Fail(const absl::Status& status) {
@@ -259,19 +280,34 @@ int RunServer() {
 
   const absl::Duration grace = absl::GetFlag(FLAGS_shutdown_grace_period);
   RopeServer* const serving = server->get();
-  std::thread stopper([serving, grace] {
+  bool backend_failed = false;  // written by `stopper` before it ends
+  std::thread stopper([serving, grace, &backend_failed] {
     const int signal = WaitForStopSignal();
     serving->StartDraining();
-    std::printf("ropeserve: signal %d: draining (grace %s)\n", signal,
-                absl::FormatDuration(grace).c_str());
+    if (signal == kBackendFailed) {
+      backend_failed = true;
+      std::printf(
+          "ropeserve: backend failed: %s: draining (grace %s), then exiting %d to be "
+          "restarted\n",
+          serving->engine().backend_info().fault.c_str(), absl::FormatDuration(grace).c_str(),
+          kExitBackendFailed);
+    } else {
+      std::printf("ropeserve: signal %d: draining (grace %s)\n", signal,
+                  absl::FormatDuration(grace).c_str());
+    }
     std::fflush(stdout);
     serving->Drain(grace);
   });
+  absl::Notification stop_watching;
+  std::thread watcher(
+      [serving, &stop_watching] { WatchBackend(serving->engine(), stop_watching); });
   serving->Wait();
   stopper.join();
+  stop_watching.Notify();
+  watcher.join();
   server->reset();
   std::printf("ropeserve: stopped\n");
-  return 0;
+  return backend_failed ? kExitBackendFailed : 0;
 }
 
 }  // namespace
@@ -292,7 +328,8 @@ int main(int argc, char** argv) {
       "Usage: ropeserve [--listen=0.0.0.0:50051] [--backend=auto|cpu|cuda] [flags]\n"
       "Health (grpc.health.v1) and server reflection are always on. SIGTERM or SIGINT\n"
       "drains: health turns NOT_SERVING, new calls get UNAVAILABLE, calls in flight\n"
-      "finish within --shutdown_grace_period, then the process exits 0.");
+      "finish within --shutdown_grace_period, then the process exits 0. A backend that\n"
+      "fails for good (a sticky CUDA error) drains the same way, then exits 3.");
   absl::ParseCommandLine(argc, argv);
   return rope::RunServer();
 }

@@ -74,6 +74,11 @@ struct BackendInfo {
   int64_t device_memory_total_bytes = 0;
   int64_t device_memory_used_bytes = 0;
   std::optional<TableCacheStats> device_table_cache;
+  // Empty while the backend works. Otherwise why it can no longer serve any
+  // call, for the rest of the process's life (a sticky CUDA error: the
+  // device context is lost); calls then fail with UNAVAILABLE, and the
+  // process should drain and exit so that it is restarted (server/main.cc).
+  std::string fault;
 };
 
 class Backend {

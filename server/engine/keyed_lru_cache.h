@@ -6,7 +6,10 @@
 // Thread-safe. Concurrent lookups of the same missing key build the value
 // once: the first caller builds (outside the lock), the others wait for it.
 // A value evicted while callers still hold it stays alive until they drop
-// their shared_ptr; only cached bytes count against the budget.
+// their shared_ptr; only cached bytes count against the budget. Evicted
+// values are dropped after the cache's lock is released: destroying one may
+// be slow (unmapping a large host table, freeing device memory) and must not
+// hold up every other lookup.
 #ifndef ROPE_ENGINE_KEYED_LRU_CACHE_H_
 #define ROPE_ENGINE_KEYED_LRU_CACHE_H_
 
@@ -16,6 +19,7 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
@@ -90,12 +94,14 @@ class KeyedLruCache {
           absl::StrCat(name_, " builder returned no table for ", key.DebugString()));
     }
 
+    // Declared before the lock, so destroyed after it is released.
+    std::vector<std::shared_ptr<const Value>> evicted;
     absl::MutexLock lock(&mu_);
     if (!built.ok()) {
       entries_.erase(key);  // waiters wake and retry the build themselves
       return built.status();
     }
-    EvictUntilFits(bytes);
+    EvictUntilFits(bytes, &evicted);
     lru_.push_front(key);
     Entry& entry = entries_[key];
     entry.value = *built;
@@ -124,11 +130,15 @@ class KeyedLruCache {
     std::list<TableKey>::iterator lru_pos;  // valid once built
   };
 
-  void EvictUntilFits(int64_t incoming_bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+  // Moves the cache's references to evicted values into `evicted`, for the
+  // caller to drop once the lock is released.
+  void EvictUntilFits(int64_t incoming_bytes, std::vector<std::shared_ptr<const Value>>* evicted)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     while (bytes_ + incoming_bytes > budget_bytes_ && !lru_.empty()) {
       auto it = entries_.find(lru_.back());
       lru_.pop_back();
       bytes_ -= it->second.bytes;
+      evicted->push_back(std::move(it->second.value));
       entries_.erase(it);
       ++evictions_;
     }

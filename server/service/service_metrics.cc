@@ -132,8 +132,12 @@ class StateCollector final : public prometheus::Collectable {
                            MetricType::Gauge, static_cast<double>(cache.bytes)));
     out.push_back(OneValue("rope_table_cache_budget_bytes", "Byte budget of the table cache.",
                            MetricType::Gauge, static_cast<double>(cache.budget_bytes)));
-    // Device backends (CUDA) only.
     const BackendInfo backend = engine_->backend_info();
+    out.push_back(OneValue("rope_backend_healthy",
+                           "0 once the backend has failed for good (a sticky CUDA error); the "
+                           "server then drains and exits to be restarted.",
+                           MetricType::Gauge, backend.fault.empty() ? 1.0 : 0.0));
+    // Device backends (CUDA) only.
     if (backend.device_table_cache.has_value()) {
       const TableCacheStats& device = *backend.device_table_cache;
       out.push_back(OneValue("rope_device_memory_total_bytes", "Memory of the device.",

@@ -7,7 +7,7 @@
 //   rope_auth_failures_total{reason}     calls refused for their bearer token
 //                                        (missing_token, invalid_token)
 // and, read at scrape time by the state collector:
-//   rope_calls_in_flight, rope_max_concurrent_calls, rope_draining
+//   rope_calls_in_flight, rope_max_concurrent_calls, rope_draining, rope_backend_healthy
 //   rope_table_cache_{hits,misses,evictions}_total, rope_table_cache_{entries,bytes,budget_bytes}
 //
 // Thread-safe.

@@ -1,7 +1,9 @@
 // The CUDA backend. Without a device (CI, this machine) the device tests
 // skip with the reason, and what needs no device still runs: the no-device
 // errors, option checks and the CUDA/cuBLAS status mapping. With a device
-// (scripts/gpu_check.sh on a lent GPU): the backend against the CPU backend
+// (scripts/gpu_check.sh on a lent GPU), or on the fake CUDA runtime
+// (rope_cuda_fake_device_test: host memory, host-emulated kernels, see
+// device_under_test.h): the backend against the CPU backend
 // over the whole rotate and attention grids (rotation bit for bit), staging
 // in many chunks, attention in chunks, concurrent calls, the device table
 // cache's counters and eviction, out-of-memory mapping, and AttentionScores
@@ -32,6 +34,7 @@
 #include "server/backends/cuda/device_memory.h"
 #include "server/engine/interrupt.h"
 #include "tests/cuda/backend_cases.h"
+#include "tests/cuda/device_under_test.h"
 #include "tests/support/status_matchers.h"
 
 namespace rope {
@@ -46,6 +49,8 @@ using test::StatusIs;
 // ---- Without a device ---------------------------------------------------------
 
 TEST(CudaAvailabilityTest, NoDeviceIsFailedPreconditionNamingTheReason) {
+  test::PrepareDevice();
+  test::TryHideDevices();
   const absl::StatusOr<int> count = CountCudaDevices();
   if (count.ok()) GTEST_SKIP() << "this machine has " << *count << " CUDA device(s)";
   std::printf("CountCudaDevices: %s\n", count.status().ToString().c_str());
@@ -119,6 +124,7 @@ TEST(CublasLoaderTest, LoadsAtRunTimeAndLeavesSmallStackThreadsWorking) {
 class CudaBackendTest : public ::testing::Test {
  protected:
   void SetUp() override {
+    test::PrepareDevice();
     const absl::StatusOr<int> count = CountCudaDevices();
     if (!count.ok()) GTEST_SKIP() << "no CUDA device here: " << count.status().message();
   }
@@ -336,7 +342,7 @@ TEST_F(CudaBackendTest, DeviceOutOfMemoryIsResourceExhaustedAndLeavesTheDeviceUs
   ASSERT_NE(cuda, nullptr);
   {
     DeviceBuffer huge;
-    EXPECT_TRUE(StatusIs(huge.Reserve(int64_t{1} << 50, "a test"),
+    EXPECT_TRUE(StatusIs(huge.Reserve(int64_t{1} << 50, "a test", cudaStreamPerThread),
                          absl::StatusCode::kResourceExhausted,
                          "bytes of device memory for a test"));
     EXPECT_EQ(huge.data(), nullptr);
@@ -519,6 +525,7 @@ TEST_F(CudaBackendTest, AttentionStopsAtTheCheckThatFindsItCancelledAtEveryCheck
 // check (the device runs out the chunks already enqueued): a measurement
 // for the GPU run's report, not an assertion.
 TEST_F(CudaBackendTest, LongAttentionCancelledMidwayStopsAndReportsHowSoon) {
+  if (test::DeviceIsFake()) GTEST_SKIP() << "~2 T operations: too long for host-emulated kernels";
   int device = 0;
   cudaDeviceProp properties;
   ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);

@@ -151,6 +151,59 @@ TEST(TableCacheTest, EvictedTableStaysValidWhileHeld) {
   EXPECT_NEAR((*held)->cos_row(99)[0], std::cos(99.0), 1.2e-7);
 }
 
+// A value whose destructor asks, from another thread, for the cache's stats
+// (which take the cache's lock) and records whether they came back: they
+// cannot while the destroying thread holds that lock.
+struct LockCheckedValue;
+
+struct LockCheck {
+  const KeyedLruCache<LockCheckedValue>* cache = nullptr;
+  absl::Notification stats_returned;
+  bool destroyed_under_lock = false;
+};
+
+struct LockCheckedValue {
+  LockCheck* check = nullptr;
+  ~LockCheckedValue() {
+    LockCheck* c = check;
+    if (c == nullptr) return;
+    // Detached: under the lock it can only finish after this destructor has
+    // returned and the lock is released.
+    std::thread([c] {
+      (void)c->cache->stats();
+      c->stats_returned.Notify();
+    }).detach();
+    c->destroyed_under_lock = !c->stats_returned.WaitForNotificationWithTimeout(absl::Seconds(10));
+  }
+};
+
+// Both caches (host tables, device tables) are this template: destroying an
+// evicted value (unmapping a host table, freeing device memory) must not
+// hold up every other lookup.
+TEST(KeyedLruCacheTest, EvictedValueIsDestroyedAfterTheLockIsReleased) {
+  KeyedLruCache<LockCheckedValue> cache(/*budget_bytes=*/100, "test cache");
+  LockCheck check;
+  check.cache = &cache;
+  auto first =
+      cache.Get(SmallKey(1), 100, [&]() -> absl::StatusOr<std::shared_ptr<const LockCheckedValue>> {
+        auto value = std::make_shared<LockCheckedValue>();
+        value->check = &check;
+        return std::shared_ptr<const LockCheckedValue>(std::move(value));
+      });
+  ASSERT_TRUE(first.ok()) << first.status();
+  first->reset();  // only the cache holds it now
+  auto second = cache.Get(SmallKey(2), 100, [] {
+    return absl::StatusOr<std::shared_ptr<const LockCheckedValue>>(
+        std::make_shared<const LockCheckedValue>());
+  });
+  ASSERT_TRUE(second.ok()) << second.status();
+  ASSERT_TRUE(check.stats_returned.WaitForNotificationWithTimeout(absl::Seconds(30)))
+      << "the evicted value was not destroyed";
+  EXPECT_FALSE(check.destroyed_under_lock)
+      << "the evicted value was destroyed under the cache's lock";
+  EXPECT_EQ(cache.stats().evictions, 1);
+}
+
 TEST(TableCacheTest, FailedBuildIsReportedAndRetried) {
   std::atomic<int> calls{0};
   TableCache cache(1 << 20, [&](const TableKey& key) -> std::shared_ptr<const RopeTable> {

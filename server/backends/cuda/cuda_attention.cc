@@ -28,13 +28,6 @@ absl::Status RunPlan(const WorkerContext& context, const std::vector<kernels::St
   return absl::OkStatus();
 }
 
-// Uploads one request tensor of `bytes` into `buffer`.
-absl::Status Upload(WorkerContext& context, DeviceBuffer& buffer, const void* host, int64_t bytes,
-                    const char* what, WorkerContext::StopCheck stop) {
-  ROPE_RETURN_IF_ERROR(buffer.Reserve(bytes, what));
-  return context.UploadStaged(host, buffer.data(), bytes, stop);
-}
-
 }  // namespace
 
 absl::Status CudaAttentionScores(WorkerContext& context, const DeviceTable& table,
@@ -57,23 +50,31 @@ absl::Status CudaAttentionScores(WorkerContext& context, const DeviceTable& tabl
   const int64_t f = static_cast<int64_t>(sizeof(float));
 
   // Device memory first: a request too large for the device fails here,
-  // before any work is enqueued.
-  ROPE_RETURN_IF_ERROR(context.qf.Reserve(q_elems * f, "rotated q (float32)"));
-  ROPE_RETURN_IF_ERROR(context.kf.Reserve(k_elems * f, "rotated k (float32)"));
-  ROPE_RETURN_IF_ERROR(context.scores.Reserve(score_elems * f, "attention scores"));
+  // before any work is enqueued. Allocated in order on the compute stream;
+  // the other slot's stream, which also copies q, k, v in and the results
+  // out, is then ordered after the allocations.
+  const cudaStream_t compute = context.compute_stream();
+  ROPE_RETURN_IF_ERROR(context.q_in.Reserve(q_elems * elem, "q", compute));
+  ROPE_RETURN_IF_ERROR(context.k_in.Reserve(k_elems * elem, "k", compute));
+  ROPE_RETURN_IF_ERROR(context.qf.Reserve(q_elems * f, "rotated q (float32)", compute));
+  ROPE_RETURN_IF_ERROR(context.kf.Reserve(k_elems * f, "rotated k (float32)", compute));
+  ROPE_RETURN_IF_ERROR(context.scores.Reserve(score_elems * f, "attention scores", compute));
   const bool separate_probs = args.v != nullptr && !args.softmax;
   if (separate_probs) {
-    ROPE_RETURN_IF_ERROR(context.probs.Reserve(score_elems * f, "attention probabilities"));
+    ROPE_RETURN_IF_ERROR(
+        context.probs.Reserve(score_elems * f, "attention probabilities", compute));
   }
   if (args.v != nullptr) {
-    ROPE_RETURN_IF_ERROR(context.vf.Reserve(v_elems * f, "v (float32)"));
-    ROPE_RETURN_IF_ERROR(context.output.Reserve(out_elems * f, "attention output"));
+    ROPE_RETURN_IF_ERROR(context.v_in.Reserve(v_elems * elem, "v", compute));
+    ROPE_RETURN_IF_ERROR(context.vf.Reserve(v_elems * f, "v (float32)", compute));
+    ROPE_RETURN_IF_ERROR(context.output.Reserve(out_elems * f, "attention output", compute));
   }
+  ROPE_RETURN_IF_ERROR(context.SlotsWaitForCompute());
 
-  ROPE_RETURN_IF_ERROR(Upload(context, context.q_in, args.q, q_elems * elem, "q", stop));
-  ROPE_RETURN_IF_ERROR(Upload(context, context.k_in, args.k, k_elems * elem, "k", stop));
+  ROPE_RETURN_IF_ERROR(context.UploadStaged(args.q, context.q_in.data(), q_elems * elem, stop));
+  ROPE_RETURN_IF_ERROR(context.UploadStaged(args.k, context.k_in.data(), k_elems * elem, stop));
   if (args.v != nullptr) {
-    ROPE_RETURN_IF_ERROR(Upload(context, context.v_in, args.v, v_elems * elem, "v", stop));
+    ROPE_RETURN_IF_ERROR(context.UploadStaged(args.v, context.v_in.data(), v_elems * elem, stop));
   }
   math::PositionSpec positions[2] = {args.q_positions, args.k_positions};
   ROPE_RETURN_IF_ERROR(UploadPositions(context, positions, 2));

@@ -57,20 +57,31 @@ class CudaBackend final : public Backend {
       info.device_memory_used_bytes = memory_used_;
     }
     info.device_table_cache = table_cache_.stats();
+    const absl::Status fault = contexts_.fault();
+    if (!fault.ok()) {
+      info.fault = absl::StrCat("CUDA device ", device_, " is unusable: ", fault.message());
+    }
     return info;
   }
 
+  // The device table is declared before the lease, so it is released after
+  // it: when a call returns early (an error, a cancelled caller) with work
+  // still enqueued, the lease's Quiesce first waits for the kernels that
+  // read the table; only then may its memory be freed (if it was evicted
+  // meanwhile, this is the last reference).
   absl::Status Rotate(const RopeTable& table, const RotateArgs& args) override {
+    std::shared_ptr<const DeviceTable> device_table;
     ROPE_ASSIGN_OR_RETURN(ContextPool::Lease context, contexts_.Acquire());
     SampleMemory(/*force=*/false);
-    ROPE_ASSIGN_OR_RETURN(std::shared_ptr<const DeviceTable> device_table, table_cache_.Get(table));
+    ROPE_ASSIGN_OR_RETURN(device_table, table_cache_.Get(table));
     return CudaRotate(*context, *device_table, args, max_blocks_);
   }
 
   absl::Status AttentionScores(const RopeTable& table, const AttentionArgs& args) override {
+    std::shared_ptr<const DeviceTable> device_table;
     ROPE_ASSIGN_OR_RETURN(ContextPool::Lease context, contexts_.Acquire());
     SampleMemory(/*force=*/false);
-    ROPE_ASSIGN_OR_RETURN(std::shared_ptr<const DeviceTable> device_table, table_cache_.Get(table));
+    ROPE_ASSIGN_OR_RETURN(device_table, table_cache_.Get(table));
     return CudaAttentionScores(*context, *device_table, args, max_blocks_, attention_chunk_work_);
   }
 
@@ -83,9 +94,11 @@ class CudaBackend final : public Backend {
   // Leases a context once, so that start-up fails rather than the first call
   // when the device cannot give us streams, pinned memory or cuBLAS.
   absl::Status WarmUp() {
-    ROPE_ASSIGN_OR_RETURN(ContextPool::Lease context, contexts_.Acquire());
-    SampleMemory(/*force=*/true);
-    return absl::OkStatus();
+    {
+      ROPE_ASSIGN_OR_RETURN(ContextPool::Lease context, contexts_.Acquire());
+      SampleMemory(/*force=*/true);
+    }
+    return contexts_.fault();
   }
 
  private:
@@ -155,6 +168,32 @@ absl::Status CheckOptions(const CudaBackendOptions& options) {
   return absl::OkStatus();
 }
 
+// Device buffers come from the device's default stream-ordered memory pool
+// (device_memory.h). The pool keeps up to keep_workspace_bytes of freed
+// memory for reuse, and gives the rest back to the device at each
+// synchronisation, like the workspaces themselves (CudaBackendOptions).
+absl::Status ConfigureMemoryPool(int device, const cudaDeviceProp& properties,
+                                 const CudaBackendOptions& options) {
+  int pools = 0;
+  ROPE_CUDA_RETURN_IF_ERROR(
+      cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, device),
+      absl::StrCat("asking CUDA device ", device, " whether it has memory pools"));
+  if (pools == 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "CUDA device ", device, " (", properties.name,
+        ") has no stream-ordered memory pools (cudaDevAttrMemoryPoolsSupported is 0), which "
+        "the CUDA backend allocates from"));
+  }
+  cudaMemPool_t pool = nullptr;
+  ROPE_CUDA_RETURN_IF_ERROR(cudaDeviceGetDefaultMemPool(&pool, device),
+                            absl::StrCat("getting the memory pool of CUDA device ", device));
+  uint64_t threshold = static_cast<uint64_t>(options.keep_workspace_bytes);
+  ROPE_CUDA_RETURN_IF_ERROR(
+      cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold),
+      absl::StrCat("setting the release threshold of CUDA device ", device, "'s memory pool"));
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<int> CountCudaDevices() {
@@ -195,6 +234,7 @@ absl::StatusOr<std::unique_ptr<Backend>> NewCudaBackend(int device,
         ") cannot run this build's kernels (CUDA architectures ", ROPE_CUDA_ARCHITECTURES,
         "): ", cudaGetErrorName(image), ": ", cudaGetErrorString(image)));
   }
+  ROPE_RETURN_IF_ERROR(ConfigureMemoryPool(device, properties, options));
   ROPE_ASSIGN_OR_RETURN(const CublasApi* cublas, LoadCublas());
   auto backend = std::make_unique<CudaBackend>(device, options, properties, *cublas);
   ROPE_RETURN_IF_ERROR(backend->WarmUp());

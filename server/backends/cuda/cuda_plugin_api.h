@@ -40,7 +40,8 @@ struct CudaPluginApi {
 };
 
 // 2: AttentionArgs::interrupt, CudaBackendOptions::attention_chunk_work.
-constexpr int kCudaPluginAbi = 2;
+// 3: BackendInfo::fault.
+constexpr int kCudaPluginAbi = 3;
 
 // The plugin's one exported symbol.
 #define ROPE_CUDA_PLUGIN_ENTRY "RopeCudaPluginApi"

@@ -34,7 +34,8 @@ absl::Status UploadPositions(WorkerContext& context, math::PositionSpec* specs, 
   if (total == 0) return absl::OkStatus();
   const int64_t bytes = total * static_cast<int64_t>(sizeof(int64_t));
   ROPE_RETURN_IF_ERROR(context.positions_host.Reserve(bytes, "explicit positions"));
-  ROPE_RETURN_IF_ERROR(context.positions.Reserve(bytes, "explicit positions"));
+  ROPE_RETURN_IF_ERROR(
+      context.positions.Reserve(bytes, "explicit positions", context.compute_stream()));
   int64_t* host = reinterpret_cast<int64_t*>(context.positions_host.data());
   int64_t* device = static_cast<int64_t*>(context.positions.data());
   int64_t offset = 0;

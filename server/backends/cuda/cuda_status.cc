@@ -4,14 +4,42 @@
 
 namespace rope {
 
+bool IsStickyCudaError(cudaError_t error) {
+  // The errors whose documentation (driver_types.h, CUDA 13) says the
+  // process must be terminated and relaunched.
+  switch (error) {
+#if CUDART_VERSION >= 12080  // these two are new in CUDA 12.8
+    case cudaErrorContained:
+    case cudaErrorTensorMemoryLeak:
+#endif
+    case cudaErrorIllegalAddress:
+    case cudaErrorLaunchTimeout:
+    case cudaErrorAssert:
+    case cudaErrorHardwareStackError:
+    case cudaErrorIllegalInstruction:
+    case cudaErrorMisalignedAddress:
+    case cudaErrorInvalidAddressSpace:
+    case cudaErrorInvalidPc:
+    case cudaErrorLaunchFailure:
+    case cudaErrorMpsClientTerminated:
+    case cudaErrorExternalDevice:
+      return true;
+    default:
+      return false;
+  }
+}
+
 absl::Status CudaStatus(cudaError_t error, absl::string_view what) {
   if (error == cudaSuccess) return absl::OkStatus();
-  const std::string message =
+  (void)cudaGetLastError();  // see cuda_status.h
+  std::string message =
       absl::StrCat(what, ": ", cudaGetErrorName(error), ": ", cudaGetErrorString(error));
+  if (IsStickyCudaError(error)) {
+    absl::StrAppend(&message,
+                    " (a sticky error: the CUDA context is lost until the process restarts)");
+  }
   switch (error) {
     case cudaErrorMemoryAllocation:
-      // Not sticky; clear it so the thread's next CUDA call does not see it.
-      (void)cudaGetLastError();
       return absl::ResourceExhaustedError(message);
     case cudaErrorNoDevice:
     case cudaErrorInsufficientDriver:

@@ -5,8 +5,10 @@
 //   anything else (a bad launch, a fault)  -> INTERNAL
 //
 // Messages name what was being done, the CUDA error's name and its text.
-// Allocation failures are not sticky: the pending error is cleared so that
-// the next call on this thread starts clean.
+// A failed runtime call also leaves its error in the thread's last-error
+// slot, where the next kernel launcher's cudaGetLastError would report it as
+// its own; CudaStatus clears it. Recoverable errors are then gone; a sticky
+// error (IsStickyCudaError) is returned again by every later call anyway.
 #ifndef ROPE_BACKENDS_CUDA_CUDA_STATUS_H_
 #define ROPE_BACKENDS_CUDA_CUDA_STATUS_H_
 
@@ -18,8 +20,15 @@
 
 namespace rope {
 
-// OK for cudaSuccess; otherwise the mapped status "`what`: <name>: <text>".
+// OK for cudaSuccess; otherwise the mapped status "`what`: <name>: <text>"
+// (for a sticky error, followed by a note that the process must restart).
 absl::Status CudaStatus(cudaError_t error, absl::string_view what);
+
+// Whether `error` is one that CUDA documents as leaving the process's CUDA
+// context unusable ("any further CUDA work will return the same error. To
+// continue using CUDA, the process must be terminated and relaunched"): a
+// kernel's illegal address, launch failure, assertion, and the like.
+bool IsStickyCudaError(cudaError_t error);
 
 // OK for CUBLAS_STATUS_SUCCESS; otherwise the mapped status.
 absl::Status CublasStatus(cublasStatus_t status, absl::string_view what);

@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "server/backends/cuda/cuda_status.h"
+#include "common/status_macros.h"
 
 namespace rope {
 namespace {
@@ -18,11 +19,11 @@ std::string FreeMemoryNote() {
 
 }  // namespace
 
-absl::Status DeviceBuffer::Reserve(int64_t bytes, absl::string_view what) {
+absl::Status DeviceBuffer::Reserve(int64_t bytes, absl::string_view what, cudaStream_t stream) {
   if (bytes <= capacity_) return absl::OkStatus();
   Release();
   void* p = nullptr;
-  const cudaError_t error = cudaMalloc(&p, static_cast<size_t>(bytes));
+  const cudaError_t error = cudaMallocAsync(&p, static_cast<size_t>(bytes), stream);
   if (error != cudaSuccess) {
     const absl::Status status =
         CudaStatus(error, absl::StrCat("allocating ", bytes, " bytes of device memory for ", what));
@@ -33,6 +34,7 @@ absl::Status DeviceBuffer::Reserve(int64_t bytes, absl::string_view what) {
   }
   data_ = p;
   capacity_ = bytes;
+  stream_ = stream;
   return absl::OkStatus();
 }
 
@@ -41,18 +43,38 @@ void DeviceBuffer::ShrinkTo(int64_t keep_bytes) {
 }
 
 void DeviceBuffer::Release() {
-  if (data_ != nullptr) (void)cudaFree(data_);
+  if (data_ != nullptr) (void)cudaFreeAsync(data_, stream_);
   data_ = nullptr;
   capacity_ = 0;
+  stream_ = nullptr;
 }
+
+namespace {
+
+absl::Status AllocatePinned(int64_t bytes, absl::string_view what, void** p) {
+  ROPE_CUDA_RETURN_IF_ERROR(
+      cudaMallocHost(p, static_cast<size_t>(bytes)),
+      absl::StrCat("allocating ", bytes, " bytes of pinned host memory for ", what));
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 absl::Status PinnedBuffer::Reserve(int64_t bytes, absl::string_view what) {
   if (bytes <= capacity_) return absl::OkStatus();
-  Release();
   void* p = nullptr;
-  ROPE_CUDA_RETURN_IF_ERROR(
-      cudaMallocHost(&p, static_cast<size_t>(bytes)),
-      absl::StrCat("allocating ", bytes, " bytes of pinned host memory for ", what));
+  ROPE_RETURN_IF_ERROR(AllocatePinned(bytes, what, &p));
+  Release();
+  data_ = p;
+  capacity_ = bytes;
+  return absl::OkStatus();
+}
+
+absl::Status PinnedBuffer::ShrinkTo(int64_t bytes, absl::string_view what) {
+  if (capacity_ <= bytes) return absl::OkStatus();
+  void* p = nullptr;
+  ROPE_RETURN_IF_ERROR(AllocatePinned(bytes, what, &p));
+  Release();
   data_ = p;
   capacity_ = bytes;
   return absl::OkStatus();

@@ -15,6 +15,10 @@
 namespace rope {
 
 // A device allocation that grows on demand and keeps its size between uses.
+//
+// Stream-ordered (cudaMallocAsync / cudaFreeAsync from the device's default
+// memory pool): unlike cudaMalloc and cudaFree, neither waits for the whole
+// device, so growing or freeing a buffer never stalls other calls' work.
 class DeviceBuffer {
  public:
   DeviceBuffer() = default;
@@ -22,12 +26,20 @@ class DeviceBuffer {
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
 
-  // Ensures at least `bytes` are allocated (contents are not kept when it
-  // grows). RESOURCE_EXHAUSTED naming `what`, the size and the device's free
+  // Ensures at least `bytes` are allocated, in order on `stream`: work
+  // enqueued on `stream` afterwards, or on a stream ordered after it, may
+  // use the memory. When it grows, the old allocation is freed first (on
+  // its own stream, so that the pool can reuse it) and the contents are not
+  // kept. RESOURCE_EXHAUSTED naming `what`, the size and the device's free
   // memory when the device is out of memory; the buffer is then empty.
-  absl::Status Reserve(int64_t bytes, absl::string_view what);
+  // `stream` must outlive the allocation (its free is ordered there too);
+  // cudaStreamPerThread always does.
+  absl::Status Reserve(int64_t bytes, absl::string_view what, cudaStream_t stream);
   // Frees the allocation when it is larger than `keep_bytes`.
   void ShrinkTo(int64_t keep_bytes);
+  // Frees the allocation in order on the stream it was allocated on: work
+  // enqueued there before still sees it; work on other streams must be
+  // finished with it.
   void Release();
 
   void* data() const { return data_; }
@@ -36,6 +48,7 @@ class DeviceBuffer {
  private:
   void* data_ = nullptr;
   int64_t capacity_ = 0;
+  cudaStream_t stream_ = nullptr;
 };
 
 // Page-locked host memory for staging copies (the DMA engines read and
@@ -47,8 +60,15 @@ class PinnedBuffer {
   PinnedBuffer(const PinnedBuffer&) = delete;
   PinnedBuffer& operator=(const PinnedBuffer&) = delete;
 
-  // As DeviceBuffer::Reserve, for pinned host memory.
+  // Ensures at least `bytes` are allocated. The new buffer is allocated
+  // before the old one is freed: on failure (RESOURCE_EXHAUSTED naming
+  // `what` and the size) the buffer keeps its old allocation, so a context
+  // whose buffer could not grow still holds a usable one. Contents are not
+  // kept when it grows. Nothing may still be copying to or from it.
   absl::Status Reserve(int64_t bytes, absl::string_view what);
+  // Replaces an allocation larger than `bytes` by one of `bytes` (allocated
+  // first; on failure the larger one is kept and the error returned).
+  absl::Status ShrinkTo(int64_t bytes, absl::string_view what);
   void Release();
 
   char* data() const { return static_cast<char*>(data_); }

@@ -3,8 +3,10 @@
 // engine's KeyedLruCache policy; the same counters as the host cache).
 //
 // Thread-safe. A table evicted while a call still holds its shared_ptr stays
-// allocated until the call drops it; every call synchronises its streams
-// before returning, so no kernel reads freed memory.
+// allocated until the call drops it, which every call does only after its
+// lease has waited for its streams (cuda_backend.cc), so no kernel reads
+// freed memory. Evicted tables are freed outside the cache's lock, in stream
+// order (cudaFreeAsync): an eviction never waits for the device.
 #ifndef ROPE_BACKENDS_CUDA_DEVICE_TABLE_CACHE_H_
 #define ROPE_BACKENDS_CUDA_DEVICE_TABLE_CACHE_H_
 

@@ -17,6 +17,15 @@ WorkerContext::WorkerContext(const CudaBackendOptions& options, const CublasApi&
 WorkerContext::~WorkerContext() {
   (void)Quiesce();
   if (cublas_ != nullptr) (void)cublas_api_->destroy(cublas_);
+  // Their frees are ordered on this context's streams: before those go.
+  for (DeviceBuffer* buffer : DeviceBuffers()) buffer->Release();
+}
+
+std::vector<DeviceBuffer*> WorkerContext::DeviceBuffers() {
+  std::vector<DeviceBuffer*> buffers = {&q_in, &k_in,   &v_in,  &qf,     &kf,
+                                        &vf,   &scores, &probs, &output, &positions};
+  for (Slot& slot : slots_) buffers.push_back(&slot.device);
+  return buffers;
 }
 
 absl::StatusOr<std::unique_ptr<WorkerContext>> WorkerContext::Create(
@@ -44,7 +53,16 @@ absl::Status WorkerContext::ReserveSlots(int64_t bytes) {
     if (slot.host.capacity() >= bytes && slot.device.capacity() >= bytes) continue;
     ROPE_RETURN_IF_ERROR(Reuse(static_cast<int>(&slot - slots_)));  // nothing may still use them
     ROPE_RETURN_IF_ERROR(slot.host.Reserve(bytes, "a staging buffer"));
-    ROPE_RETURN_IF_ERROR(slot.device.Reserve(bytes, "a staging buffer"));
+    ROPE_RETURN_IF_ERROR(slot.device.Reserve(bytes, "a staging buffer", slot.stream.get()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status WorkerContext::ReservePinnedSlots(int64_t bytes) {
+  for (int i = 0; i < kSlots; ++i) {
+    if (slots_[i].host.capacity() >= bytes) continue;
+    ROPE_RETURN_IF_ERROR(Reuse(i));  // nothing may still use it
+    ROPE_RETURN_IF_ERROR(slots_[i].host.Reserve(bytes, "a staging buffer"));
   }
   return absl::OkStatus();
 }
@@ -64,6 +82,9 @@ absl::Status WorkerContext::Reuse(int i) {
 
 absl::Status WorkerContext::UploadStaged(const void* src, void* dst, int64_t bytes,
                                          StopCheck stop) {
+  // Every chunk goes through a slot's pinned buffer: make sure each holds
+  // one, whatever earlier calls did to the slots, rather than trust it.
+  ROPE_RETURN_IF_ERROR(ReservePinnedSlots(std::min(staging_bytes_, bytes)));
   const char* from = static_cast<const char*>(src);
   char* to = static_cast<char*>(dst);
   int next = 0;
@@ -85,6 +106,7 @@ absl::Status WorkerContext::UploadStaged(const void* src, void* dst, int64_t byt
 
 absl::Status WorkerContext::DownloadStaged(const void* src, void* dst, int64_t bytes,
                                            StopCheck stop) {
+  ROPE_RETURN_IF_ERROR(ReservePinnedSlots(std::min(staging_bytes_, bytes)));
   ROPE_RETURN_IF_ERROR(SlotsWaitForCompute());
   const char* from = static_cast<const char*>(src);
   char* to = static_cast<char*>(dst);
@@ -147,29 +169,59 @@ absl::Status WorkerContext::Quiesce() {
     slot.in_flight = false;
     slot.copy_out.clear();
   }
+  if (!status.ok()) return status;  // the device is lost: free nothing more on it
   for (DeviceBuffer* buffer :
        {&q_in, &k_in, &v_in, &qf, &kf, &vf, &scores, &probs, &output, &positions}) {
     buffer->ShrinkTo(keep_workspace_bytes_);
   }
   if (positions_host.capacity() > keep_workspace_bytes_) positions_host.Release();
+  // A call larger than a staging chunk (one Rotate token that did not fit)
+  // grew the slots; give the memory back rather than pin it for good. The
+  // device half is reserved again by the next call that needs it; the
+  // pinned half is kept at the staging size (if the smaller allocation
+  // fails, the larger buffer stays: still usable).
+  for (Slot& slot : slots_) {
+    slot.device.ShrinkTo(staging_bytes_);
+    (void)slot.host.ShrinkTo(staging_bytes_, "a staging buffer");
+  }
   return status;
 }
 
 ContextPool::Lease::~Lease() {
   if (context_ == nullptr) return;
-  (void)context_->Quiesce();
-  pool_->Return(std::move(context_));
+  const absl::Status quiesced = context_->Quiesce();
+  pool_->Return(std::move(context_), quiesced);
 }
 
 absl::StatusOr<ContextPool::Lease> ContextPool::Acquire() {
-  ROPE_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_),
-                            absl::StrCat("selecting CUDA device ", device_));
+  {
+    // Refused before any CUDA call: on a lost context every one fails.
+    absl::MutexLock lock(&mu_);
+    if (!fault_.ok()) return Unusable();
+  }
+  // Also clears this thread's last-error slot: an error a runtime call left
+  // there outside the backend's calls would otherwise be reported by this
+  // call's first kernel launcher (cudaGetLastError) as its own.
+  const cudaError_t selected = cudaSetDevice(device_);
+  const cudaError_t pending = cudaGetLastError();
+  // A sticky error met where no lease saw it (outside the backend's calls,
+  // or swallowed while a lease shrank its buffers) is returned again by
+  // every runtime call: by these two.
+  const cudaError_t error = selected != cudaSuccess ? selected : pending;
+  if (IsStickyCudaError(error)) {
+    const absl::Status status = CudaStatus(error, absl::StrCat("selecting CUDA device ", device_));
+    absl::MutexLock lock(&mu_);
+    if (fault_.ok()) fault_ = status;
+    return Unusable();
+  }
+  ROPE_CUDA_RETURN_IF_ERROR(selected, absl::StrCat("selecting CUDA device ", device_));
   {
     absl::MutexLock lock(&mu_);
     auto available = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return !idle_.empty() || created_ < options_.contexts;
+      return !idle_.empty() || created_ < options_.contexts || !fault_.ok();
     };
     mu_.Await(absl::Condition(&available));
+    if (!fault_.ok()) return Unusable();
     if (!idle_.empty()) {
       std::unique_ptr<WorkerContext> context = std::move(idle_.back());
       idle_.pop_back();
@@ -186,9 +238,25 @@ absl::StatusOr<ContextPool::Lease> ContextPool::Acquire() {
   return Lease(this, *std::move(context));
 }
 
-void ContextPool::Return(std::unique_ptr<WorkerContext> context) {
+absl::Status ContextPool::Unusable() const {
+  return absl::UnavailableError(absl::StrCat(
+      "CUDA device ", device_,
+      " failed earlier and cannot be used again until the process restarts: ", fault_.message()));
+}
+
+absl::Status ContextPool::fault() const {
   absl::MutexLock lock(&mu_);
-  idle_.push_back(std::move(context));
+  return fault_;
+}
+
+void ContextPool::Return(std::unique_ptr<WorkerContext> context, const absl::Status& quiesced) {
+  absl::MutexLock lock(&mu_);
+  if (quiesced.ok()) {
+    idle_.push_back(std::move(context));
+    return;
+  }
+  if (fault_.ok()) fault_ = quiesced;
+  broken_.push_back(std::move(context));
 }
 
 }  // namespace rope

@@ -71,23 +71,29 @@ class WorkerContext {
   const CublasApi& cublas_api() const { return *cublas_api_; }
   int64_t staging_bytes() const { return staging_bytes_; }
 
-  // Ensures both slots hold at least `bytes` (pinned and device).
+  // Ensures both slots hold at least `bytes` (pinned and device). On failure
+  // a slot keeps a pinned buffer at least as large as before (see
+  // PinnedBuffer::Reserve); its device buffer may be empty.
   absl::Status ReserveSlots(int64_t bytes);
+  // Ensures both slots' pinned buffers hold at least `bytes`.
+  absl::Status ReservePinnedSlots(int64_t bytes);
 
   // Waits for slot i's last copy and delivers its pending CopyOuts.
   absl::Status Reuse(int i);
 
-  // Copies `bytes` from host `src` to device `dst` through the slots; on
-  // return the copies are enqueued and the compute stream waits for all
-  // of them.
+  // Copies `bytes` from host `src` to device `dst` through the slots (whose
+  // pinned buffers it first ensures hold a staging chunk); on return the
+  // copies are enqueued and the compute stream waits for all of them. `dst`
+  // must be usable by every slot's stream (see SlotsWaitForCompute).
   absl::Status UploadStaged(const void* src, void* dst, int64_t bytes, StopCheck stop);
   absl::Status UploadStaged(const void* src, void* dst, int64_t bytes) {
     return UploadStaged(src, dst, bytes, NeverStop);
   }
 
-  // Copies `bytes` from device `src` to host `dst` through the slots, after
-  // everything enqueued on the compute stream so far; on return `dst` holds
-  // the data (on a stop, only some of it).
+  // Copies `bytes` from device `src` to host `dst` through the slots (whose
+  // pinned buffers it first ensures hold a staging chunk), after everything
+  // enqueued on the compute stream so far; on return `dst` holds the data
+  // (on a stop, only some of it).
   absl::Status DownloadStaged(const void* src, void* dst, int64_t bytes, StopCheck stop);
   absl::Status DownloadStaged(const void* src, void* dst, int64_t bytes) {
     return DownloadStaged(src, dst, bytes, NeverStop);
@@ -105,8 +111,11 @@ class WorkerContext {
   absl::Status SlotsWaitForCompute();
 
   // Waits for every stream and drops undelivered CopyOuts (the call that
-  // asked for them has failed). Then frees workspaces over the keep limit.
-  // Returns the first error of the wait (a broken device context).
+  // asked for them has failed). Then frees workspaces over the keep limit
+  // and shrinks staging slots that a large call grew back to the staging
+  // size. Returns the first error of the wait: the device could not finish
+  // work already enqueued, which only a sticky error (the device context
+  // is lost for the process's life) causes.
   absl::Status Quiesce();
 
   // Device workspaces of the attention path (grown on demand).
@@ -117,6 +126,9 @@ class WorkerContext {
   WorkerContext(const CudaBackendOptions& options, const CublasApi& cublas);
 
   static absl::Status NeverStop() { return absl::OkStatus(); }
+
+  // Every device buffer of the context: the workspaces and the slots'.
+  std::vector<DeviceBuffer*> DeviceBuffers();
 
   Slot slots_[kSlots];
   CudaEvent compute_done_;
@@ -129,6 +141,11 @@ class WorkerContext {
 
 // Hands out worker contexts, creating up to `options.contexts` lazily;
 // Acquire blocks while all are in use. Thread-safe.
+//
+// A context whose Quiesce fails (the device could not finish its queued
+// work: a sticky error such as an illegal address, which leaves the
+// process's CUDA context unusable for good) is never handed out again, and
+// the pool is then faulted: fault() says why, and Acquire refuses at once.
 class ContextPool {
  public:
   ContextPool(int device, const CudaBackendOptions& options, const CublasApi& cublas)
@@ -151,18 +168,29 @@ class ContextPool {
     std::unique_ptr<WorkerContext> context_;
   };
 
-  // Sets the calling thread's current device and leases a context.
+  // Sets the calling thread's current device, clears the thread's last CUDA
+  // error (left by whatever ran on it before), and leases a context.
+  // UNAVAILABLE, naming the first fault, once the pool is faulted.
   absl::StatusOr<Lease> Acquire();
 
+  // OK, or the error that broke a context (the first one).
+  absl::Status fault() const;
+
  private:
-  void Return(std::unique_ptr<WorkerContext> context);
+  void Return(std::unique_ptr<WorkerContext> context, const absl::Status& quiesced);
+  absl::Status Unusable() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const int device_;
   const CudaBackendOptions options_;
   const CublasApi& cublas_;
-  absl::Mutex mu_;
+  mutable absl::Mutex mu_;
   std::vector<std::unique_ptr<WorkerContext>> idle_ ABSL_GUARDED_BY(mu_);
   int created_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Status fault_ ABSL_GUARDED_BY(mu_);
+  // Contexts that failed to quiesce: kept until the pool is destroyed
+  // rather than torn down on a call's thread by more calls into a device
+  // context that is already lost.
+  std::vector<std::unique_ptr<WorkerContext>> broken_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace rope

@@ -1,0 +1,12 @@
+// The machine's CUDA runtime (see device_under_test.h).
+#include "tests/cuda/device_under_test.h"
+
+namespace rope {
+namespace test {
+
+void PrepareDevice() {}
+bool DeviceIsFake() { return false; }
+bool TryHideDevices() { return false; }
+
+}  // namespace test
+}  // namespace rope
