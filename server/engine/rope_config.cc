@@ -70,8 +70,8 @@ std::string TableKey::DebugString() const {
 }
 
 std::string TableKey::ToString() const {
-  return absl::StrFormat("theta=%.17g rotary_dim=%u max_len=%u scaling=%s%s", theta, rotary_dim,
-                         max_len, DescribeScaling(scaling),
+  return absl::StrFormat("theta=%s rotary_dim=%u max_len=%u scaling=%s%s", ExactDecimal(theta),
+                         rotary_dim, max_len, DescribeScaling(scaling),
                          std::holds_alternative<LongRopeScaling>(scaling)
                              ? (long_factor ? " uses=long_factor" : " uses=short_factor")
                              : "");

@@ -72,7 +72,7 @@ struct TableKey {
   }
   // Short form for error messages (the scaling by name only).
   std::string DebugString() const;
-  // Every field, exactly (17 significant digits): two keys are equal iff
+  // Every field, exactly (ExactDecimal): two keys are equal iff
   // their strings are. What ResolveConfig reports as the table-cache key.
   std::string ToString() const;
 };

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -70,7 +71,7 @@ double YarnCorrectionDim(double rotations, uint32_t dim, double base, double max
   return dim * std::log(max_pos / (rotations * 2 * kPi)) / (2 * std::log(base));
 }
 
-std::string Exact(double v) { return absl::StrFormat("%.17g", v); }
+std::string Exact(double v) { return ExactDecimal(v); }
 
 std::string ExactList(const std::vector<double>& values) {
   return absl::StrCat("[", absl::StrJoin(values, ",", [](std::string* out, double v) {
@@ -79,6 +80,14 @@ std::string ExactList(const std::vector<double>& values) {
 }
 
 }  // namespace
+
+std::string ExactDecimal(double v) {
+  for (int digits = 15; digits < 17; ++digits) {
+    std::string text = absl::StrFormat("%.*g", digits, v);
+    if (std::strtod(text.c_str(), nullptr) == v) return text;
+  }
+  return absl::StrFormat("%.17g", v);
+}
 
 std::string ScalingName(const ScalingConfig& scaling) {
   return std::visit(Overloaded{

@@ -142,8 +142,12 @@ std::vector<std::string> SupportedScalingNames();
 // equal keys. Call on a validated config.
 ScalingConfig WithScalingDefaults(const ScalingConfig& scaling);
 
-// Every parameter of the variant, defaults as sent, values with 17
-// significant digits: "yarn(factor=32 original_max_position_embeddings=4096
+// The shortest decimal that reads back as exactly `v` ("1.118320672", not
+// the 17-digit "1.1183206720000001").
+std::string ExactDecimal(double v);
+
+// Every parameter of the variant, defaults as sent, each value exactly
+// (ExactDecimal): "yarn(factor=32 original_max_position_embeddings=4096
 // ...)". LongRoPE lists are written out in full.
 std::string DescribeScaling(const ScalingConfig& scaling);
 

@@ -518,7 +518,7 @@ TEST(ScalingTest, TableKeyStringsNameEveryParameter) {
                          }(), 4), 20).ToString(),
             "theta=10000 rotary_dim=4 max_len=64 scaling=longrope(short_factor=[1,1.5] "
             "long_factor=[2,4] original_max_position_embeddings=16 "
-            "attention_factor=1.2247448713915889 max_position_embeddings=0) uses=long_factor");
+            "attention_factor=1.224744871391589 max_position_embeddings=0) uses=long_factor");
 }
 
 // ---- M-RoPE axes ------------------------------------------------------------------------
