@@ -180,6 +180,14 @@ absl::Status RopeServiceImpl::DoGetTable(const v1::GetTableRequest& request,
   return absl::OkStatus();
 }
 
+absl::Status RopeServiceImpl::DoResolveConfig(const v1::RopeConfig& request,
+                                              v1::ResolvedConfig* response) {
+  ROPE_ASSIGN_OR_RETURN(RopeConfig config, ConfigFromProto(request));
+  ROPE_ASSIGN_OR_RETURN(ResolvedConfig resolved, engine_.ResolveConfig(config));
+  *response = ResolvedConfigToProto(resolved);
+  return absl::OkStatus();
+}
+
 void RopeServiceImpl::FillServerInfo(v1::ServerInfo* info) const {
   const BackendInfo backend = engine_.backend_info();
   info->set_version(ROPE_VERSION);
@@ -282,6 +290,22 @@ grpc::ServerUnaryReactor* RopeServiceImpl::GetTable(grpc::CallbackServerContext*
       return;
     }
     call->FinishWith(DoGetTable(*request, response), response);
+  });
+  return call;
+}
+
+grpc::ServerUnaryReactor* RopeServiceImpl::ResolveConfig(grpc::CallbackServerContext* context,
+                                                         const v1::RopeConfig* request,
+                                                         v1::ResolvedConfig* response) {
+  auto* call = new UnaryCall(Rpc::kResolveConfig, gate_, metrics_, options_.max_message_bytes);
+  if (!call->Admit(*request)) return call;
+  // A miss parses a config.json: keep it off gRPC's threads.
+  work_.Schedule([this, call, context, request, response] {
+    if (context->IsCancelled()) {
+      call->FinishWith(CancelledBeforeRun(Rpc::kResolveConfig), nullptr);
+      return;
+    }
+    call->FinishWith(DoResolveConfig(*request, response), response);
   });
   return call;
 }

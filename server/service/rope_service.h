@@ -53,6 +53,9 @@ class RopeServiceImpl final : public v1::RopeService::CallbackService {
   grpc::ServerUnaryReactor* GetServerInfo(grpc::CallbackServerContext* context,
                                           const v1::GetServerInfoRequest* request,
                                           v1::ServerInfo* response) override;
+  grpc::ServerUnaryReactor* ResolveConfig(grpc::CallbackServerContext* context,
+                                          const v1::RopeConfig* request,
+                                          v1::ResolvedConfig* response) override;
 
  private:
   class RotateStreamReactor;
@@ -64,6 +67,7 @@ class RopeServiceImpl final : public v1::RopeService::CallbackService {
                                  v1::AttentionScoresResponse* response,
                                  const Interrupt* interrupt);
   absl::Status DoGetTable(const v1::GetTableRequest& request, v1::GetTableResponse* response);
+  absl::Status DoResolveConfig(const v1::RopeConfig& request, v1::ResolvedConfig* response);
   void FillServerInfo(v1::ServerInfo* info) const;
 
   Engine& engine_;
