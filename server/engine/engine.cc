@@ -75,7 +75,7 @@ absl::Status Engine::Rotate(const RotateParams& params) {
 
   // M-RoPE: a per-request table whose row r holds token r's frequencies,
   // each from its axis' position, so that the backend rotates token r by
-  // row r as it would with plain RoPE (docs/design.md, M-RoPE).
+  // row r as it would with plain RoPE (M-RoPE in rope.proto, docs/models.md).
   const int64_t rows = resolved.mrope_rows;
   const std::array<const int64_t*, kMropeAxes> axes = {
       resolved.mrope_positions, resolved.mrope_positions + rows,
