@@ -172,6 +172,16 @@ absl::StatusOr<TableSlice> Engine::GetTable(const RopeConfig& requested, int64_t
 absl::StatusOr<ResolvedConfig> Engine::ResolveConfig(const RopeConfig& requested) {
   ROPE_ASSIGN_OR_RETURN(RopeConfig config, ExplicitConfig(requested));
   ROPE_RETURN_IF_ERROR(ValidateConfig(config, limits_.max_len_cap));
+  // No tensor bounds head_dim here: the inverse frequencies (doubles, two
+  // values each as GetTable counts a row) are held to the element limit
+  // before anything is allocated.
+  const int64_t half = config.EffectiveRotaryDim() / 2;
+  if (half * 2 > limits_.max_elements_per_request) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "config.rotary_dim is ", config.EffectiveRotaryDim(), ": its ", half,
+        " inverse frequencies (2 values each) are over the max_elements_per_request limit of ",
+        limits_.max_elements_per_request));
+  }
   ResolvedConfig out;
   out.key = MakeTableKey(config, /*max_position=*/0);
   out.inv_freq = ComputeInvFreq(out.key);

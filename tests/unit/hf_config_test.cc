@@ -483,6 +483,25 @@ TEST(HfConfigErrorsTest, UnusableDerivedValuesSayTheyCameFromTheJson) {
                        "[16,24,25] (sum 65)"));
 }
 
+TEST(HfConfigErrorsTest, AHugeHeadDimIsRefusedBeforeAnyAllocation) {
+  // Found by rope_request_fuzzer: ResolveConfig has no tensor to bound
+  // head_dim, and 2415919102 / 2 inverse frequencies are 9.6 GB.
+  EngineLimits limits;
+  limits.max_elements_per_request = 1 << 16;
+  for (const RopeConfig& config : [] {
+         RopeConfig fields;
+         fields.head_dim = 2415919102u;
+         fields.max_len = 64;
+         RopeConfig json = FromJson(R"({"rope_theta": 10000, "head_dim": 2415919102})", "", 64);
+         return std::vector<RopeConfig>{fields, json};
+       }()) {
+    EXPECT_TRUE(StatusIs(NewEngine(limits)->ResolveConfig(config).status(),
+                         absl::StatusCode::kResourceExhausted,
+                         "config.rotary_dim is 2415919102: its 1207959551 inverse frequencies (2 "
+                         "values each) are over the max_elements_per_request limit of 65536"));
+  }
+}
+
 TEST(HfConfigErrorsTest, OversizedJsonIsOverTheLimit) {
   EngineLimits limits;
   limits.max_hf_config_json_bytes = 1000;
