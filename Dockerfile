@@ -28,7 +28,7 @@ LABEL ropeserve.stage=build
 ENV DEBIAN_FRONTEND=noninteractive
 # The package list alone first, so that editing sources keeps this layer.
 COPY scripts/setup.sh /src/scripts/setup.sh
-RUN /src/scripts/setup.sh && rm -rf /var/lib/apt/lists/*
+RUN /src/scripts/setup.sh --build && rm -rf /var/lib/apt/lists/*
 
 COPY . /src
 WORKDIR /src

@@ -80,6 +80,15 @@ absl::StatusOr<v1::GetTableResponse> RopeClient::GetTable(const v1::GetTableRequ
   return response;
 }
 
+absl::StatusOr<v1::ResolvedConfig> RopeClient::ResolveConfig(const v1::RopeConfig& config) {
+  grpc::ClientContext context;
+  PrepareContext(&context);
+  v1::ResolvedConfig response;
+  absl::Status status = FromGrpcStatus(stub_->ResolveConfig(&context, config, &response));
+  if (!status.ok()) return status;
+  return response;
+}
+
 absl::StatusOr<v1::ServerInfo> RopeClient::GetServerInfo() {
   grpc::ClientContext context;
   PrepareContext(&context);

@@ -50,6 +50,10 @@ class RopeClient {
   absl::StatusOr<v1::AttentionScoresResponse> AttentionScores(
       const v1::AttentionScoresRequest& request);
   absl::StatusOr<v1::GetTableResponse> GetTable(const v1::GetTableRequest& request);
+  // What `config` resolves to on the server: with hf_config_json, the
+  // explicit config a model's config.json becomes (and its inverse
+  // frequencies, attention factor and table-cache key).
+  absl::StatusOr<v1::ResolvedConfig> ResolveConfig(const v1::RopeConfig& config);
   absl::StatusOr<v1::ServerInfo> GetServerInfo();
 
   // Sends every request on one RotateStream call and returns the replies in

@@ -75,7 +75,44 @@ absl::StatusOr<RopeConfig> ConfigFromProto(const v1::RopeConfig& proto) {
   config.rotary_dim = proto.rotary_dim();
   config.max_len = proto.max_len();
   config.scaling = ScalingFromProto(proto);
+  if (proto.has_mrope()) {
+    config.mrope.section.assign(proto.mrope().section().begin(), proto.mrope().section().end());
+    config.mrope.interleaved = proto.mrope().interleaved();
+    if (config.mrope.section.empty()) {
+      return absl::InvalidArgumentError(
+          "config.mrope is set with no section: give its 3 sections (t, h, w), or leave it unset");
+    }
+  }
+  config.hf_config_json = proto.hf_config_json();
+  config.hf_layer_type = proto.hf_layer_type();
   return config;
+}
+
+v1::RopeConfig ConfigToProto(const RopeConfig& config) {
+  v1::RopeConfig proto;
+  proto.set_theta(config.theta);
+  proto.set_head_dim(config.head_dim);
+  proto.set_rotary_dim(config.rotary_dim);
+  proto.set_max_len(config.max_len);
+  proto.set_layout(config.layout == Layout::kHalf ? v1::HALF : v1::INTERLEAVED);
+  ScalingToProto(config.scaling, &proto);
+  if (config.mrope.enabled()) {
+    proto.mutable_mrope()->mutable_section()->Assign(config.mrope.section.begin(),
+                                                     config.mrope.section.end());
+    proto.mutable_mrope()->set_interleaved(config.mrope.interleaved);
+  }
+  proto.set_hf_config_json(config.hf_config_json);
+  proto.set_hf_layer_type(config.hf_layer_type);
+  return proto;
+}
+
+v1::ResolvedConfig ResolvedConfigToProto(const ResolvedConfig& resolved) {
+  v1::ResolvedConfig proto;
+  *proto.mutable_config() = ConfigToProto(resolved.config);
+  proto.mutable_inv_freq()->Assign(resolved.inv_freq.begin(), resolved.inv_freq.end());
+  proto.set_attention_factor(resolved.attention_factor);
+  proto.set_table_key(resolved.key.ToString());
+  return proto;
 }
 
 absl::StatusOr<TensorView> MutableTensorViewOf(v1::Tensor* tensor, absl::string_view field) {

@@ -26,10 +26,16 @@ v1::DType DTypeToProto(DType dtype);
 // LAYOUT_UNSPECIFIED means INTERLEAVED; INVALID_ARGUMENT for unknown values.
 absl::StatusOr<Layout> LayoutFromProto(int value, absl::string_view field);
 
-// UNIMPLEMENTED naming the variant when a scaling is set (none is supported
-// yet); INVALID_ARGUMENT for a bad layout. Numeric fields are copied as they
-// are: the engine validates them.
+// INVALID_ARGUMENT for a bad layout. Numeric fields, mrope and the
+// hf_config_json / hf_layer_type strings are copied as they are: the engine
+// resolves and validates them.
 absl::StatusOr<RopeConfig> ConfigFromProto(const v1::RopeConfig& config);
+
+// The wire form of an explicit engine config (hf_config_json empty).
+v1::RopeConfig ConfigToProto(const RopeConfig& config);
+
+// ResolveConfig's reply.
+v1::ResolvedConfig ResolvedConfigToProto(const ResolvedConfig& resolved);
 
 // Views of a message's tensor. The view points into `tensor`'s bytes field,
 // which must outlive it; the mutable view lets the engine rotate in place.

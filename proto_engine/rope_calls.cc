@@ -75,4 +75,12 @@ absl::Status AnswerGetTable(Engine& engine, const v1::GetTableRequest& request,
   return absl::OkStatus();
 }
 
+absl::Status AnswerResolveConfig(Engine& engine, const v1::RopeConfig& config,
+                                 v1::ResolvedConfig* reply) {
+  ROPE_ASSIGN_OR_RETURN(RopeConfig parsed, ConfigFromProto(config));
+  ROPE_ASSIGN_OR_RETURN(ResolvedConfig resolved, engine.ResolveConfig(parsed));
+  *reply = ResolvedConfigToProto(resolved);
+  return absl::OkStatus();
+}
+
 }  // namespace rope

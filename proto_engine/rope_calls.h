@@ -42,6 +42,12 @@ absl::Status AnswerAttentionScores(Engine& engine, const v1::AttentionScoresRequ
 absl::Status AnswerGetTable(Engine& engine, const v1::GetTableRequest& request,
                             int64_t max_message_bytes, v1::GetTableResponse* reply);
 
+// ResolveConfig: the explicit RopeConfig the server derives from `config`
+// (from its hf_config_json when set), with inv_freq, the attention factor
+// and the table-cache key.
+absl::Status AnswerResolveConfig(Engine& engine, const v1::RopeConfig& config,
+                                 v1::ResolvedConfig* reply);
+
 }  // namespace rope
 
 #endif  // ROPE_PROTO_ENGINE_ROPE_CALLS_H_

@@ -1,5 +1,7 @@
 #include "proto_engine/scaling_conversion.h"
 
+#include <variant>
+
 namespace rope {
 
 ScalingConfig ScalingFromProto(const v1::RopeConfig& proto) {
@@ -27,6 +29,7 @@ ScalingConfig ScalingFromProto(const v1::RopeConfig& proto) {
       s.mscale = p.mscale();
       s.mscale_all_dim = p.mscale_all_dim();
       s.attention_factor = p.attention_factor();
+      s.truncate = !p.has_truncate() || p.truncate();
       return s;
     }
     case v1::RopeConfig::kLlama3: {
@@ -45,10 +48,62 @@ ScalingConfig ScalingFromProto(const v1::RopeConfig& proto) {
       s.long_factor.assign(p.long_factor().begin(), p.long_factor().end());
       s.original_max_position_embeddings = p.original_max_position_embeddings();
       s.attention_factor = p.attention_factor();
+      s.max_position_embeddings = p.max_position_embeddings();
       return s;
     }
   }
   return NoScaling{};
+}
+
+namespace {
+
+template <class... Ts>
+struct Overloaded : Ts... {
+  using Ts::operator()...;
+};
+template <class... Ts>
+Overloaded(Ts...) -> Overloaded<Ts...>;
+
+}  // namespace
+
+void ScalingToProto(const ScalingConfig& scaling, v1::RopeConfig* proto) {
+  proto->clear_scaling();
+  std::visit(Overloaded{
+                 [](const NoScaling&) {},
+                 [proto](const LinearScaling& s) { proto->mutable_linear()->set_factor(s.factor); },
+                 [proto](const DynamicNtkScaling& s) {
+                   auto* p = proto->mutable_dynamic_ntk();
+                   p->set_factor(s.factor);
+                   p->set_original_max_position_embeddings(s.original_max_position_embeddings);
+                 },
+                 [proto](const YarnScaling& s) {
+                   auto* p = proto->mutable_yarn();
+                   p->set_factor(s.factor);
+                   p->set_original_max_position_embeddings(s.original_max_position_embeddings);
+                   p->set_beta_fast(s.beta_fast);
+                   p->set_beta_slow(s.beta_slow);
+                   p->set_mscale(s.mscale);
+                   p->set_mscale_all_dim(s.mscale_all_dim);
+                   p->set_attention_factor(s.attention_factor);
+                   p->set_truncate(s.truncate);
+                 },
+                 [proto](const Llama3Scaling& s) {
+                   auto* p = proto->mutable_llama3();
+                   p->set_factor(s.factor);
+                   p->set_low_freq_factor(s.low_freq_factor);
+                   p->set_high_freq_factor(s.high_freq_factor);
+                   p->set_original_max_position_embeddings(s.original_max_position_embeddings);
+                 },
+                 [proto](const LongRopeScaling& s) {
+                   auto* p = proto->mutable_longrope();
+                   p->mutable_short_factor()->Assign(s.short_factor.begin(), s.short_factor.end());
+                   p->mutable_long_factor()->Assign(s.long_factor.begin(), s.long_factor.end());
+                   p->set_original_max_position_embeddings(s.original_max_position_embeddings);
+                   p->set_attention_factor(s.attention_factor);
+                   p->set_max_position_embeddings(s.max_position_embeddings);
+                 },
+             },
+             scaling);
 }
 
 }  // namespace rope

@@ -8,9 +8,14 @@
 
 namespace rope {
 
-// Copies every parameter as sent (0 keeps meaning "default"); the engine
-// validates the values and fills the defaults.
+// Copies every parameter as sent (0 keeps meaning "default"; an absent
+// YarnScaling.truncate is true); the engine validates the values and fills
+// the defaults.
 ScalingConfig ScalingFromProto(const v1::RopeConfig& proto);
+
+// Sets `proto`'s scaling oneof to `scaling` (cleared for NoScaling). Every
+// parameter is written, YarnScaling.truncate included.
+void ScalingToProto(const ScalingConfig& scaling, v1::RopeConfig* proto);
 
 }  // namespace rope
 

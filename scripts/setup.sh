@@ -2,13 +2,16 @@
 # Installs every Debian package the build, the tests and the demo need.
 # Idempotent: does nothing (not even `apt-get update`) when all are present.
 # Needs root (or sudo) only when something is missing.
+#   --build   only what building needs (the Dockerfile's build stage): skips
+#             TEST_ONLY_PACKAGES, which are large.
 set -euo pipefail
 
 PACKAGES=(
   # toolchain
   build-essential cmake pkg-config git
-  # gRPC, protobuf, Abseil
+  # gRPC, protobuf, Abseil; nlohmann-json parses models' config.json
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev grpc-proto
+  nlohmann-json3-dev
   # metrics, BLAS; TLS (certificate checks at startup, and the openssl CLI
   # that makes throw-away certificates in the tests)
   prometheus-cpp-dev libopenblas-dev libssl-dev openssl
@@ -21,6 +24,12 @@ PACKAGES=(
   # tools used by scripts and tests
   curl procps
 )
+# The torch oracle of tests/e2e/hf_models_test.py (transformers' apply
+# functions re-implemented in torch); about 1 GB, so not in image builds.
+TEST_ONLY_PACKAGES=(python3-torch)
+if [ "${1:-}" != "--build" ]; then
+  PACKAGES+=("${TEST_ONLY_PACKAGES[@]}")
+fi
 
 missing=()
 for p in "${PACKAGES[@]}"; do

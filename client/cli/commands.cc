@@ -12,7 +12,7 @@ namespace client {
 namespace {
 
 const Command* const kCommands[] = {&kRotateCommand, &kScoresCommand, &kTableCommand,
-                                    &kInfoCommand, &kHealthCommand};
+                                    &kResolveCommand, &kInfoCommand, &kHealthCommand};
 
 constexpr char kNpyAndExitHelp[] = R"(
 Tensors and .npy files:
@@ -57,8 +57,9 @@ std::string TopLevelHelp() {
       "\nFlags every command takes:\n"
       "  --target=<host:port | ipv4:a:p,b:p | dns:///host:port>  (default localhost:50051)\n"
       "  --deadline=<duration>  (default 30s)\n"
-      "rotate, scores and table also take the RoPE config: --theta, --head_dim,\n"
-      "--rotary_dim, --max_len, --layout=interleaved|half; rotate and scores take\n"
+      "rotate, scores, table and resolve also take the RoPE config: --theta,\n"
+      "--head_dim, --rotary_dim, --max_len, --layout=interleaved|half, or a model's\n"
+      "--hf_config=config.json (with --hf_layer_type); rotate and scores take\n"
       "--dtype=float32|float16|bfloat16.\n\n"
       "Examples:\n"
       "  ropectl health --target=localhost:50051\n"
@@ -68,7 +69,8 @@ std::string TopLevelHelp() {
       "      --positions=0,1,2,7 --out_q=q_rot.npy\n"
       "  ropectl scores --random_q_shape=1,8,4,64 --random_k_shape=1,8,4,64 \\\n"
       "      --causal --softmax --out=probs.npy\n"
-      "  ropectl table --head_dim=64 --start=0 --count=16 --out_cos=cos.npy\n",
+      "  ropectl table --head_dim=64 --start=0 --count=16 --out_cos=cos.npy\n"
+      "  ropectl resolve --hf_config=Llama-3.1-8B-Instruct/config.json --max_len=131072\n",
       kNpyAndExitHelp);
   return out;
 }
@@ -121,8 +123,8 @@ int RunRopectl(const std::vector<std::string>& args, std::ostream& out, std::ost
   }
   const Command* command = FindCommand(first);
   if (command == nullptr) {
-    err << "ropectl: unknown command '" << first << "' (commands: rotate, scores, table, info, "
-        << "health; see ropectl --help)\n";
+    err << "ropectl: unknown command '" << first << "' (commands: rotate, scores, table, "
+        << "resolve, info, health; see ropectl --help)\n";
     return kExitUsage;
   }
   FlagSet flags;

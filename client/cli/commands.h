@@ -27,6 +27,7 @@ struct Command {
 extern const Command kRotateCommand;
 extern const Command kScoresCommand;
 extern const Command kTableCommand;
+extern const Command kResolveCommand;
 extern const Command kInfoCommand;
 extern const Command kHealthCommand;
 

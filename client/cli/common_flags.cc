@@ -1,11 +1,14 @@
 #include "client/cli/common_flags.h"
 
+#include <fstream>
 #include <limits>
+#include <sstream>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "client/cli/cli_parsing.h"
 #include "client/cli/scaling_flags.h"
 #include "client/npy.h"
@@ -26,6 +29,33 @@ absl::Status ValidateLayoutName(absl::string_view value) { return ParseLayout(va
 
 absl::Status ValidateDistribution(absl::string_view value) {
   return ParseDistribution(value).status();
+}
+
+absl::Status ValidateSectionList(absl::string_view value) {
+  return ParseInt64List(value).status();
+}
+
+// A config.json is a few KiB; this bounds what a mistyped path can pull in.
+constexpr std::streamoff kMaxHfConfigBytes = 64 << 20;
+
+absl::StatusOr<std::string> ReadHfConfig(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return absl::NotFoundError(absl::StrCat("--hf_config=", path, ": cannot open the file"));
+  }
+  in.seekg(0, std::ios::end);
+  const std::streamoff size = in.tellg();
+  if (size > kMaxHfConfigBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("--hf_config=", path, " is ", size,
+                                                   " bytes: a config.json is far smaller"));
+  }
+  in.seekg(0);
+  std::stringstream text;
+  text << in.rdbuf();
+  if (!in.good() && !in.eof()) {
+    return absl::DataLossError(absl::StrCat("--hf_config=", path, ": reading the file failed"));
+  }
+  return text.str();
 }
 
 absl::StatusOr<uint32_t> Uint32Flag(absl::string_view name, int64_t value) {
@@ -97,7 +127,23 @@ void AddRopeConfigFlags(FlagSet* flags) {
              "Llama / GPT-J; half = (x[i], x[i+r/2]) as GPT-NeoX / Hugging Face "
              "rotate_half.",
              ValidateLayoutName);
+  flags->Add("mrope_section", FlagSet::Kind::kString, "",
+             "M-RoPE (Qwen2-VL, Qwen3-VL): three comma-separated counts (t,h,w) of frequencies "
+             "summing to rotary_dim/2, e.g. 16,24,24. --positions then holds 3*S or 3*B*S values "
+             "ordered [axis][b][s].",
+             ValidateSectionList);
+  flags->Add("mrope_interleaved", FlagSet::Kind::kBool, "false",
+             "M-RoPE: interleave the axes (Qwen3-VL) instead of one section per axis (Qwen2-VL).");
   AddScalingFlags(flags);
+  flags->BeginGroup("Hugging Face config.json");
+  flags->Add("hf_config", FlagSet::Kind::kString, "",
+             "A model's config.json (whole, or its rope keys). The server derives theta, head_dim, "
+             "rotary_dim, scaling and M-RoPE from it with transformers' rules; --theta, "
+             "--rotary_dim, --mrope_* and the scaling flags must then be left out. "
+             "`ropectl resolve` shows what it becomes.");
+  flags->Add("hf_layer_type", FlagSet::Kind::kString, "",
+             "With --hf_config: full_attention (default) or sliding_attention (Gemma 3's local "
+             "layers: rope_local_base_freq, no scaling).");
 }
 
 void AddDTypeFlag(FlagSet* flags) {
@@ -139,10 +185,29 @@ absl::StatusOr<std::unique_ptr<RopeClient>> ClientFromFlags(const FlagSet& flags
 absl::StatusOr<v1::RopeConfig> RopeConfigFromFlags(const FlagSet& flags,
                                                    int64_t inferred_head_dim) {
   v1::RopeConfig config;
-  config.set_theta(flags.Double("theta"));
+  const std::string& hf_config = flags.String("hf_config");
+  if (!hf_config.empty()) {
+    std::vector<std::string> exclusive = {"theta", "rotary_dim", "mrope_section",
+                                          "mrope_interleaved"};
+    for (const std::string& name : ScalingFlagNames()) exclusive.push_back(name);
+    for (const std::string& name : exclusive) {
+      if (flags.IsSet(name)) {
+        return UsageError(absl::StrCat("--", name,
+                                       " does not go with --hf_config (the config.json gives it)"));
+      }
+    }
+    absl::StatusOr<std::string> json = ReadHfConfig(hf_config);
+    if (!json.ok()) return json.status();
+    config.set_hf_config_json(*std::move(json));
+    config.set_hf_layer_type(flags.String("hf_layer_type"));
+  } else {
+    if (flags.IsSet("hf_layer_type")) return UsageError("--hf_layer_type needs --hf_config");
+    config.set_theta(flags.Double("theta"));
+  }
   int64_t head_dim = flags.Int("head_dim");
   if (head_dim == 0) head_dim = inferred_head_dim;
-  if (head_dim == 0) return UsageError("--head_dim is required");
+  // With a config.json the server derives head_dim when none is sent.
+  if (head_dim == 0 && hf_config.empty()) return UsageError("--head_dim is required");
   absl::StatusOr<uint32_t> v = Uint32Flag("head_dim", head_dim);
   if (!v.ok()) return v.status();
   config.set_head_dim(*v);
@@ -155,17 +220,56 @@ absl::StatusOr<v1::RopeConfig> RopeConfigFromFlags(const FlagSet& flags,
   absl::StatusOr<v1::Layout> layout = ParseLayout(flags.String("layout"));
   if (!layout.ok()) return UsageError(layout.status().message());
   config.set_layout(*layout);
+  if (!hf_config.empty()) return config;
   ROPE_RETURN_IF_ERROR(ApplyScalingFlags(flags, &config));
+  if (!flags.String("mrope_section").empty()) {
+    absl::StatusOr<std::vector<int64_t>> section = ParseInt64List(flags.String("mrope_section"));
+    if (!section.ok()) return UsageError(section.status().message());
+    for (int64_t s : *section) {
+      ROPE_ASSIGN_OR_RETURN(uint32_t count, Uint32Flag("mrope_section", s));
+      config.mutable_mrope()->add_section(count);
+    }
+    config.mutable_mrope()->set_interleaved(flags.Bool("mrope_interleaved"));
+  } else if (flags.IsSet("mrope_interleaved")) {
+    return UsageError("--mrope_interleaved needs --mrope_section");
+  }
   return config;
 }
 
+std::string ConfigAsFlags(const v1::RopeConfig& config) {
+  std::string out = absl::StrFormat(
+      "--theta=%s --head_dim=%u --rotary_dim=%u --max_len=%u --layout=%s",
+      ExactDecimal(config.theta()), config.head_dim(), config.rotary_dim(), config.max_len(),
+      LayoutName(config.layout()));
+  const std::string scaling = ScalingAsFlags(config);
+  if (!scaling.empty()) absl::StrAppend(&out, " ", scaling);
+  if (config.has_mrope()) {
+    absl::StrAppend(&out, " --mrope_section=", absl::StrJoin(config.mrope().section(), ","));
+    if (config.mrope().interleaved()) absl::StrAppend(&out, " --mrope_interleaved");
+  }
+  return out;
+}
+
 std::string DescribeConfig(const v1::RopeConfig& config) {
+  if (!config.hf_config_json().empty()) {
+    return absl::StrFormat("hf_config (%d bytes, %s) head_dim=%s max_len=%u layout=%s",
+                           config.hf_config_json().size(),
+                           config.hf_layer_type().empty() ? "full_attention"
+                                                          : config.hf_layer_type(),
+                           config.head_dim() == 0 ? std::string("derived")
+                                                  : absl::StrCat(config.head_dim()),
+                           config.max_len(), LayoutName(config.layout()));
+  }
   std::string out = absl::StrFormat(
       "theta=%g head_dim=%u rotary_dim=%u max_len=%u layout=%s", config.theta(),
       config.head_dim(), config.rotary_dim() == 0 ? config.head_dim() : config.rotary_dim(),
       config.max_len(), LayoutName(config.layout()));
   if (config.scaling_case() != v1::RopeConfig::SCALING_NOT_SET) {
     absl::StrAppend(&out, " scaling=", DescribeScaling(config));
+  }
+  if (config.has_mrope()) {
+    absl::StrAppend(&out, " mrope=", config.mrope().interleaved() ? "interleaved[" : "chunked[",
+                    absl::StrJoin(config.mrope().section(), ","), "]");
   }
   return out;
 }

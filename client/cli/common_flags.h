@@ -28,8 +28,9 @@ enum class CallRetries { kOnUnavailable, kNone };
 // --tls_cert_file, --tls_key_file, --tls_server_name, --token_file (every
 // command of ropectl and ropeload).
 void AddConnectionFlags(FlagSet* flags, CallRetries retries = CallRetries::kOnUnavailable);
-// --theta, --head_dim, --rotary_dim, --max_len, --layout, and the scaling
-// flags of scaling_flags.h.
+// --theta, --head_dim, --rotary_dim, --max_len, --layout, --mrope_section,
+// --mrope_interleaved, the scaling flags of scaling_flags.h, and
+// --hf_config / --hf_layer_type (a model's config.json instead).
 void AddRopeConfigFlags(FlagSet* flags);
 // --dtype (commands that send tensors).
 void AddDTypeFlag(FlagSet* flags);
@@ -47,13 +48,20 @@ absl::Status ApplySecurityFlags(const ChannelSecurityFiles& files, ClientOptions
 absl::StatusOr<std::unique_ptr<RopeClient>> ClientFromFlags(const FlagSet& flags);
 
 // The RopeConfig of the flags. --head_dim=0 takes `inferred_head_dim` (the
-// last dim of q); a usage error when both are 0 or a value does not fit the
-// proto's uint32.
+// last dim of q); a usage error when both are 0 (without --hf_config, which
+// lets the server derive it), when a value does not fit the proto's uint32,
+// or when --hf_config comes with --theta, --rotary_dim, --mrope_* or a
+// scaling flag. NOT_FOUND when the --hf_config file cannot be opened.
 absl::StatusOr<v1::RopeConfig> RopeConfigFromFlags(const FlagSet& flags,
                                                    int64_t inferred_head_dim);
 
-// "theta=10000 head_dim=64 rotary_dim=64 max_len=4096 layout=interleaved".
+// "theta=10000 head_dim=64 rotary_dim=64 max_len=4096 layout=interleaved",
+// or "hf_config (N bytes, full_attention) ...".
 std::string DescribeConfig(const v1::RopeConfig& config);
+
+// The flags that give an explicit `config` exactly: "--theta=500000
+// --head_dim=128 ... --rope_scaling=llama3 --factor=8 ...".
+std::string ConfigAsFlags(const v1::RopeConfig& config);
 
 // An input tensor and where it came from ("q.npy (<f4)", "random normal,
 // seed 1").

@@ -1,12 +1,14 @@
 #include "client/cli/scaling_flags.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
@@ -25,12 +27,13 @@ const std::vector<std::string>& ParamsOf(absl::string_view variant) {
   static const auto* const kDynamic =
       new std::vector<std::string>{"factor", "original_max_position_embeddings"};
   static const auto* const kYarn = new std::vector<std::string>{
-      "factor", "original_max_position_embeddings", "beta_fast", "beta_slow", "mscale",
-      "mscale_all_dim", "attention_factor"};
+      "factor",         "original_max_position_embeddings", "beta_fast", "beta_slow", "mscale",
+      "mscale_all_dim", "attention_factor",                 "truncate"};
   static const auto* const kLlama3 = new std::vector<std::string>{
       "factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"};
   static const auto* const kLongRope = new std::vector<std::string>{
-      "short_factor", "long_factor", "original_max_position_embeddings", "attention_factor"};
+      "short_factor", "long_factor", "original_max_position_embeddings", "attention_factor",
+      "max_position_embeddings"};
   if (variant == "linear") return *kLinear;
   if (variant == "dynamic") return *kDynamic;
   if (variant == "yarn") return *kYarn;
@@ -102,14 +105,27 @@ void AddScalingFlags(FlagSet* flags) {
   flags->Add("mscale_all_dim", FlagSet::Kind::kDouble, "0", "yarn: unset by default.");
   flags->Add("attention_factor", FlagSet::Kind::kDouble, "0",
              "yarn, longrope: multiplies cos/sin; 0 derives it as Hugging Face does.");
+  flags->Add("truncate", FlagSet::Kind::kBool, "true",
+             "yarn: floor/ceil the correction range (transformers' default); false keeps it "
+             "fractional, as gpt-oss does.");
   flags->Add("low_freq_factor", FlagSet::Kind::kDouble, "0", "llama3: default 1.");
   flags->Add("high_freq_factor", FlagSet::Kind::kDouble, "0", "llama3: default 4.");
   flags->Add("short_factor", FlagSet::Kind::kString, "",
-             "longrope: rotary_dim/2 comma-separated factors (used when max_len <= "
-             "original_max_position_embeddings).");
+             "longrope: rotary_dim/2 comma-separated factors (for requests within "
+             "original_max_position_embeddings; see --max_position_embeddings).");
   flags->Add("long_factor", FlagSet::Kind::kString, "",
-             "longrope: rotary_dim/2 comma-separated factors (used when max_len > "
-             "original_max_position_embeddings).");
+             "longrope: rotary_dim/2 comma-separated factors (for longer requests).");
+  flags->Add("max_position_embeddings", FlagSet::Kind::kInt, "0",
+             "longrope: the model's max_position_embeddings. Set: transformers' rule (attention "
+             "factor from it, long_factor iff the request's largest position + 1 > "
+             "original_max_position_embeddings). 0: attention factor from --max_len, "
+             "long_factor iff --max_len > original_max_position_embeddings.");
+}
+
+std::vector<std::string> ScalingFlagNames() {
+  std::vector<std::string> names = {"rope_scaling"};
+  for (const std::string& param : AllParams()) names.push_back(param);
+  return names;
 }
 
 absl::Status ApplyScalingFlags(const FlagSet& flags, v1::RopeConfig* config) {
@@ -141,6 +157,7 @@ absl::Status ApplyScalingFlags(const FlagSet& flags, v1::RopeConfig* config) {
     y->set_mscale(flags.Double("mscale"));
     y->set_mscale_all_dim(flags.Double("mscale_all_dim"));
     y->set_attention_factor(flags.Double("attention_factor"));
+    if (flags.IsSet("truncate")) y->set_truncate(flags.Bool("truncate"));
   } else if (variant == "llama3") {
     auto* l = config->mutable_llama3();
     l->set_factor(flags.Double("factor"));
@@ -161,6 +178,12 @@ absl::Status ApplyScalingFlags(const FlagSet& flags, v1::RopeConfig* config) {
     }
     l->set_original_max_position_embeddings(original);
     l->set_attention_factor(flags.Double("attention_factor"));
+    const int64_t expanded = flags.Int("max_position_embeddings");
+    if (expanded < 0 || expanded > 0xffffffffll) {
+      return UsageError(absl::StrCat("--max_position_embeddings=", expanded,
+                                     ": must be in [0, 4294967295]"));
+    }
+    l->set_max_position_embeddings(static_cast<uint32_t>(expanded));
   }
   return absl::OkStatus();
 }
@@ -178,7 +201,8 @@ std::string DescribeScaling(const v1::RopeConfig& config) {
                           y.original_max_position_embeddings(), " beta_fast=", y.beta_fast(),
                           " beta_slow=", y.beta_slow(), " mscale=", y.mscale(),
                           " mscale_all_dim=", y.mscale_all_dim(),
-                          " attention_factor=", y.attention_factor(), ")");
+                          " attention_factor=", y.attention_factor(),
+                          y.has_truncate() && !y.truncate() ? " truncate=false" : "", ")");
     }
     case v1::RopeConfig::kLlama3: {
       const auto& l = config.llama3();
@@ -190,12 +214,87 @@ std::string DescribeScaling(const v1::RopeConfig& config) {
       const auto& l = config.longrope();
       return absl::StrCat("longrope(", l.short_factor_size(), " short, ", l.long_factor_size(),
                           " long factors, original=", l.original_max_position_embeddings(),
-                          " attention_factor=", l.attention_factor(), ")");
+                          " attention_factor=", l.attention_factor(),
+                          " max_position_embeddings=", l.max_position_embeddings(), ")");
     }
     case v1::RopeConfig::SCALING_NOT_SET:
       break;
   }
   return "none";
+}
+
+namespace {
+
+}  // namespace
+
+std::string ExactDecimal(double v) {
+  for (int digits = 15; digits < 17; ++digits) {
+    std::string text = absl::StrFormat("%.*g", digits, v);
+    if (std::strtod(text.c_str(), nullptr) == v) return text;
+  }
+  return absl::StrFormat("%.17g", v);
+}
+
+namespace {
+
+std::string Exact(double v) { return ExactDecimal(v); }
+
+std::string ExactList(const google::protobuf::RepeatedField<double>& values) {
+  return absl::StrJoin(values, ",", [](std::string* out, double v) { out->append(Exact(v)); });
+}
+
+}  // namespace
+
+std::string ScalingAsFlags(const v1::RopeConfig& config) {
+  switch (config.scaling_case()) {
+    case v1::RopeConfig::kLinear:
+      return absl::StrCat("--rope_scaling=linear --factor=", Exact(config.linear().factor()));
+    case v1::RopeConfig::kDynamicNtk:
+      return absl::StrCat("--rope_scaling=dynamic --factor=", Exact(config.dynamic_ntk().factor()),
+                          " --original_max_position_embeddings=",
+                          config.dynamic_ntk().original_max_position_embeddings());
+    case v1::RopeConfig::kYarn: {
+      const auto& y = config.yarn();
+      std::string out = absl::StrCat(
+          "--rope_scaling=yarn --factor=", Exact(y.factor()),
+          " --original_max_position_embeddings=", y.original_max_position_embeddings(),
+          " --beta_fast=", Exact(y.beta_fast()), " --beta_slow=", Exact(y.beta_slow()));
+      if (y.mscale() != 0) absl::StrAppend(&out, " --mscale=", Exact(y.mscale()));
+      if (y.mscale_all_dim() != 0) {
+        absl::StrAppend(&out, " --mscale_all_dim=", Exact(y.mscale_all_dim()));
+      }
+      if (y.attention_factor() != 0) {
+        absl::StrAppend(&out, " --attention_factor=", Exact(y.attention_factor()));
+      }
+      if (y.has_truncate() && !y.truncate()) absl::StrAppend(&out, " --truncate=false");
+      return out;
+    }
+    case v1::RopeConfig::kLlama3: {
+      const auto& l = config.llama3();
+      return absl::StrCat("--rope_scaling=llama3 --factor=", Exact(l.factor()),
+                          " --low_freq_factor=", Exact(l.low_freq_factor()),
+                          " --high_freq_factor=", Exact(l.high_freq_factor()),
+                          " --original_max_position_embeddings=",
+                          l.original_max_position_embeddings());
+    }
+    case v1::RopeConfig::kLongrope: {
+      const auto& l = config.longrope();
+      std::string out = absl::StrCat(
+          "--rope_scaling=longrope --short_factor=", ExactList(l.short_factor()),
+          " --long_factor=", ExactList(l.long_factor()),
+          " --original_max_position_embeddings=", l.original_max_position_embeddings());
+      if (l.attention_factor() != 0) {
+        absl::StrAppend(&out, " --attention_factor=", Exact(l.attention_factor()));
+      }
+      if (l.max_position_embeddings() != 0) {
+        absl::StrAppend(&out, " --max_position_embeddings=", l.max_position_embeddings());
+      }
+      return out;
+    }
+    case v1::RopeConfig::SCALING_NOT_SET:
+      break;
+  }
+  return "";
 }
 
 }  // namespace client

@@ -288,6 +288,11 @@ absl::StatusOr<Workload> WorkloadFromFlags(const FlagSet& flags) {
   if (configs < 1 || configs > kMaxConfigs) {
     return UsageError(absl::StrCat("--configs=", configs, ": must be in [1, ", kMaxConfigs, "]"));
   }
+  // The configs differ in theta, which a config.json fixes.
+  if (configs > 1 && !flags.String("hf_config").empty()) {
+    return UsageError("--configs above 1 does not go with --hf_config (the configs differ in "
+                      "theta, which the config.json gives)");
+  }
   Workload workload;
   workload.kind = *kind;
   workload.method = absl::StrCat(kService, WorkloadRpcName(*kind));

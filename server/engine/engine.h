@@ -14,6 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "server/engine/backend.h"
+#include "server/engine/hf_config_cache.h"
 #include "server/engine/rope_config.h"
 #include "server/engine/table_cache.h"
 #include "server/engine/tensor.h"
@@ -24,6 +25,9 @@ struct EngineLimits {
   uint32_t max_len_cap = 1u << 20;          // largest RopeConfig.max_len accepted
   int64_t table_cache_bytes = 1ll << 30;    // budget of the table cache
   int64_t max_elements_per_request = 1ll << 28;  // q + k + v (+ scores) elements
+  int64_t max_hf_config_json_bytes = 4ll << 20;  // RopeConfig.hf_config_json
+  int64_t hf_config_cache_bytes = 16ll << 20;    // parsed config.json texts kept
+  int64_t hf_config_cache_entries = 1024;
 };
 
 // Rotate q (and optionally k) in place.
@@ -32,7 +36,9 @@ struct RotateParams {
   TensorView q;                      // [B,S,Hq,D] or [S,Hq,D] (B = 1)
   TensorView k;                      // same rank/B/S/D, its own head count; data == nullptr: absent
   int64_t start_pos = 0;             // positions start_pos + s when `positions` is empty
-  std::vector<int64_t> positions;    // S or B*S explicit positions; start_pos must then be 0
+  // S or B*S explicit positions (start_pos must then be 0). With
+  // config.mrope: 3*S or 3*B*S, ordered [axis][b][s] (axes t, h, w).
+  std::vector<int64_t> positions;
   bool inverse = false;
 };
 
@@ -68,6 +74,18 @@ struct TableSlice {
   int64_t count = 0;
 };
 
+// What a config resolves to (ResolveConfig): the explicit config (its
+// hf_config_json resolved, defaults filled in), and the key, inverse
+// frequencies and attention factor of the table a request at position 0
+// uses (for LongRoPE with max_position_embeddings and for dynamic NTK,
+// longer requests use other tables; see scaling.h).
+struct ResolvedConfig {
+  RopeConfig config;
+  TableKey key;
+  std::vector<double> inv_freq;
+  double attention_factor = 1;
+};
+
 class Engine {
  public:
   Engine(std::unique_ptr<Backend> backend, EngineLimits limits);
@@ -87,9 +105,20 @@ class Engine {
   // end of the table. For dynamic NTK the sequence length is start + count.
   absl::StatusOr<TableSlice> GetTable(const RopeConfig& config, int64_t start, int64_t count);
 
+  // Resolves and validates `config` without building a table.
+  absl::StatusOr<ResolvedConfig> ResolveConfig(const RopeConfig& config);
+
+  // The explicit config `config` stands for: itself when hf_config_json is
+  // empty, else the JSON's derivation (hf_config.h; cached by content) with
+  // the request's max_len and layout. Not yet validated against limits.
+  // INVALID_ARGUMENT for an unusable JSON or a conflicting field;
+  // RESOURCE_EXHAUSTED for a JSON over limits.max_hf_config_json_bytes.
+  absl::StatusOr<RopeConfig> ExplicitConfig(const RopeConfig& config);
+
   const EngineLimits& limits() const { return limits_; }
   BackendInfo backend_info() const { return backend_->info(); }
   TableCacheStats cache_stats() const { return cache_.stats(); }
+  HfConfigCache::Stats hf_config_cache_stats() const { return hf_configs_.stats(); }
 
  private:
   // The table for a validated config and the largest position the request
@@ -100,6 +129,7 @@ class Engine {
   std::unique_ptr<Backend> backend_;
   const EngineLimits limits_;
   TableCache cache_;
+  HfConfigCache hf_configs_;
 };
 
 }  // namespace rope

@@ -8,6 +8,10 @@
 namespace rope {
 
 absl::Status ValidateConfig(const RopeConfig& config, uint32_t max_len_cap) {
+  if (!config.hf_config_json.empty()) {
+    return absl::InvalidArgumentError(
+        "config.hf_config_json is set: the config must be resolved (Engine) before validation");
+  }
   if (!std::isfinite(config.theta) || (config.theta != 0 && config.theta <= 1.0)) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "config.theta is %g: must be finite and > 1 (0 means %g)", config.theta, kDefaultTheta));
@@ -28,6 +32,9 @@ absl::Status ValidateConfig(const RopeConfig& config, uint32_t max_len_cap) {
   if (absl::Status s = ValidateScaling(config.scaling, config.EffectiveRotaryDim()); !s.ok()) {
     return s;
   }
+  if (absl::Status s = ValidateMrope(config.mrope, config.EffectiveRotaryDim()); !s.ok()) {
+    return s;
+  }
   if (config.max_len == 0) {
     return absl::InvalidArgumentError("config.max_len is 0: must be > 0 (the table length)");
   }
@@ -46,12 +53,28 @@ TableKey MakeTableKey(const RopeConfig& config, int64_t max_position) {
                             max_position + 1);
   key.max_len = config.max_len;
   key.scaling = WithScalingDefaults(config.scaling);
+  if (auto* longrope = std::get_if<LongRopeScaling>(&key.scaling)) {
+    key.long_factor = UsesLongFactor(*longrope, config.max_len, max_position + 1);
+    // Resolved here, where max_len is known, so that an explicit attention
+    // factor and the one max_position_embeddings (or max_len) implies share
+    // a table.
+    longrope->attention_factor = ScaledAttentionFactor(*longrope, config.max_len);
+    longrope->max_position_embeddings = 0;
+  }
   return key;
 }
 
 std::string TableKey::DebugString() const {
-  return absl::StrFormat("{theta=%.17g rotary_dim=%u max_len=%u scaling=%s}", theta, rotary_dim,
-                         max_len, ScalingName(scaling));
+  return absl::StrFormat("{theta=%.17g rotary_dim=%u max_len=%u scaling=%s%s}", theta, rotary_dim,
+                         max_len, ScalingName(scaling), long_factor ? " (long_factor)" : "");
+}
+
+std::string TableKey::ToString() const {
+  return absl::StrFormat("theta=%s rotary_dim=%u max_len=%u scaling=%s%s", ExactDecimal(theta),
+                         rotary_dim, max_len, DescribeScaling(scaling),
+                         std::holds_alternative<LongRopeScaling>(scaling)
+                             ? (long_factor ? " uses=long_factor" : " uses=short_factor")
+                             : "");
 }
 
 }  // namespace rope

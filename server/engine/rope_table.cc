@@ -79,7 +79,7 @@ void RopeTable::StorageFree::operator()(float* p) const {
 }
 
 std::vector<double> ComputeInvFreq(const TableKey& key) {
-  return ScaledInvFreq(key.scaling, key.theta, key.rotary_dim, key.max_len);
+  return ScaledInvFreq(key.scaling, key.theta, key.rotary_dim, key.long_factor);
 }
 
 double ComputeAttentionFactor(const TableKey& key) {
@@ -140,6 +140,30 @@ std::shared_ptr<const RopeTable> RopeTable::Build(const TableKey& key,
     parallel_fill(rows, fill);
   } else {
     fill(0, rows);
+  }
+  return table;
+}
+
+std::shared_ptr<const RopeTable> RopeTable::Gather(
+    const RopeTable& source, int64_t rows, const std::array<const int64_t*, 3>& positions,
+    const std::vector<uint8_t>& axis_of_frequency) {
+  TableKey key = source.key();
+  key.max_len = static_cast<uint32_t>(rows);
+  std::shared_ptr<RopeTable> table(new RopeTable(key));
+  table->inv_freq_ = source.inv_freq_;
+  table->attention_factor_ = source.attention_factor_;
+  table->per_request_ = true;
+  const int64_t half = source.half();
+  table->cos_ = AllocateStorage(rows * half);
+  table->sin_ = AllocateStorage(rows * half);
+  for (int64_t r = 0; r < rows; ++r) {
+    float* cos_out = table->cos_.get() + r * half;
+    float* sin_out = table->sin_.get() + r * half;
+    for (int64_t i = 0; i < half; ++i) {
+      const int64_t pos = positions[axis_of_frequency[i]][r];
+      cos_out[i] = source.cos_row(pos)[i];
+      sin_out[i] = source.sin_row(pos)[i];
+    }
   }
   return table;
 }

@@ -8,6 +8,7 @@
 #ifndef ROPE_ENGINE_ROPE_TABLE_H_
 #define ROPE_ENGINE_ROPE_TABLE_H_
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -45,7 +46,18 @@ class RopeTable {
   static std::shared_ptr<const RopeTable> Build(const TableKey& key,
                                                 const ParallelFill& parallel_fill = nullptr);
 
+  // A table of `rows` rows made for one request (M-RoPE): value i of row r
+  // is value i of `source`'s row positions[axis_of_frequency[i]][r]. Every
+  // position must be < source.max_len(); axis_of_frequency has source.half()
+  // entries, each < 3. Its key is source's with max_len = rows, and
+  // per_request() is true: it describes no configuration, so no cache may
+  // keep it under that key. Throws std::bad_alloc when memory runs out.
+  static std::shared_ptr<const RopeTable> Gather(const RopeTable& source, int64_t rows,
+                                                 const std::array<const int64_t*, 3>& positions,
+                                                 const std::vector<uint8_t>& axis_of_frequency);
+
   const TableKey& key() const { return key_; }
+  bool per_request() const { return per_request_; }
   int64_t max_len() const { return key_.max_len; }
   int half() const { return static_cast<int>(key_.rotary_dim / 2); }
   const std::vector<double>& inv_freq() const { return inv_freq_; }
@@ -69,6 +81,7 @@ class RopeTable {
  private:
   explicit RopeTable(const TableKey& key) : key_(key) {}
   TableKey key_;
+  bool per_request_ = false;
   std::vector<double> inv_freq_;
   double attention_factor_ = 1.0;
   // Frees one array made by AllocateStorage.

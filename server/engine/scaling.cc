@@ -2,8 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 
 namespace rope {
@@ -68,7 +71,23 @@ double YarnCorrectionDim(double rotations, uint32_t dim, double base, double max
   return dim * std::log(max_pos / (rotations * 2 * kPi)) / (2 * std::log(base));
 }
 
+std::string Exact(double v) { return ExactDecimal(v); }
+
+std::string ExactList(const std::vector<double>& values) {
+  return absl::StrCat("[", absl::StrJoin(values, ",", [](std::string* out, double v) {
+                        out->append(Exact(v));
+                      }), "]");
+}
+
 }  // namespace
+
+std::string ExactDecimal(double v) {
+  for (int digits = 15; digits < 17; ++digits) {
+    std::string text = absl::StrFormat("%.*g", digits, v);
+    if (std::strtod(text.c_str(), nullptr) == v) return text;
+  }
+  return absl::StrFormat("%.17g", v);
+}
 
 std::string ScalingName(const ScalingConfig& scaling) {
   return std::visit(Overloaded{
@@ -80,6 +99,44 @@ std::string ScalingName(const ScalingConfig& scaling) {
                         [](const LongRopeScaling&) { return "longrope"; },
                     },
                     scaling);
+}
+
+std::string DescribeScaling(const ScalingConfig& scaling) {
+  return std::visit(
+      Overloaded{
+          [](const NoScaling&) { return std::string("none"); },
+          [](const LinearScaling& s) { return absl::StrCat("linear(factor=", Exact(s.factor), ")"); },
+          [](const DynamicNtkScaling& s) {
+            return absl::StrCat("dynamic(factor=", Exact(s.factor),
+                                " original_max_position_embeddings=",
+                                s.original_max_position_embeddings, ")");
+          },
+          [](const YarnScaling& s) {
+            return absl::StrCat(
+                "yarn(factor=", Exact(s.factor),
+                " original_max_position_embeddings=", s.original_max_position_embeddings,
+                " beta_fast=", Exact(s.beta_fast), " beta_slow=", Exact(s.beta_slow),
+                " mscale=", Exact(s.mscale), " mscale_all_dim=", Exact(s.mscale_all_dim),
+                " attention_factor=", Exact(s.attention_factor),
+                " truncate=", s.truncate ? "true" : "false", ")");
+          },
+          [](const Llama3Scaling& s) {
+            return absl::StrCat("llama3(factor=", Exact(s.factor),
+                                " low_freq_factor=", Exact(s.low_freq_factor),
+                                " high_freq_factor=", Exact(s.high_freq_factor),
+                                " original_max_position_embeddings=",
+                                s.original_max_position_embeddings, ")");
+          },
+          [](const LongRopeScaling& s) {
+            return absl::StrCat("longrope(short_factor=", ExactList(s.short_factor),
+                                " long_factor=", ExactList(s.long_factor),
+                                " original_max_position_embeddings=",
+                                s.original_max_position_embeddings,
+                                " attention_factor=", Exact(s.attention_factor),
+                                " max_position_embeddings=", s.max_position_embeddings, ")");
+          },
+      },
+      scaling);
 }
 
 std::vector<std::string> SupportedScalingNames() {
@@ -152,9 +209,12 @@ absl::Status ValidateScaling(const ScalingConfig& scaling, uint32_t rotary_dim) 
                 CheckPositiveOrDefault("config.llama3.high_freq_factor", s.high_freq_factor));
             const double low = s.low_freq_factor == 0 ? 1 : s.low_freq_factor;
             const double high = s.high_freq_factor == 0 ? 4 : s.high_freq_factor;
-            if (low >= high) {
+            // Equal factors are Llama 4 Scout's (an empty smoothing band);
+            // transformers only warns about low > high, whose bands overlap.
+            if (low > high) {
               return absl::InvalidArgumentError(absl::StrCat(
-                  "config.llama3.low_freq_factor is ", low, ": must be < high_freq_factor ", high));
+                  "config.llama3.low_freq_factor is ", low, ": must be <= high_freq_factor ",
+                  high));
             }
             return absl::OkStatus();
           },
@@ -196,8 +256,14 @@ double EffectiveBase(const ScalingConfig& scaling, double theta, uint32_t rotary
   return theta * std::pow(ratio, r / (r - 2));
 }
 
+bool UsesLongFactor(const LongRopeScaling& scaling, uint32_t max_len, int64_t seq_len) {
+  const int64_t original = scaling.original_max_position_embeddings;
+  if (scaling.max_position_embeddings == 0) return static_cast<int64_t>(max_len) > original;
+  return seq_len > original;
+}
+
 std::vector<double> ScaledInvFreq(const ScalingConfig& scaling, double base, uint32_t rotary_dim,
-                                  uint32_t max_len) {
+                                  bool long_factor) {
   std::vector<double> inv = PlainInvFreq(base, rotary_dim);
   const size_t half = inv.size();
   std::visit(
@@ -211,8 +277,12 @@ std::vector<double> ScaledInvFreq(const ScalingConfig& scaling, double base, uin
             const double fast = s.beta_fast == 0 ? 32 : s.beta_fast;
             const double slow = s.beta_slow == 0 ? 1 : s.beta_slow;
             const double orig = s.original_max_position_embeddings;
-            double low = std::floor(YarnCorrectionDim(fast, rotary_dim, base, orig));
-            double high = std::ceil(YarnCorrectionDim(slow, rotary_dim, base, orig));
+            double low = YarnCorrectionDim(fast, rotary_dim, base, orig);
+            double high = YarnCorrectionDim(slow, rotary_dim, base, orig);
+            if (s.truncate) {
+              low = std::floor(low);
+              high = std::ceil(high);
+            }
             low = std::max(low, 0.0);
             high = std::min(high, static_cast<double>(rotary_dim) - 1);
             if (low == high) high += 0.001;  // avoid a zero-width ramp
@@ -229,11 +299,15 @@ std::vector<double> ScaledInvFreq(const ScalingConfig& scaling, double base, uin
             const double orig = s.original_max_position_embeddings;
             const double low_freq_wavelen = orig / s.low_freq_factor;
             const double high_freq_wavelen = orig / s.high_freq_factor;
+            // Equal factors leave the band one wavelength wide (original /
+            // low), where transformers' smooth factor is 0/0 (NaN); such a
+            // frequency is kept, as every one just below the band is.
+            const bool has_band = s.low_freq_factor != s.high_freq_factor;
             for (double& f : inv) {
               const double wavelen = 2 * kPi / f;
               if (wavelen > low_freq_wavelen) {
                 f /= s.factor;
-              } else if (wavelen >= high_freq_wavelen) {
+              } else if (wavelen >= high_freq_wavelen && has_band) {
                 const double smooth =
                     (orig / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
                 f = (1 - smooth) * f / s.factor + smooth * f;
@@ -241,8 +315,7 @@ std::vector<double> ScaledInvFreq(const ScalingConfig& scaling, double base, uin
             }
           },
           [&](const LongRopeScaling& s) {
-            const std::vector<double>& ext =
-                max_len > s.original_max_position_embeddings ? s.long_factor : s.short_factor;
+            const std::vector<double>& ext = long_factor ? s.long_factor : s.short_factor;
             for (size_t i = 0; i < half; ++i) inv[i] /= ext[i];
           },
       },
@@ -256,7 +329,8 @@ double ScaledAttentionFactor(const ScalingConfig& scaling, uint32_t max_len) {
   }
   if (const auto* l = std::get_if<LongRopeScaling>(&scaling)) {
     if (l->attention_factor != 0) return l->attention_factor;
-    const double s = static_cast<double>(max_len) / l->original_max_position_embeddings;
+    const uint32_t expanded = l->max_position_embeddings != 0 ? l->max_position_embeddings : max_len;
+    const double s = static_cast<double>(expanded) / l->original_max_position_embeddings;
     if (s <= 1) return 1.0;
     return std::sqrt(1 + std::log(s) / std::log(static_cast<double>(
                                            l->original_max_position_embeddings)));

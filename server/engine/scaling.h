@@ -52,8 +52,9 @@ struct DynamicNtkScaling {
 
 // YaRN (HF "yarn"): frequencies ramp linearly between interpolation
 // (inv_freq / factor) and extrapolation (inv_freq) across the correction
-// range [low, high] found from beta_fast / beta_slow (floor/ceil, HF's
-// default truncate=True), and cos/sin are multiplied by attention_factor.
+// range [low, high] found from beta_fast / beta_slow (floor/ceil when
+// `truncate`, HF's default; fractional otherwise, as gpt-oss ships), and
+// cos/sin are multiplied by attention_factor.
 struct YarnScaling {
   double factor = 0;                              // required, > 0
   uint32_t original_max_position_embeddings = 0;  // required, > 0
@@ -62,25 +63,29 @@ struct YarnScaling {
   double mscale = 0;                              // 0 -> unset
   double mscale_all_dim = 0;                      // 0 -> unset
   double attention_factor = 0;                    // 0 -> derived from factor / mscale
+  bool truncate = true;                           // floor/ceil the correction range
   friend bool operator==(const YarnScaling& a, const YarnScaling& b) {
     return a.factor == b.factor &&
            a.original_max_position_embeddings == b.original_max_position_embeddings &&
            a.beta_fast == b.beta_fast && a.beta_slow == b.beta_slow && a.mscale == b.mscale &&
-           a.mscale_all_dim == b.mscale_all_dim && a.attention_factor == b.attention_factor;
+           a.mscale_all_dim == b.mscale_all_dim && a.attention_factor == b.attention_factor &&
+           a.truncate == b.truncate;
   }
   template <typename H>
   friend H AbslHashValue(H h, const YarnScaling& s) {
     return H::combine(std::move(h), s.factor, s.original_max_position_embeddings, s.beta_fast,
-                      s.beta_slow, s.mscale, s.mscale_all_dim, s.attention_factor);
+                      s.beta_slow, s.mscale, s.mscale_all_dim, s.attention_factor, s.truncate);
   }
 };
 
 // Llama 3.1 (Meta apply_scaling, HF "llama3"): wavelengths above
 // original / low_freq_factor are divided by factor, those below
 // original / high_freq_factor are kept, and those between are smoothed.
+// low_freq_factor == high_freq_factor (Llama 4 Scout) leaves no band to
+// smooth: every wavelength is either divided or kept.
 struct Llama3Scaling {
   double factor = 0;                              // 0 -> 8
-  double low_freq_factor = 0;                     // 0 -> 1
+  double low_freq_factor = 0;                     // 0 -> 1; <= high_freq_factor
   double high_freq_factor = 0;                    // 0 -> 4
   uint32_t original_max_position_embeddings = 0;  // 0 -> 8192
   friend bool operator==(const Llama3Scaling& a, const Llama3Scaling& b) {
@@ -95,26 +100,34 @@ struct Llama3Scaling {
   }
 };
 
-// LongRoPE (HF "longrope", Phi-3): inv_freq[i] = theta^(-2i/r) / ext[i] with
-// ext = long_factor when config.max_len > original_max_position_embeddings,
-// else short_factor (vLLM's rule: fixed per config, not per request).
-// attention_factor 0 means sqrt(1 + ln(s) / ln(original)) with
-// s = max_len / original (1 when s <= 1), as HF derives it from
-// max_position_embeddings / original_max_position_embeddings.
+// LongRoPE (HF "longrope", Phi-3 / Phi-4): inv_freq[i] = theta^(-2i/r) / ext[i]
+// with ext = long_factor or short_factor, and cos/sin multiplied by
+// attention_factor. Two rules, chosen by max_position_embeddings:
+//   set (transformers' rule): long_factor iff the request's largest position
+//     + 1 > original_max_position_embeddings (GetTable: start + count), chosen
+//     per request, each list its own table; attention_factor 0 means
+//     sqrt(1 + ln(s) / ln(original)), s = max_position_embeddings / original
+//     (1 when s <= 1).
+//   0 (the rule before max_position_embeddings existed, kept for clients that
+//     do not send it): long_factor iff config.max_len > original, fixed per
+//     config; s = max_len / original.
 struct LongRopeScaling {
   std::vector<double> short_factor;               // rotary_dim / 2 values, each > 0
   std::vector<double> long_factor;                // rotary_dim / 2 values, each > 0
   uint32_t original_max_position_embeddings = 0;  // required, > 0
   double attention_factor = 0;                    // 0 -> derived
+  uint32_t max_position_embeddings = 0;           // 0 -> max_len, per config (see above)
   friend bool operator==(const LongRopeScaling& a, const LongRopeScaling& b) {
     return a.short_factor == b.short_factor && a.long_factor == b.long_factor &&
            a.original_max_position_embeddings == b.original_max_position_embeddings &&
-           a.attention_factor == b.attention_factor;
+           a.attention_factor == b.attention_factor &&
+           a.max_position_embeddings == b.max_position_embeddings;
   }
   template <typename H>
   friend H AbslHashValue(H h, const LongRopeScaling& s) {
     return H::combine(std::move(h), s.short_factor, s.long_factor,
-                      s.original_max_position_embeddings, s.attention_factor);
+                      s.original_max_position_embeddings, s.attention_factor,
+                      s.max_position_embeddings);
   }
 };
 
@@ -129,8 +142,17 @@ std::vector<std::string> SupportedScalingNames();
 // equal keys. Call on a validated config.
 ScalingConfig WithScalingDefaults(const ScalingConfig& scaling);
 
+// The shortest decimal that reads back as exactly `v` ("1.118320672", not
+// the 17-digit "1.1183206720000001").
+std::string ExactDecimal(double v);
+
+// Every parameter of the variant, defaults as sent, each value exactly
+// (ExactDecimal): "yarn(factor=32 original_max_position_embeddings=4096
+// ...)". LongRoPE lists are written out in full.
+std::string DescribeScaling(const ScalingConfig& scaling);
+
 // INVALID_ARGUMENT naming the field (config.<variant>.<field>) and value for
-// a NaN/inf, a non-positive factor, beta_fast <= beta_slow, low >= high freq
+// a NaN/inf, a non-positive factor, beta_fast <= beta_slow, low > high freq
 // factor, list lengths other than rotary_dim/2, dynamic NTK with rotary_dim 2.
 absl::Status ValidateScaling(const ScalingConfig& scaling, uint32_t rotary_dim);
 
@@ -139,10 +161,17 @@ absl::Status ValidateScaling(const ScalingConfig& scaling, uint32_t rotary_dim);
 double EffectiveBase(const ScalingConfig& scaling, double theta, uint32_t rotary_dim,
                      int64_t seq_len);
 
+// LongRoPE: whether a request of table length `max_len` whose sequence
+// length (largest position + 1) is `seq_len` uses long_factor (the rules on
+// LongRopeScaling).
+bool UsesLongFactor(const LongRopeScaling& scaling, uint32_t max_len, int64_t seq_len);
+
 // inv_freq (rotary_dim/2 values) for a base that already includes the
-// dynamic NTK change, and the factor multiplying cos/sin.
+// dynamic NTK change; `long_factor` picks LongRoPE's list (ignored by the
+// other variants). And the factor multiplying cos/sin for a table of
+// `max_len` rows.
 std::vector<double> ScaledInvFreq(const ScalingConfig& scaling, double base, uint32_t rotary_dim,
-                                  uint32_t max_len);
+                                  bool long_factor);
 double ScaledAttentionFactor(const ScalingConfig& scaling, uint32_t max_len);
 
 }  // namespace rope

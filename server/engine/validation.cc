@@ -1,5 +1,6 @@
 #include "server/engine/validation.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -151,16 +152,63 @@ int64_t CheckedAdd(int64_t a, int64_t b) {
   return a + b;
 }
 
+// One explicit position: >= 0 (INVALID_ARGUMENT) and < max_len (OUT_OF_RANGE).
+absl::Status CheckPosition(int64_t p, uint32_t max_len, const std::string& where) {
+  if (p < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(where, " is ", p, ": must be >= 0"));
+  }
+  if (p >= static_cast<int64_t>(max_len)) {
+    return absl::OutOfRangeError(
+        absl::StrCat(where, " is ", p, ": must be < config.max_len ", max_len));
+  }
+  return absl::OkStatus();
+}
+
+// M-RoPE positions: 3*S or 3*B*S values, [axis][b][s].
+absl::Status ResolveMropePositions(const RotateParams& params, const RopeConfig& config,
+                                   const Dims4& q, ResolvedRotate* out) {
+  const int64_t n = static_cast<int64_t>(params.positions.size());
+  const int64_t shared = kMropeAxes * q.seq;
+  const int64_t per_row = kMropeAxes * q.batch * q.seq;
+  if (n != shared && n != per_row) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "positions has ", n, " values: with config.mrope it must be 3*S (", shared,
+        ") or 3*B*S (", per_row, ") for q.shape ", ShapeString(params.q.shape),
+        ", ordered [axis t,h,w][b][s]"));
+  }
+  const int64_t rows = n / kMropeAxes;
+  const bool batched = n == per_row && q.batch > 1;
+  int64_t max_pos = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t p = params.positions[i];
+    if (p < 0 || p >= static_cast<int64_t>(config.max_len)) {
+      const int64_t axis = i / rows, token = i % rows;
+      const std::string where =
+          batched ? absl::StrCat("positions[", i, "] (axis ", MropeAxisName(axis), ", b ",
+                                 token / q.seq, ", s ", token % q.seq, ")")
+                  : absl::StrCat("positions[", i, "] (axis ", MropeAxisName(axis), ", s ", token,
+                                 ")");
+      return CheckPosition(p, config.max_len, where);
+    }
+    max_pos = std::max(max_pos, p);
+  }
+  out->mrope_positions = params.positions.data();
+  out->mrope_rows = rows;
+  out->max_position = max_pos;
+  return absl::OkStatus();
+}
+
 }  // namespace
 
-absl::StatusOr<RotateArgs> ResolveRotate(const RotateParams& params, const EngineLimits& limits) {
-  const RopeConfig& config = params.config;
+absl::StatusOr<ResolvedRotate> ResolveRotate(const RotateParams& params, const RopeConfig& config,
+                                             const EngineLimits& limits) {
   ROPE_RETURN_IF_ERROR(ValidateConfig(config, limits.max_len_cap));
   ROPE_ASSIGN_OR_RETURN(const Dims4 q, CheckTensor("q", params.q));
   ROPE_RETURN_IF_ERROR(CheckHeadDim("q", q, config));
   int64_t elements = q.elements;
 
-  RotateArgs args;
+  ResolvedRotate out;
+  RotateArgs& args = out.args;
   args.dtype = params.q.dtype;
   args.layout = config.layout;
   args.inverse = params.inverse;
@@ -195,6 +243,9 @@ absl::StatusOr<RotateArgs> ResolveRotate(const RotateParams& params, const Engin
   if (params.positions.empty()) {
     ROPE_RETURN_IF_ERROR(CheckStartPos("start_pos", params.start_pos, q.seq, config.max_len));
     args.positions.start_pos = params.start_pos;
+    out.max_position = params.start_pos + q.seq - 1;
+  } else if (config.mrope.enabled()) {
+    ROPE_RETURN_IF_ERROR(ResolveMropePositions(params, config, q, &out));
   } else {
     const int64_t n = static_cast<int64_t>(params.positions.size());
     if (n != q.seq && n != q.batch * q.seq) {
@@ -202,26 +253,22 @@ absl::StatusOr<RotateArgs> ResolveRotate(const RotateParams& params, const Engin
           "positions has ", n, " values: must be S (", q.seq, ") or B*S (", q.batch * q.seq,
           ") for q.shape ", ShapeString(params.q.shape)));
     }
+    int64_t max_pos = 0;
     for (int64_t i = 0; i < n; ++i) {
       const int64_t p = params.positions[i];
-      if (p < 0) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("positions[", i, "] is ", p, ": must be >= 0"));
-      }
-      if (p >= static_cast<int64_t>(config.max_len)) {
-        return absl::OutOfRangeError(absl::StrCat("positions[", i, "] is ", p,
-                                                  ": must be < config.max_len ", config.max_len));
-      }
+      ROPE_RETURN_IF_ERROR(CheckPosition(p, config.max_len, absl::StrCat("positions[", i, "]")));
+      max_pos = std::max(max_pos, p);
     }
     args.positions.explicit_positions = params.positions.data();
     args.positions.count = n;
+    out.max_position = max_pos;
   }
-  return args;
+  return out;
 }
 
 absl::StatusOr<ResolvedAttention> ResolveAttention(const AttentionParams& params,
+                                                   const RopeConfig& config,
                                                    const EngineLimits& limits) {
-  const RopeConfig& config = params.config;
   ROPE_RETURN_IF_ERROR(ValidateConfig(config, limits.max_len_cap));
   ROPE_ASSIGN_OR_RETURN(const Dims4 q, CheckTensor("q", params.q));
   ROPE_RETURN_IF_ERROR(CheckHeadDim("q", q, config));

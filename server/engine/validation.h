@@ -16,10 +16,26 @@
 
 namespace rope {
 
-// Resolves a rotate request. The returned args point into `params` (tensors
-// and the positions vector), which must outlive them. Table-independent:
-// positions are checked against config.max_len.
-absl::StatusOr<RotateArgs> ResolveRotate(const RotateParams& params, const EngineLimits& limits);
+// A validated rotate request. Without M-RoPE (or with it but no explicit
+// positions, which puts every axis at start_pos + s) args is complete.
+// With M-RoPE positions, args.positions is left unset: row r of the
+// per-request table (RopeTable::Gather) takes frequency i from position
+// mrope_positions[axis(i) * mrope_rows + r], and the rows are the tokens in
+// order (mrope_rows = S shared by every batch row, or B*S).
+struct ResolvedRotate {
+  RotateArgs args;
+  const int64_t* mrope_positions = nullptr;
+  int64_t mrope_rows = 0;
+  int64_t max_position = 0;  // the largest position the request uses
+};
+
+// Resolves a rotate request against `config`, the explicit form of
+// params.config (Engine::ExplicitConfig). The result points into `params`
+// (tensors and the positions vector), which must outlive it.
+// Table-independent: positions are checked against config.max_len, every
+// M-RoPE row included (OUT_OF_RANGE naming axis, batch row, token and value).
+absl::StatusOr<ResolvedRotate> ResolveRotate(const RotateParams& params, const RopeConfig& config,
+                                             const EngineLimits& limits);
 
 struct ResolvedAttention {
   AttentionArgs args;  // scores/output pointers left null for the caller
@@ -27,7 +43,10 @@ struct ResolvedAttention {
   std::vector<int64_t> output_shape;  // [B, Sq, Hq, Dv] when v is present
 };
 
+// `config` is the explicit form of params.config. M-RoPE configs put every
+// axis at the start positions, which is plain RoPE.
 absl::StatusOr<ResolvedAttention> ResolveAttention(const AttentionParams& params,
+                                                   const RopeConfig& config,
                                                    const EngineLimits& limits);
 
 }  // namespace rope

@@ -218,6 +218,15 @@ grpc::ServerUnaryReactor* RopeServiceImpl::GetTable(grpc::CallbackServerContext*
   });
 }
 
+grpc::ServerUnaryReactor* RopeServiceImpl::ResolveConfig(grpc::CallbackServerContext* context,
+                                                         const v1::RopeConfig* request,
+                                                         v1::ResolvedConfig* response) {
+  // A miss parses a config.json: off gRPC's threads too.
+  return ServeUnary(Rpc::kResolveConfig, context, *request, response, [this, request, response] {
+    return AnswerResolveConfig(engine_, *request, response);
+  });
+}
+
 grpc::ServerUnaryReactor* RopeServiceImpl::GetServerInfo(grpc::CallbackServerContext* context,
                                                          const v1::GetServerInfoRequest* request,
                                                          v1::ServerInfo* response) {

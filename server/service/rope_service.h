@@ -54,6 +54,9 @@ class RopeServiceImpl final : public v1::RopeService::CallbackService {
   grpc::ServerUnaryReactor* GetServerInfo(grpc::CallbackServerContext* context,
                                           const v1::GetServerInfoRequest* request,
                                           v1::ServerInfo* response) override;
+  grpc::ServerUnaryReactor* ResolveConfig(grpc::CallbackServerContext* context,
+                                          const v1::RopeConfig* request,
+                                          v1::ResolvedConfig* response) override;
 
  private:
   class RotateStreamReactor;

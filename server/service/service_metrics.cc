@@ -28,6 +28,8 @@ absl::string_view RpcName(Rpc rpc) {
       return "GetServerInfo";
     case Rpc::kEcho:
       return "Echo";
+    case Rpc::kResolveConfig:
+      return "ResolveConfig";
   }
   return "unknown";
 }
@@ -75,8 +77,10 @@ absl::string_view GrpcCodeName(grpc::StatusCode code) {
 
 namespace {
 
-constexpr Rpc kAllRpcs[kRpcCount] = {Rpc::kRotate,   Rpc::kRotateStream,  Rpc::kAttentionScores,
-                                     Rpc::kGetTable, Rpc::kGetServerInfo, Rpc::kEcho};
+constexpr Rpc kAllRpcs[kRpcCount] = {Rpc::kRotate,        Rpc::kRotateStream,
+                                     Rpc::kAttentionScores, Rpc::kGetTable,
+                                     Rpc::kGetServerInfo,   Rpc::kEcho,
+                                     Rpc::kResolveConfig};
 
 // Latency buckets from 50 us (a small Rotate on loopback) to 10 s (a large
 // AttentionScores on a CPU).

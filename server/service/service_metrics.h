@@ -37,8 +37,16 @@ class Family;
 
 namespace rope {
 
-enum class Rpc : int { kRotate, kRotateStream, kAttentionScores, kGetTable, kGetServerInfo, kEcho };
-inline constexpr int kRpcCount = 6;
+enum class Rpc : int {
+  kRotate,
+  kRotateStream,
+  kAttentionScores,
+  kGetTable,
+  kGetServerInfo,
+  kEcho,
+  kResolveConfig
+};
+inline constexpr int kRpcCount = 7;
 absl::string_view RpcName(Rpc rpc);          // "Rotate", ...
 absl::string_view GrpcCodeName(grpc::StatusCode code);  // "OK", "INVALID_ARGUMENT", ...
 

@@ -4,11 +4,14 @@
 #include "client/rope_client.h"
 
 #include <cmath>
+#include <fstream>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "client/cli/commands.h"
 #include "client/tensor_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -20,6 +23,7 @@ namespace {
 
 using ::rope::test::ServerProcess;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 constexpr absl::Duration kStartTimeout = absl::Seconds(30);
 constexpr absl::Duration kStopTimeout = absl::Seconds(30);
@@ -268,6 +272,61 @@ TEST_F(RopeClientTest, GetTableMatchesFrequencies) {
       EXPECT_NEAR(sin[row * 4 + i], std::sin((5 + row) * inv_freq), 1e-7);
     }
   }
+}
+
+TEST_F(RopeClientTest, ResolveConfigDerivesAConfigJson) {
+  v1::RopeConfig config;
+  config.set_hf_config_json(R"({"rope_theta": 150000, "head_dim": 64,
+      "max_position_embeddings": 131072,
+      "rope_scaling": {"beta_fast": 32.0, "beta_slow": 1.0, "factor": 32.0,
+                       "original_max_position_embeddings": 4096, "rope_type": "yarn",
+                       "truncate": false}})");
+  config.set_max_len(4096);
+  absl::StatusOr<v1::ResolvedConfig> resolved = client_->ResolveConfig(config);
+  ASSERT_TRUE(resolved.ok()) << resolved.status();
+  EXPECT_EQ(resolved->config().theta(), 150000);
+  EXPECT_EQ(resolved->config().head_dim(), 64u);
+  ASSERT_EQ(resolved->config().scaling_case(), v1::RopeConfig::kYarn);
+  EXPECT_FALSE(resolved->config().yarn().truncate());
+  EXPECT_EQ(resolved->inv_freq_size(), 32);
+  EXPECT_NEAR(resolved->attention_factor(), 0.1 * std::log(32.0) + 1, 1e-15);
+  EXPECT_THAT(resolved->table_key(), HasSubstr("truncate=false"));
+
+  config.set_hf_config_json("{\"rope_theta\": \"big\"}");
+  resolved = client_->ResolveConfig(config);
+  EXPECT_EQ(resolved.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(resolved.status().message()),
+              HasSubstr("hf_config_json: rope_theta is \"big\": must be a number"));
+}
+
+TEST_F(RopeClientTest, RopectlResolvePrintsTheDerivedConfigAndItsFlags) {
+  const std::string path = ::testing::TempDir() + "/gemma-like-config.json";
+  {
+    std::ofstream out(path);
+    out << R"({"model_type": "gemma3", "text_config": {"model_type": "gemma3_text",
+        "hidden_size": 3840, "num_attention_heads": 16,
+        "rope_scaling": {"factor": 8.0, "rope_type": "linear"}}})";
+  }
+  std::ostringstream out, err;
+  int code = RunRopectl({"resolve", "--target=" + server_->address(), "--hf_config=" + path,
+                         "--max_len=8192"},
+                        out, err);
+  ASSERT_EQ(code, kExitOk) << err.str();
+  EXPECT_THAT(out.str(), HasSubstr("theta=1e+06 head_dim=256 rotary_dim=256 max_len=8192"));
+  EXPECT_THAT(out.str(), HasSubstr("scaling=linear(factor=8)"));
+  EXPECT_THAT(out.str(), HasSubstr("as flags: --theta=1000000 --head_dim=256 --rotary_dim=256 "
+                                   "--max_len=8192 --layout=interleaved --rope_scaling=linear "
+                                   "--factor=8"));
+  EXPECT_THAT(out.str(), HasSubstr("inv_freq[128]=[0.125, "));
+  EXPECT_THAT(out.str(), HasSubstr("table_key: theta=1000000 rotary_dim=256 max_len=8192 "
+                                   "scaling=linear(factor=8)"));
+  std::ostringstream sliding_out, sliding_err;
+  code = RunRopectl({"resolve", "--target=" + server_->address(), "--hf_config=" + path,
+                     "--hf_layer_type=sliding_attention"},
+                    sliding_out, sliding_err);
+  ASSERT_EQ(code, kExitOk) << sliding_err.str();
+  EXPECT_THAT(sliding_out.str(), HasSubstr("as flags: --theta=10000 --head_dim=256"));
+  EXPECT_THAT(sliding_out.str(), Not(HasSubstr("--rope_scaling")));
 }
 
 TEST_F(RopeClientTest, AttentionScoresSelfCheckVector) {

@@ -216,6 +216,48 @@ TEST(RopectlTest, TableNeedsHeadDim) {
   EXPECT_THAT(r.err, HasSubstr("--head_dim is required"));
 }
 
+TEST(RopectlTest, ResolveHelpListsTheConfigJsonFlags) {
+  RunResult r = RunCtl({"resolve", "--help"});
+  EXPECT_EQ(r.code, kExitOk);
+  for (const char* flag : {"--hf_config", "--hf_layer_type", "--max_len", "--layout", "--target"}) {
+    EXPECT_THAT(r.out, HasSubstr(flag));
+  }
+  EXPECT_THAT(RunCtl({"--help"}).out, HasSubstr("resolve"));
+  for (const char* command : {"rotate", "scores", "table"}) {
+    RunResult help = RunCtl({command, "--help"});
+    for (const char* flag : {"--hf_config", "--hf_layer_type", "--mrope_section",
+                             "--mrope_interleaved", "--truncate", "--max_position_embeddings"}) {
+      EXPECT_THAT(help.out, HasSubstr(flag)) << command;
+    }
+  }
+}
+
+TEST(RopectlTest, HfConfigExcludesTheFieldsItGives) {
+  for (const char* flag : {"--theta=500000", "--rotary_dim=64", "--rope_scaling=linear",
+                           "--factor=2", "--mrope_section=16,24,24"}) {
+    RunResult r = RunCtl({"resolve", "--hf_config=/nonexistent.json", flag});
+    EXPECT_EQ(r.code, kExitUsage) << flag;
+    EXPECT_THAT(r.err, HasSubstr("does not go with --hf_config (the config.json gives it)"));
+  }
+  RunResult layer = RunCtl({"table", "--head_dim=64", "--hf_layer_type=sliding_attention"});
+  EXPECT_EQ(layer.code, kExitUsage);
+  EXPECT_THAT(layer.err, HasSubstr("--hf_layer_type needs --hf_config"));
+  RunResult missing = RunCtl({"resolve", "--hf_config=/nonexistent/config.json"});
+  EXPECT_EQ(missing.code, kExitFailure);
+  EXPECT_THAT(missing.err,
+              HasSubstr("NOT_FOUND: --hf_config=/nonexistent/config.json: cannot open the file"));
+}
+
+TEST(RopectlTest, ScalingAndMropeFlagsOnlyWhereTheyApply) {
+  RunResult truncate = RunCtl({"table", "--head_dim=64", "--rope_scaling=linear", "--factor=2",
+                               "--truncate=false"});
+  EXPECT_EQ(truncate.code, kExitUsage);
+  EXPECT_THAT(truncate.err, HasSubstr("--truncate does not apply to --rope_scaling=linear"));
+  RunResult interleaved = RunCtl({"table", "--head_dim=64", "--mrope_interleaved"});
+  EXPECT_EQ(interleaved.code, kExitUsage);
+  EXPECT_THAT(interleaved.err, HasSubstr("--mrope_interleaved needs --mrope_section"));
+}
+
 TEST(RopectlTest, UnreachableServerReportsUnavailable) {
   // Port 1 on loopback: nothing listens there, so the connection is refused.
   RunResult r = RunCtl({"health", "--target=127.0.0.1:1", "--deadline=5s"});

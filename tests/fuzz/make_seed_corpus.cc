@@ -131,6 +131,42 @@ std::vector<std::pair<std::string, v1::RotateRequest>> RotateSeeds() {
   for (double f : {1.0, 1.5, 2.0, 4.0}) longrope->add_short_factor(f);
   for (double f : {1.0, 2.0, 8.0, 16.0}) longrope->add_long_factor(f);
   seeds.emplace_back("rotate_longrope", r);
+
+  r = scaled;
+  *r.mutable_config() = Config(8, 64);
+  r.mutable_config()->mutable_yarn()->set_factor(32);
+  r.mutable_config()->mutable_yarn()->set_original_max_position_embeddings(16);
+  r.mutable_config()->mutable_yarn()->set_truncate(false);
+  seeds.emplace_back("rotate_yarn_no_truncate", r);
+
+  // M-RoPE: 3*B*S positions, [axis][b][s].
+  r = v1::RotateRequest();
+  *r.mutable_config() = Config(8, 64, v1::HALF);
+  for (uint32_t s : {2, 1, 1}) r.mutable_config()->mutable_mrope()->add_section(s);
+  r.mutable_config()->mutable_mrope()->set_interleaved(true);
+  *r.mutable_q() = MakeTensor(v1::BFLOAT16, {2, 2, 1, 8}, 18);
+  for (int64_t p : {1, 2, 1, 2, 1, 3, 1, 4, 1, 5, 1, 6}) r.add_positions(p);
+  seeds.emplace_back("rotate_mrope_interleaved", r);
+
+  // A model's config.json instead of the fields.
+  r = scaled;
+  *r.mutable_config() = Config(0, 64);
+  r.mutable_config()->set_hf_config_json(
+      R"({"model_type": "llama", "hidden_size": 32, "num_attention_heads": 4,)"
+      R"( "max_position_embeddings": 64, "rope_theta": 500000.0, "rope_scaling": {"factor": 8.0,)"
+      R"( "low_freq_factor": 1.0, "high_freq_factor": 4.0,)"
+      R"( "original_max_position_embeddings": 16, "rope_type": "llama3"}})");
+  seeds.emplace_back("rotate_hf_config_llama3", r);
+
+  r = v1::RotateRequest();
+  *r.mutable_config() = Config(0, 64, v1::HALF);
+  r.mutable_config()->set_hf_config_json(
+      R"({"model_type": "qwen3_vl", "text_config": {"head_dim": 8, "rope_theta": 5000000,)"
+      R"( "rope_scaling": {"mrope_interleaved": true, "mrope_section": [2, 1, 1],)"
+      R"( "rope_type": "default"}}})");
+  *r.mutable_q() = MakeTensor(v1::FLOAT32, {1, 2, 2, 8}, 19);
+  for (int64_t p : {3, 4, 3, 5, 3, 6}) r.add_positions(p);
+  seeds.emplace_back("rotate_hf_config_mrope", r);
   return seeds;
 }
 
@@ -197,6 +233,42 @@ std::vector<std::pair<std::string, v1::GetTableRequest>> TableSeeds() {
   t.set_start(60);
   t.set_count(4);
   seeds.emplace_back("table_llama3_last_rows", t);
+
+  t = v1::GetTableRequest();
+  *t.mutable_config() = Config(0, 64);
+  t.mutable_config()->set_hf_config_json(
+      R"({"head_dim": 16, "partial_rotary_factor": 0.5, "max_position_embeddings": 64,)"
+      R"( "original_max_position_embeddings": 16, "rope_theta": 10000.0, "rope_scaling":)"
+      R"( {"long_factor": [1, 2, 4, 8], "short_factor": [1, 1, 1, 1], "type": "longrope"}})");
+  t.set_start(10);
+  t.set_count(12);
+  seeds.emplace_back("table_hf_config_longrope", t);
+  return seeds;
+}
+
+std::vector<std::pair<std::string, v1::RopeConfig>> ResolveSeeds() {
+  std::vector<std::pair<std::string, v1::RopeConfig>> seeds;
+  v1::RopeConfig c = Config(0, 64);
+  c.set_hf_config_json(
+      R"({"layer_types": ["sliding_attention", "full_attention"], "head_dim": 8,)"
+      R"( "max_position_embeddings": 64, "rope_theta": 150000, "rope_scaling": {"beta_fast": 32.0,)"
+      R"( "beta_slow": 1.0, "factor": 32.0, "original_max_position_embeddings": 16,)"
+      R"( "rope_type": "yarn", "truncate": false}})");
+  c.set_hf_layer_type("sliding_attention");
+  seeds.emplace_back("resolve_hf_config_yarn", c);
+
+  c = Config(0, 64);
+  c.set_hf_config_json(
+      R"({"model_type": "gemma3", "text_config": {"model_type": "gemma3_text",)"
+      R"( "hidden_size": 64, "num_attention_heads": 4, "head_dim": 8,)"
+      R"( "rope_scaling": {"factor": 8.0, "rope_type": "linear"}}})");
+  c.set_hf_layer_type("sliding_attention");
+  seeds.emplace_back("resolve_hf_config_gemma_sliding", c);
+
+  c = Config(8, 64, v1::HALF, 0, 10000);
+  c.mutable_dynamic_ntk()->set_factor(2);
+  c.mutable_dynamic_ntk()->set_original_max_position_embeddings(16);
+  seeds.emplace_back("resolve_explicit_dynamic", c);
   return seeds;
 }
 
@@ -223,6 +295,10 @@ int main(int argc, char** argv) {
   }
   for (const auto& [name, m] : TableSeeds()) {
     ok = ok && Write(dir, name, RequestKind::kGetTable, m);
+    ++written;
+  }
+  for (const auto& [name, m] : ResolveSeeds()) {
+    ok = ok && Write(dir, name, RequestKind::kResolveConfig, m);
     ++written;
   }
   if (!ok) {

@@ -30,6 +30,8 @@ Engine& SharedEngine() {
     limits.max_len_cap = 4096;
     limits.max_elements_per_request = 1 << 16;
     limits.table_cache_bytes = 4 << 20;
+    limits.hf_config_cache_bytes = 1 << 20;  // config.json texts churn through evictions too
+    limits.hf_config_cache_entries = 64;
     return new Engine(*std::move(backend), limits);
   }();
   return *engine;
@@ -98,6 +100,26 @@ void RunGetTable(const uint8_t* data, size_t size) {
   (void)sink;
 }
 
+void RunResolveConfig(const uint8_t* data, size_t size) {
+  v1::RopeConfig request;
+  if (!request.ParseFromArray(data, static_cast<int>(size))) return;
+  absl::StatusOr<RopeConfig> config = ConfigFromProto(request);
+  CheckRejection(config.status());
+  if (!config.ok()) return;
+  absl::StatusOr<ResolvedConfig> resolved = SharedEngine().ResolveConfig(*config);
+  CheckRejection(resolved.status());
+  if (!resolved.ok()) return;
+  // The explicit form must resolve to the same table.
+  absl::StatusOr<ResolvedConfig> again = SharedEngine().ResolveConfig(resolved->config);
+  CheckRejection(again.status());
+  if (!again.ok() || !(again->key == resolved->key)) {
+    std::fprintf(stderr, "the explicit form of a resolved config resolves differently: %s vs %s\n",
+                 resolved->key.ToString().c_str(),
+                 again.ok() ? again->key.ToString().c_str() : again.status().ToString().c_str());
+    std::abort();
+  }
+}
+
 }  // namespace
 }  // namespace fuzz
 }  // namespace rope
@@ -107,7 +129,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   const uint8_t* message = data + 1;
   const size_t message_size = size - 1;
-  switch (static_cast<RequestKind>(data[0] % 3)) {
+  switch (static_cast<RequestKind>(data[0] % rope::fuzz::kRequestKinds)) {
     case RequestKind::kRotate:
       rope::fuzz::RunRotate(message, message_size);
       break;
@@ -116,6 +138,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       break;
     case RequestKind::kGetTable:
       rope::fuzz::RunGetTable(message, message_size);
+      break;
+    case RequestKind::kResolveConfig:
+      rope::fuzz::RunResolveConfig(message, message_size);
       break;
   }
   return 0;

@@ -2,9 +2,11 @@
 // CPU engine, shared by the libFuzzer binary (rope_request_fuzzer), the
 // corpus replay test (rope_fuzz_replay) and the seed corpus generator.
 //
-// Input format: byte 0 picks the RPC (value % 3: 0 RotateRequest,
-// 1 AttentionScoresRequest, 2 GetTableRequest); the remaining bytes are that
-// message in protobuf wire format.
+// Input format: byte 0 picks the RPC (value % 4: 0 RotateRequest,
+// 1 AttentionScoresRequest, 2 GetTableRequest, 3 ResolveConfig's RopeConfig);
+// the remaining bytes are that message in protobuf wire format. Every
+// RopeConfig may carry hf_config_json, so the config.json parser is fuzzed
+// through all four.
 #ifndef ROPE_TESTS_FUZZ_REQUEST_FUZZ_TARGET_H_
 #define ROPE_TESTS_FUZZ_REQUEST_FUZZ_TARGET_H_
 
@@ -14,7 +16,8 @@
 namespace rope {
 namespace fuzz {
 
-enum class RequestKind : uint8_t { kRotate = 0, kAttention = 1, kGetTable = 2 };
+enum class RequestKind : uint8_t { kRotate = 0, kAttention = 1, kGetTable = 2, kResolveConfig = 3 };
+inline constexpr int kRequestKinds = 4;
 
 }  // namespace fuzz
 }  // namespace rope

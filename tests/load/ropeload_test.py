@@ -219,6 +219,21 @@ class RopeloadTest(unittest.TestCase):
         self.assertEqual(verify["matched"], 3, verify["failures"])
         self.assertIn("3 of 3 checked replies match", stdout)
 
+    def test_hf_config_rotates_and_verifies_against_the_local_engine(self):
+        # Phi-4-mini's published config.json: LongRoPE, partial rotary 96 of
+        # 128; positions 4094.. cross original_max_position_embeddings 4096,
+        # so the long factors apply, on the server and in the verifier alike.
+        config = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fixtures",
+                              "hf_configs", "Phi-4-mini-instruct.json")
+        stdout, report = self.ropeload("--hf_config=" + config, "--max_len=8192", "--layout=half",
+                                       "--random_q_shape=1,4,3,128", "--random_k_shape=1,4,1,128",
+                                       "--start_pos=4094", "--dtype=bfloat16", "-n", "20",
+                                       "--verify=3")
+        step = report["steps"][0]
+        self.assertEqual(step["errors"], 0, step["errors_by_code"])
+        self.assertEqual(report["verify"]["matched"], 3, report["verify"]["failures"])
+        self.assertIn("3 of 3 checked replies match", stdout)
+
     # -------------------------------------------------------------- configs
 
     def check_one_table_per_config(self, rpc, configs, *flags):

@@ -1,5 +1,6 @@
 // ropeload --configs=N: the request variants (payload x config), the config
 // field appended to each payload's bytes on the wire, and its usage errors.
+#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -107,6 +108,31 @@ TEST(WorkloadConfigsTest, EveryRpcCarriesTheChurnedConfigAndKeepsItsOwnFields) {
   EXPECT_EQ(t.config().theta(), 10001);
   EXPECT_EQ(t.config().head_dim(), 32u);
   EXPECT_EQ(t.start(), 5);
+}
+
+TEST(WorkloadConfigsTest, AConfigJsonTravelsInEveryRequestAndRefusesThetaChurn) {
+  const std::string path = ::testing::TempDir() + "/ropeload-config.json";
+  {
+    std::ofstream out(path);
+    out << R"({"rope_theta": 500000, "head_dim": 16, "rope_scaling": {"rope_type": "linear",
+              "factor": 4.0}})";
+  }
+  absl::StatusOr<Workload> w =
+      Build({"--random_q_shape=1,2,2,16", "--hf_config=" + path, "--hf_layer_type=full_attention",
+             "--max_len=2048", "--payloads=2"});
+  ASSERT_TRUE(w.ok()) << w.status();
+  const auto r = OnTheWire<v1::RotateRequest>(*w, 1);
+  EXPECT_THAT(r.config().hf_config_json(), HasSubstr("\"rope_theta\": 500000"));
+  EXPECT_EQ(r.config().hf_layer_type(), "full_attention");
+  EXPECT_EQ(r.config().theta(), 0);  // the JSON gives it
+  EXPECT_EQ(r.config().head_dim(), 16u);
+  EXPECT_EQ(r.config().max_len(), 2048u);
+  absl::StatusOr<Workload> churn =
+      Build({"--random_q_shape=1,2,2,16", "--hf_config=" + path, "--configs=2"});
+  ASSERT_FALSE(churn.ok());
+  EXPECT_TRUE(client::IsUsageError(churn.status()));
+  EXPECT_THAT(std::string(churn.status().message()),
+              HasSubstr("--configs above 1 does not go with --hf_config"));
 }
 
 TEST(WorkloadConfigsTest, RefusesACountOutOfRangeNamingTheFlag) {

@@ -96,6 +96,68 @@ TEST(RequestConversionTest, ScalingParametersAreCopiedAsSent) {
   EXPECT_TRUE(std::holds_alternative<NoScaling>(ConfigFromProto(config)->scaling));
 }
 
+TEST(RequestConversionTest, NewConfigFieldsAreCopiedAndAbsentOnesKeepTheirOldMeaning) {
+  v1::RopeConfig proto = MakeConfig(128, 4096);
+  proto.mutable_yarn()->set_factor(32);
+  absl::StatusOr<RopeConfig> config = ConfigFromProto(proto);
+  ASSERT_TRUE(config.ok());
+  EXPECT_TRUE(std::get<YarnScaling>(config->scaling).truncate);  // absent: true
+  EXPECT_FALSE(config->mrope.enabled());
+  EXPECT_TRUE(config->hf_config_json.empty());
+  proto.mutable_yarn()->set_truncate(false);
+  proto.mutable_mrope()->add_section(16);
+  proto.mutable_mrope()->add_section(24);
+  proto.mutable_mrope()->add_section(24);
+  proto.mutable_mrope()->set_interleaved(true);
+  proto.set_hf_layer_type("sliding_attention");
+  config = ConfigFromProto(proto);
+  ASSERT_TRUE(config.ok());
+  EXPECT_FALSE(std::get<YarnScaling>(config->scaling).truncate);
+  EXPECT_EQ(config->mrope.section, (std::vector<uint32_t>{16, 24, 24}));
+  EXPECT_TRUE(config->mrope.interleaved);
+  EXPECT_EQ(config->hf_layer_type, "sliding_attention");
+  proto.mutable_mrope()->clear_section();
+  EXPECT_TRUE(StatusIs(ConfigFromProto(proto).status(), absl::StatusCode::kInvalidArgument,
+                       "config.mrope is set with no section"));
+}
+
+TEST(RequestConversionTest, ConfigToProtoRoundTripsEveryScaling) {
+  LongRopeScaling longrope;
+  longrope.short_factor = {1, 2};
+  longrope.long_factor = {3, 4};
+  longrope.original_max_position_embeddings = 16;
+  longrope.attention_factor = 1.5;
+  longrope.max_position_embeddings = 64;
+  YarnScaling yarn;
+  yarn.factor = 4;
+  yarn.original_max_position_embeddings = 32;
+  yarn.beta_fast = 16;
+  yarn.beta_slow = 2;
+  yarn.mscale = 0.5;
+  yarn.mscale_all_dim = 0.25;
+  yarn.attention_factor = 1.1;
+  yarn.truncate = false;
+  for (const ScalingConfig& scaling :
+       std::vector<ScalingConfig>{NoScaling{}, LinearScaling{2}, DynamicNtkScaling{2, 16}, yarn,
+                                  Llama3Scaling{16, 1, 1, 8192}, longrope}) {
+    RopeConfig config;
+    config.theta = 500000;
+    config.head_dim = 4;
+    config.rotary_dim = 4;
+    config.max_len = 64;
+    config.layout = Layout::kHalf;
+    config.scaling = scaling;
+    config.mrope.section = {1, 0, 1};
+    absl::StatusOr<RopeConfig> back = ConfigFromProto(ConfigToProto(config));
+    ASSERT_TRUE(back.ok());
+    EXPECT_TRUE(back->scaling == config.scaling) << ScalingName(scaling);
+    EXPECT_EQ(back->theta, config.theta);
+    EXPECT_EQ(back->rotary_dim, config.rotary_dim);
+    EXPECT_EQ(back->layout, config.layout);
+    EXPECT_TRUE(back->mrope == config.mrope);
+  }
+}
+
 TEST(RequestConversionTest, RotateParamsPointIntoTheRequestsOwnBytes) {
   v1::RotateRequest request = MakeRotateRequest(1, 2, 2, 8, 64, 3);
   *request.mutable_k() = request.q();

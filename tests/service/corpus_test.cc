@@ -112,6 +112,22 @@ void SetPositions(Requests* r, std::vector<int64_t> positions) {
   r->rotate.clear_positions();
   for (int64_t p : positions) r->rotate.add_positions(p);
 }
+// The rotate request's config as a config.json (theta and the rest unset).
+void SetJson(Requests* r, std::string json) {
+  RotateConfig(r)->set_theta(0);
+  RotateConfig(r)->set_hf_config_json(std::move(json));
+}
+// A valid config.json for the corpus' head_dim 8, around `rope_scaling`.
+std::string JsonWith(const std::string& rope_scaling) {
+  return R"({"rope_theta": 10000, "head_dim": 8, "max_position_embeddings": 64, "rope_scaling": )" +
+         rope_scaling + "}";
+}
+void SetMrope(Requests* r, std::vector<uint32_t> section, bool interleaved) {
+  v1::Mrope* mrope = RotateConfig(r)->mutable_mrope();
+  mrope->clear_section();
+  for (uint32_t s : section) mrope->add_section(s);
+  mrope->set_interleaved(interleaved);
+}
 
 using grpc::StatusCode;
 
@@ -376,12 +392,36 @@ std::vector<MalformedCase> Cases() {
          yarn->set_mscale(kNaN);
        },
        kInvalid, "config.yarn.mscale is nan: must be finite"},
-      {"Llama3LowFactorNotBelowHigh", kRotate,
+      {"Llama3LowFactorAboveHigh", kRotate,
        [](Requests* r) {
-         RotateConfig(r)->mutable_llama3()->set_low_freq_factor(4);
+         RotateConfig(r)->mutable_llama3()->set_low_freq_factor(5);
          RotateConfig(r)->mutable_llama3()->set_high_freq_factor(4);
        },
-       kInvalid, "config.llama3.low_freq_factor is 4: must be < high_freq_factor 4"},
+       kInvalid, "config.llama3.low_freq_factor is 5: must be <= high_freq_factor 4"},
+      {"Llama3EqualBandFactorsAreAccepted", kRotate,
+       [](Requests* r) {
+         RotateConfig(r)->mutable_llama3()->set_factor(16);
+         RotateConfig(r)->mutable_llama3()->set_low_freq_factor(1);
+         RotateConfig(r)->mutable_llama3()->set_high_freq_factor(1);
+       },
+       kOk, ""},
+      {"YarnTruncateFalseIsAccepted", kRotate,
+       [](Requests* r) {
+         v1::YarnScaling* yarn = RotateConfig(r)->mutable_yarn();
+         yarn->set_factor(32);
+         yarn->set_original_max_position_embeddings(16);
+         yarn->set_truncate(false);
+       },
+       kOk, ""},
+      {"LongRopeMaxPositionEmbeddingsIsAccepted", kTable,
+       [](Requests* r) {
+         v1::LongRopeScaling* longrope = r->table.mutable_config()->mutable_longrope();
+         longrope->set_original_max_position_embeddings(16);
+         longrope->set_max_position_embeddings(64);
+         for (int i = 0; i < 4; ++i) longrope->add_short_factor(1);
+         for (int i = 0; i < 4; ++i) longrope->add_long_factor(2 + i);
+       },
+       kOk, ""},
       {"Llama3NegativeFactor", kTable,
        [](Requests* r) { r->table.mutable_config()->mutable_llama3()->set_factor(-8); }, kInvalid,
        "config.llama3.factor is -8"},
@@ -400,6 +440,152 @@ std::vector<MalformedCase> Cases() {
          for (double f : {1.0, 1.0, 1.0, kInf}) longrope->add_long_factor(f);
        },
        kInvalid, "config.longrope.short_factor[2] is 0: must be finite and > 0"},
+
+      // ---- hf_config_json: a model's config.json ----
+      {"HfJsonIsAccepted", kRotate, [](Requests* r) { SetJson(r, JsonWith("null")); }, kOk, ""},
+      {"HfJsonOnGetTable", kTable,
+       [](Requests* r) {
+         r->table.mutable_config()->set_hf_config_json(R"({"rope_theta": 10000, "head_dim": 8})");
+       },
+       kOk, ""},
+      {"HfJsonTruncated", kRotate, [](Requests* r) { SetJson(r, R"({"rope_theta": 1)"); },
+       kInvalid, "hf_config_json is not valid JSON"},
+      {"HfJsonEmptyObjectHasNoTheta", kRotate, [](Requests* r) { SetJson(r, "{}"); }, kInvalid,
+       "hf_config_json: rope_theta is missing"},
+      {"HfJsonNotAnObject", kRotate, [](Requests* r) { SetJson(r, R"(["rope_theta", 1])"); },
+       kInvalid, "must be a JSON object"},
+      {"HfJsonNaN", kRotate,
+       [](Requests* r) { SetJson(r, R"({"rope_theta": NaN, "head_dim": 8})"); }, kInvalid,
+       "hf_config_json is not valid JSON"},
+      {"HfJsonInfinity", kRotate,
+       [](Requests* r) { SetJson(r, R"({"rope_theta": Infinity, "head_dim": 8})"); }, kInvalid,
+       "hf_config_json is not valid JSON"},
+      {"HfJsonNumberOverflow", kRotate,
+       [](Requests* r) { SetJson(r, R"({"rope_theta": 1e400, "head_dim": 8})"); }, kInvalid,
+       "number overflow"},
+      {"HfJsonHugeInteger", kRotate,
+       [](Requests* r) {
+         SetJson(r, R"({"rope_theta": 10000, "head_dim": 123456789012345678901234567890})");
+       },
+       kInvalid, "hf_config_json: head_dim is 1.2345678901234568e+29"},
+      {"HfJsonNegativeHeadDim", kRotate,
+       [](Requests* r) { SetJson(r, R"({"rope_theta": 10000, "head_dim": -8})"); }, kInvalid,
+       "hf_config_json: head_dim is -8: must be a whole number in [1, 4294967295]"},
+      {"HfJsonThetaOne", kRotate,
+       [](Requests* r) { SetJson(r, R"({"rope_theta": 1, "head_dim": 8})"); }, kInvalid,
+       "hf_config_json: rope_theta is 1: must be > 1"},
+      {"HfJsonDeepNesting", kRotate,
+       [](Requests* r) {
+         SetJson(r, R"({"rope_theta": 10000, "head_dim": 8, "x": )" + std::string(200000, '[') +
+                        std::string(200000, ']') + "}");
+       },
+       kInvalid, "nests objects and arrays deeper than 64 levels"},
+      {"HfJsonUnclosedDeepNesting", kRotate,
+       [](Requests* r) { SetJson(r, std::string(1 << 20, '{')); }, kInvalid,
+       "hf_config_json is not valid JSON"},
+      {"HfJsonFactorAsString", kRotate,
+       [](Requests* r) { SetJson(r, JsonWith(R"({"rope_type": "linear", "factor": "4"})")); },
+       kInvalid, "hf_config_json: rope_scaling.factor is \"4\": must be a number (it is string)"},
+      {"HfJsonFactorAsBoolean", kRotate,
+       [](Requests* r) { SetJson(r, JsonWith(R"({"rope_type": "linear", "factor": true})")); },
+       kInvalid, "rope_scaling.factor is true: must be a number (it is a boolean)"},
+      {"HfJsonFactorNegative", kRotate,
+       [](Requests* r) { SetJson(r, JsonWith(R"({"rope_type": "linear", "factor": -4})")); },
+       kInvalid, "hf_config_json: rope_scaling.factor is -4: must be > 0"},
+      {"HfJsonRopeScalingAsList", kRotate, [](Requests* r) { SetJson(r, JsonWith("[8]")); },
+       kInvalid, "hf_config_json: rope_scaling is [8]: must be an object (it is array)"},
+      {"HfJsonUnknownRopeType", kRotate,
+       [](Requests* r) { SetJson(r, JsonWith(R"({"rope_type": "ntk-by-parts", "factor": 4})")); },
+       kInvalid, "hf_config_json: rope_scaling.rope_type is \"ntk-by-parts\": not supported"},
+      {"HfJsonMissingYarnOriginal", kRotate,
+       [](Requests* r) {
+         SetJson(r, R"({"rope_theta": 10000, "head_dim": 8,
+                        "rope_scaling": {"rope_type": "yarn", "factor": 4}})");
+       },
+       kInvalid, "hf_config_json: rope_scaling.original_max_position_embeddings is missing"},
+      {"HfJsonTruncateAsString", kRotate,
+       [](Requests* r) {
+         SetJson(r, JsonWith(R"({"rope_type": "yarn", "factor": 4, "truncate": "false"})"));
+       },
+       kInvalid, "rope_scaling.truncate is \"false\": must be true or false (it is string)"},
+      {"HfJsonOneMiBRopeType", kRotate,
+       [](Requests* r) {
+         SetJson(r, JsonWith(R"({"rope_type": ")" + std::string(1 << 20, 'y') + "\"}"));
+       },
+       kInvalid, "(1048576 bytes)\": not supported"},
+      {"HfJsonOneMiBUnreadKey", kRotate,
+       [](Requests* r) {
+         SetJson(r, R"({"rope_theta": 10000, "head_dim": 8, "description": ")" +
+                        std::string(1 << 20, 'z') + "\"}");
+       },
+       kOk, ""},
+      {"HfJsonMropeSectionWrongSum", kRotate,
+       [](Requests* r) { SetJson(r, JsonWith(R"({"type": "mrope", "mrope_section": [1, 1, 1]})")); },
+       kInvalid, "hf_config_json gives an unusable config: config.mrope.section is [1,1,1] (sum 3)"},
+      {"HfJsonWithTheta", kRotate,
+       [](Requests* r) {
+         SetJson(r, JsonWith("null"));
+         RotateConfig(r)->set_theta(500000);
+       },
+       kInvalid, "config.theta is 500000: must be unset (0) when config.hf_config_json is set"},
+      {"HfJsonWithScaling", kRotate,
+       [](Requests* r) {
+         SetJson(r, JsonWith("null"));
+         RotateConfig(r)->mutable_linear()->set_factor(2);
+       },
+       kInvalid, "config.linear is set: the scaling must be unset"},
+      {"HfJsonHeadDimDiffersFromRequest", kRotate,
+       [](Requests* r) { SetJson(r, R"({"rope_theta": 10000, "head_dim": 16})"); }, kInvalid,
+       "config.head_dim is 8 but hf_config_json gives head_dim 16"},
+      {"HfJsonOverSizeLimit", kRotate,
+       [](Requests* r) { SetJson(r, JsonWith("null") + std::string(5 << 20, ' ')); }, kExhausted,
+       "bytes: over the server's limit of 4194304 bytes"},
+      {"HfLayerTypeWithoutJson", kRotate,
+       [](Requests* r) { RotateConfig(r)->set_hf_layer_type("sliding_attention"); }, kInvalid,
+       "config.hf_layer_type is set but config.hf_config_json is empty"},
+      {"HfLayerTypeUnknown", kRotate,
+       [](Requests* r) {
+         SetJson(r, JsonWith("null"));
+         RotateConfig(r)->set_hf_layer_type("cross_attention");
+       },
+       kInvalid, "hf_layer_type is 'cross_attention': must be full_attention or sliding_attention"},
+
+      // ---- M-RoPE (rotate: B 2, S 3, head_dim 8 -> sections sum to 4) ----
+      {"MropeEqualRowsAreAccepted", kRotate,
+       [](Requests* r) {
+         SetMrope(r, {2, 1, 1}, false);
+         SetPositions(r, {1, 2, 3, 1, 2, 3, 1, 2, 3});
+       },
+       kOk, ""},
+      {"MropeSectionWrongSum", kRotate, [](Requests* r) { SetMrope(r, {2, 2, 2}, true); },
+       kInvalid, "config.mrope.section is [2,2,2] (sum 6): must sum to rotary_dim/2 = 4"},
+      {"MropeTwoSections", kRotate, [](Requests* r) { SetMrope(r, {2, 2}, false); }, kInvalid,
+       "config.mrope.section is [2,2] (2 values): must have 3"},
+      {"MropeWithoutSections", kTable,
+       [](Requests* r) { r->table.mutable_config()->mutable_mrope()->set_interleaved(true); },
+       kInvalid, "config.mrope is set with no section"},
+      {"MropePositionsNotThreeRows", kRotate,
+       [](Requests* r) {
+         SetMrope(r, {2, 1, 1}, false);
+         SetPositions(r, {1, 2, 3});
+       },
+       kInvalid, "positions has 3 values: with config.mrope it must be 3*S (9) or 3*B*S (18)"},
+      {"MropeImagePositionPastTable", kRotate,
+       [](Requests* r) {
+         SetMrope(r, {2, 1, 1}, true);
+         std::vector<int64_t> positions(18, 4);
+         positions[14] = 64;  // axis w, b 0, s 2
+         SetPositions(r, positions);
+       },
+       kOutOfRange, "positions[14] (axis w, b 0, s 2) is 64: must be < config.max_len 64"},
+      {"MropeNegativePosition", kRotate,
+       [](Requests* r) {
+         SetMrope(r, {2, 1, 1}, true);
+         std::vector<int64_t> positions(9, 4);
+         positions[4] = kInt64Min;  // axis h, s 1
+         SetPositions(r, positions);
+       },
+       kInvalid, "positions[4] (axis h, s 1) is -9223372036854775808: must be >= 0"},
 
       // ---- Attention scale: 0 means 1/sqrt(D); float32 is what the backends use ----
       {"AttentionScaleNegative", kAttention, [](Requests* r) { r->attention.set_scale(-0.5); },

@@ -38,19 +38,23 @@ double DynamicNtkBase(double theta, int dim, double factor, double original, dou
 }
 
 void YarnCorrectionRange(double theta, int dim, double original, double beta_fast,
-                         double beta_slow, double* low, double* high) {
-  *low = std::floor(FindCorrectionDim(beta_fast, dim, theta, original));
-  *high = std::ceil(FindCorrectionDim(beta_slow, dim, theta, original));
+                         double beta_slow, double* low, double* high, bool truncate) {
+  *low = FindCorrectionDim(beta_fast, dim, theta, original);
+  *high = FindCorrectionDim(beta_slow, dim, theta, original);
+  if (truncate) {
+    *low = std::floor(*low);
+    *high = std::ceil(*high);
+  }
   *low = std::max(*low, 0.0);
   *high = std::min(*high, dim - 1.0);
 }
 
 std::vector<double> YarnInvFreq(double theta, int dim, double factor, double original,
-                                double beta_fast, double beta_slow) {
+                                double beta_fast, double beta_slow, bool truncate) {
   std::vector<double> pos_freqs;
   for (int j = 0; j < dim; j += 2) pos_freqs.push_back(std::pow(theta, static_cast<double>(j) / dim));
   double low, high;
-  YarnCorrectionRange(theta, dim, original, beta_fast, beta_slow, &low, &high);
+  YarnCorrectionRange(theta, dim, original, beta_fast, beta_slow, &low, &high, truncate);
   if (low == high) high += 0.001;
   std::vector<double> out;
   for (int i = 0; i < dim / 2; ++i) {
@@ -94,6 +98,29 @@ std::vector<double> Llama3InvFreq(double theta, int dim, double factor, double l
   return out;
 }
 
+std::vector<double> Llama3InvFreqTransformers(double theta, int dim, double factor,
+                                              double low_freq_factor, double high_freq_factor,
+                                              double original) {
+  const double low_freq_wavelen = original / low_freq_factor;
+  const double high_freq_wavelen = original / high_freq_factor;
+  std::vector<double> out;
+  for (double inv : DefaultInvFreq(theta, dim)) {
+    const double wavelen = 2 * kPi / inv;
+    // inv_freq_llama = where(wavelen > low_freq_wavelen, inv / factor, inv)
+    const double llama = wavelen > low_freq_wavelen ? inv / factor : inv;
+    // smoothed only where ~(wavelen < high) * ~(wavelen > low)
+    const bool is_medium = !(wavelen < high_freq_wavelen) && !(wavelen > low_freq_wavelen);
+    if (is_medium) {
+      const double smooth =
+          (original / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor);
+      out.push_back((1 - smooth) * llama / factor + smooth * llama);
+    } else {
+      out.push_back(llama);
+    }
+  }
+  return out;
+}
+
 std::vector<double> LongRopeInvFreq(double theta, int dim, const std::vector<double>& ext) {
   std::vector<double> out;
   for (int j = 0; j < dim; j += 2) {
@@ -105,6 +132,30 @@ std::vector<double> LongRopeInvFreq(double theta, int dim, const std::vector<dou
 double LongRopeAttentionFactor(double max_len, double original, double attention_factor) {
   if (attention_factor > 0) return attention_factor;
   const double factor = max_len / original;
+  if (factor <= 1.0) return 1.0;
+  return std::sqrt(1 + std::log(factor) / std::log(original));
+}
+
+std::vector<int> MropeAxes(const std::vector<int>& section, bool interleaved, int half) {
+  std::vector<int> axes(half, 0);
+  if (interleaved) {
+    for (int i = 1; i < std::min(half, section[1] * 3); i += 3) axes[i] = 1;
+    for (int i = 2; i < std::min(half, section[2] * 3); i += 3) axes[i] = 2;
+    return axes;
+  }
+  // The row is [freqs, freqs] (2 * half); chunks of sizes section + section.
+  std::vector<int> chunks = section;
+  chunks.insert(chunks.end(), section.begin(), section.end());
+  std::vector<int> full;
+  for (size_t j = 0; j < chunks.size(); ++j) {
+    for (int k = 0; k < chunks[j]; ++k) full.push_back(static_cast<int>(j % 3));
+  }
+  for (int i = 0; i < half; ++i) axes[i] = full[i];
+  return axes;
+}
+
+double LongRopeAttentionFactorFromConfig(double max_position_embeddings, double original) {
+  const double factor = max_position_embeddings / original;
   if (factor <= 1.0) return 1.0;
   return std::sqrt(1 + std::log(factor) / std::log(original));
 }

@@ -20,24 +20,39 @@ std::vector<double> LinearInvFreq(double theta, int dim, double factor);
 // when seq_len > original, else theta; then plain with base'.
 double DynamicNtkBase(double theta, int dim, double factor, double original, double seq_len);
 
-// YaRN with HF's defaults spelled out by the caller (beta_fast, beta_slow)
-// and truncate = true. Returns inv_freq; *attention_factor receives HF's
-// attention factor (given > 0, else from mscale / mscale_all_dim / factor).
+// YaRN with HF's defaults spelled out by the caller (beta_fast, beta_slow).
+// `truncate` (HF's default true) floors/ceils the correction range.
 std::vector<double> YarnInvFreq(double theta, int dim, double factor, double original,
-                                double beta_fast, double beta_slow);
+                                double beta_fast, double beta_slow, bool truncate = true);
 double YarnAttentionFactor(double factor, double mscale, double mscale_all_dim,
                            double attention_factor);
-// HF find_correction_range with truncate = true: (low, high).
+// HF find_correction_range: (low, high).
 void YarnCorrectionRange(double theta, int dim, double original, double beta_fast,
-                         double beta_slow, double* low, double* high);
+                         double beta_slow, double* low, double* high, bool truncate = true);
 
 // Llama 3.1 apply_scaling (Meta's loop form).
 std::vector<double> Llama3InvFreq(double theta, int dim, double factor, double low_freq_factor,
                                   double high_freq_factor, double original);
+// transformers' _compute_llama3_parameters (its torch.where form), which
+// also takes low_freq_factor == high_freq_factor (Llama 4 Scout).
+std::vector<double> Llama3InvFreqTransformers(double theta, int dim, double factor,
+                                              double low_freq_factor, double high_freq_factor,
+                                              double original);
 
 // LongRoPE: 1 / (ext[i] * theta^(2i/dim)).
 std::vector<double> LongRopeInvFreq(double theta, int dim, const std::vector<double>& ext);
 double LongRopeAttentionFactor(double max_len, double original, double attention_factor);
+
+// M-RoPE: the position axis (0 t, 1 h, 2 w) of each of `half` frequencies.
+// Chunked as transformers' apply_multimodal_rotary_pos_emb splits the
+// duplicated [cos, cos] row into chunks section * 2 and takes chunk j from
+// axis j % 3; interleaved as vLLM's apply_interleaved_rope overwrites
+// slices [1 : 3*section[1] : 3] and [2 : 3*section[2] : 3].
+std::vector<int> MropeAxes(const std::vector<int>& section, bool interleaved, int half);
+
+// LongRoPE's attention factor when max_position_embeddings and original are
+// known (transformers: factor = max_position_embeddings / original).
+double LongRopeAttentionFactorFromConfig(double max_position_embeddings, double original);
 
 }  // namespace reference
 }  // namespace rope

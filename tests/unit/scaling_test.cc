@@ -260,9 +260,12 @@ TEST(ScalingValidationTest, RejectsYarnBetaFastNotAboveBetaSlow) {
                        absl::StatusCode::kInvalidArgument, "config.yarn.mscale is inf"));
 }
 
-TEST(ScalingValidationTest, RejectsLlama3LowNotBelowHigh) {
-  EXPECT_TRUE(StatusIs(ValidateConfig(Config(500000, 64, 64, Llama3Scaling{8, 4, 4, 8192}), kCap),
-                       absl::StatusCode::kInvalidArgument, "config.llama3.low_freq_factor is 4"));
+TEST(ScalingValidationTest, RejectsLlama3LowAboveHigh) {
+  EXPECT_TRUE(StatusIs(ValidateConfig(Config(500000, 64, 64, Llama3Scaling{8, 5, 4, 8192}), kCap),
+                       absl::StatusCode::kInvalidArgument,
+                       "config.llama3.low_freq_factor is 5: must be <= high_freq_factor 4"));
+  // Equal factors (Llama 4 Scout) are accepted.
+  EXPECT_TRUE(ValidateConfig(Config(500000, 64, 64, Llama3Scaling{16, 1, 1, 8192}), kCap).ok());
 }
 
 TEST(ScalingValidationTest, RejectsLongRopeListLengthsAndValues) {
@@ -368,6 +371,195 @@ TEST(ScalingKeyTest, DynamicNtkCachesOneTablePerEffectiveBase) {
   ASSERT_TRUE(rotate_at(31).ok());
   EXPECT_EQ(engine->cache_stats().misses, 3);
   EXPECT_EQ(engine->cache_stats().hits, 2);
+}
+
+// ---- Llama 4 Scout: llama3 with low_freq_factor == high_freq_factor -------------
+
+TEST(ScalingTest, Llama3EqualFactorsDivideLongWavelengthsAndKeepTheRest) {
+  // Llama 4 Scout: theta 500000, head_dim 128, factor 16, low = high = 1,
+  // original 8192: wavelengths above 8192 are divided by 16, the others kept.
+  const std::vector<double> inv =
+      EngineInvFreq(Config(500000, 128, 131072, Llama3Scaling{16, 1, 1, 8192}));
+  ExpectNear(inv, reference::Llama3InvFreqTransformers(500000, 128, 16, 1, 1, 8192));
+  ExpectNear(inv, reference::Llama3InvFreq(500000, 128, 16, 1, 1, 8192));
+  const std::vector<double> plain = reference::DefaultInvFreq(500000, 128);
+  int unchanged = 0, divided = 0;
+  for (size_t i = 0; i < inv.size(); ++i) {
+    if (std::abs(inv[i] - plain[i]) <= 1e-15 * plain[i]) {
+      ++unchanged;
+    } else {
+      EXPECT_NEAR(inv[i], plain[i] / 16, 1e-15 * plain[i]) << i;
+      ++divided;
+    }
+  }
+  EXPECT_EQ(unchanged, 35);
+  EXPECT_EQ(divided, 29);
+}
+
+// ---- YaRN truncate ----------------------------------------------------------------
+
+TEST(ScalingTest, YarnWithoutTruncateKeepsTheCorrectionRangeFractional) {
+  // gpt-oss-20b: theta 150000, head_dim 64, factor 32, original 4096.
+  double low, high;
+  reference::YarnCorrectionRange(150000, 64, 4096, 32, 1, &low, &high, /*truncate=*/false);
+  EXPECT_NEAR(low, 8.0928, 5e-5);
+  EXPECT_NEAR(high, 17.398, 5e-4);
+  YarnScaling s;
+  s.factor = 32;
+  s.original_max_position_embeddings = 4096;
+  s.beta_fast = 32;
+  s.beta_slow = 1;
+  s.truncate = false;
+  const std::vector<double> fractional = EngineInvFreq(Config(150000, 64, 8192, s));
+  ExpectNear(fractional, reference::YarnInvFreq(150000, 64, 32, 4096, 32, 1, false));
+  s.truncate = true;
+  const std::vector<double> truncated = EngineInvFreq(Config(150000, 64, 8192, s));
+  ExpectNear(truncated, reference::YarnInvFreq(150000, 64, 32, 4096, 32, 1, true));
+  // Dimension 8 sits inside the fractional ramp (low 8.09) but on the
+  // truncated range's start (floor 8): the two differ there.
+  EXPECT_NE(fractional[9], truncated[9]);
+  EXPECT_FALSE(MakeTableKey(Config(150000, 64, 8192, s), 0) ==
+               MakeTableKey(Config(150000, 64, 8192, [&] {
+                              YarnScaling f = s;
+                              f.truncate = false;
+                              return f;
+                            }()), 0));
+}
+
+// ---- LongRoPE: transformers' per-request rule ----------------------------------------
+
+LongRopeScaling Phi4MiniLike() {
+  LongRopeScaling s;
+  s.short_factor = LongList(48, 1.0);
+  s.long_factor = LongList(48, 2.0);
+  s.original_max_position_embeddings = 4096;
+  s.max_position_embeddings = 131072;
+  return s;
+}
+
+TEST(ScalingTest, LongRopeAttentionFactorFollowsMaxPositionEmbeddingsNotTableLength) {
+  const LongRopeScaling s = Phi4MiniLike();
+  // Phi-4-mini: sqrt(1 + ln 32 / ln 4096) = 1.190238, whatever max_len.
+  for (uint32_t max_len : {4096u, 8192u, 131072u}) {
+    EXPECT_NEAR(ScaledAttentionFactor(s, max_len), 1.190238, 5e-7) << max_len;
+    EXPECT_DOUBLE_EQ(ScaledAttentionFactor(s, max_len),
+                     reference::LongRopeAttentionFactorFromConfig(131072, 4096));
+  }
+  // Without it, today's rule: from max_len (8192 -> 1.0408).
+  LongRopeScaling legacy = s;
+  legacy.max_position_embeddings = 0;
+  EXPECT_NEAR(ScaledAttentionFactor(legacy, 8192), 1.0408, 5e-5);
+}
+
+TEST(ScalingTest, LongRopeChoosesTheListPerRequestWithMaxPositionEmbeddings) {
+  const LongRopeScaling s = Phi4MiniLike();
+  const RopeConfig config = Config(10000, 128, 131072, s, 96);
+  // Largest position 4095: length 4096, not above the original: short.
+  ExpectNear(EngineInvFreq(config, 4095), reference::LongRopeInvFreq(10000, 96, s.short_factor));
+  // Largest position 4096: length 4097: long.
+  ExpectNear(EngineInvFreq(config, 4096), reference::LongRopeInvFreq(10000, 96, s.long_factor));
+  EXPECT_FALSE(MakeTableKey(config, 4095).long_factor);
+  EXPECT_TRUE(MakeTableKey(config, 4096).long_factor);
+  // Without max_position_embeddings: the long list for every request of a
+  // table longer than the original.
+  LongRopeScaling legacy = s;
+  legacy.max_position_embeddings = 0;
+  EXPECT_TRUE(MakeTableKey(Config(10000, 128, 131072, legacy, 96), 0).long_factor);
+}
+
+TEST(ScalingKeyTest, LongRopeShortAndLongRequestsCacheOneTableEach) {
+  auto engine = std::make_unique<Engine>(NewCpuBackend(1).value(), EngineLimits());
+  const RopeConfig config = Config(10000, 8, 64, [] {
+    LongRopeScaling s;
+    s.short_factor = {1, 1};
+    s.long_factor = {2, 4};
+    s.original_max_position_embeddings = 16;
+    s.max_position_embeddings = 64;
+    return s;
+  }(), 4);
+  auto table_at = [&](int64_t start, int64_t count) {
+    absl::StatusOr<TableSlice> slice = engine->GetTable(config, start, count);
+    EXPECT_TRUE(slice.ok()) << slice.status();
+    return slice.ok() ? slice->table : nullptr;
+  };
+  const auto short_table = table_at(0, 16);
+  const auto long_table = table_at(0, 17);
+  EXPECT_EQ(engine->cache_stats().misses, 2);
+  EXPECT_FALSE(short_table->key().long_factor);
+  EXPECT_TRUE(long_table->key().long_factor);
+  EXPECT_EQ(table_at(3, 5), short_table);
+  EXPECT_EQ(table_at(40, 10), long_table);
+  EXPECT_EQ(engine->cache_stats().misses, 2);
+}
+
+TEST(ScalingKeyTest, LongRopeExplicitAndDerivedAttentionFactorsShareATable) {
+  LongRopeScaling derived = Phi4MiniLike();
+  LongRopeScaling explicit_factor = derived;
+  explicit_factor.attention_factor = reference::LongRopeAttentionFactorFromConfig(131072, 4096);
+  EXPECT_TRUE(MakeTableKey(Config(10000, 128, 8192, derived, 96), 0) ==
+              MakeTableKey(Config(10000, 128, 8192, explicit_factor, 96), 0));
+}
+
+TEST(ScalingTest, TableKeyStringsNameEveryParameter) {
+  YarnScaling y;
+  y.factor = 32;
+  y.original_max_position_embeddings = 4096;
+  y.truncate = false;
+  EXPECT_EQ(MakeTableKey(Config(150000, 64, 8192, y), 0).ToString(),
+            "theta=150000 rotary_dim=64 max_len=8192 scaling=yarn(factor=32 "
+            "original_max_position_embeddings=4096 beta_fast=32 beta_slow=1 mscale=0 "
+            "mscale_all_dim=0 attention_factor=1.3465735902799727 truncate=false)");
+  EXPECT_EQ(MakeTableKey(Config(10000, 8, 64, [] {
+                           LongRopeScaling s;
+                           s.short_factor = {1, 1.5};
+                           s.long_factor = {2, 4};
+                           s.original_max_position_embeddings = 16;
+                           s.max_position_embeddings = 64;
+                           return s;
+                         }(), 4), 20).ToString(),
+            "theta=10000 rotary_dim=4 max_len=64 scaling=longrope(short_factor=[1,1.5] "
+            "long_factor=[2,4] original_max_position_embeddings=16 "
+            "attention_factor=1.224744871391589 max_position_embeddings=0) uses=long_factor");
+}
+
+// ---- M-RoPE axes ------------------------------------------------------------------------
+
+TEST(MropeTest, FrequencyAxesMatchTransformersAndVllm) {
+  struct Case {
+    std::vector<uint32_t> section;
+    bool interleaved;
+  };
+  for (const Case& c : std::vector<Case>{{{16, 24, 24}, false},   // Qwen2-VL
+                                         {{24, 20, 20}, true},    // Qwen3-VL
+                                         {{11, 11, 10}, true},    // Qwen3.5 (partial rotary)
+                                         {{2, 0, 6}, false},
+                                         {{1, 5, 2}, true}}) {
+    MropeConfig m;
+    m.section = c.section;
+    m.interleaved = c.interleaved;
+    int half = 0;
+    for (uint32_t s : c.section) half += static_cast<int>(s);
+    const std::vector<int> want = reference::MropeAxes(
+        std::vector<int>(c.section.begin(), c.section.end()), c.interleaved, half);
+    const std::vector<uint8_t> got = MropeFrequencyAxes(m, half);
+    ASSERT_EQ(got.size(), want.size());
+    for (int i = 0; i < half; ++i) EXPECT_EQ(got[i], want[i]) << DescribeMrope(m) << " i=" << i;
+  }
+}
+
+TEST(MropeTest, ValidationNamesTheSection) {
+  RopeConfig c = Config(1000000, 128, 4096, NoScaling{});
+  c.mrope.section = {16, 24, 23};
+  EXPECT_TRUE(StatusIs(ValidateConfig(c, kCap), absl::StatusCode::kInvalidArgument,
+                       "config.mrope.section is [16,24,23] (sum 63): must sum to rotary_dim/2 = 64"));
+  c.mrope.section = {32, 32};
+  EXPECT_TRUE(StatusIs(ValidateConfig(c, kCap), absl::StatusCode::kInvalidArgument,
+                       "config.mrope.section is [32,32] (2 values): must have 3"));
+  c.mrope.section = {16, 24, 24};
+  EXPECT_TRUE(ValidateConfig(c, kCap).ok());
+  c.rotary_dim = 64;  // partial rotary: sections follow rotary_dim
+  EXPECT_TRUE(StatusIs(ValidateConfig(c, kCap), absl::StatusCode::kInvalidArgument,
+                       "must sum to rotary_dim/2 = 32"));
 }
 
 TEST(ScalingNamesTest, EveryVariantHasItsHuggingFaceName) {

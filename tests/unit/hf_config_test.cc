@@ -1,0 +1,543 @@
+// config.json -> RoPE (server/engine/hf_config.*) on the published configs of
+// tests/fixtures/hf_configs: what each resolves to, its inverse frequencies,
+// attention factor and table rows against tests/unit/reference_scaling.*
+// (transformers' formulas in double, evaluated with the values the model
+// card publishes), the explicit form giving bit-identical rotations, and
+// every way a config.json can be refused.
+#include <cmath>
+#include <fstream>
+#include <memory>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "server/backends/cpu/cpu_backend.h"
+#include "server/engine/engine.h"
+#include "server/engine/hf_config.h"
+#include "tests/unit/reference_scaling.h"
+#include "tests/unit/test_util.h"
+
+#ifndef ROPE_HF_CONFIGS_DIR
+#error "ROPE_HF_CONFIGS_DIR must name tests/fixtures/hf_configs"
+#endif
+
+namespace rope {
+namespace {
+
+using test::StatusIs;
+
+std::string Fixture(const std::string& name) {
+  std::ifstream in(std::string(ROPE_HF_CONFIGS_DIR) + "/" + name + ".json");
+  EXPECT_TRUE(in.good()) << name;
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+std::unique_ptr<Engine> NewEngine(EngineLimits limits = EngineLimits()) {
+  return std::make_unique<Engine>(NewCpuBackend(1).value(), limits);
+}
+
+RopeConfig FromJson(const std::string& json, const std::string& layer_type = "",
+                    uint32_t max_len = 8192) {
+  RopeConfig c;
+  c.hf_config_json = json;
+  c.hf_layer_type = layer_type;
+  c.max_len = max_len;
+  c.layout = Layout::kHalf;
+  return c;
+}
+
+absl::StatusOr<ResolvedConfig> Resolve(const std::string& json, const std::string& layer_type = "",
+                                       uint32_t max_len = 8192) {
+  return NewEngine()->ResolveConfig(FromJson(json, layer_type, max_len));
+}
+
+void ExpectInvFreq(const std::vector<double>& got, const std::vector<double>& want) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_NEAR(got[i], want[i], 1e-14 * std::abs(want[i])) << "inv_freq[" << i << "]";
+  }
+}
+
+// Rows of the engine's table for `config` at a few positions against
+// attention * cos/sin(pos * inv_freq) of the reference.
+void ExpectTableRows(const RopeConfig& config, const std::vector<double>& inv_freq,
+                     double attention, std::vector<int64_t> positions) {
+  auto engine = NewEngine();
+  for (int64_t pos : positions) {
+    absl::StatusOr<TableSlice> slice = engine->GetTable(config, pos, 1);
+    ASSERT_TRUE(slice.ok()) << slice.status();
+    const RopeTable& table = *slice->table;
+    ASSERT_EQ(table.half(), static_cast<int>(inv_freq.size()));
+    for (size_t i = 0; i < inv_freq.size(); ++i) {
+      const double angle = static_cast<double>(pos) * inv_freq[i];
+      EXPECT_NEAR(table.cos_row(pos)[i], attention * std::cos(angle), 1.2e-7 * attention)
+          << pos << " " << i;
+      EXPECT_NEAR(table.sin_row(pos)[i], attention * std::sin(angle), 1.2e-7 * attention)
+          << pos << " " << i;
+    }
+  }
+}
+
+// ---- The published configs ------------------------------------------------------------
+
+TEST(HfConfigTest, Llama31_8BInstruct) {
+  const std::string json = Fixture("Llama-3.1-8B-Instruct");
+  auto r = Resolve(json);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->config.theta, 500000);
+  EXPECT_EQ(r->config.head_dim, 128u);  // hidden_size 4096 / 32 heads
+  EXPECT_EQ(r->config.rotary_dim, 128u);
+  EXPECT_TRUE(r->config.scaling == ScalingConfig(Llama3Scaling{8, 1, 4, 8192}));
+  const std::vector<double> want = reference::Llama3InvFreqTransformers(500000, 128, 8, 1, 4, 8192);
+  ExpectInvFreq(r->inv_freq, want);
+  EXPECT_EQ(r->attention_factor, 1.0);
+  ExpectTableRows(FromJson(json), want, 1.0, {0, 1, 4095, 8191});
+}
+
+TEST(HfConfigTest, Llama4ScoutKeeps35AndDivides29Frequencies) {
+  const std::string json = Fixture("Llama-4-Scout-17B-16E-Instruct");
+  auto r = Resolve(json);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->config.head_dim, 128u);  // text_config.head_dim
+  EXPECT_TRUE(r->config.scaling == ScalingConfig(Llama3Scaling{16, 1, 1, 8192}));
+  const std::vector<double> want =
+      reference::Llama3InvFreqTransformers(500000, 128, 16, 1, 1, 8192);
+  ExpectInvFreq(r->inv_freq, want);
+  const std::vector<double> plain = reference::DefaultInvFreq(500000, 128);
+  int kept = 0;
+  for (size_t i = 0; i < plain.size(); ++i) {
+    kept += std::abs(r->inv_freq[i] - plain[i]) <= 1e-15 * plain[i];
+  }
+  EXPECT_EQ(kept, 35);
+  ExpectTableRows(FromJson(json), want, 1.0, {0, 3, 8191});
+}
+
+TEST(HfConfigTest, Gemma3FullAttentionLayersUseClassDefaultsAndLinearScaling) {
+  const std::string json = Fixture("gemma-3-12b-it");
+  auto r = Resolve(json, "full_attention");
+  ASSERT_TRUE(r.ok()) << r.status();
+  // Gemma3TextConfig's defaults: head_dim 256 (not hidden 3840 / 16 = 240),
+  // rope_theta 1e6.
+  EXPECT_EQ(r->config.head_dim, 256u);
+  EXPECT_EQ(r->config.theta, 1000000);
+  EXPECT_TRUE(r->config.scaling == ScalingConfig(LinearScaling{8}));
+  const std::vector<double> want = reference::LinearInvFreq(1000000, 256, 8);
+  ExpectInvFreq(r->inv_freq, want);
+  ExpectTableRows(FromJson(json, "full_attention"), want, 1.0, {0, 1000, 8191});
+  // "" means full_attention.
+  auto by_default = Resolve(json);
+  ASSERT_TRUE(by_default.ok());
+  EXPECT_EQ(by_default->key, r->key);
+}
+
+TEST(HfConfigTest, Gemma3SlidingLayersUseTheLocalBaseWithoutScaling) {
+  const std::string json = Fixture("gemma-3-12b-it");
+  auto r = Resolve(json, "sliding_attention");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->config.theta, 10000);  // rope_local_base_freq default
+  EXPECT_EQ(r->config.head_dim, 256u);
+  EXPECT_TRUE(std::holds_alternative<NoScaling>(r->config.scaling));
+  const std::vector<double> want = reference::DefaultInvFreq(10000, 256);
+  ExpectInvFreq(r->inv_freq, want);
+  ExpectTableRows(FromJson(json, "sliding_attention"), want, 1.0, {0, 1023, 8191});
+}
+
+TEST(HfConfigTest, DeepSeekV3RotatesQkRopeHeadDimWithYarnMscale) {
+  const std::string json = Fixture("DeepSeek-V3");
+  auto r = Resolve(json, "", 16384);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->config.head_dim, 64u);  // qk_rope_head_dim, not 7168 / 128
+  EXPECT_EQ(r->config.theta, 10000);
+  const auto& yarn = std::get<YarnScaling>(r->config.scaling);
+  EXPECT_EQ(yarn.factor, 40);
+  EXPECT_EQ(yarn.original_max_position_embeddings, 4096u);
+  const std::vector<double> want = reference::YarnInvFreq(10000, 64, 40, 4096, 32, 1);
+  ExpectInvFreq(r->inv_freq, want);
+  // mscale == mscale_all_dim == 1: get_mscale(40, 1) / get_mscale(40, 1).
+  const double attention = reference::YarnAttentionFactor(40, 1.0, 1.0, 0);
+  EXPECT_DOUBLE_EQ(attention, 1.0);
+  EXPECT_DOUBLE_EQ(r->attention_factor, attention);
+  ExpectTableRows(FromJson(json, "", 16384), want, attention, {0, 4096, 16383});
+}
+
+TEST(HfConfigTest, Phi4MiniLongRopeFollowsTransformers) {
+  const std::string json = Fixture("Phi-4-mini-instruct");
+  auto r = Resolve(json, "", 131072);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->config.head_dim, 128u);
+  EXPECT_EQ(r->config.rotary_dim, 96u);  // partial_rotary_factor 0.75
+  const auto& longrope = std::get<LongRopeScaling>(r->config.scaling);
+  ASSERT_EQ(longrope.long_factor.size(), 48u);
+  ASSERT_EQ(longrope.short_factor.size(), 48u);
+  EXPECT_EQ(longrope.long_factor[1], 1.118320672);
+  EXPECT_EQ(longrope.long_factor[47], 47.77);
+  EXPECT_EQ(longrope.original_max_position_embeddings, 4096u);  // the top-level key
+  EXPECT_EQ(longrope.max_position_embeddings, 131072u);
+  // sqrt(1 + ln 32 / ln 4096), whatever the table length.
+  const double attention = reference::LongRopeAttentionFactorFromConfig(131072, 4096);
+  EXPECT_NEAR(attention, 1.190238, 5e-7);
+  for (uint32_t max_len : {8192u, 131072u}) {
+    auto at = Resolve(json, "", max_len);
+    ASSERT_TRUE(at.ok());
+    EXPECT_DOUBLE_EQ(at->attention_factor, attention) << max_len;
+  }
+  // A request at position 0 (ResolveConfig's) uses the short factors.
+  const std::vector<double> short_want =
+      reference::LongRopeInvFreq(10000, 96, longrope.short_factor);
+  ExpectInvFreq(r->inv_freq, short_want);
+  // Up to position 4095: short; from 4096 on: long.
+  auto engine = NewEngine();
+  const RopeConfig config = FromJson(json, "", 131072);
+  absl::StatusOr<TableSlice> short_slice = engine->GetTable(config, 0, 4096);
+  absl::StatusOr<TableSlice> long_slice = engine->GetTable(config, 4090, 7);
+  ASSERT_TRUE(short_slice.ok() && long_slice.ok());
+  ExpectInvFreq(short_slice->table->inv_freq(), short_want);
+  const std::vector<double> long_want =
+      reference::LongRopeInvFreq(10000, 96, longrope.long_factor);
+  ExpectInvFreq(long_slice->table->inv_freq(), long_want);
+  ExpectTableRows(config, short_want, attention, {0, 17, 4095});
+}
+
+TEST(HfConfigTest, GptOss20bYarnKeepsTheFractionalRangeOnBothLayerTypes) {
+  const std::string json = Fixture("gpt-oss-20b");
+  const std::vector<double> want = reference::YarnInvFreq(150000, 64, 32, 4096, 32, 1, false);
+  const double attention = reference::YarnAttentionFactor(32, 0, 0, 0);
+  for (const std::string layer : {"full_attention", "sliding_attention"}) {
+    auto r = Resolve(json, layer);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->config.head_dim, 64u);
+    EXPECT_FALSE(std::get<YarnScaling>(r->config.scaling).truncate);
+    ExpectInvFreq(r->inv_freq, want);
+    EXPECT_DOUBLE_EQ(r->attention_factor, attention);
+  }
+  ExpectTableRows(FromJson(json), want, attention, {0, 4096, 8191});
+}
+
+TEST(HfConfigTest, Qwen3_8BPlainAndWithTheModelCardsYarn) {
+  auto plain = Resolve(Fixture("Qwen3-8B"));
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(plain->config.theta, 1000000);
+  EXPECT_EQ(plain->config.head_dim, 128u);
+  EXPECT_TRUE(std::holds_alternative<NoScaling>(plain->config.scaling));  // "rope_scaling": null
+  ExpectInvFreq(plain->inv_freq, reference::DefaultInvFreq(1000000, 128));
+
+  const std::string yarn_json = Fixture("Qwen3-8B-yarn");
+  auto yarn = Resolve(yarn_json, "", 131072);
+  ASSERT_TRUE(yarn.ok()) << yarn.status();
+  const auto& y = std::get<YarnScaling>(yarn->config.scaling);
+  // factor 4 as given, not max_position_embeddings 40960 / 32768.
+  EXPECT_EQ(y.factor, 4);
+  EXPECT_EQ(y.original_max_position_embeddings, 32768u);
+  const std::vector<double> want = reference::YarnInvFreq(1000000, 128, 4, 32768, 32, 1);
+  ExpectInvFreq(yarn->inv_freq, want);
+  const double attention = reference::YarnAttentionFactor(4, 0, 0, 0);
+  EXPECT_DOUBLE_EQ(yarn->attention_factor, attention);
+  ExpectTableRows(FromJson(yarn_json, "", 131072), want, attention, {0, 32768, 131071});
+}
+
+TEST(HfConfigTest, Qwen2VlChunkedMrope) {
+  const std::string json = Fixture("Qwen2-VL-7B-Instruct");
+  auto r = Resolve(json);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->config.head_dim, 128u);  // 3584 / 28
+  EXPECT_EQ(r->config.theta, 1000000);
+  EXPECT_TRUE(std::holds_alternative<NoScaling>(r->config.scaling));  // type "mrope"
+  EXPECT_EQ(r->config.mrope.section, (std::vector<uint32_t>{16, 24, 24}));
+  EXPECT_FALSE(r->config.mrope.interleaved);
+  ExpectInvFreq(r->inv_freq, reference::DefaultInvFreq(1000000, 128));
+  ExpectTableRows(FromJson(json), reference::DefaultInvFreq(1000000, 128), 1.0, {0, 8191});
+}
+
+TEST(HfConfigTest, Qwen3VlInterleavedMropeFromTextConfig) {
+  const std::string json = Fixture("Qwen3-VL-8B-Instruct");
+  auto r = Resolve(json);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->config.head_dim, 128u);
+  EXPECT_EQ(r->config.theta, 5000000);
+  EXPECT_EQ(r->config.mrope.section, (std::vector<uint32_t>{24, 20, 20}));
+  EXPECT_TRUE(r->config.mrope.interleaved);
+  ExpectInvFreq(r->inv_freq, reference::DefaultInvFreq(5000000, 128));
+}
+
+// Every fixture: its explicit form (ResolveConfig's) rotates bit-identically.
+TEST(HfConfigTest, ExplicitFormRotatesBitIdentically) {
+  auto engine = NewEngine();
+  std::mt19937 rng(5);
+  for (const char* name : {"Llama-3.1-8B-Instruct", "Llama-4-Scout-17B-16E-Instruct",
+                           "gemma-3-12b-it", "DeepSeek-V3", "Phi-4-mini-instruct", "gpt-oss-20b",
+                           "Qwen3-8B", "Qwen3-8B-yarn", "Qwen2-VL-7B-Instruct",
+                           "Qwen3-VL-8B-Instruct"}) {
+    for (const std::string layer : {"full_attention", "sliding_attention"}) {
+      const RopeConfig json_config = FromJson(Fixture(name), layer, 16384);
+      absl::StatusOr<ResolvedConfig> resolved = engine->ResolveConfig(json_config);
+      ASSERT_TRUE(resolved.ok()) << name << ": " << resolved.status();
+      const int64_t d = resolved->config.head_dim;
+      const test::HostTensor q = test::Encode(DType::kBFloat16, {2, 3, 2, d},
+                                              test::RandomValues(DType::kBFloat16, 12 * d, &rng));
+      const std::vector<int64_t> positions =
+          resolved->config.mrope.enabled()
+              ? std::vector<int64_t>{5, 6, 7, 9000, 1, 2, 5, 6, 8, 16000, 1, 2, 5, 7, 7, 3, 1, 2}
+              : std::vector<int64_t>{5, 6, 7, 9000, 4095, 4096};
+      std::vector<uint8_t> outputs[2];
+      int i = 0;
+      for (const RopeConfig& config : {json_config, resolved->config}) {
+        test::HostTensor copy = q;
+        RotateParams p;
+        p.config = config;
+        p.q = copy.view();
+        p.positions = positions;
+        ASSERT_TRUE(engine->Rotate(p).ok()) << name << " " << engine->Rotate(p);
+        outputs[i++] = copy.bytes;
+      }
+      EXPECT_EQ(outputs[0], outputs[1]) << name << " " << layer;
+    }
+  }
+}
+
+// ---- Other forms transformers reads ---------------------------------------------------------
+
+TEST(HfConfigTest, PerLayerRopeParametersPickTheLayerType) {
+  const std::string json = R"({
+    "model_type": "gemma3_text", "head_dim": 256, "max_position_embeddings": 131072,
+    "layer_types": ["sliding_attention", "full_attention"],
+    "rope_parameters": {
+      "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1000000.0},
+      "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}}})";
+  auto full = Resolve(json, "full_attention");
+  ASSERT_TRUE(full.ok()) << full.status();
+  EXPECT_TRUE(full->config.scaling == ScalingConfig(LinearScaling{8}));
+  EXPECT_EQ(full->config.theta, 1000000);
+  auto sliding = Resolve(json, "sliding_attention");
+  ASSERT_TRUE(sliding.ok()) << sliding.status();
+  EXPECT_EQ(sliding->config.theta, 10000);
+  EXPECT_TRUE(std::holds_alternative<NoScaling>(sliding->config.scaling));
+  EXPECT_TRUE(StatusIs(Resolve(json, "chunked_attention").status(),
+                       absl::StatusCode::kInvalidArgument,
+                       "hf_layer_type is 'chunked_attention': hf_config_json's rope_parameters has "
+                       "no entry for it (it has full_attention, sliding_attention)"));
+}
+
+TEST(HfConfigTest, NewFormatRopeParametersCarryThetaAndPartialRotary) {
+  // transformers v5 writes rope_theta and partial_rotary_factor inside.
+  const std::string json = R"({"head_dim": 256, "max_position_embeddings": 262144,
+    "rope_parameters": {"mrope_interleaved": true, "mrope_section": [11, 11, 10],
+                        "partial_rotary_factor": 0.25, "rope_theta": 10000000,
+                        "rope_type": "default"}})";
+  auto r = Resolve(json);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->config.theta, 10000000);
+  EXPECT_EQ(r->config.rotary_dim, 64u);
+  EXPECT_EQ(r->config.mrope.section, (std::vector<uint32_t>{11, 11, 10}));
+  ExpectInvFreq(r->inv_freq, reference::DefaultInvFreq(10000000, 64));
+}
+
+TEST(HfConfigTest, RopeKeysAloneTakeHeadDimFromTheRequest) {
+  RopeConfig c = FromJson(R"({"rope_theta": 10000, "rope_scaling": {"rope_type": "dynamic",
+                             "factor": 2.0}, "max_position_embeddings": 2048})");
+  c.head_dim = 64;
+  auto r = NewEngine()->ResolveConfig(c);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->config.head_dim, 64u);
+  EXPECT_TRUE(r->config.scaling == ScalingConfig(DynamicNtkScaling{2.0, 2048}));
+}
+
+TEST(HfConfigTest, YarnWithoutFactorTakesTheLengthRatio) {
+  auto r = Resolve(R"({"rope_theta": 10000, "head_dim": 64, "max_position_embeddings": 32768,
+                      "rope_scaling": {"rope_type": "yarn",
+                                       "original_max_position_embeddings": 4096}})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(std::get<YarnScaling>(r->config.scaling).factor, 8);
+}
+
+// ---- Refusals -----------------------------------------------------------------------------
+
+TEST(HfConfigErrorsTest, MalformedJsonNamesTheProblem) {
+  EXPECT_TRUE(StatusIs(Resolve("{\"rope_theta\": 10000,").status(),
+                       absl::StatusCode::kInvalidArgument, "hf_config_json is not valid JSON"));
+  EXPECT_TRUE(StatusIs(Resolve(R"({"rope_theta": NaN})").status(),
+                       absl::StatusCode::kInvalidArgument, "hf_config_json is not valid JSON"));
+  EXPECT_TRUE(StatusIs(Resolve(R"({"rope_theta": 1e999})").status(),
+                       absl::StatusCode::kInvalidArgument, "number overflow"));
+  EXPECT_TRUE(StatusIs(Resolve("[1, 2]").status(), absl::StatusCode::kInvalidArgument,
+                       "hf_config_json is [1,2]: must be a JSON object"));
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  EXPECT_TRUE(StatusIs(Resolve(absl::StrCat(R"({"x": )", deep, "}")).status(),
+                       absl::StatusCode::kInvalidArgument, "deeper than 64 levels"));
+}
+
+TEST(HfConfigErrorsTest, WrongTypesNameKeyAndValue) {
+  const std::string base = R"("rope_theta": 500000, "hidden_size": 4096, "num_attention_heads": 32)";
+  EXPECT_TRUE(StatusIs(
+      Resolve(absl::StrCat("{", base, R"(, "rope_scaling": {"rope_type": "linear", "factor": "8"}})"))
+          .status(),
+      absl::StatusCode::kInvalidArgument,
+      "hf_config_json: rope_scaling.factor is \"8\": must be a number (it is string)"));
+  EXPECT_TRUE(StatusIs(Resolve(R"({"rope_theta": true, "head_dim": 64})").status(),
+                       absl::StatusCode::kInvalidArgument,
+                       "hf_config_json: rope_theta is true: must be a number (it is a boolean)"));
+  EXPECT_TRUE(StatusIs(Resolve(R"({"rope_theta": 10000, "head_dim": 64.5})").status(),
+                       absl::StatusCode::kInvalidArgument, "hf_config_json: head_dim is 64.5"));
+  EXPECT_TRUE(StatusIs(Resolve(R"({"rope_theta": 10000, "head_dim": 1e30})").status(),
+                       absl::StatusCode::kInvalidArgument, "must be a whole number in [1, 4294967295]"));
+  EXPECT_TRUE(StatusIs(
+      Resolve(R"({"text_config": {"rope_theta": 10000, "head_dim": 64, "rope_scaling": [1]}})")
+          .status(),
+      absl::StatusCode::kInvalidArgument,
+      "hf_config_json: text_config.rope_scaling is [1]: must be an object (it is array)"));
+  EXPECT_TRUE(StatusIs(
+      Resolve(R"({"rope_theta": 10000, "head_dim": 64, "rope_scaling": {"rope_type": "longrope",
+                 "short_factor": [1, -2], "long_factor": [1, 2]}, "max_position_embeddings": 8})")
+          .status(),
+      absl::StatusCode::kInvalidArgument,
+      "hf_config_json: rope_scaling.short_factor[1] is -2: must be finite and > 0"));
+}
+
+TEST(HfConfigErrorsTest, MissingKeysAreNamed) {
+  EXPECT_TRUE(StatusIs(
+      Resolve(R"({"rope_theta": 500000, "head_dim": 128, "rope_scaling": {"rope_type": "llama3",
+                 "factor": 8, "high_freq_factor": 4, "original_max_position_embeddings": 8192}})")
+          .status(),
+      absl::StatusCode::kInvalidArgument,
+      "hf_config_json: rope_scaling.low_freq_factor is missing: rope_type llama3 needs it"));
+  EXPECT_TRUE(StatusIs(Resolve(R"({"model_type": "mistral", "head_dim": 128})").status(),
+                       absl::StatusCode::kInvalidArgument, "hf_config_json: rope_theta is missing"));
+  EXPECT_TRUE(StatusIs(
+      Resolve(R"({"rope_theta": 10000, "head_dim": 64, "rope_scaling": {"type": "mrope"}})").status(),
+      absl::StatusCode::kInvalidArgument, "rope_scaling.mrope_section is missing"));
+  RopeConfig no_head = FromJson(R"({"rope_theta": 10000})");
+  EXPECT_TRUE(StatusIs(NewEngine()->ResolveConfig(no_head).status(),
+                       absl::StatusCode::kInvalidArgument,
+                       "config.head_dim is 0 and hf_config_json gives none"));
+}
+
+TEST(HfConfigErrorsTest, UnknownRopeTypeIsNamed) {
+  EXPECT_TRUE(StatusIs(
+      Resolve(R"({"rope_theta": 10000, "head_dim": 64, "rope_scaling": {"type": "su"}})").status(),
+      absl::StatusCode::kInvalidArgument,
+      "hf_config_json: rope_scaling.rope_type is \"su\": not supported"));
+  // A 1 MiB value is named, but not quoted whole.
+  const std::string huge(1 << 20, 'x');
+  absl::Status status =
+      Resolve(absl::StrCat(R"({"rope_theta": 10000, "head_dim": 64, "rope_scaling": {"rope_type": ")",
+                           huge, "\"}}"))
+          .status();
+  EXPECT_TRUE(StatusIs(status, absl::StatusCode::kInvalidArgument, "not supported"));
+  EXPECT_LT(status.message().size(), 400u);
+}
+
+TEST(HfConfigErrorsTest, ConflictingRequestFieldsAreRefused) {
+  const std::string json = Fixture("Llama-3.1-8B-Instruct");
+  auto engine = NewEngine();
+  RopeConfig c = FromJson(json);
+  c.theta = 500000;
+  EXPECT_TRUE(StatusIs(engine->ResolveConfig(c).status(), absl::StatusCode::kInvalidArgument,
+                       "config.theta is 500000: must be unset (0) when config.hf_config_json is set"));
+  c = FromJson(json);
+  c.scaling = LinearScaling{2};
+  EXPECT_TRUE(StatusIs(engine->ResolveConfig(c).status(), absl::StatusCode::kInvalidArgument,
+                       "config.linear is set"));
+  c = FromJson(json);
+  c.head_dim = 64;
+  EXPECT_TRUE(StatusIs(engine->ResolveConfig(c).status(), absl::StatusCode::kInvalidArgument,
+                       "config.head_dim is 64 but hf_config_json gives head_dim 128"));
+  c.head_dim = 128;  // equal is fine
+  EXPECT_TRUE(engine->ResolveConfig(c).ok());
+  c = FromJson(json);
+  c.mrope.section = {16, 24, 24};
+  EXPECT_TRUE(StatusIs(engine->ResolveConfig(c).status(), absl::StatusCode::kInvalidArgument,
+                       "config.mrope is chunked[16,24,24]: must be unset"));
+  RopeConfig layer_only;
+  layer_only.head_dim = 64;
+  layer_only.max_len = 64;
+  layer_only.hf_layer_type = "sliding_attention";
+  EXPECT_TRUE(StatusIs(engine->ResolveConfig(layer_only).status(),
+                       absl::StatusCode::kInvalidArgument,
+                       "config.hf_layer_type is set but config.hf_config_json is empty"));
+  EXPECT_TRUE(StatusIs(Resolve(json, "local_attention").status(),
+                       absl::StatusCode::kInvalidArgument,
+                       "hf_layer_type is 'local_attention': must be full_attention or "
+                       "sliding_attention"));
+}
+
+TEST(HfConfigErrorsTest, UnusableDerivedValuesSayTheyCameFromTheJson) {
+  // 47 long factors for rotary_dim 96.
+  std::string json = Fixture("Phi-4-mini-instruct");
+  json.replace(json.find("      47.77\n"), 12, "");
+  json.replace(json.find("      44.16,\n"), 13, "      44.16\n");
+  EXPECT_TRUE(StatusIs(Resolve(json).status(), absl::StatusCode::kInvalidArgument,
+                       "hf_config_json gives an unusable config: config.longrope.long_factor has "
+                       "47 values: must have rotary_dim/2 = 48"));
+  EXPECT_TRUE(StatusIs(Resolve(R"({"rope_theta": 10000, "head_dim": 64,
+                                  "partial_rotary_factor": 0.3})").status(),
+                       absl::StatusCode::kInvalidArgument,
+                       "partial_rotary_factor 0.3 gives rotary_dim int(64 * 0.3) = 19"));
+  EXPECT_TRUE(StatusIs(Resolve(R"({"rope_theta": 10000, "head_dim": 128, "rope_scaling":
+                                  {"type": "mrope", "mrope_section": [16, 24, 25]}})").status(),
+                       absl::StatusCode::kInvalidArgument,
+                       "hf_config_json gives an unusable config: config.mrope.section is "
+                       "[16,24,25] (sum 65)"));
+}
+
+TEST(HfConfigErrorsTest, AHugeHeadDimIsRefusedBeforeAnyAllocation) {
+  // Found by rope_request_fuzzer: ResolveConfig has no tensor to bound
+  // head_dim, and 2415919102 / 2 inverse frequencies are 9.6 GB.
+  EngineLimits limits;
+  limits.max_elements_per_request = 1 << 16;
+  for (const RopeConfig& config : [] {
+         RopeConfig fields;
+         fields.head_dim = 2415919102u;
+         fields.max_len = 64;
+         RopeConfig json = FromJson(R"({"rope_theta": 10000, "head_dim": 2415919102})", "", 64);
+         return std::vector<RopeConfig>{fields, json};
+       }()) {
+    EXPECT_TRUE(StatusIs(NewEngine(limits)->ResolveConfig(config).status(),
+                         absl::StatusCode::kResourceExhausted,
+                         "config.rotary_dim is 2415919102: its 1207959551 inverse frequencies (2 "
+                         "values each) are over the max_elements_per_request limit of 65536"));
+  }
+}
+
+TEST(HfConfigErrorsTest, OversizedJsonIsOverTheLimit) {
+  EngineLimits limits;
+  limits.max_hf_config_json_bytes = 1000;
+  RopeConfig c = FromJson(std::string(1001, ' ') + "{}");
+  EXPECT_TRUE(StatusIs(NewEngine(limits)->ResolveConfig(c).status(),
+                       absl::StatusCode::kResourceExhausted,
+                       "config.hf_config_json is 1003 bytes: over the server's limit of 1000"));
+}
+
+// ---- Cache ------------------------------------------------------------------------------
+
+TEST(HfConfigCacheTest, ARepeatedConfigIsParsedOnce) {
+  auto engine = NewEngine();
+  const std::string json = Fixture("Phi-4-mini-instruct");
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(engine->ResolveConfig(FromJson(json)).ok());
+  EXPECT_EQ(engine->hf_config_cache_stats().misses, 1);
+  EXPECT_EQ(engine->hf_config_cache_stats().hits, 4);
+  // Another layer type is another key; a refused config is cached too.
+  ASSERT_TRUE(engine->ResolveConfig(FromJson(json, "sliding_attention")).ok());
+  for (int i = 0; i < 3; ++i) EXPECT_FALSE(engine->ResolveConfig(FromJson("{")).ok());
+  EXPECT_EQ(engine->hf_config_cache_stats().misses, 3);
+  EXPECT_EQ(engine->hf_config_cache_stats().entries, 3);
+}
+
+TEST(HfConfigCacheTest, StaysWithinItsBudget) {
+  HfConfigCache cache(/*budget_bytes=*/300, /*max_entries=*/4);
+  for (int i = 0; i < 20; ++i) {
+    cache.Get(absl::StrCat(R"({"rope_theta": )", 10000 + i, R"(, "head_dim": 64})"), "");
+  }
+  EXPECT_LE(cache.stats().bytes, 300);
+  EXPECT_LE(cache.stats().entries, 4);
+  EXPECT_EQ(cache.stats().misses, 20);
+  // Too large for the budget: parsed, never kept.
+  cache.Get(std::string(400, ' ') + "{}", "");
+  EXPECT_LE(cache.stats().bytes, 300);
+}
+
+}  // namespace
+}  // namespace rope
