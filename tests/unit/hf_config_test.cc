@@ -18,6 +18,7 @@
 #include "server/engine/engine.h"
 #include "server/engine/hf_config.h"
 #include "tests/unit/reference_scaling.h"
+#include "tests/support/status_matchers.h"
 #include "tests/unit/test_util.h"
 
 #ifndef ROPE_HF_CONFIGS_DIR

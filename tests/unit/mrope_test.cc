@@ -15,6 +15,7 @@
 #include "server/backends/cpu/cpu_backend.h"
 #include "server/engine/engine.h"
 #include "tests/unit/reference_scaling.h"
+#include "tests/support/status_matchers.h"
 #include "tests/unit/test_util.h"
 
 namespace rope {
