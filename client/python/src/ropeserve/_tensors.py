@@ -6,10 +6,11 @@ dtype or device (ValueError). Non-contiguous and big-endian inputs are made
 contiguous little-endian (a copy); contiguous ones are sent from their own
 memory.
 
-Outputs come back as the kind of array that went in. They are views of the
-reply buffer (no copy) when its bytes sit at an address aligned for the
-element type; otherwise one aligned copy is made, because torch kernels and
-C extensions assume aligned data. numpy results are read-only (they view an
+Outputs come back as the kind of array that went in. Those of large replies
+(see _wire.VIEW_MIN_BYTES) are views of the reply buffer (no copy) when
+their bytes sit at an address aligned for the element type; otherwise one
+aligned copy is made, because torch kernels and C extensions assume aligned
+data. Small replies are parsed by protobuf, which copies their few bytes. numpy results are read-only (they view an
 immutable bytes object; .copy() for a writable one). torch has no read-only
 tensors: its results are writable, and the reply buffer they view belongs to
 them alone. Results of one call share that buffer, so keeping one keeps the
