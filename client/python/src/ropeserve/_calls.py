@@ -55,10 +55,19 @@ class RotateRequest:
     inverse: bool = False
 
 
-def _config_message(config):
+def _check_config(config):
     if not isinstance(config, RopeConfig):
         raise TypeError("config is a %s: expected a ropeserve.RopeConfig" % type(config).__name__)
-    return config.to_proto()
+    return config
+
+
+def _config_message(config):
+    return _check_config(config).to_proto()
+
+
+def _config_field(number, config):
+    """The config as wire bytes of field `number` (its serialization is cached per config)."""
+    return _wire.message_field(number, _check_config(config).serialized())
 
 
 def _int(name, value):
@@ -71,6 +80,7 @@ def _field_number(message_class, name):
     return message_class.DESCRIPTOR.fields_by_name[name].number
 
 
+_ROTATE_CONFIG = _field_number(pb.RotateRequest, "config")
 _ROTATE_Q = _field_number(pb.RotateRequest, "q")
 _ROTATE_K = _field_number(pb.RotateRequest, "k")
 _SCORES_Q = _field_number(pb.AttentionScoresRequest, "q")
@@ -96,8 +106,9 @@ def _same_kind_and_dtype(name, tensor, q):
 
 def rotate(q, k=None, *, config, start_pos=0, positions=None, inverse=False):
     """(request bytes, decode(reply bytes) -> (q, k))."""
-    message = pb.RotateRequest(config=_config_message(config), start_pos=_int("start_pos", start_pos),
-                               positions=_tensors.positions_list(positions), inverse=bool(inverse))
+    head = _config_field(_ROTATE_CONFIG, config) + pb.RotateRequest(
+        start_pos=_int("start_pos", start_pos), positions=_tensors.positions_list(positions),
+        inverse=bool(inverse)).SerializeToString()
     q_in = _tensors.encode("q", q)
     parts = _tensor_parts(_ROTATE_Q, q_in)
     k_in = None
@@ -112,7 +123,7 @@ def rotate(q, k=None, *, config, start_pos=0, positions=None, inverse=False):
         k_out = _tensors.decode("k", tensors["k"], k_in) if k_in is not None and "k" in tensors else None
         return q_out, k_out
 
-    return _wire.join(message.SerializeToString(), parts), decode
+    return _wire.join(head, parts), decode
 
 
 def rotate_stream_item(item, default_config):
@@ -206,4 +217,4 @@ def resolve(config):
                 return Resolved(RopeConfig.from_proto(getattr(message, field.name)), message)
         return Resolved(None, message)
 
-    return _config_message(config).SerializeToString(), decode
+    return _check_config(config).serialized(), decode

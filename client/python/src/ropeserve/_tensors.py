@@ -19,6 +19,7 @@ whole reply alive: copy one you keep long while dropping the others.
 torch is imported only when the caller passes a torch tensor.
 """
 
+import math
 import sys
 import threading
 import warnings
@@ -47,12 +48,21 @@ def _torch():
     return sys.modules.get("torch")
 
 
-def _torch_dtypes(torch):
-    return {torch.float32: pb.FLOAT32, torch.float16: pb.FLOAT16, torch.bfloat16: pb.BFLOAT16}
+_TORCH_TO_PB = {}  # filled on first use, so that torch is never imported here
+_PB_TO_TORCH = {}
+_ITEMSIZE = {pb.FLOAT32: 4, pb.FLOAT16: 2, pb.BFLOAT16: 2}
 
 
-def _pb_to_torch(torch, dtype):
-    return {pb.FLOAT32: torch.float32, pb.FLOAT16: torch.float16, pb.BFLOAT16: torch.bfloat16}.get(dtype)
+def _torch_maps(torch):
+    if not _TORCH_TO_PB:
+        _PB_TO_TORCH.update({pb.FLOAT32: torch.float32, pb.FLOAT16: torch.float16, pb.BFLOAT16: torch.bfloat16})
+        _TORCH_TO_PB.update({t: d for d, t in _PB_TO_TORCH.items()})
+    return _TORCH_TO_PB, _PB_TO_TORCH
+
+
+def address_of(buffer):
+    """Where a buffer's bytes start in memory."""
+    return np.frombuffer(buffer, np.uint8).__array_interface__["data"][0] if len(buffer) else 0
 
 
 class TensorIn:
@@ -103,20 +113,23 @@ def _encode_numpy(name, x, ranks):
 
 
 def _encode_torch(torch, name, x, ranks):
-    if x.device.type != "cpu":
+    if not x.is_cpu:
         raise ValueError("%s is on device %s: ropeserve takes CPU tensors (call .cpu() first)"
                          % (name, x.device))
     if x.layout != torch.strided:
         raise ValueError("%s has layout %s: expected a dense (strided) tensor" % (name, x.layout))
-    dtype = _torch_dtypes(torch).get(x.dtype)
+    dtype = _torch_maps(torch)[0].get(x.dtype)
     if dtype is None:
         raise ValueError("%s has dtype %s: expected torch.float32, torch.float16 or torch.bfloat16"
                          % (name, x.dtype))
     _check_rank(name, x.shape, ranks)
-    t = x.detach().contiguous()
-    # The numpy view shares t's memory and keeps t alive; numpy has no
+    if x.requires_grad:
+        x = x.detach()
+    if not x.is_contiguous():
+        x = x.contiguous()
+    # The numpy view shares x's memory and keeps x alive; numpy has no
     # bfloat16, so those bytes travel as int16.
-    view = (t.view(torch.int16) if dtype == pb.BFLOAT16 else t).numpy()
+    view = (x.view(torch.int16) if dtype == pb.BFLOAT16 else x).numpy()
     return TensorIn("torch", dtype, view.shape, view, view.nbytes)
 
 
@@ -137,26 +150,21 @@ def positions_list(positions):
 
 def decode(name, field, like):
     """The reply tensor `field` as the kind of array `like` (a TensorIn) is."""
-    dtype = _PB_TO_NUMPY.get(field.dtype)
-    itemsize = 2 if field.dtype == pb.BFLOAT16 else (dtype.itemsize if dtype is not None else 0)
-    if itemsize == 0:
+    itemsize = _ITEMSIZE.get(field.dtype)
+    if itemsize is None:
         raise DataLoss("reply %s has dtype %d: not a dtype this client knows" % (name, field.dtype))
-    count = 1
-    for d in field.shape:
-        count *= d
-    if len(field.data) != count * itemsize:
+    if len(field.data) != math.prod(field.shape) * itemsize:
         raise DataLoss("reply %s has %d bytes for shape %s of %s" % (
             name, len(field.data), list(field.shape), pb.DType.Name(field.dtype)))
-    address = field.address
-    if address is None:
-        address = np.frombuffer(field.data, np.uint8).ctypes.data if len(field.data) else 0
+    address = field.address if field.address is not None else address_of(field.data)
     aligned = address % itemsize == 0
     if like.kind == "torch":
         torch = _torch()
-        torch_dtype = _pb_to_torch(torch, field.dtype)
+        torch_dtype = _torch_maps(torch)[1][field.dtype]
         if not aligned:
             return torch.frombuffer(bytearray(field.data), dtype=torch_dtype).view(field.shape)
         return _torch_view(torch, field.data, torch_dtype).view(field.shape)
+    dtype = _PB_TO_NUMPY.get(field.dtype)
     if dtype is None:
         raise DataLoss("reply %s is %s, which numpy cannot hold" % (name, pb.DType.Name(field.dtype)))
     array = np.frombuffer(field.data, dtype)

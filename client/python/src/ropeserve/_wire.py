@@ -57,6 +57,11 @@ def _tensor_prefix(number, dtype, shape, nbytes):
     return _tag(number, _LENGTH_DELIMITED) + varint(len(header) + nbytes) + header
 
 
+def message_field(number, serialized):
+    """The wire bytes of message field `number` holding the serialized message."""
+    return _tag(number, _LENGTH_DELIMITED) + varint(len(serialized)) + serialized
+
+
 def join(head, tensor_parts):
     """The serialized message: `head` (protobuf bytes) followed by tensor fields, one copy."""
     return b"".join([head] + tensor_parts)
@@ -161,7 +166,7 @@ def split_reply(message_class, buf):
 
 def _split(message_class, buf):
     view = memoryview(buf)
-    base_address = np.frombuffer(view, np.uint8).ctypes.data if len(view) else 0
+    base_address = np.frombuffer(view, np.uint8).__array_interface__["data"][0] if len(view) else 0
     tensor_fields = _tensor_fields(message_class)
     rest = []
     tensors = {}
@@ -178,10 +183,10 @@ def _split(message_class, buf):
 
 def _parse_with_protobuf(message_class, buf):
     message = message_class.FromString(bytes(buf))
+    tensor_fields = _tensor_fields(message_class)
     tensors = {}
-    for name in _tensor_fields(message_class).values():
-        if message.HasField(name):
-            t = getattr(message, name)
-            tensors[name] = Field(t.dtype, tuple(t.shape), memoryview(t.data))
-            message.ClearField(name)
+    for field, value in message.ListFields():
+        name = tensor_fields.get(field.number)
+        if name is not None:
+            tensors[name] = Field(value.dtype, tuple(value.shape), value.data)
     return message, tensors

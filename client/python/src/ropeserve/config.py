@@ -189,6 +189,10 @@ class RopeConfig:
 
     def to_proto(self):
         """A new rope.v1.RopeConfig message."""
+        return pb.RopeConfig.FromString(self.serialized())
+
+    def serialized(self):
+        """The rope.v1.RopeConfig message, serialized (made once per config)."""
         cached = self.__dict__.get("_proto_bytes")
         if cached is None:
             message = pb.RopeConfig()
@@ -203,7 +207,7 @@ class RopeConfig:
             # Frozen: the serialized form cannot go stale. Kept outside the
             # dataclass fields, so equality and hashing ignore it.
             self.__dict__["_proto_bytes"] = cached
-        return pb.RopeConfig.FromString(cached)
+        return cached
 
     @classmethod
     def from_proto(cls, message):
