@@ -176,8 +176,10 @@ def summarize(rounds, nbytes, clients):
     summary = {name: {key: statistics.median(r[key] for r in runs) for key in runs[0]}
                for name, runs in rounds.items()}
     for name in clients:
-        summary[name]["overhead"] = statistics.median(
-            p["mean_ms"] / r["mean_ms"] - 1 for p, r in zip(rounds[name], rounds["ropeload"]))
+        ratios = [p["mean_ms"] / r["mean_ms"] - 1 for p, r in zip(rounds[name], rounds["ropeload"])]
+        summary[name]["overhead"] = statistics.median(ratios)
+        quartiles = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else ratios * 3
+        summary[name]["overhead_quartiles"] = [quartiles[0], quartiles[2]]
     summary["bytes"] = nbytes
     summary["memcpy_ms"] = memcpy_ms(nbytes)
     summary["grpcio_receive_loop_ms"] = grpcio_receive_loop_ms(nbytes)
@@ -202,6 +204,7 @@ def main():
     config = ropeserve.RopeConfig(head_dim=128, max_len=8192, theta=500000.0)
     table_config = ropeserve.RopeConfig(head_dim=128, max_len=TABLE_ROWS, theta=500000.0)
     results = {}
+    load_before = os.getloadavg()
     binary = os.path.join(args.build_dir, "bin", "ropeserve")
     with RopeServe(binary, ["--backend=cpu", "--enable_echo"]) as server, \
             ropeserve.Client(server.address, deadline=120.0) as client:
@@ -246,7 +249,7 @@ def main():
               "machine": "%s, %d CPUs, shared with other jobs" % (platform.machine(), os.cpu_count()),
               "python": sys.version.split()[0], "grpcio": grpc.__version__,
               "protobuf": google.protobuf.__version__, "torch": torch.__version__,
-              "rounds": args.rounds, "scenarios": results}
+              "load_average": [load_before, os.getloadavg()], "rounds": args.rounds, "scenarios": results}
     with open(args.out + ".json", "w") as f:
         json.dump(report, f, indent=1)
     with open(args.out + ".md", "w") as f:
@@ -263,23 +266,29 @@ def markdown(report):
         "Written by `bench/python_client_bench.py`: %d alternating rounds per scenario; each figure is "
         "the median over rounds of the round's mean, each overhead the median of the rounds' ratios. "
         "Server: %s. Machine: %s; Python %s, grpcio %s, protobuf %s, torch %s. **The machine was "
-        "shared with other jobs (other sessions compiling): compare the columns of one run, not "
-        "absolute times across runs.**" % (
+        "shared with other jobs (other sessions compiling; 1-minute load average %.1f at the start, "
+        "%.1f at the end, on %d CPUs): compare the columns of one run, not absolute times across "
+        "runs; the quartiles show how much the ratio moved from round to round.**" % (
             report["rounds"], report["server"], report["machine"], report["python"], report["grpcio"],
-            report["protobuf"], report["torch"]),
+            report["protobuf"], report["torch"], report["load_average"][0][0], report["load_average"][1][0],
+            os.cpu_count()),
         "",
         "Rotate, bfloat16, q [1,S,32,128] and k [1,S,8,128], theta 500000; every client with one "
         "call in flight on one connection, against the same server.",
         "",
-        "| scenario | request | ropeload ms | Python client ms | overhead vs ropeload | plain stubs ms "
-        "(overhead) | echo of the same bytes from Python ms (overhead) | memcpy of the request ms |",
+        "| scenario | request | ropeload ms | Python client ms | overhead vs ropeload (quartiles) | "
+        "plain stubs ms (overhead) | echo of the same bytes from Python ms (overhead) | memcpy of the "
+        "request ms |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for name, s in rotate:
-        lines.append("| %s | %.2f MiB | %.3f | %.3f | **%+.0f%%** | %.3f (%+.0f%%) | %.3f (%+.0f%%) | %.3f |" % (
-            name, s["bytes"] / 2 ** 20, s["ropeload"]["mean_ms"], s["python"]["mean_ms"],
-            100 * s["python"]["overhead"], s["stubs"]["mean_ms"], 100 * s["stubs"]["overhead"],
-            s["echo"]["mean_ms"], 100 * s["echo"]["overhead"], s["memcpy_ms"]))
+        lines.append("| %s | %.2f MiB | %.3f | %.3f | **%+.0f%%** (%+.0f%% .. %+.0f%%) | %.3f (%+.0f%%) | "
+                     "%.3f (%+.0f%%) | %.3f |" % (
+                         name, s["bytes"] / 2 ** 20, s["ropeload"]["mean_ms"], s["python"]["mean_ms"],
+                         100 * s["python"]["overhead"], 100 * s["python"]["overhead_quartiles"][0],
+                         100 * s["python"]["overhead_quartiles"][1], s["stubs"]["mean_ms"],
+                         100 * s["stubs"]["overhead"], s["echo"]["mean_ms"], 100 * s["echo"]["overhead"],
+                         s["memcpy_ms"]))
     lines += [
         "",
         "Where the time goes (the Python phases timed in calls of their own):",
@@ -304,12 +313,14 @@ def markdown(report):
             "The receive path alone: GetTable of a whole %d-row table (head_dim 128), a %.0f MiB reply "
             "to a request of a few bytes." % (TABLE_ROWS, table["bytes"] / 2 ** 20),
             "",
-            "| | ropeload ms | Python client ms | overhead | Python: packing / call / unpacking ms | "
-            "memcpy of the reply ms | grpcio's receive loop on the reply, restated in Python ms |",
+            "| | ropeload ms | Python client ms | overhead (quartiles) | Python: packing / call / "
+            "unpacking ms | memcpy of the reply ms | grpcio's receive loop on the reply, restated in "
+            "Python ms |",
             "|---|---|---|---|---|---|---|",
-            "| GetTable | %.3f | %.3f | **%+.0f%%** | %.3f / %.3f / %.3f | %.3f | %.3f |" % (
-                table["ropeload"]["mean_ms"], p["mean_ms"], 100 * p["overhead"], p["pack_ms"], p["call_ms"],
-                p["unpack_ms"], table["memcpy_ms"], table["grpcio_receive_loop_ms"]),
+            "| GetTable | %.3f | %.3f | **%+.0f%%** (%+.0f%% .. %+.0f%%) | %.3f / %.3f / %.3f | %.3f | %.3f |" % (
+                table["ropeload"]["mean_ms"], p["mean_ms"], 100 * p["overhead"],
+                100 * p["overhead_quartiles"][0], 100 * p["overhead_quartiles"][1], p["pack_ms"],
+                p["call_ms"], p["unpack_ms"], table["memcpy_ms"], table["grpcio_receive_loop_ms"]),
             "",
             "The last column runs, in this process, the loop grpcio 1.51 uses to hand a received "
             "message to Python (`ReceiveMessageOperation.un_c`: a bytes object per 16 KiB slice, "
@@ -320,11 +331,13 @@ def markdown(report):
     prefill = scenarios.get("prefill")
     if prefill:
         overhead = prefill["python"]["overhead"]
+        low, high = prefill["python"]["overhead_quartiles"]
         lines += ["", "**Target (issue 15): the Python client adds at most 20%% to ropeload's per-call "
-                      "latency for prefill-size tensors. Measured: %+.0f%%: %s.** gRPC Python alone, "
-                      "echoing the same bytes with no RoPE work and no packing, measures %+.0f%% against "
-                      "ropeload's whole Rotate." % (
-                          100 * overhead, "met" if overhead <= 0.20 else "NOT met",
+                      "latency for prefill-size tensors. Measured: %+.0f%% (median of %d rounds; quartiles "
+                      "%+.0f%% .. %+.0f%%): %s.** gRPC Python alone, echoing the same bytes with no RoPE "
+                      "work and no packing, measures %+.0f%% against ropeload's whole Rotate." % (
+                          100 * overhead, report["rounds"], 100 * low, 100 * high,
+                          "met in the median" if overhead <= 0.20 else "NOT met",
                           100 * prefill["echo"]["overhead"])]
     lines += [
         "",
