@@ -60,11 +60,19 @@ def ms(seconds):
     return 1e3 * statistics.fmean(seconds)
 
 
+ROPELOAD_FAILURES = []  # (command, exit status, stderr tail) of runs that had to be repeated
+
+
 def run_ropeload(build_dir, target, flags, calls):
     with tempfile.NamedTemporaryFile(suffix=".json") as report:
         cmd = [os.path.join(build_dir, "bin", "ropeload"), "--target=" + target, "--noprogress",
                "-c", "1", "--connections=1", "--warmup=0.3s", "-n", str(calls), "--json=" + report.name] + flags
-        subprocess.run(cmd, check=True, capture_output=True, timeout=300)
+        result = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
+        if result.returncode != 0:  # recorded in the report, then tried once more
+            ROPELOAD_FAILURES.append({"command": " ".join(cmd), "status": result.returncode,
+                                      "stderr": result.stderr[-2000:]})
+            print("ropeload exited %d: %s" % (result.returncode, result.stderr[-500:]), flush=True)
+            subprocess.run(cmd, check=True, capture_output=True, timeout=300)
         with open(report.name) as f:
             step = json.load(f)["steps"][0]
     if step["errors"]:
@@ -249,7 +257,8 @@ def main():
               "machine": "%s, %d CPUs, shared with other jobs" % (platform.machine(), os.cpu_count()),
               "python": sys.version.split()[0], "grpcio": grpc.__version__,
               "protobuf": google.protobuf.__version__, "torch": torch.__version__,
-              "load_average": [load_before, os.getloadavg()], "rounds": args.rounds, "scenarios": results}
+              "load_average": [load_before, os.getloadavg()], "rounds": args.rounds,
+              "ropeload_failures": ROPELOAD_FAILURES, "scenarios": results}
     with open(args.out + ".json", "w") as f:
         json.dump(report, f, indent=1)
     with open(args.out + ".md", "w") as f:
@@ -339,6 +348,9 @@ def markdown(report):
                           100 * overhead, report["rounds"], 100 * low, 100 * high,
                           "met in the median" if overhead <= 0.20 else "NOT met",
                           100 * prefill["echo"]["overhead"])]
+    for failure in report["ropeload_failures"]:
+        lines += ["", "ropeload exited with status %d once and was run again: `%s`; its stderr ended with "
+                      "`%s`." % (failure["status"], failure["command"], failure["stderr"].strip()[-300:])]
     lines += [
         "",
         "Reading the columns: *packing* builds the request bytes (protobuf for the small fields, one "
