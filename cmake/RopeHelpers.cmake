@@ -101,7 +101,7 @@ function(rope_cc_binary)
 endfunction()
 
 # rope_cc_test(NAME <name> SRCS <file>... [DEPS <target>...] [DEFINES <def>...]
-#              [LABELS <label>...] [TIMEOUT <seconds>] [NEEDS_ROPESERVE])
+#              [LABELS <label>] [TIMEOUT <seconds>] [NEEDS_ROPESERVE])
 # A GoogleTest binary whose tests ctest runs one by one (gtest_discover_tests).
 # NEEDS_ROPESERVE: the test starts the built server; ROPESERVE_PATH names it
 # and it is built first.
@@ -117,27 +117,55 @@ function(rope_cc_test)
   if(NOT T_TIMEOUT)
     set(T_TIMEOUT 300)
   endif()
+  # One label: gtest_discover_tests (CMake 3.25) writes PROPERTIES into its
+  # generated script unquoted, so a second label would become a property name.
+  list(LENGTH T_LABELS label_count)
+  if(label_count GREATER 1)
+    message(FATAL_ERROR "rope_cc_test(${T_NAME}): one label (its area), not '${T_LABELS}'")
+  endif()
   gtest_discover_tests(${T_NAME}
     DISCOVERY_TIMEOUT 60
     PROPERTIES TIMEOUT ${T_TIMEOUT} LABELS "${T_LABELS}")
 endfunction()
 
-# rope_py_test(NAME <name> SCRIPT <file.py> [ARGS <arg>...] [LABELS <label>...]
-#              [TIMEOUT <seconds>])
+# rope_py_test(NAME <name> (SCRIPT <file.py> | PYTEST <dir-or-file>)
+#              [ARGS <arg>...] [LABELS <label>...] [TIMEOUT <seconds>]
+#              [ENVIRONMENT <var=value>...] [WITH_CLIENT_PACKAGE])
 # A Python test run by Debian's python3 (its grpcio, numpy) with
 # tests/support/python on PYTHONPATH, so that it starts servers through
-# ropeserve_process.RopeServe. Exit status 77 means skipped. Not registered
-# (the top level says so) when /usr/bin/python3 is missing.
+# ropeserve_process.RopeServe. PYTEST runs pytest on the given path instead
+# of a script. WITH_CLIENT_PACKAGE puts the staged Python client package
+# (target ropeserve_python, client/python) first on PYTHONPATH and sets
+# ROPESERVE_BINARY; the test is not registered when that package is not
+# built. Exit status 77 means skipped. Not registered (the top level says so)
+# when /usr/bin/python3 is missing.
 function(rope_py_test)
-  cmake_parse_arguments(T "" "NAME;SCRIPT;TIMEOUT" "ARGS;LABELS" ${ARGN})
+  cmake_parse_arguments(T "WITH_CLIENT_PACKAGE" "NAME;SCRIPT;PYTEST;TIMEOUT"
+    "ARGS;LABELS;ENVIRONMENT" ${ARGN})
   if(NOT ROPE_SYSTEM_PYTHON3)
     return()
   endif()
   if(NOT T_TIMEOUT)
     set(T_TIMEOUT 300)
   endif()
-  add_test(NAME ${T_NAME} COMMAND ${ROPE_SYSTEM_PYTHON3} ${T_SCRIPT} ${T_ARGS})
+  set(python_path ${PROJECT_SOURCE_DIR}/tests/support/python)
+  set(environment ${T_ENVIRONMENT} "PYTHONDONTWRITEBYTECODE=1")
+  if(T_WITH_CLIENT_PACKAGE)
+    if(NOT TARGET ropeserve_python)
+      message(STATUS "${T_NAME}: not registered (the Python client package is not built)")
+      return()
+    endif()
+    set(python_path "$<TARGET_PROPERTY:ropeserve_python,ROPE_PYTHONPATH>:${python_path}")
+    list(APPEND environment "ROPESERVE_BINARY=$<TARGET_FILE:ropeserve>")
+  endif()
+  if(T_PYTEST)
+    set(command -m pytest -q -p no:cacheprovider ${T_PYTEST}
+        --basetemp=${CMAKE_CURRENT_BINARY_DIR}/pytest_${T_NAME})
+  else()
+    set(command ${T_SCRIPT})
+  endif()
+  add_test(NAME ${T_NAME} COMMAND ${ROPE_SYSTEM_PYTHON3} ${command} ${T_ARGS})
   set_tests_properties(${T_NAME} PROPERTIES
     LABELS "${T_LABELS}" TIMEOUT ${T_TIMEOUT} SKIP_RETURN_CODE 77
-    ENVIRONMENT "PYTHONPATH=${PROJECT_SOURCE_DIR}/tests/support/python")
+    ENVIRONMENT "PYTHONPATH=${python_path};${environment}")
 endfunction()

@@ -21,6 +21,10 @@ PACKAGES=(
   clang libclang-rt-14-dev
   # Python peer (client/python) and numpy oracle used by the e2e tests
   python3 python3-grpcio python3-numpy python3-protobuf
+  # the ropeserve Python package: pip install into a venv (python3-venv,
+  # python3-setuptools, python3-wheel), its pytest suite, and torch tensors
+  # (python3-torch: ~1 GB installed, the largest package here)
+  python3-venv python3-setuptools python3-wheel python3-pytest python3-torch
   # tools used by scripts and tests
   curl procps
 )

@@ -19,7 +19,8 @@ model has two), this test
      apply_interleaved_mrope, with M-RoPE positions [3, B, S];
   4. runs `ropectl resolve --hf_config=...` on one of them.
 
-ropeserve is started with tests/support/python/ropeserve_process.py.
+ropeserve is started with tests/support/python/ropeserve_process.py; the
+rope.v1 stubs are the Python client package's (ropeserve.proto).
 Exit status: 0 pass, 1 fail, 77 skipped (no torch / numpy / grpcio).
 """
 
@@ -29,7 +30,6 @@ import math
 import os
 import subprocess
 import sys
-import tempfile
 
 try:
     import numpy as np
@@ -406,18 +406,13 @@ def main():
     parser.add_argument("--ropeserve", required=True)
     parser.add_argument("--ropectl", required=True)
     parser.add_argument("--fixtures", required=True, help="tests/fixtures/hf_configs")
-    parser.add_argument("--support", required=True, help="tests/support/python")
-    parser.add_argument("--stubs_script", required=True, help="client/python/generate_stubs.sh")
     args = parser.parse_args()
 
-    sys.path.insert(0, args.support)
+    # Both on PYTHONPATH (rope_py_test ... WITH_CLIENT_PACKAGE): the server
+    # launcher from tests/support/python and the rope.v1 stubs that the
+    # Python client package (client/python) generates.
     from ropeserve_process import RopeServe  # pylint: disable=import-outside-toplevel
-
-    stubs = tempfile.mkdtemp(prefix="ropeserve-hf-stubs-")
-    subprocess.run([args.stubs_script, stubs], check=True, stdout=subprocess.DEVNULL,
-                   timeout=120)
-    sys.path.insert(0, stubs)
-    from rope.v1 import rope_pb2, rope_pb2_grpc  # pylint: disable=import-outside-toplevel
+    from ropeserve.proto import rope_pb2, rope_pb2_grpc  # pylint: disable=import-outside-toplevel
 
     rng = np.random.default_rng(20260413)
     failures = 0

@@ -24,6 +24,7 @@ import sys
 import unittest
 
 from ropeserve_process import RopeServe
+from throwaway_pki import make_certs
 
 ARGS = None
 START_TIMEOUT_S = 30
@@ -33,31 +34,6 @@ TOKEN = "e2e-token-7c41d2"
 
 def run(cmd, timeout=RUN_TIMEOUT_S):
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-
-
-def openssl(*args):
-    result = run(["openssl"] + list(args))
-    if result.returncode != 0:
-        raise RuntimeError("openssl %s failed: %s" % (" ".join(args), result.stderr))
-
-
-def make_certs(d):
-    """ca, server (localhost, 127.0.0.1) and client certs, plus a client of another CA."""
-    newkey = ["req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
-    for ca in ("ca", "other_ca"):
-        openssl(*newkey, "-x509", "-days", "2", "-subj", "/CN=" + ca, "-keyout", d + "/%s.key" % ca,
-                "-out", d + "/%s.pem" % ca, "-addext", "basicConstraints=critical,CA:TRUE")
-    leaves = [("server", "ca", "subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth"),
-              ("client", "ca", "extendedKeyUsage=clientAuth"),
-              ("outsider", "other_ca", "extendedKeyUsage=clientAuth")]
-    for name, ca, ext in leaves:
-        with open(d + "/%s.ext" % name, "w") as f:
-            f.write(ext + "\n")
-        openssl(*newkey, "-subj", "/CN=" + name, "-keyout", d + "/%s.key" % name,
-                "-out", d + "/%s.csr" % name)
-        openssl("x509", "-req", "-in", d + "/%s.csr" % name, "-CA", d + "/%s.pem" % ca,
-                "-CAkey", d + "/%s.key" % ca, "-CAcreateserial", "-days", "2",
-                "-extfile", d + "/%s.ext" % name, "-out", d + "/%s.pem" % name)
 
 
 def start_server(extra_args):

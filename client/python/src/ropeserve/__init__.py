@@ -1,0 +1,36 @@
+"""Python client of ropeserve, the rotary position embedding (RoPE) service.
+
+    import ropeserve, torch
+    config = ropeserve.RopeConfig(head_dim=128, max_len=8192, theta=500000.0, layout="half")
+    with ropeserve.Client("localhost:50051") as client:
+        q, k = client.rotate(torch.randn(1, 16, 32, 128, dtype=torch.bfloat16),
+                             torch.randn(1, 16, 8, 128, dtype=torch.bfloat16),
+                             config=config, start_pos=100)
+
+ropeserve.Client (sync) and ropeserve.aio.Client (asyncio) call the service;
+ropeserve.torch.RemoteRotaryEmbedding is a torch.nn.Module for
+transformers-style attention code. Errors are ropeserve.RopeError
+subclasses, one per gRPC status code. The generated rope.v1 modules are
+ropeserve.proto.rope_pb2 and ropeserve.proto.rope_pb2_grpc.
+"""
+
+from . import aio
+from ._calls import Resolved, RotateRequest, Scores, Table
+from .client import Client
+from .config import (DynamicNtkScaling, Layout, Llama3Scaling, LinearScaling, LongRopeScaling,
+                     Mrope, RopeConfig, YarnScaling)
+from .errors import (Aborted, AlreadyExists, Cancelled, DataLoss, DeadlineExceeded, FailedPrecondition,
+                     Internal, InvalidArgument, NotFound, OutOfRange, PermissionDenied, ResourceExhausted,
+                     RopeError, Unauthenticated, Unavailable, Unimplemented, Unknown)
+from ._proto import HAS_HF_CONFIG, HAS_RESOLVE
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Client", "RopeConfig", "Layout", "LinearScaling", "DynamicNtkScaling", "YarnScaling",
+    "Llama3Scaling", "LongRopeScaling", "Mrope", "RotateRequest", "Scores", "Table", "Resolved",
+    "RopeError", "Cancelled", "Unknown", "InvalidArgument", "DeadlineExceeded", "NotFound",
+    "AlreadyExists", "PermissionDenied", "ResourceExhausted", "FailedPrecondition", "Aborted",
+    "OutOfRange", "Unimplemented", "Internal", "Unavailable", "DataLoss", "Unauthenticated",
+    "HAS_HF_CONFIG", "HAS_RESOLVE",
+]

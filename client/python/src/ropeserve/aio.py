@@ -1,0 +1,127 @@
+"""ropeserve.aio.Client: the asyncio twin of ropeserve.Client, on grpc.aio.
+
+    async with ropeserve.aio.Client("localhost:50051") as client:
+        q, k = await client.rotate(q, k, config=config)
+        async for q, k in client.rotate_stream(requests, config=config):
+            ...
+
+Same arguments, results and errors as ropeserve.Client. Create it inside
+the event loop that uses it (grpc.aio channels belong to one loop).
+"""
+
+import collections
+
+import grpc
+import grpc.aio
+
+from . import _calls, _channel
+from .errors import from_rpc_error
+
+
+class Client:
+    """One grpc.aio channel to ropeserve; see ropeserve.Client for the arguments."""
+
+    def __init__(self, target, *, tls=False, ca_file=None, cert_file=None, key_file=None, token=None,
+                 deadline=30.0):
+        if not isinstance(target, str) or not target:
+            raise ValueError("target is %r: expected a gRPC target such as 'localhost:50051'" % (target,))
+        self._deadline = _channel.check_deadline(deadline)
+        credentials = _channel.credentials(tls, ca_file, cert_file, key_file, token)
+        options = _channel.channel_options()
+        if credentials is None:
+            self._channel = grpc.aio.insecure_channel(target, options=options)
+        else:
+            self._channel = grpc.aio.secure_channel(target, credentials, options=options)
+        self.target = target
+        self._methods, self._rotate_stream = _channel.methods(self._channel)
+
+    @property
+    def channel(self):
+        """The grpc.aio.Channel."""
+        return self._channel
+
+    @property
+    def deadline(self):
+        return self._deadline
+
+    async def _call(self, method, request_and_decode):
+        request, decode = request_and_decode
+        try:
+            reply = await self._methods[method](request, timeout=self._deadline)
+        except grpc.RpcError as e:
+            raise from_rpc_error(e) from e
+        return decode(reply)
+
+    async def rotate(self, q, k=None, *, config, start_pos=0, positions=None, inverse=False):
+        """See ropeserve.Client.rotate."""
+        return await self._call("Rotate", _calls.rotate(q, k, config=config, start_pos=start_pos,
+                                                        positions=positions, inverse=inverse))
+
+    async def attention_scores(self, q, k, v=None, *, config, q_start_pos=0, k_start_pos=0,
+                               causal=False, softmax=False, scale=None):
+        """See ropeserve.Client.attention_scores."""
+        return await self._call("AttentionScores", _calls.attention_scores(
+            q, k, v, config=config, q_start_pos=q_start_pos, k_start_pos=k_start_pos, causal=causal,
+            softmax=softmax, scale=scale))
+
+    async def table(self, config, start=0, count=0):
+        """See ropeserve.Client.table."""
+        return await self._call("GetTable", _calls.table(config, start, count))
+
+    async def info(self):
+        """See ropeserve.Client.info."""
+        return await self._call("GetServerInfo", _calls.info())
+
+    async def resolve(self, config):
+        """See ropeserve.Client.resolve."""
+        return await self._call("ResolveConfig", _calls.resolve(config))
+
+    async def rotate_stream(self, requests, *, config=None):
+        """See ropeserve.Client.rotate_stream; `requests` may also be an async iterable."""
+        decoders = collections.deque()
+        failure = []
+
+        def encode(item):
+            try:
+                request, decode = _calls.rotate_stream_item(item, config)
+            except (ValueError, TypeError) as e:
+                failure.append(e)
+                return None
+            decoders.append(decode)
+            return request
+
+        async def request_bytes():
+            if hasattr(requests, "__aiter__"):
+                async for item in requests:
+                    request = encode(item)
+                    if request is None:
+                        return
+                    yield request
+            else:
+                for item in requests:
+                    request = encode(item)
+                    if request is None:
+                        return
+                    yield request
+
+        call = self._rotate_stream(request_bytes(), timeout=self._deadline)
+        try:
+            async for reply in call:
+                yield decoders.popleft()(reply)
+        except grpc.RpcError as e:
+            raise from_rpc_error(e) from e
+        finally:
+            call.cancel()
+        if failure:
+            raise failure[0]
+
+    async def close(self):
+        """Closes the channel; calls in flight are cancelled."""
+        await self._channel.close()
+
+    async def __aenter__(self):
+        return self
+
+    async def __aexit__(self, *exc):
+        await self.close()
+        return False

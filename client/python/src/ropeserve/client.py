@@ -1,0 +1,153 @@
+"""ropeserve.Client: the synchronous client (ropeserve.aio.Client is its asyncio twin)."""
+
+import collections
+import queue
+import threading
+
+import grpc
+
+from . import _calls, _channel
+from .errors import from_rpc_error
+
+
+class Client:
+    """One gRPC channel to ropeserve; thread-safe, share it.
+
+        with ropeserve.Client("localhost:50051") as client:
+            q, k = client.rotate(q, k, config=config, start_pos=17)
+
+    target: any gRPC target. Lists ("ipv4:10.0.0.1:50051,10.0.0.2:50051") and
+        DNS names with several addresses ("dns:///ropeserve-headless:50051")
+        are balanced round robin; calls that fail with UNAVAILABLE (a
+        draining replica) are retried, up to 3 attempts in all.
+    tls, ca_file, cert_file, key_file: TLS (on when tls=True or any file is
+        given; ca_file: PEM bundle to trust instead of the system's),
+        cert_file + key_file: a client certificate for mutual TLS.
+    token: a bearer token (needs TLS).
+    deadline: seconds per call (for rotate_stream: for the whole stream).
+
+    Every method raises a ropeserve.RopeError subclass for the server's
+    status (InvalidArgument, OutOfRange, ...), and ValueError / TypeError for
+    unusable arguments before anything is sent.
+    """
+
+    def __init__(self, target, *, tls=False, ca_file=None, cert_file=None, key_file=None, token=None,
+                 deadline=30.0):
+        if not isinstance(target, str) or not target:
+            raise ValueError("target is %r: expected a gRPC target such as 'localhost:50051'" % (target,))
+        self._deadline = _channel.check_deadline(deadline)
+        credentials = _channel.credentials(tls, ca_file, cert_file, key_file, token)
+        options = _channel.channel_options()
+        if credentials is None:
+            self._channel = grpc.insecure_channel(target, options=options)
+        else:
+            self._channel = grpc.secure_channel(target, credentials, options=options)
+        self.target = target
+        self._methods, self._rotate_stream = _channel.methods(self._channel)
+
+    @property
+    def channel(self):
+        """The grpc.Channel (e.g. for ropeserve.proto.rope_pb2_grpc stubs)."""
+        return self._channel
+
+    @property
+    def deadline(self):
+        return self._deadline
+
+    def _call(self, method, request_and_decode):
+        request, decode = request_and_decode
+        try:
+            reply = self._methods[method](request, timeout=self._deadline)
+        except grpc.RpcError as e:
+            raise from_rpc_error(e) from e
+        return decode(reply)
+
+    def rotate(self, q, k=None, *, config, start_pos=0, positions=None, inverse=False):
+        """Rotates q (and k) by their positions; returns (q, k), k None when not given.
+
+        q: [B, S, Hq, D] or [S, Hq, D]; k: the same rank, B, S and D, its own
+        head count (GQA / MQA) and q's dtype. Positions: start_pos + s, or
+        explicit `positions` ([S] shared by every row, or [B, S]).
+        inverse: rotate by -angle (undo a rotation).
+        """
+        return self._call("Rotate", _calls.rotate(q, k, config=config, start_pos=start_pos,
+                                                  positions=positions, inverse=inverse))
+
+    def attention_scores(self, q, k, v=None, *, config, q_start_pos=0, k_start_pos=0, causal=False,
+                         softmax=False, scale=None):
+        """Attention scores with RoPE applied inside; returns Scores(scores, output).
+
+        scores: float32 [B, Hq, Sq, Sk], probabilities when softmax; output:
+        float32 [B, Sq, Hq, Dv] = P v when v is given, else None. scale None
+        means 1/sqrt(D).
+        """
+        return self._call("AttentionScores", _calls.attention_scores(
+            q, k, v, config=config, q_start_pos=q_start_pos, k_start_pos=k_start_pos, causal=causal,
+            softmax=softmax, scale=scale))
+
+    def table(self, config, start=0, count=0):
+        """Rows start .. start+count-1 of the cos/sin table (count 0: to the end); a Table."""
+        return self._call("GetTable", _calls.table(config, start, count))
+
+    def info(self):
+        """The server's rope.v1.ServerInfo (version, backend, limits, cache statistics)."""
+        return self._call("GetServerInfo", _calls.info())
+
+    def resolve(self, config):
+        """What the server derives from config (e.g. RopeConfig.from_hf(...)); a Resolved.
+
+        Raises ropeserve.Unimplemented while rope.proto lacks ResolveConfig.
+        """
+        request = _calls.resolve(config)
+        return self._call("ResolveConfig", request)
+
+    def rotate_stream(self, requests, *, config=None):
+        """Rotates each request on one stream; yields (q, k) per request, in order.
+
+        requests: an iterable of ropeserve.RotateRequest, or of dicts of
+        rotate()'s arguments; `config` is used where a request has none. The
+        iterable is read as the stream goes (it may be a generator of decode
+        steps). A request with unusable arguments ends the stream: the
+        replies before it are yielded, then its ValueError / TypeError is
+        raised. A server error ends the stream with that request's status.
+        """
+        decoders = collections.deque()
+        failure = queue.SimpleQueue()
+        stopped = threading.Event()
+
+        def request_bytes():
+            # Runs on gRPC's thread; an exception here would cancel the call
+            # without saying why, so argument errors are handed over instead.
+            for item in requests:
+                if stopped.is_set():
+                    return
+                try:
+                    request, decode = _calls.rotate_stream_item(item, config)
+                except (ValueError, TypeError) as e:
+                    failure.put(e)
+                    return
+                decoders.append(decode)
+                yield request
+
+        call = self._rotate_stream(request_bytes(), timeout=self._deadline)
+        try:
+            for reply in call:
+                yield decoders.popleft()(reply)
+        except grpc.RpcError as e:
+            raise from_rpc_error(e) from e
+        finally:
+            stopped.set()
+            call.cancel()
+        if not failure.empty():
+            raise failure.get()
+
+    def close(self):
+        """Closes the channel; calls in flight are cancelled."""
+        self._channel.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False

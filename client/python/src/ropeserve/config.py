@@ -1,0 +1,329 @@
+"""RopeConfig: the rotary embedding to apply, as a frozen dataclass over rope.v1.RopeConfig.
+
+Field names and meanings are those of proto/rope/v1/rope.proto; a field left
+None is sent as 0, which the server reads as the default that file names
+(theta 10000, rotary_dim = head_dim, ...). The scaling variants are one
+dataclass each, named after their proto messages, with the formulas of
+Hugging Face transformers' modeling_rope_utils.py:
+
+    RopeConfig(head_dim=128, max_len=8192, theta=500000.0, layout="half",
+               scaling=Llama3Scaling(factor=8.0, original_max_position_embeddings=8192))
+
+Configs are immutable and hashable, so they can be shared between threads
+and reused across calls (each converts to its proto message once).
+"""
+
+import dataclasses
+import enum
+import json
+import os
+from typing import Optional, Tuple, Union
+
+from . import _proto
+from .errors import Unimplemented
+
+pb = _proto.pb
+
+
+class Layout(enum.Enum):
+    """Which features form the rotated pairs (rope.proto, enum Layout).
+
+    INTERLEAVED: pair i = (x[2i], x[2i+1]) (Meta's Llama reference, GPT-J).
+    HALF: pair i = (x[i], x[i + r/2]) (GPT-NeoX, Hugging Face rotate_half).
+    """
+
+    INTERLEAVED = "interleaved"
+    HALF = "half"
+
+    @classmethod
+    def of(cls, value):
+        """A Layout from a Layout, its name or value ("half", "HALF"), or a rope.v1 enum number."""
+        if isinstance(value, cls):
+            return value
+        if isinstance(value, str):
+            try:
+                return cls[value.upper()]
+            except KeyError:
+                pass
+        elif isinstance(value, int) and not isinstance(value, bool):
+            if value in (pb.LAYOUT_UNSPECIFIED, pb.INTERLEAVED):
+                return cls.INTERLEAVED
+            if value == pb.HALF:
+                return cls.HALF
+        raise ValueError("layout is %r: expected 'interleaved' or 'half'" % (value,))
+
+
+# ---- Scaling variants -----------------------------------------------------------
+# Each class names the RopeConfig oneof member it fills (_ONEOF, a class
+# attribute, not a field). Fields map 1:1 onto the proto message's fields.
+
+@dataclasses.dataclass(frozen=True)
+class LinearScaling:
+    """Position interpolation ("linear"): inv_freq / factor."""
+    factor: float
+    _ONEOF = "linear"
+
+
+@dataclasses.dataclass(frozen=True)
+class DynamicNtkScaling:
+    """Dynamic NTK ("dynamic"): a larger base for sequences past the original length."""
+    factor: float
+    original_max_position_embeddings: int
+    _ONEOF = "dynamic_ntk"
+
+
+@dataclasses.dataclass(frozen=True)
+class YarnScaling:
+    """YaRN ("yarn"). None: the server derives the value as rope.proto says."""
+    factor: float
+    original_max_position_embeddings: int
+    beta_fast: float = 32.0
+    beta_slow: float = 1.0
+    mscale: Optional[float] = None
+    mscale_all_dim: Optional[float] = None
+    attention_factor: Optional[float] = None
+    truncate: Optional[bool] = None  # None: True (floor/ceil the correction range); gpt-oss: False
+    _ONEOF = "yarn"
+
+
+@dataclasses.dataclass(frozen=True)
+class Llama3Scaling:
+    """Llama 3.1 ("llama3"); the defaults are Llama 3.1's."""
+    factor: float = 8.0
+    low_freq_factor: float = 1.0
+    high_freq_factor: float = 4.0
+    original_max_position_embeddings: int = 8192
+    _ONEOF = "llama3"
+
+
+@dataclasses.dataclass(frozen=True)
+class LongRopeScaling:
+    """LongRoPE ("longrope", Phi-3): per-frequency factors, rotary_dim/2 each."""
+    short_factor: Tuple[float, ...]
+    long_factor: Tuple[float, ...]
+    original_max_position_embeddings: int
+    attention_factor: Optional[float] = None
+    # The model's max_position_embeddings, for the default attention factor
+    # (transformers' rule); None: the config's max_len. The short or long
+    # list is chosen per request either way.
+    max_position_embeddings: Optional[int] = None
+    _ONEOF = "longrope"
+
+    def __post_init__(self):
+        object.__setattr__(self, "short_factor", tuple(float(x) for x in self.short_factor))
+        object.__setattr__(self, "long_factor", tuple(float(x) for x in self.long_factor))
+
+
+@dataclasses.dataclass(frozen=True)
+class Mrope:
+    """Multimodal RoPE (Qwen2-VL, Qwen2.5-VL, Qwen3-VL): rope.proto's Mrope.
+
+    section: 3 values (t, h, w) summing to rotary_dim/2, e.g. (16, 24, 24).
+    interleaved: Qwen3-VL's interleaved assignment; False: Qwen2-VL's chunks.
+    With it, Rotate takes positions [3, S] or [3, B, S] (transformers'
+    position_ids for M-RoPE).
+    """
+    section: Tuple[int, ...]
+    interleaved: bool = False
+
+    def __post_init__(self):
+        object.__setattr__(self, "section", tuple(int(x) for x in self.section))
+
+
+SCALINGS = (LinearScaling, DynamicNtkScaling, YarnScaling, Llama3Scaling, LongRopeScaling)
+Scaling = Union[LinearScaling, DynamicNtkScaling, YarnScaling, Llama3Scaling, LongRopeScaling]
+_SCALING_BY_ONEOF = {cls._ONEOF: cls for cls in SCALINGS}
+
+
+def _set_field(message, where, name, value):
+    """message.name = value (or extend, for sequences); ValueError naming `where.name` when refused."""
+    try:
+        if isinstance(value, (tuple, list)):
+            getattr(message, name).extend(value)
+        else:
+            setattr(message, name, value)
+    except (TypeError, ValueError) as e:
+        raise ValueError("%s.%s is %r: %s" % (where, name, value, e)) from None
+
+
+def _scaling_to_proto(scaling, config_message):
+    message = getattr(config_message, scaling._ONEOF)
+    message.SetInParent()  # selects the oneof member even when every field is 0
+    for field in dataclasses.fields(scaling):
+        value = getattr(scaling, field.name)
+        if value is not None:
+            _set_field(message, "RopeConfig.scaling", field.name, value)
+
+
+def _scaling_from_proto(config_message):
+    which = config_message.WhichOneof("scaling")
+    if which is None:
+        return None
+    cls = _SCALING_BY_ONEOF.get(which)
+    if cls is None:
+        raise ValueError("rope.v1.RopeConfig.%s has no ropeserve dataclass: update the package" % which)
+    message = getattr(config_message, which)
+    values = {}
+    for field in dataclasses.fields(cls):
+        value = getattr(message, field.name)
+        if message.DESCRIPTOR.fields_by_name[field.name].has_presence and not message.HasField(field.name):
+            value = None  # an `optional` field left unset
+        elif isinstance(value, bool):
+            pass
+        elif isinstance(value, (int, float)) and value == 0 and field.default is not dataclasses.MISSING:
+            value = field.default  # rope.proto: 0 means the default
+        elif not isinstance(value, (int, float)):
+            value = tuple(value)
+        values[field.name] = value
+    return cls(**values)
+
+
+# ---- RopeConfig --------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class RopeConfig:
+    """The rotary embedding to apply (rope.v1.RopeConfig).
+
+    head_dim: features per head (D); required unless hf_config_json is set.
+    max_len: table length; every position used must be < max_len.
+    theta: frequency base; None means the server default (10000).
+    rotary_dim: features that rotate; None means head_dim.
+    layout: Layout or "interleaved" / "half".
+    scaling: one of LinearScaling, DynamicNtkScaling, YarnScaling,
+        Llama3Scaling, LongRopeScaling, or None for plain RoPE.
+    mrope: Mrope sections for multimodal RoPE, or None.
+    hf_config_json, hf_layer_type: a model's config.json for the server to
+        derive the rest from (see from_hf); needs a rope.proto that has them.
+    """
+
+    head_dim: int
+    max_len: int
+    theta: Optional[float] = None
+    rotary_dim: Optional[int] = None
+    layout: Layout = Layout.INTERLEAVED
+    scaling: Optional[Scaling] = None
+    mrope: Optional[Mrope] = None
+    hf_config_json: Optional[str] = None
+    hf_layer_type: Optional[str] = None
+
+    def __post_init__(self):
+        object.__setattr__(self, "layout", Layout.of(self.layout))
+        if self.scaling is not None and not isinstance(self.scaling, SCALINGS):
+            raise TypeError("RopeConfig.scaling is a %s: expected one of %s or None"
+                            % (type(self.scaling).__name__, ", ".join(c.__name__ for c in SCALINGS)))
+        if self.mrope is not None and not isinstance(self.mrope, Mrope):
+            raise TypeError("RopeConfig.mrope is a %s: expected ropeserve.Mrope or None"
+                            % type(self.mrope).__name__)
+        if (self.hf_config_json is not None or self.hf_layer_type is not None) and not _proto.HAS_HF_CONFIG:
+            raise _hf_unsupported("RopeConfig.hf_config_json")
+
+    def to_proto(self):
+        """A new rope.v1.RopeConfig message."""
+        return pb.RopeConfig.FromString(self.serialized())
+
+    def serialized(self):
+        """The rope.v1.RopeConfig message, serialized (made once per config)."""
+        cached = self.__dict__.get("_proto_bytes")
+        if cached is None:
+            message = pb.RopeConfig()
+            for name in ("head_dim", "max_len", "theta", "rotary_dim", "hf_config_json", "hf_layer_type"):
+                value = getattr(self, name)
+                if value is not None:
+                    _set_field(message, "RopeConfig", name, value)
+            message.layout = pb.Layout.Value(self.layout.name)
+            if self.scaling is not None:
+                _scaling_to_proto(self.scaling, message)
+            if self.mrope is not None:
+                _set_field(message.mrope, "RopeConfig.mrope", "section", self.mrope.section)
+                message.mrope.interleaved = bool(self.mrope.interleaved)
+            cached = message.SerializeToString()
+            # Frozen: the serialized form cannot go stale. Kept outside the
+            # dataclass fields, so equality and hashing ignore it.
+            self.__dict__["_proto_bytes"] = cached
+        return cached
+
+    @classmethod
+    def from_proto(cls, message):
+        """The RopeConfig of a rope.v1.RopeConfig message."""
+        values = dict(
+            head_dim=message.head_dim,
+            max_len=message.max_len,
+            theta=message.theta or None,
+            rotary_dim=message.rotary_dim or None,
+            layout=Layout.of(message.layout),
+            scaling=_scaling_from_proto(message),
+            mrope=(Mrope(tuple(message.mrope.section), message.mrope.interleaved)
+                   if message.HasField("mrope") else None))
+        if _proto.HAS_HF_CONFIG:
+            values["hf_config_json"] = message.hf_config_json or None
+            values["hf_layer_type"] = message.hf_layer_type or None
+        return cls(**values)
+
+    def replace(self, **changes):
+        """A copy with some fields changed (dataclasses.replace)."""
+        return dataclasses.replace(self, **changes)
+
+    @classmethod
+    def from_hf(cls, source, layer_type=None, *, max_len=None, layout=Layout.HALF):
+        """A config whose rope parameters the server derives from a model's config.json.
+
+        source: a dict, a path to a config.json, or a directory holding one.
+        layer_type: "full_attention" (the default) or "sliding_attention"
+            (Gemma 3's local layers), sent as hf_layer_type.
+        max_len: the table length; default: the config's
+            max_position_embeddings (also under text_config).
+        layout: Layout.HALF, the rotate_half of Hugging Face's modeling code.
+
+        The server reads rope_theta, rope_scaling / rope_parameters,
+        partial_rotary_factor, head_dim, ... with transformers' formulas; see
+        Client.resolve() for what it derived. Raises ropeserve.Unimplemented
+        while rope.proto lacks RopeConfig.hf_config_json.
+        """
+        if not _proto.HAS_HF_CONFIG:
+            raise _hf_unsupported("RopeConfig.from_hf")
+        text, parsed = read_hf_config(source)
+        if max_len is None:
+            max_len = hf_max_position_embeddings(parsed)
+            if max_len is None:
+                raise ValueError("RopeConfig.from_hf: the config has no max_position_embeddings: "
+                                 "pass max_len=")
+        return cls(head_dim=0, max_len=max_len, layout=layout, hf_config_json=text,
+                   hf_layer_type=layer_type)
+
+
+def _hf_unsupported(what):
+    return Unimplemented(
+        "%s: this ropeserve package was built from a rope.proto without RopeConfig.hf_config_json "
+        "/ hf_layer_type, so the server cannot be asked to read a config.json; rebuild the package "
+        "from a ropeserve whose rope.proto has them" % what)
+
+
+def read_hf_config(source):
+    """(JSON text, parsed dict) of a config.json given as a dict, file or model directory."""
+    if isinstance(source, dict):
+        return json.dumps(source), source
+    if not isinstance(source, (str, os.PathLike)):
+        raise TypeError("from_hf: source is a %s: expected a dict, or the path of a config.json "
+                        "or of a model directory" % type(source).__name__)
+    path = os.fspath(source)
+    if os.path.isdir(path):
+        path = os.path.join(path, "config.json")
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    try:
+        parsed = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError("from_hf: %s is not JSON: %s" % (path, e)) from None
+    if not isinstance(parsed, dict):
+        raise ValueError("from_hf: %s holds a JSON %s, not an object" % (path, type(parsed).__name__))
+    return text, parsed
+
+
+def hf_max_position_embeddings(parsed):
+    """max_position_embeddings of a config.json dict (top level, else text_config); None if absent."""
+    for scope in (parsed, parsed.get("text_config")):
+        if isinstance(scope, dict):
+            value = scope.get("max_position_embeddings")
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                return value
+    return None
