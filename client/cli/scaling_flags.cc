@@ -116,9 +116,10 @@ void AddScalingFlags(FlagSet* flags) {
   flags->Add("long_factor", FlagSet::Kind::kString, "",
              "longrope: rotary_dim/2 comma-separated factors (for longer requests).");
   flags->Add("max_position_embeddings", FlagSet::Kind::kInt, "0",
-             "longrope: the model's max_position_embeddings, for the attention factor (0: "
-             "--max_len). Either way long_factor is used iff the request's largest position "
-             "+ 1 > original_max_position_embeddings, as in transformers.");
+             "longrope: the model's max_position_embeddings. Set: transformers' rule (attention "
+             "factor from it, long_factor iff the request's largest position + 1 > "
+             "original_max_position_embeddings). 0: attention factor from --max_len, "
+             "long_factor iff --max_len > original_max_position_embeddings.");
 }
 
 std::vector<std::string> ScalingFlagNames() {

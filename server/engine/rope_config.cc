@@ -54,7 +54,7 @@ TableKey MakeTableKey(const RopeConfig& config, int64_t max_position) {
   key.max_len = config.max_len;
   key.scaling = WithScalingDefaults(config.scaling);
   if (auto* longrope = std::get_if<LongRopeScaling>(&key.scaling)) {
-    key.long_factor = UsesLongFactor(*longrope, max_position + 1);
+    key.long_factor = UsesLongFactor(*longrope, config.max_len, max_position + 1);
     // Resolved here, where max_len is known, so that an explicit attention
     // factor and the one max_position_embeddings (or max_len) implies share
     // a table.

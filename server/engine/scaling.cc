@@ -256,8 +256,10 @@ double EffectiveBase(const ScalingConfig& scaling, double theta, uint32_t rotary
   return theta * std::pow(ratio, r / (r - 2));
 }
 
-bool UsesLongFactor(const LongRopeScaling& scaling, int64_t seq_len) {
-  return seq_len > static_cast<int64_t>(scaling.original_max_position_embeddings);
+bool UsesLongFactor(const LongRopeScaling& scaling, uint32_t max_len, int64_t seq_len) {
+  const int64_t original = scaling.original_max_position_embeddings;
+  if (scaling.max_position_embeddings == 0) return static_cast<int64_t>(max_len) > original;
+  return seq_len > original;
 }
 
 std::vector<double> ScaledInvFreq(const ScalingConfig& scaling, double base, uint32_t rotary_dim,

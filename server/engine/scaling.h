@@ -102,12 +102,15 @@ struct Llama3Scaling {
 
 // LongRoPE (HF "longrope", Phi-3 / Phi-4): inv_freq[i] = theta^(-2i/r) / ext[i]
 // with ext = long_factor or short_factor, and cos/sin multiplied by
-// attention_factor. As transformers does: long_factor iff the request's
-// largest position + 1 > original_max_position_embeddings (GetTable: start +
-// count), chosen per request, each list its own table; attention_factor 0
-// means sqrt(1 + ln(s) / ln(original)), s = max_position_embeddings /
-// original (1 when s <= 1), or max_len / original for a client that does not
-// send max_position_embeddings.
+// attention_factor. Two rules, chosen by max_position_embeddings:
+//   set (transformers' rule): long_factor iff the request's largest position
+//     + 1 > original_max_position_embeddings (GetTable: start + count), chosen
+//     per request, each list its own table; attention_factor 0 means
+//     sqrt(1 + ln(s) / ln(original)), s = max_position_embeddings / original
+//     (1 when s <= 1).
+//   0 (the rule before max_position_embeddings existed, kept for clients that
+//     do not send it): long_factor iff config.max_len > original, fixed per
+//     config; s = max_len / original.
 struct LongRopeScaling {
   std::vector<double> short_factor;               // rotary_dim / 2 values, each > 0
   std::vector<double> long_factor;                // rotary_dim / 2 values, each > 0
@@ -158,11 +161,10 @@ absl::Status ValidateScaling(const ScalingConfig& scaling, uint32_t rotary_dim);
 double EffectiveBase(const ScalingConfig& scaling, double theta, uint32_t rotary_dim,
                      int64_t seq_len);
 
-// LongRoPE: whether a request whose sequence length (largest position + 1;
-// GetTable: start + count) is `seq_len` uses long_factor: transformers'
-// per-sequence rule, seq_len > original_max_position_embeddings, whatever
-// the table length (docs/models.md).
-bool UsesLongFactor(const LongRopeScaling& scaling, int64_t seq_len);
+// LongRoPE: whether a request of table length `max_len` whose sequence
+// length (largest position + 1) is `seq_len` uses long_factor (the rules on
+// LongRopeScaling).
+bool UsesLongFactor(const LongRopeScaling& scaling, uint32_t max_len, int64_t seq_len);
 
 // inv_freq (rotary_dim/2 values) for a base that already includes the
 // dynamic NTK change; `long_factor` picks LongRoPE's list (ignored by the

@@ -61,11 +61,7 @@ std::vector<Variant> Variants(int64_t max_position) {
       short_f.push_back(1.0 + 0.1 * i);
       long_f.push_back(2.0 + 0.5 * i);
     }
-    // transformers' rule: the long list iff the request's largest position
-    // + 1 > original (64).
-    const bool long_list = max_position + 1 > 64;
-    Variant v{"longrope", base(),
-              reference::LongRopeInvFreq(kTheta, kHeadDim, long_list ? long_f : short_f),
+    Variant v{"longrope", base(), reference::LongRopeInvFreq(kTheta, kHeadDim, long_f),
               reference::LongRopeAttentionFactor(kMaxLen, 64, 0)};
     auto* l = v.config.mutable_longrope();
     for (double f : short_f) l->add_short_factor(f);

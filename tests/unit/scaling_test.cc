@@ -172,18 +172,14 @@ TEST(ScalingTest, Llama3SplitsHeadDim128Into29Unchanged6Smoothed29Divided) {
   EXPECT_EQ(divided, 29);
 }
 
-// transformers' rule, whatever the table length: long_factor iff the
-// request's largest position + 1 > original_max_position_embeddings.
 TEST(ScalingTest, LongRopeUsesLongListPastOriginalLength) {
   LongRopeScaling s;
   s.short_factor = LongList(32, 1.0);
   s.long_factor = LongList(32, 2.0);
   s.original_max_position_embeddings = 4096;
-  ExpectNear(EngineInvFreq(Config(10000, 64, 4096, s), 4095),
+  ExpectNear(EngineInvFreq(Config(10000, 64, 4096, s)),
              reference::LongRopeInvFreq(10000, 64, s.short_factor));
-  ExpectNear(EngineInvFreq(Config(10000, 64, 131072, s), 0),
-             reference::LongRopeInvFreq(10000, 64, s.short_factor));
-  ExpectNear(EngineInvFreq(Config(10000, 64, 131072, s), 4096),
+  ExpectNear(EngineInvFreq(Config(10000, 64, 131072, s)),
              reference::LongRopeInvFreq(10000, 64, s.long_factor));
 }
 
@@ -464,12 +460,11 @@ TEST(ScalingTest, LongRopeChoosesTheListPerRequestWithMaxPositionEmbeddings) {
   ExpectNear(EngineInvFreq(config, 4096), reference::LongRopeInvFreq(10000, 96, s.long_factor));
   EXPECT_FALSE(MakeTableKey(config, 4095).long_factor);
   EXPECT_TRUE(MakeTableKey(config, 4096).long_factor);
-  // Without max_position_embeddings the same per-request rule (only the
-  // attention factor then comes from max_len).
+  // Without max_position_embeddings: the long list for every request of a
+  // table longer than the original.
   LongRopeScaling legacy = s;
   legacy.max_position_embeddings = 0;
-  EXPECT_FALSE(MakeTableKey(Config(10000, 128, 131072, legacy, 96), 0).long_factor);
-  EXPECT_TRUE(MakeTableKey(Config(10000, 128, 131072, legacy, 96), 4096).long_factor);
+  EXPECT_TRUE(MakeTableKey(Config(10000, 128, 131072, legacy, 96), 0).long_factor);
 }
 
 TEST(ScalingKeyTest, LongRopeShortAndLongRequestsCacheOneTableEach) {
