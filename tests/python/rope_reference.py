@@ -65,10 +65,15 @@ def inv_freq_and_attention(kind, theta, rotary_dim, max_len=None, seq_len=None, 
         return np.where(medium, (1 - smooth) * inv / factor + smooth * inv, out), 1.0
     if kind == "longrope":
         orig = p["original_max_position_embeddings"]
-        ext = np.array(p["long_factor"] if max_len > orig else p["short_factor"], dtype=np.float64)
+        # rope.proto's two rules: with max_position_embeddings, transformers'
+        # (long iff the sequence is longer than the original; the ratio from
+        # max_position_embeddings); without, long iff max_len > original.
+        mpe = p.get("max_position_embeddings")
+        long_list = seq_len > orig if mpe else max_len > orig
+        ext = np.array(p["long_factor"] if long_list else p["short_factor"], dtype=np.float64)
         attention = p.get("attention_factor")
         if attention is None:
-            s = max_len / orig
+            s = (mpe or max_len) / orig
             attention = 1.0 if s <= 1 else math.sqrt(1 + math.log(s) / math.log(orig))
         return inv / ext, attention
     raise ValueError(kind)

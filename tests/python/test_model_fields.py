@@ -92,23 +92,24 @@ def test_yarn_truncate_false_keeps_the_fractional_correction_range(client):
 
 
 def test_longrope_chooses_its_list_per_request_like_transformers(client):
-    # One config with a long table; the list follows the request's largest
-    # position + 1 against original_max_position_embeddings (16), not max_len.
+    # With max_position_embeddings (transformers' rule): the list follows the
+    # request's largest position + 1 against original_max_position_embeddings
+    # (16), not max_len; the attention factor's ratio is max_position / original.
     short, long_ = (1.0, 1.5, 2.0, 2.5), (3.0, 4.0, 5.0, 6.0)
     scaling = ropeserve.LongRopeScaling(short, long_, 16, max_position_embeddings=64)
     config = ropeserve.RopeConfig(head_dim=8, max_len=1024, theta=10000.0, scaling=scaling)
     plain = np.array([10000.0 ** (-2.0 * i / 8) for i in range(4)])
-    attention_factor = math.sqrt(1 + math.log(64 / 16) / math.log(16))  # from max_position_embeddings
+    attention_factor = math.sqrt(1 + math.log(64 / 16) / math.log(16))
     within = client.table(config, start=0, count=16)  # positions 0..15: seq_len 16
     beyond = client.table(config, start=0, count=17)  # seq_len 17 > 16
     np.testing.assert_allclose(within.inv_freq, plain / np.array(short), rtol=1e-12)
     np.testing.assert_allclose(beyond.inv_freq, plain / np.array(long_), rtol=1e-12)
     assert within.attention_factor == pytest.approx(attention_factor, rel=1e-12)
     assert beyond.attention_factor == pytest.approx(attention_factor, rel=1e-12)
-    # Without max_position_embeddings the attention factor's ratio is
-    # max_len / original; the list still follows the request.
+    # A client that does not send max_position_embeddings keeps the rule from
+    # before the field existed: long iff max_len > original, ratio max_len / original.
     legacy = config.replace(scaling=ropeserve.LongRopeScaling(short, long_, 16))
-    legacy_short = client.table(legacy, start=0, count=4)
-    np.testing.assert_allclose(legacy_short.inv_freq, plain / np.array(short), rtol=1e-12)
-    assert legacy_short.attention_factor == pytest.approx(
+    legacy_short_request = client.table(legacy, start=0, count=4)
+    np.testing.assert_allclose(legacy_short_request.inv_freq, plain / np.array(long_), rtol=1e-12)
+    assert legacy_short_request.attention_factor == pytest.approx(
         math.sqrt(1 + math.log(1024 / 16) / math.log(16)), rel=1e-12)
