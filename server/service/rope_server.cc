@@ -11,9 +11,11 @@
 #include "absl/time/clock.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
+#include "grpcpp/resource_quota.h"
 #include "grpcpp/server_builder.h"
 #include "prometheus/exposer.h"
 #include "prometheus/registry.h"
+#include "server/service/byte_budget_metrics.h"
 
 namespace rope {
 
@@ -41,6 +43,11 @@ absl::Status CheckOptions(const ServerOptions& options) {
     return absl::InvalidArgumentError(
         absl::StrCat("listen address is \"", options.listen_address, "\": expected host:port"));
   }
+  if (options.max_inflight_wait < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max_inflight_wait is ", absl::FormatDuration(options.max_inflight_wait),
+        ": must be >= 0"));
+  }
   if (options.max_connection_age <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError(absl::StrCat("max_connection_age is ",
                                                    absl::FormatDuration(options.max_connection_age),
@@ -59,8 +66,10 @@ RopeServer::RopeServer(std::unique_ptr<Engine> engine, const ServerOptions& opti
     : options_(options),
       engine_(std::move(engine)),
       gate_(options.max_concurrent_calls),
+      budget_(options.max_inflight_bytes, options.max_inflight_wait),
       work_(options.work_threads),
-      service_(*engine_, gate_, metrics_, work_, ServiceOptions{options.max_message_bytes}) {}
+      service_(*engine_, gate_, budget_, metrics_, work_,
+               ServiceOptions{options.max_message_bytes}) {}
 
 absl::StatusOr<std::unique_ptr<RopeServer>> RopeServer::Start(std::unique_ptr<Engine> engine,
                                                               const ServerOptions& options) {
@@ -81,6 +90,8 @@ absl::StatusOr<std::unique_ptr<RopeServer>> RopeServer::Start(std::unique_ptr<En
     }
     server->exposer_->RegisterCollectable(server->metrics_.registry());
     server->exposer_->RegisterCollectable(server->state_collector_);
+    server->budget_collector_ = NewByteBudgetCollector(&server->budget_);
+    server->exposer_->RegisterCollectable(server->budget_collector_);
     std::vector<int> ports = server->exposer_->GetListeningPorts();
     server->metrics_port_ = ports.empty() ? 0 : ports.front();
   }
@@ -94,6 +105,15 @@ absl::StatusOr<std::unique_ptr<RopeServer>> RopeServer::Start(std::unique_ptr<En
       &server->port_);
   builder.SetMaxReceiveMessageSize(static_cast<int>(options.max_message_bytes));
   builder.SetMaxSendMessageSize(static_cast<int>(options.max_message_bytes));
+  if (options.max_inflight_bytes > 0) {
+    // The transport's own buffers (messages still arriving, replies being
+    // sent) count against this quota: under pressure gRPC shrinks the HTTP/2
+    // flow-control windows and, past it, cancels streams with
+    // RESOURCE_EXHAUSTED rather than buffering without bound.
+    grpc::ResourceQuota quota("ropeserve");
+    quota.Resize(static_cast<size_t>(options.max_inflight_bytes));
+    builder.SetResourceQuota(quota);
+  }
   if (options.max_connection_age != absl::InfiniteDuration()) {
     const int64_t ms = absl::ToInt64Milliseconds(options.max_connection_age);
     builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_MS,
@@ -129,6 +149,7 @@ absl::StatusOr<std::unique_ptr<RopeServer>> RopeServer::Start(std::unique_ptr<En
 RopeServer::~RopeServer() {
   Drain(absl::ZeroDuration());
   if (exposer_ != nullptr) {
+    exposer_->RemoveCollectable(budget_collector_);
     exposer_->RemoveCollectable(state_collector_);
     exposer_->RemoveCollectable(metrics_.registry());
   }
@@ -137,6 +158,9 @@ RopeServer::~RopeServer() {
 void RopeServer::StartDraining() {
   if (server_ == nullptr) return;
   gate_.BeginDrain();
+  // Calls still waiting for room in the byte budget would hold the drain up
+  // to their wait limit: they retry on another replica instead.
+  budget_.RefuseWaiting(DrainingError());
   if (grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService()) {
     health->SetServingStatus(false);
   }
