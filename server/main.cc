@@ -80,9 +80,10 @@ ABSL_FLAG(bool, enable_echo, false,
 // Memory bound (docs/operations.md "Memory"): process memory ~= baseline +
 // --table_cache_bytes + --max_inflight_bytes + margin.
 ABSL_FLAG(int64_t, max_inflight_bytes, -1,
-          "budget of request and reply bytes in flight across all calls; a call that does not "
-          "fit waits (up to its deadline and --max_inflight_wait) or is refused with "
-          "RESOURCE_EXHAUSTED; also the transport's gRPC memory quota. -1: the cgroup's memory "
+          "budget of request and reply bytes in flight: half for the transport's buffers of "
+          "arriving messages (gRPC memory quota), half for admitted calls' requests and replies; "
+          "a call that does not fit waits (up to its deadline and --max_inflight_wait) or is "
+          "refused with RESOURCE_EXHAUSTED. -1: the cgroup's memory "
           "limit (else physical memory) less --table_cache_bytes and a margin (max(256 MiB, "
           "limit/8)), at least 64 MiB; 0: no limit");
 ABSL_FLAG(absl::Duration, max_inflight_wait, absl::Seconds(10),

@@ -22,8 +22,11 @@ std::string Describe(absl::string_view what, int64_t held_bytes, int64_t more_by
 
 }  // namespace
 
-ByteBudget::ByteBudget(int64_t budget_bytes, absl::Duration max_wait)
-    : budget_bytes_(budget_bytes), max_wait_(max_wait) {
+ByteBudget::ByteBudget(int64_t budget_bytes, absl::Duration max_wait, std::string budget_text)
+    : budget_bytes_(budget_bytes),
+      max_wait_(max_wait),
+      budget_text_(budget_text.empty() ? absl::StrCat("max_inflight_bytes ", budget_bytes)
+                                       : std::move(budget_text)) {
   if (budget_bytes_ > 0) timer_ = std::thread([this] { TimerMain(); });
 }
 
@@ -41,7 +44,7 @@ ByteBudget::~ByteBudget() {
   for (Waiter& waiter : refused) {
     std::move(waiter.done)(absl::ResourceExhaustedError(
         absl::StrCat(Describe(waiter.what, waiter.held_bytes, waiter.more_bytes),
-                     ": the server stopped while it waited for max_inflight_bytes")));
+                     ": the server stopped while it waited for room in ", budget_text_)));
   }
 }
 
@@ -58,13 +61,11 @@ void ByteBudget::Reserve(absl::string_view what, int64_t held_bytes, int64_t mor
     } else if (total > budget_bytes_) {
       answer = absl::ResourceExhaustedError(
           absl::StrCat(Describe(what, held_bytes, more_bytes),
-                       ": more than the server's whole max_inflight_bytes ", budget_bytes_,
-                       "; send less per call"));
+                       ": more than the server's whole ", budget_text_, "; send less per call"));
     } else if (in_use_ + held_bytes > budget_bytes_) {
       answer = absl::ResourceExhaustedError(
           absl::StrCat(Describe(what, held_bytes, more_bytes), ": ", in_use_,
-                       " bytes of the server's max_inflight_bytes ", budget_bytes_,
-                       " are in use; retry later"));
+                       " bytes of the server's ", budget_text_, " are in use; retry later"));
     } else if (in_use_ + total <= budget_bytes_) {
       in_use_ += total;
     } else {
@@ -142,8 +143,7 @@ void ByteBudget::TimerMain() {
           Describe(waiter.what, waiter.held_bytes, waiter.more_bytes), ": waited ",
           absl::FormatDuration(absl::Trunc(now - waiter.since, absl::Milliseconds(1))),
           " (its deadline, or the server's wait limit ", absl::FormatDuration(max_wait_),
-          ") for room in the server's max_inflight_bytes ", budget_bytes_, " (", in_use,
-          " in use); retry later")));
+          ") for room in the server's ", budget_text_, " (", in_use, " in use); retry later")));
     }
     for (Waiter& waiter : granted) std::move(waiter.done)(absl::OkStatus());
     mu_.Lock();

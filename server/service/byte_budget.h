@@ -43,8 +43,10 @@ class ByteBudget {
   using Done = absl::AnyInvocable<void(absl::Status) &&>;
 
   // `budget_bytes` <= 0 means no limit. A waiter is refused after
-  // `max_wait` even when its deadline is later (or infinite).
-  ByteBudget(int64_t budget_bytes, absl::Duration max_wait);
+  // `max_wait` even when its deadline is later (or infinite). Refusals name
+  // the budget as `budget_text` ("max_inflight_bytes <budget_bytes>" when
+  // empty).
+  ByteBudget(int64_t budget_bytes, absl::Duration max_wait, std::string budget_text = "");
   // Refuses the calls still waiting (RESOURCE_EXHAUSTED) and stops the timer
   // thread. Calls holding bytes need not have released them.
   ~ByteBudget();
@@ -92,6 +94,7 @@ class ByteBudget {
 
   const int64_t budget_bytes_;
   const absl::Duration max_wait_;
+  const std::string budget_text_;
   mutable absl::Mutex mu_;
   absl::CondVar timer_wake_;
   int64_t in_use_ ABSL_GUARDED_BY(mu_) = 0;

@@ -62,14 +62,23 @@ std::string WithPort(const std::string& address, int port) {
 
 }  // namespace
 
+InflightShares SplitInflightBytes(int64_t max_inflight_bytes) {
+  if (max_inflight_bytes <= 0) return InflightShares{};
+  const int64_t calls = std::max<int64_t>(max_inflight_bytes / 2, 1);
+  return InflightShares{std::max<int64_t>(max_inflight_bytes - calls, 1), calls};
+}
+
 RopeServer::RopeServer(std::unique_ptr<Engine> engine, const ServerOptions& options)
     : options_(options),
       engine_(std::move(engine)),
       gate_(options.max_concurrent_calls),
-      budget_(options.max_inflight_bytes, options.max_inflight_wait),
+      budget_(SplitInflightBytes(options.max_inflight_bytes).calls, options.max_inflight_wait,
+              absl::StrCat("max_inflight_bytes ", options.max_inflight_bytes, " (",
+                           SplitInflightBytes(options.max_inflight_bytes).calls,
+                           " for admitted calls)")),
       work_(options.work_threads),
       service_(*engine_, gate_, budget_, metrics_, work_,
-               ServiceOptions{options.max_message_bytes}) {}
+               ServiceOptions{options.max_message_bytes, options.max_inflight_bytes}) {}
 
 absl::StatusOr<std::unique_ptr<RopeServer>> RopeServer::Start(std::unique_ptr<Engine> engine,
                                                               const ServerOptions& options) {
@@ -106,12 +115,12 @@ absl::StatusOr<std::unique_ptr<RopeServer>> RopeServer::Start(std::unique_ptr<En
   builder.SetMaxReceiveMessageSize(static_cast<int>(options.max_message_bytes));
   builder.SetMaxSendMessageSize(static_cast<int>(options.max_message_bytes));
   if (options.max_inflight_bytes > 0) {
-    // The transport's own buffers (messages still arriving, replies being
-    // sent) count against this quota: under pressure gRPC shrinks the HTTP/2
-    // flow-control windows and, past it, cancels streams with
-    // RESOURCE_EXHAUSTED rather than buffering without bound.
+    // The transport's buffers of messages still arriving count against this
+    // quota; past it gRPC cancels streams (RST_STREAM ENHANCE_YOUR_CALM: the
+    // client sees RESOURCE_EXHAUSTED) instead of buffering without bound. A
+    // message larger than the quota can never arrive, hence half, not less.
     grpc::ResourceQuota quota("ropeserve");
-    quota.Resize(static_cast<size_t>(options.max_inflight_bytes));
+    quota.Resize(static_cast<size_t>(SplitInflightBytes(options.max_inflight_bytes).transport));
     builder.SetResourceQuota(quota);
   }
   if (options.max_connection_age != absl::InfiniteDuration()) {

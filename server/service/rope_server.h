@@ -44,9 +44,10 @@ struct ServerOptions {
   int64_t max_message_bytes = kDefaultMaxMessageBytes;
   // Calls in flight across all methods (a stream is one call); <= 0: no limit.
   int64_t max_concurrent_calls = 64;
-  // Request and reply bytes in flight across all calls (ByteBudget); <= 0: no
-  // limit. Also the size of the transport's gRPC ResourceQuota (buffers of
-  // messages still arriving or being sent), when > 0.
+  // Request and reply bytes in flight; <= 0: no limit. Split in two halves
+  // that together bound the process: the transport's gRPC ResourceQuota
+  // (messages still arriving) and the ByteBudget of admitted calls (their
+  // parsed requests and their replies). See InflightShares.
   int64_t max_inflight_bytes = 0;
   // Longest a call waits for room in max_inflight_bytes when its deadline is
   // later (or it has none); then RESOURCE_EXHAUSTED.
@@ -69,6 +70,15 @@ struct ServerOptions {
   // metrics endpoint stays plaintext (it is scraped inside the cluster).
   ServerSecurity security;
 };
+
+// How max_inflight_bytes is split: `transport` sizes the ResourceQuota, so a
+// message up to that size can arrive; `calls` is the ByteBudget of admitted
+// calls. Both 0 (no limit) when max_inflight_bytes <= 0.
+struct InflightShares {
+  int64_t transport = 0;
+  int64_t calls = 0;
+};
+InflightShares SplitInflightBytes(int64_t max_inflight_bytes);
 
 class RopeServer {
  public:

@@ -190,7 +190,7 @@ void RopeServiceImpl::FillServerInfo(v1::ServerInfo* info) const {
   limits->set_max_elements_per_request(engine_limits.max_elements_per_request);
   limits->set_max_concurrent_calls(gate_.max_in_flight());
   limits->set_table_cache_bytes(engine_limits.table_cache_bytes);
-  limits->set_max_inflight_bytes(std::max<int64_t>(budget_.budget_bytes(), 0));
+  limits->set_max_inflight_bytes(std::max<int64_t>(options_.max_inflight_bytes, 0));
   v1::InflightBytesStats* inflight = info->mutable_inflight_bytes();
   inflight->set_budget_bytes(std::max<int64_t>(budget_.budget_bytes(), 0));
   inflight->set_bytes(budget_.in_use_bytes());

@@ -35,6 +35,8 @@ struct ServiceOptions {
   // The server's limit on one message each way; replies over it are refused
   // with RESOURCE_EXHAUSTED. Reported by GetServerInfo.
   int64_t max_message_bytes = kDefaultMaxMessageBytes;
+  // --max_inflight_bytes (both halves; 0: none). Reported by GetServerInfo.
+  int64_t max_inflight_bytes = 0;
 };
 
 class RopeServiceImpl final : public v1::RopeService::CallbackService {

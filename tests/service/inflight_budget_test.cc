@@ -49,8 +49,9 @@ struct PendingRotate {
 };
 
 // 64 KiB of q: a call is charged its request (~64 KiB) plus its reply's
-// serialized copy (64 KiB). The budget fits one call and a half: a second
-// call's request fits beside the first, its reply does not.
+// serialized copy (64 KiB). The admitted calls' half of max_inflight_bytes
+// fits one call and a half: a second call's request fits beside the first,
+// its reply does not.
 class InflightBudgetTest : public ServiceTest {
  protected:
   static v1::RotateRequest Request(unsigned seed = 1) {
@@ -64,7 +65,7 @@ class InflightBudgetTest : public ServiceTest {
   void SetUp() override {
     ServerOptions options = DefaultOptions();
     budget_ = CallBytes() * 8 / 5;
-    options.max_inflight_bytes = budget_;
+    options.max_inflight_bytes = 2 * budget_;
     options.max_inflight_wait = MaxWait();
     StartServer(options);
   }
@@ -92,7 +93,13 @@ class InflightBudgetTest : public ServiceTest {
     return stub_->Rotate(&context, request, &response);
   }
 
-  int64_t budget_ = 0;
+  // What refusals name: the flag, then the admitted calls' half.
+  std::string BudgetText() const {
+    return "max_inflight_bytes " + std::to_string(2 * budget_) + " (" + std::to_string(budget_) +
+           " for admitted calls)";
+  }
+
+  int64_t budget_ = 0;  // the admitted calls' half of max_inflight_bytes
 };
 
 TEST_F(InflightBudgetTest, CallsWithinTheBudgetRunAndReturnTheirBytes) {
@@ -107,8 +114,7 @@ TEST_F(InflightBudgetTest, RefusesARequestLargerThanTheWholeBudgetAtOnce) {
   backend_->Hold();  // nothing may reach the backend
   EXPECT_TRUE(GrpcStatusIs(Rotate(MakeRotateRequest(1, 64, 8, 64)),
                            grpc::StatusCode::RESOURCE_EXHAUSTED,
-                           "more than the server's whole max_inflight_bytes " +
-                               std::to_string(budget_)));
+                           "more than the server's whole " + BudgetText()));
   backend_->Release();
   EXPECT_EQ(server_->byte_budget().refusals(), 1);
 }
@@ -137,8 +143,7 @@ TEST_F(InflightBudgetTest, ACallWhoseRequestDoesNotFitBesideTheOthersIsRefusedAt
   second.Start(stub_.get(), Request(2));
   ASSERT_TRUE(WaitForWaiters(1));
   EXPECT_TRUE(GrpcStatusIs(Rotate(Request(3)), grpc::StatusCode::RESOURCE_EXHAUSTED,
-                           "of the server's max_inflight_bytes " + std::to_string(budget_) +
-                               " are in use; retry later"));
+                           "of the server's " + BudgetText() + " are in use; retry later"));
   backend_->Release();
   EXPECT_TRUE(first.FinishedWith(grpc::StatusCode::OK, ""));
   EXPECT_TRUE(second.FinishedWith(grpc::StatusCode::OK, ""));
@@ -168,7 +173,7 @@ TEST_F(InflightBudgetTest, GetServerInfoReportsTheBudgetAndWhatIsInFlight) {
   SetDeadline(&context);
   ASSERT_TRUE(GrpcStatusIs(stub_->GetServerInfo(&context, v1::GetServerInfoRequest(), &info),
                            grpc::StatusCode::OK, ""));
-  EXPECT_EQ(info.limits().max_inflight_bytes(), budget_);
+  EXPECT_EQ(info.limits().max_inflight_bytes(), 2 * budget_);
   EXPECT_EQ(info.inflight_bytes().budget_bytes(), budget_);
   EXPECT_EQ(info.inflight_bytes().bytes(), CallBytes());
   EXPECT_EQ(info.inflight_bytes().waiters(), 0);
@@ -187,8 +192,7 @@ TEST_F(InflightWaitLimitTest, AWaiterIsRefusedAtTheWaitLimitNamingTheBudget) {
   first.Start(stub_.get(), Request(1));
   ASSERT_TRUE(backend_->WaitForHeld(1, absl::Seconds(20)));
   EXPECT_TRUE(GrpcStatusIs(Rotate(Request(2)), grpc::StatusCode::RESOURCE_EXHAUSTED,
-                           "for room in the server's max_inflight_bytes " +
-                               std::to_string(budget_)));
+                           "for room in the server's " + BudgetText()));
   backend_->Release();
   EXPECT_TRUE(first.FinishedWith(grpc::StatusCode::OK, ""));
   EXPECT_EQ(server_->byte_budget().refusals(), 1);
@@ -199,7 +203,7 @@ class InflightMetricsTest : public InflightBudgetTest {
   void SetUp() override {
     ServerOptions options = DefaultOptions();
     budget_ = CallBytes() * 8 / 5;
-    options.max_inflight_bytes = budget_;
+    options.max_inflight_bytes = 2 * budget_;
     options.metrics_address = "127.0.0.1:0";
     StartServer(options);
   }
