@@ -5,7 +5,7 @@
 #   rope_unit_thread_pool_test  common/'s ThreadPool: ParallelFor from many callers
 #   rope_unit_rotate_test       CPU backend: rows split across threads, concurrent calls
 #   rope_unit_attention_test    CPU backend: attention split across threads
-#   rope_service_sync_test      the service's CallGate and WorkQueue
+#   rope_service_sync_test      the service's CallGate, ByteBudget and WorkQueue
 #
 # Why Abseil is rebuilt: Debian's libabsl is not built with -fsanitize=thread,
 # so absl::Mutex's Lock/Unlock run in uninstrumented code, TSan never sees the

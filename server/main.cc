@@ -32,6 +32,7 @@
 #include "server/backends/cpu/cpu_backend.h"
 #include "server/backends/cuda/cuda_backend.h"
 #include "server/engine/engine.h"
+#include "server/service/memory_limit.h"
 #include "server/service/rope_server.h"
 #include "server/service/server_security.h"
 
@@ -75,6 +76,19 @@ ABSL_FLAG(std::string, auth_token_file, "",
           "grpc.health.v1 must send \"authorization: Bearer <token>\" (needs --tls_cert_file)");
 ABSL_FLAG(bool, enable_echo, false,
           "also serve rope.bench.v1.EchoService (benchmarks of the transport alone)");
+
+// Memory bound (docs/operations.md "Memory"): process memory ~= baseline +
+// --table_cache_bytes + --max_inflight_bytes + margin.
+ABSL_FLAG(int64_t, max_inflight_bytes, -1,
+          "budget of request and reply bytes in flight: half for the transport's buffers of "
+          "arriving messages (gRPC memory quota), half for admitted calls' requests and replies; "
+          "a call that does not fit waits (up to its deadline and --max_inflight_wait) or is "
+          "refused with RESOURCE_EXHAUSTED. -1: the cgroup's memory "
+          "limit (else physical memory) less --table_cache_bytes and a margin (max(256 MiB, "
+          "limit/8)), at least 64 MiB; 0: no limit");
+ABSL_FLAG(absl::Duration, max_inflight_wait, absl::Seconds(10),
+          "longest a call waits for room in --max_inflight_bytes when its deadline is later "
+          "(or it has none)");
 
 namespace rope {
 namespace {
@@ -127,6 +141,17 @@ absl::Status CheckFlags() {
     return absl::InvalidArgumentError(absl::StrCat("--max_elements_per_request is ",
                                                    absl::GetFlag(FLAGS_max_elements_per_request),
                                                    ": must be > 0"));
+  }
+  if (absl::GetFlag(FLAGS_max_inflight_bytes) < -1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max_inflight_bytes is ", absl::GetFlag(FLAGS_max_inflight_bytes),
+                     ": must be > 0, 0 (no limit) or -1 (from the memory limit)"));
+  }
+  if (absl::GetFlag(FLAGS_max_inflight_wait) < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max_inflight_wait is ",
+                     absl::FormatDuration(absl::GetFlag(FLAGS_max_inflight_wait)),
+                     ": must be >= 0"));
   }
   if (absl::GetFlag(FLAGS_max_len_cap) == 0) {
     return absl::InvalidArgumentError("--max_len_cap is 0: must be > 0");
@@ -211,6 +236,28 @@ void WatchBackend(const Engine& engine, absl::Notification& stop) {
   }
 }
 
+// --max_inflight_bytes, or (-1) the default derived from the memory limit;
+// says which on stdout.
+int64_t InflightBudget() {
+  const int64_t flag = absl::GetFlag(FLAGS_max_inflight_bytes);
+  if (flag >= 0) {
+    std::printf("ropeserve: max_inflight_bytes %lld (--max_inflight_bytes)%s\n",
+                static_cast<long long>(flag), flag == 0 ? ": no limit" : "");
+    return flag;
+  }
+  const MemoryLimit limit = ProcessMemoryLimit();
+  const int64_t table_cache = absl::GetFlag(FLAGS_table_cache_bytes);
+  const int64_t budget = DefaultInflightBytes(limit.bytes, table_cache);
+  std::printf(
+      "ropeserve: max_inflight_bytes %lld = memory limit %lld (%s) - table_cache_bytes %lld - "
+      "margin %lld%s\n",
+      static_cast<long long>(budget), static_cast<long long>(limit.bytes), limit.source.c_str(),
+      static_cast<long long>(table_cache), static_cast<long long>(MemoryMargin(limit.bytes)),
+      budget == kMinDefaultInflightBytes ? " (raised to the 64 MiB floor: the limit is too small)"
+                                         : "");
+  return budget;
+}
+
 int Fail(const absl::Status& status) {
   std::fprintf(stderr, "ropeserve: %s\n", status.ToString().c_str());
   return status.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
@@ -259,6 +306,8 @@ int RunServer() {
   options.max_connection_age = absl::GetFlag(FLAGS_max_connection_age);
   options.enable_echo = absl::GetFlag(FLAGS_enable_echo);
   options.health_listen_address = absl::GetFlag(FLAGS_health_listen);
+  options.max_inflight_bytes = InflightBudget();
+  options.max_inflight_wait = absl::GetFlag(FLAGS_max_inflight_wait);
 
   absl::StatusOr<std::unique_ptr<RopeServer>> server =
       RopeServer::Start(std::move(engine), options);

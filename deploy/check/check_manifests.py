@@ -22,7 +22,11 @@ read-only, no-privilege-escalation, all-capabilities-dropped container; a
 termination grace period longer than the server's --shutdown_grace_period; a
 finite --max_connection_age; Prometheus scrape annotations on the metrics port;
 a headless Service selecting the pods; an HPA and a PodDisruptionBudget on them;
-a token-less ServiceAccount; and, for gpu, one nvidia.com/gpu with a GPU
+a token-less ServiceAccount; the memory bound (an explicit
+--max_inflight_bytes with --table_cache_bytes + --max_inflight_bytes + the
+server's margin within limits.memory, and room for a largest message each way
+in its admitted calls' half,
+docs/operations.md "Memory"); and, for gpu, one nvidia.com/gpu with a GPU
 toleration and node selector (for cpu, none).
 
 `compose` asserts the single-machine compose file: the server with ports on
@@ -53,6 +57,15 @@ LOOPBACK_HOSTS = ("localhost", "[::1]", "::1")
 # Time the pod needs beyond the server's own drain: the process exit and the
 # kubelet's bookkeeping.
 GRACE_MARGIN_S = 5
+# ropeserve's defaults (server/main.cc, common/defaults.h) for flags a
+# manifest leaves out, and the headroom it keeps beside the table cache and
+# the in-flight budget (server/service/memory_limit.h, MemoryMargin).
+DEFAULT_TABLE_CACHE_BYTES = 1 << 30
+DEFAULT_MAX_MESSAGE_BYTES = 512 << 20
+
+
+def memory_margin(limit_bytes):
+    return max(256 << 20, limit_bytes // 8)
 
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ns|us|ms|s|m|h)")
 _UNIT_S = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
@@ -255,6 +268,31 @@ def check_mount_nesting(pod_spec, container, c):
                      f"the read-only mount {outer['mountPath']}")
 
 
+def check_memory_bound(flags, memory_limit, where, c):
+    """process memory ~= baseline + table cache + in-flight budget + margin
+    must fit the container's memory limit (docs/operations.md "Memory")."""
+    budget_flag = flags.get("max_inflight_bytes")
+    if not c.expect(budget_flag is not None and budget_flag.isdigit() and int(budget_flag) > 0,
+                    f"{where}: --max_inflight_bytes={budget_flag} is not an explicit positive "
+                    "byte count (the memory bound must be checkable here)"):
+        return
+    if memory_limit is None:
+        return  # reported with the resources
+    limit = int(parse_quantity(memory_limit))
+    budget = int(budget_flag)
+    table = int(flags.get("table_cache_bytes", DEFAULT_TABLE_CACHE_BYTES))
+    message = int(flags.get("max_message_bytes", DEFAULT_MAX_MESSAGE_BYTES))
+    margin = memory_margin(limit)
+    c.expect(table + budget + margin <= limit,
+             f"{where}: --table_cache_bytes={table} + --max_inflight_bytes={budget} + margin "
+             f"{margin} = {table + budget + margin} exceeds limits.memory {memory_limit} "
+             f"({limit} bytes): the pod can be OOM-killed")
+    # Half the budget is the admitted calls' (the other half the transport's).
+    c.expect(budget // 2 >= 2 * message,
+             f"{where}: half of --max_inflight_bytes={budget} is less than twice "
+             f"--max_message_bytes={message}: a largest request and its reply could never run")
+
+
 def check_k8s(docs, variant):
     base_variant, needs_tls = split_variant(variant)
     c = Checker()
@@ -316,6 +354,8 @@ def check_k8s(docs, variant):
                  f"health {sorted(health_ports)} ({spec})")
     check_secret_files(pod_spec, container, flags, c)
     check_mount_nesting(pod_spec, container, c)
+
+    check_memory_bound(flags, resources.get("limits", {}).get("memory"), where, c)
 
     grace_flag = flags.get("shutdown_grace_period")
     period = pod_spec.get("terminationGracePeriodSeconds", 30)
@@ -575,6 +615,13 @@ def k8s_mutations(variant):
                 limits["nvidia.com/gpu"] = value
         return mutate
 
+    def mem_limit(value):
+        def mutate(docs):
+            resources = _container(docs)[1]["resources"]
+            resources["limits"]["memory"] = value
+            resources["requests"]["memory"] = value
+        return mutate
+
     def no_tolerations(docs):
         _container(docs)[0]["spec"]["template"]["spec"].pop("tolerations", None)
 
@@ -592,6 +639,18 @@ def k8s_mutations(variant):
         ("no max connection age", lambda docs: _set_flag(docs, "max_connection_age", None)),
         ("infinite max connection age", lambda docs: _set_flag(docs, "max_connection_age",
                                                                 "inf")),
+        ("no in-flight budget", lambda docs: _set_flag(docs, "max_inflight_bytes", None)),
+        ("in-flight budget from the cgroup, not checkable",
+         lambda docs: _set_flag(docs, "max_inflight_bytes", "-1")),
+        ("in-flight budget as large as the memory limit", lambda docs: _set_flag(
+            docs, "max_inflight_bytes",
+            str(int(parse_quantity(_container(docs)[1]["resources"]["limits"]["memory"]))))),
+        ("table cache that leaves no room", lambda docs: _set_flag(
+            docs, "table_cache_bytes",
+            str(int(parse_quantity(_container(docs)[1]["resources"]["limits"]["memory"])) // 2))),
+        ("memory limit below the bound", mem_limit("512Mi")),
+        ("in-flight budget below four largest messages",
+         lambda docs: _set_flag(docs, "max_inflight_bytes", "1")),
         ("service with a cluster IP", clusterip),
         ("no scrape annotation", no_scrape),
         ("PDB on other pods", pdb_selector),

@@ -11,9 +11,11 @@
 #include "absl/time/clock.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
+#include "grpcpp/resource_quota.h"
 #include "grpcpp/server_builder.h"
 #include "prometheus/exposer.h"
 #include "prometheus/registry.h"
+#include "server/service/byte_budget_metrics.h"
 
 namespace rope {
 
@@ -41,6 +43,11 @@ absl::Status CheckOptions(const ServerOptions& options) {
     return absl::InvalidArgumentError(
         absl::StrCat("listen address is \"", options.listen_address, "\": expected host:port"));
   }
+  if (options.max_inflight_wait < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max_inflight_wait is ", absl::FormatDuration(options.max_inflight_wait),
+        ": must be >= 0"));
+  }
   if (options.max_connection_age <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError(absl::StrCat("max_connection_age is ",
                                                    absl::FormatDuration(options.max_connection_age),
@@ -55,12 +62,23 @@ std::string WithPort(const std::string& address, int port) {
 
 }  // namespace
 
+InflightShares SplitInflightBytes(int64_t max_inflight_bytes) {
+  if (max_inflight_bytes <= 0) return InflightShares{};
+  const int64_t calls = std::max<int64_t>(max_inflight_bytes / 2, 1);
+  return InflightShares{std::max<int64_t>(max_inflight_bytes - calls, 1), calls};
+}
+
 RopeServer::RopeServer(std::unique_ptr<Engine> engine, const ServerOptions& options)
     : options_(options),
       engine_(std::move(engine)),
       gate_(options.max_concurrent_calls),
+      budget_(SplitInflightBytes(options.max_inflight_bytes).calls, options.max_inflight_wait,
+              absl::StrCat("max_inflight_bytes ", options.max_inflight_bytes, " (",
+                           SplitInflightBytes(options.max_inflight_bytes).calls,
+                           " for admitted calls)")),
       work_(options.work_threads),
-      service_(*engine_, gate_, metrics_, work_, ServiceOptions{options.max_message_bytes}) {}
+      service_(*engine_, gate_, budget_, metrics_, work_,
+               ServiceOptions{options.max_message_bytes, options.max_inflight_bytes}) {}
 
 absl::StatusOr<std::unique_ptr<RopeServer>> RopeServer::Start(std::unique_ptr<Engine> engine,
                                                               const ServerOptions& options) {
@@ -81,6 +99,8 @@ absl::StatusOr<std::unique_ptr<RopeServer>> RopeServer::Start(std::unique_ptr<En
     }
     server->exposer_->RegisterCollectable(server->metrics_.registry());
     server->exposer_->RegisterCollectable(server->state_collector_);
+    server->budget_collector_ = NewByteBudgetCollector(&server->budget_);
+    server->exposer_->RegisterCollectable(server->budget_collector_);
     std::vector<int> ports = server->exposer_->GetListeningPorts();
     server->metrics_port_ = ports.empty() ? 0 : ports.front();
   }
@@ -94,6 +114,15 @@ absl::StatusOr<std::unique_ptr<RopeServer>> RopeServer::Start(std::unique_ptr<En
       &server->port_);
   builder.SetMaxReceiveMessageSize(static_cast<int>(options.max_message_bytes));
   builder.SetMaxSendMessageSize(static_cast<int>(options.max_message_bytes));
+  if (options.max_inflight_bytes > 0) {
+    // The transport's buffers of messages still arriving count against this
+    // quota; past it gRPC cancels streams (RST_STREAM ENHANCE_YOUR_CALM: the
+    // client sees RESOURCE_EXHAUSTED) instead of buffering without bound. A
+    // message larger than the quota can never arrive, hence half, not less.
+    grpc::ResourceQuota quota("ropeserve");
+    quota.Resize(static_cast<size_t>(SplitInflightBytes(options.max_inflight_bytes).transport));
+    builder.SetResourceQuota(quota);
+  }
   if (options.max_connection_age != absl::InfiniteDuration()) {
     const int64_t ms = absl::ToInt64Milliseconds(options.max_connection_age);
     builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_MS,
@@ -129,6 +158,7 @@ absl::StatusOr<std::unique_ptr<RopeServer>> RopeServer::Start(std::unique_ptr<En
 RopeServer::~RopeServer() {
   Drain(absl::ZeroDuration());
   if (exposer_ != nullptr) {
+    exposer_->RemoveCollectable(budget_collector_);
     exposer_->RemoveCollectable(state_collector_);
     exposer_->RemoveCollectable(metrics_.registry());
   }
@@ -137,6 +167,9 @@ RopeServer::~RopeServer() {
 void RopeServer::StartDraining() {
   if (server_ == nullptr) return;
   gate_.BeginDrain();
+  // Calls still waiting for room in the byte budget would hold the drain up
+  // to their wait limit: they retry on another replica instead.
+  budget_.RefuseWaiting(DrainingError());
   if (grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService()) {
     health->SetServingStatus(false);
   }

@@ -20,6 +20,7 @@
 #include "common/defaults.h"
 #include "grpcpp/server.h"
 #include "server/engine/engine.h"
+#include "server/service/byte_budget.h"
 #include "server/service/call_gate.h"
 #include "server/service/echo_service.h"
 #include "server/service/health_port.h"
@@ -43,6 +44,14 @@ struct ServerOptions {
   int64_t max_message_bytes = kDefaultMaxMessageBytes;
   // Calls in flight across all methods (a stream is one call); <= 0: no limit.
   int64_t max_concurrent_calls = 64;
+  // Request and reply bytes in flight; <= 0: no limit. Split in two halves
+  // that together bound the process: the transport's gRPC ResourceQuota
+  // (messages still arriving) and the ByteBudget of admitted calls (their
+  // parsed requests and their replies). See InflightShares.
+  int64_t max_inflight_bytes = 0;
+  // Longest a call waits for room in max_inflight_bytes when its deadline is
+  // later (or it has none); then RESOURCE_EXHAUSTED.
+  absl::Duration max_inflight_wait = absl::Seconds(10);
   // Threads running the calls' work; <= 0: one per hardware thread.
   int work_threads = 0;
   // host:port of the Prometheus /metrics endpoint; empty: none. Port 0 picks
@@ -61,6 +70,15 @@ struct ServerOptions {
   // metrics endpoint stays plaintext (it is scraped inside the cluster).
   ServerSecurity security;
 };
+
+// How max_inflight_bytes is split: `transport` sizes the ResourceQuota, so a
+// message up to that size can arrive; `calls` is the ByteBudget of admitted
+// calls. Both 0 (no limit) when max_inflight_bytes <= 0.
+struct InflightShares {
+  int64_t transport = 0;
+  int64_t calls = 0;
+};
+InflightShares SplitInflightBytes(int64_t max_inflight_bytes);
 
 class RopeServer {
  public:
@@ -85,6 +103,7 @@ class RopeServer {
   int health_port() const { return health_ != nullptr ? health_->port() : 0; }
   Engine& engine() { return *engine_; }
   CallGate& gate() { return gate_; }
+  ByteBudget& byte_budget() { return budget_; }
 
   // First half of a graceful stop, returning at once: health turns
   // NOT_SERVING and new calls are refused with UNAVAILABLE. Idempotent.
@@ -106,10 +125,12 @@ class RopeServer {
   std::unique_ptr<Engine> engine_;
   ServiceMetrics metrics_;
   CallGate gate_;
+  ByteBudget budget_;
   WorkQueue work_;
   RopeServiceImpl service_;
   std::unique_ptr<EchoServiceImpl> echo_;
   std::shared_ptr<prometheus::Collectable> state_collector_;
+  std::shared_ptr<prometheus::Collectable> budget_collector_;
   std::unique_ptr<prometheus::Exposer> exposer_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<HealthPort> health_;

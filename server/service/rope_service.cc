@@ -1,11 +1,14 @@
 #include "server/service/rope_service.h"
 
+#include <algorithm>
+#include <limits>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "proto_engine/reply_size.h"
 #include "proto_engine/request_conversion.h"
 #include "proto_engine/rope_calls.h"
 #include "server/service/status_conversion.h"
@@ -24,11 +27,20 @@ absl::Status CancelledBeforeRun(Rpc rpc) {
       absl::StrCat(RpcName(rpc), " was cancelled (or its deadline passed) before it ran"));
 }
 
+// `reply_bytes` plus the serialized copy gRPC makes of the reply (held until
+// it is sent), saturating.
+int64_t WithSerializedCopy(int64_t reply_bytes) {
+  return reply_bytes > std::numeric_limits<int64_t>::max() / 2
+             ? std::numeric_limits<int64_t>::max()
+             : 2 * reply_bytes;
+}
+
 }  // namespace
 
 // One RotateStream call. Strictly one message at a time: read, rotate on the
 // work queue, write, read the next; so replies come in request order. Holds
-// one gate slot for the whole stream. Deletes itself in OnDone.
+// one gate slot for the whole stream, and each message's bytes in the byte
+// budget until its reply is written. Deletes itself in OnDone.
 class RopeServiceImpl::RotateStreamReactor final
     : public grpc::ServerBidiReactor<v1::RotateRequest, v1::RotateResponse> {
  public:
@@ -56,7 +68,21 @@ class RopeServiceImpl::RotateStreamReactor final
       FinishStream(DrainingError());
       return;
     }
-    service_.work_.Schedule([this] { RotateCurrent(); });
+    // Per message: its request's bytes and its reply's serialized copy,
+    // returned once the reply is written.
+    const int64_t held_bytes = static_cast<int64_t>(request_.ByteSizeLong());
+    const int64_t more_bytes = RotateReplyBytes(request_);
+    service_.budget_.Reserve(RpcName(Rpc::kRotateStream), held_bytes, more_bytes,
+                             absl::FromChrono(context_->deadline()),
+                             [this, held_bytes, more_bytes](absl::Status granted) {
+                               if (!granted.ok()) {
+                                 bytes_in_ = held_bytes;
+                                 FinishStream(granted);
+                                 return;
+                               }
+                               bytes_charged_ = held_bytes + more_bytes;
+                               service_.work_.Schedule([this] { RotateCurrent(); });
+                             });
   }
 
   void OnWriteDone(bool ok) override {
@@ -65,6 +91,7 @@ class RopeServiceImpl::RotateStreamReactor final
                           "RotateStream: a reply could not be sent (the client has gone)"));
       return;
     }
+    ReleaseBytes();
     // Clear keeps the strings' capacity: the next parse reuses it.
     request_.Clear();
     response_.Clear();
@@ -73,10 +100,17 @@ class RopeServiceImpl::RotateStreamReactor final
 
   void OnDone() override {
     if (admitted_) service_.gate_.Leave();
+    ReleaseBytes();
     delete this;
   }
 
  private:
+  void ReleaseBytes() {
+    if (bytes_charged_ == 0) return;
+    service_.budget_.Release(bytes_charged_);
+    bytes_charged_ = 0;
+  }
+
   void RotateCurrent() {
     const int64_t bytes_in = static_cast<int64_t>(request_.ByteSizeLong());
     absl::Status status = context_->IsCancelled()
@@ -107,28 +141,38 @@ class RopeServiceImpl::RotateStreamReactor final
   v1::RotateResponse response_;
   absl::Time message_start_;
   int64_t bytes_in_ = 0;
+  int64_t bytes_charged_ = 0;  // of the message in hand, in the byte budget
   bool admitted_ = false;
 };
 
-RopeServiceImpl::RopeServiceImpl(Engine& engine, CallGate& gate, ServiceMetrics& metrics,
-                                 WorkQueue& work, ServiceOptions options)
-    : engine_(engine), gate_(gate), metrics_(metrics), work_(work), options_(options) {
+RopeServiceImpl::RopeServiceImpl(Engine& engine, CallGate& gate, ByteBudget& budget,
+                                 ServiceMetrics& metrics, WorkQueue& work, ServiceOptions options)
+    : engine_(engine),
+      gate_(gate),
+      budget_(budget),
+      metrics_(metrics),
+      work_(work),
+      options_(options) {
   SetMessageAllocatorFor_Rotate(&rotate_allocator_);
 }
 
 template <typename Request, typename Response, typename Answer>
 grpc::ServerUnaryReactor* RopeServiceImpl::ServeUnary(Rpc rpc, grpc::CallbackServerContext* context,
-                                                      const Request& request, Response* response,
-                                                      Answer answer) {
+                                                      const Request& request, int64_t more_bytes,
+                                                      Response* response, Answer answer) {
   auto* call = new UnaryCall(rpc, gate_, metrics_, options_.max_message_bytes);
   if (!call->Admit(request)) return call;
-  work_.Schedule([call, rpc, context, response, answer = std::move(answer)] {
-    if (context->IsCancelled()) {
-      call->FinishWith(CancelledBeforeRun(rpc), nullptr);
-      return;
-    }
-    call->FinishWith(answer(), response);
-  });
+  call->ReserveBytes(
+      budget_, more_bytes, absl::FromChrono(context->deadline()),
+      [this, call, rpc, context, response, answer = std::move(answer)]() mutable {
+        work_.Schedule([call, rpc, context, response, answer = std::move(answer)] {
+          if (context->IsCancelled()) {
+            call->FinishWith(CancelledBeforeRun(rpc), nullptr);
+            return;
+          }
+          call->FinishWith(answer(), response);
+        });
+      });
   return call;
 }
 
@@ -146,6 +190,12 @@ void RopeServiceImpl::FillServerInfo(v1::ServerInfo* info) const {
   limits->set_max_elements_per_request(engine_limits.max_elements_per_request);
   limits->set_max_concurrent_calls(gate_.max_in_flight());
   limits->set_table_cache_bytes(engine_limits.table_cache_bytes);
+  limits->set_max_inflight_bytes(std::max<int64_t>(options_.max_inflight_bytes, 0));
+  v1::InflightBytesStats* inflight = info->mutable_inflight_bytes();
+  inflight->set_budget_bytes(std::max<int64_t>(budget_.budget_bytes(), 0));
+  inflight->set_bytes(budget_.in_use_bytes());
+  inflight->set_waiters(budget_.waiters());
+  inflight->set_refusals(budget_.refusals());
 
   const TableCacheStats stats = engine_.cache_stats();
   v1::TableCacheStats* cache = info->mutable_table_cache();
@@ -182,7 +232,10 @@ grpc::ServerUnaryReactor* RopeServiceImpl::Rotate(grpc::CallbackServerContext* c
   // installed in the constructor: rotated in place, its bytes moved into the
   // reply.
   v1::RotateRequest* owned = MutableRequest<v1::RotateRequest, v1::RotateResponse>(context);
-  return ServeUnary(Rpc::kRotate, context, *request, response, [this, owned, response] {
+  // The reply takes over the request's bytes; gRPC then serializes it (a
+  // second copy, freed once sent).
+  return ServeUnary(Rpc::kRotate, context, *request, RotateReplyBytes(*request), response,
+                    [this, owned, response] {
     if (owned == nullptr) {
       return absl::InternalError("Rotate: the owning message allocator is not installed");
     }
@@ -198,7 +251,8 @@ grpc::ServerBidiReactor<v1::RotateRequest, v1::RotateResponse>* RopeServiceImpl:
 grpc::ServerUnaryReactor* RopeServiceImpl::AttentionScores(
     grpc::CallbackServerContext* context, const v1::AttentionScoresRequest* request,
     v1::AttentionScoresResponse* response) {
-  return ServeUnary(Rpc::kAttentionScores, context, *request, response,
+  const int64_t reply_bytes = AttentionScoresReplyBytes(*request);
+  return ServeUnary(Rpc::kAttentionScores, context, *request, WithSerializedCopy(reply_bytes), response,
                     [this, context, request, response] {
                       // The longest call there is: let the backend stop when the
                       // client cancels or its deadline passes (gRPC marks the call
@@ -213,7 +267,10 @@ grpc::ServerUnaryReactor* RopeServiceImpl::GetTable(grpc::CallbackServerContext*
                                                     const v1::GetTableRequest* request,
                                                     v1::GetTableResponse* response) {
   // A miss builds a whole table: off gRPC's threads too.
-  return ServeUnary(Rpc::kGetTable, context, *request, response, [this, request, response] {
+  const int64_t reply_bytes = GetTableReplyBytes(*request, engine_.limits().max_len_cap,
+                                                 options_.max_message_bytes);
+  return ServeUnary(Rpc::kGetTable, context, *request, WithSerializedCopy(reply_bytes), response,
+                    [this, request, response] {
     return AnswerGetTable(engine_, *request, options_.max_message_bytes, response);
   });
 }
@@ -222,7 +279,10 @@ grpc::ServerUnaryReactor* RopeServiceImpl::ResolveConfig(grpc::CallbackServerCon
                                                          const v1::RopeConfig* request,
                                                          v1::ResolvedConfig* response) {
   // A miss parses a config.json: off gRPC's threads too.
-  return ServeUnary(Rpc::kResolveConfig, context, *request, response, [this, request, response] {
+  // The reply is about the size of the config it resolves (and its copy).
+  const int64_t reply_bytes = static_cast<int64_t>(request->ByteSizeLong()) + 4096;
+  return ServeUnary(Rpc::kResolveConfig, context, *request, WithSerializedCopy(reply_bytes), response,
+                    [this, request, response] {
     return AnswerResolveConfig(engine_, *request, response);
   });
 }

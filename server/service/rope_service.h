@@ -1,6 +1,7 @@
 // RopeServiceImpl: the rope.v1.RopeService over gRPC's callback API.
 //
-// gRPC glue only: each handler admits the call through the CallGate, runs the
+// gRPC glue only: each handler admits the call through the CallGate and the
+// ByteBudget (its request's bytes and its reply's estimated bytes), runs the
 // RPC's entry of proto_engine/rope_calls.h (request message to reply message
 // over the Engine) on the WorkQueue so the library's threads stay free for
 // I/O and admission, converts the status (ToGrpcStatus), and records metrics.
@@ -22,6 +23,7 @@
 #include "rope/v1/rope.grpc.pb.h"
 #include "rope/v1/rope.pb.h"
 #include "server/engine/engine.h"
+#include "server/service/byte_budget.h"
 #include "server/service/call_gate.h"
 #include "server/service/owned_messages.h"
 #include "server/service/service_metrics.h"
@@ -33,12 +35,14 @@ struct ServiceOptions {
   // The server's limit on one message each way; replies over it are refused
   // with RESOURCE_EXHAUSTED. Reported by GetServerInfo.
   int64_t max_message_bytes = kDefaultMaxMessageBytes;
+  // --max_inflight_bytes (both halves; 0: none). Reported by GetServerInfo.
+  int64_t max_inflight_bytes = 0;
 };
 
 class RopeServiceImpl final : public v1::RopeService::CallbackService {
  public:
-  RopeServiceImpl(Engine& engine, CallGate& gate, ServiceMetrics& metrics, WorkQueue& work,
-                  ServiceOptions options);
+  RopeServiceImpl(Engine& engine, CallGate& gate, ByteBudget& budget, ServiceMetrics& metrics,
+                  WorkQueue& work, ServiceOptions options);
 
   grpc::ServerUnaryReactor* Rotate(grpc::CallbackServerContext* context,
                                    const v1::RotateRequest* request,
@@ -62,16 +66,20 @@ class RopeServiceImpl final : public v1::RopeService::CallbackService {
   class RotateStreamReactor;
 
   // The skeleton of Rotate, AttentionScores and GetTable: admits the call,
-  // then on the work queue runs `answer` (() -> absl::Status, filling
+  // charges its request's bytes plus `more_bytes` (what its reply allocates)
+  // to the byte budget (waiting until the call's deadline at most), then on
+  // the work queue runs `answer` (() -> absl::Status, filling
   // `response`) unless the call was cancelled or its deadline passed while it
   // waited, and finishes the call with the status and the reply.
   template <typename Request, typename Response, typename Answer>
   grpc::ServerUnaryReactor* ServeUnary(Rpc rpc, grpc::CallbackServerContext* context,
-                                       const Request& request, Response* response, Answer answer);
+                                       const Request& request, int64_t more_bytes,
+                                       Response* response, Answer answer);
   void FillServerInfo(v1::ServerInfo* info) const;
 
   Engine& engine_;
   CallGate& gate_;
+  ByteBudget& budget_;
   ServiceMetrics& metrics_;
   WorkQueue& work_;
   const ServiceOptions options_;

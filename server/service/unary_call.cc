@@ -23,6 +23,22 @@ bool UnaryCall::Admit(const google::protobuf::Message& request) {
   return true;
 }
 
+void UnaryCall::ReserveBytes(ByteBudget& budget, int64_t more_bytes, absl::Time deadline,
+                             absl::AnyInvocable<void() &&> work) {
+  const int64_t held_bytes = bytes_in_;
+  budget.Reserve(RpcName(rpc_), held_bytes, more_bytes, deadline,
+                 [this, &budget, held_bytes, more_bytes,
+                  work = std::move(work)](absl::Status granted) mutable {
+                   if (!granted.ok()) {
+                     FinishWith(granted, nullptr);
+                     return;
+                   }
+                   budget_ = &budget;
+                   bytes_charged_ = held_bytes + more_bytes;
+                   std::move(work)();
+                 });
+}
+
 void UnaryCall::FinishWith(const absl::Status& status, google::protobuf::Message* response) {
   absl::Status final_status = status;
   int64_t bytes_out = 0;
@@ -52,6 +68,8 @@ void UnaryCall::FinishWith(const absl::Status& status, google::protobuf::Message
 
 void UnaryCall::OnDone() {
   if (admitted_) gate_.Leave();  // never reached FinishWith
+  // The request and the reply (and its serialized copy) are freed only now.
+  if (budget_ != nullptr) budget_->Release(bytes_charged_);
   delete this;
 }
 

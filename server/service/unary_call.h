@@ -1,17 +1,21 @@
 // UnaryCall: the reactor of every unary RPC of ropeserve.
 //
 // It holds a CallGate slot while the call is being worked on (from Admit to
-// FinishWith), and records the request's metrics when it finishes. Owned by gRPC once returned from a handler;
-// deletes itself in OnDone.
+// FinishWith), and its bytes in flight in the ByteBudget from ReserveBytes
+// until gRPC has sent the reply (OnDone), and records the request's metrics
+// when it finishes. Owned by gRPC once returned from a handler; deletes itself
+// in OnDone.
 #ifndef ROPE_SERVICE_UNARY_CALL_H_
 #define ROPE_SERVICE_UNARY_CALL_H_
 
 #include <cstdint>
 
+#include "absl/functional/any_invocable.h"
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "google/protobuf/message.h"
 #include "grpcpp/support/server_callback.h"
+#include "server/service/byte_budget.h"
 #include "server/service/call_gate.h"
 #include "server/service/service_metrics.h"
 
@@ -26,6 +30,14 @@ class UnaryCall final : public grpc::ServerUnaryReactor {
   // (UNAVAILABLE or RESOURCE_EXHAUSTED) and returns false; the handler must
   // then only return the reactor. `request` is measured for the metrics.
   bool Admit(const google::protobuf::Message& request);
+
+  // After Admit: charges the request's bytes plus `more_bytes` (what the
+  // reply will allocate) to `budget`, waiting at most until `deadline`; once
+  // granted runs `work` (on whichever thread granted: it should only
+  // schedule). Refused: finishes the call with the budget's
+  // RESOURCE_EXHAUSTED. The bytes are returned in OnDone.
+  void ReserveBytes(ByteBudget& budget, int64_t more_bytes, absl::Time deadline,
+                    absl::AnyInvocable<void() &&> work);
 
   // Records the metrics and finishes the call with `status` (converted by
   // ToGrpcStatus). An OK reply larger than max_reply_bytes is replaced by
@@ -43,6 +55,8 @@ class UnaryCall final : public grpc::ServerUnaryReactor {
   const absl::Time start_;
   int64_t bytes_in_ = 0;
   bool admitted_ = false;
+  ByteBudget* budget_ = nullptr;  // set with bytes_charged_ once granted
+  int64_t bytes_charged_ = 0;
 };
 
 }  // namespace rope

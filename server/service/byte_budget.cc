@@ -1,0 +1,168 @@
+#include "server/service/byte_budget.h"
+
+#include <algorithm>
+#include <limits>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace rope {
+
+namespace {
+
+// a + b for non-negative a, b, saturating at INT64_MAX.
+int64_t SaturatingAdd(int64_t a, int64_t b) {
+  return a > std::numeric_limits<int64_t>::max() - b ? std::numeric_limits<int64_t>::max() : a + b;
+}
+
+std::string Describe(absl::string_view what, int64_t held_bytes, int64_t more_bytes) {
+  return absl::StrCat(what, " needs ", SaturatingAdd(held_bytes, more_bytes),
+                      " bytes in flight (request ", held_bytes, " + reply ", more_bytes, ")");
+}
+
+}  // namespace
+
+ByteBudget::ByteBudget(int64_t budget_bytes, absl::Duration max_wait, std::string budget_text)
+    : budget_bytes_(budget_bytes),
+      max_wait_(max_wait),
+      budget_text_(budget_text.empty() ? absl::StrCat("max_inflight_bytes ", budget_bytes)
+                                       : std::move(budget_text)) {
+  if (budget_bytes_ > 0) timer_ = std::thread([this] { TimerMain(); });
+}
+
+ByteBudget::~ByteBudget() {
+  std::list<Waiter> refused;
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+    for (const Waiter& waiter : waiters_) in_use_ -= waiter.held_bytes;
+    refused.swap(waiters_);
+    refusals_ += static_cast<int64_t>(refused.size());
+    timer_wake_.Signal();
+  }
+  if (timer_.joinable()) timer_.join();
+  for (Waiter& waiter : refused) {
+    std::move(waiter.done)(absl::ResourceExhaustedError(
+        absl::StrCat(Describe(waiter.what, waiter.held_bytes, waiter.more_bytes),
+                     ": the server stopped while it waited for room in ", budget_text_)));
+  }
+}
+
+void ByteBudget::Reserve(absl::string_view what, int64_t held_bytes, int64_t more_bytes,
+                         absl::Time deadline, Done done) {
+  held_bytes = std::max<int64_t>(held_bytes, 0);
+  more_bytes = std::max<int64_t>(more_bytes, 0);
+  const int64_t total = SaturatingAdd(held_bytes, more_bytes);
+  absl::Status answer;
+  {
+    absl::MutexLock lock(&mu_);
+    if (budget_bytes_ <= 0) {
+      in_use_ = SaturatingAdd(in_use_, total);
+    } else if (total > budget_bytes_) {
+      answer = absl::ResourceExhaustedError(
+          absl::StrCat(Describe(what, held_bytes, more_bytes),
+                       ": more than the server's whole ", budget_text_, "; send less per call"));
+    } else if (in_use_ + held_bytes > budget_bytes_) {
+      answer = absl::ResourceExhaustedError(
+          absl::StrCat(Describe(what, held_bytes, more_bytes), ": ", in_use_,
+                       " bytes of the server's ", budget_text_, " are in use; retry later"));
+    } else if (in_use_ + total <= budget_bytes_) {
+      in_use_ += total;
+    } else {
+      // Its request is resident: charge it now, and wait for the reply's room.
+      in_use_ += held_bytes;
+      const absl::Time now = absl::Now();
+      waiters_.push_back(Waiter{std::string(what), held_bytes, more_bytes, now,
+                                std::min(deadline, now + max_wait_), std::move(done)});
+      timer_wake_.Signal();
+      return;
+    }
+    if (!answer.ok()) ++refusals_;
+  }
+  std::move(done)(std::move(answer));
+}
+
+void ByteBudget::GrantLocked(std::list<Waiter>& granted) {
+  for (auto it = waiters_.begin(); it != waiters_.end();) {
+    if (in_use_ + it->more_bytes <= budget_bytes_) {
+      in_use_ += it->more_bytes;
+      auto next = std::next(it);
+      granted.splice(granted.end(), waiters_, it);
+      it = next;
+    } else {
+      ++it;
+    }
+  }
+}
+
+void ByteBudget::Release(int64_t bytes) {
+  std::list<Waiter> granted;
+  {
+    absl::MutexLock lock(&mu_);
+    in_use_ -= bytes;
+    GrantLocked(granted);
+  }
+  for (Waiter& waiter : granted) std::move(waiter.done)(absl::OkStatus());
+}
+
+void ByteBudget::RefuseWaiting(const absl::Status& status) {
+  std::list<Waiter> refused;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const Waiter& waiter : waiters_) in_use_ -= waiter.held_bytes;
+    refused.swap(waiters_);
+  }
+  for (Waiter& waiter : refused) std::move(waiter.done)(status);
+}
+
+void ByteBudget::TimerMain() {
+  absl::MutexLock lock(&mu_);
+  while (!stopping_) {
+    absl::Time next = absl::InfiniteFuture();
+    for (const Waiter& waiter : waiters_) next = std::min(next, waiter.give_up);
+    timer_wake_.WaitWithDeadline(&mu_, next);
+    const absl::Time now = absl::Now();
+    std::list<Waiter> expired;
+    for (auto it = waiters_.begin(); it != waiters_.end();) {
+      auto next_it = std::next(it);
+      if (it->give_up <= now) {
+        in_use_ -= it->held_bytes;
+        ++refusals_;
+        expired.splice(expired.end(), waiters_, it);
+      }
+      it = next_it;
+    }
+    if (expired.empty()) continue;
+    // Returning the requests' bytes may let other waiters in.
+    std::list<Waiter> granted;
+    GrantLocked(granted);
+    const int64_t in_use = in_use_;
+    mu_.Unlock();
+    for (Waiter& waiter : expired) {
+      std::move(waiter.done)(absl::ResourceExhaustedError(absl::StrCat(
+          Describe(waiter.what, waiter.held_bytes, waiter.more_bytes), ": waited ",
+          absl::FormatDuration(absl::Trunc(now - waiter.since, absl::Milliseconds(1))),
+          " (its deadline, or the server's wait limit ", absl::FormatDuration(max_wait_),
+          ") for room in the server's ", budget_text_, " (", in_use, " in use); retry later")));
+    }
+    for (Waiter& waiter : granted) std::move(waiter.done)(absl::OkStatus());
+    mu_.Lock();
+  }
+}
+
+int64_t ByteBudget::in_use_bytes() const {
+  absl::MutexLock lock(&mu_);
+  return in_use_;
+}
+
+int64_t ByteBudget::waiters() const {
+  absl::MutexLock lock(&mu_);
+  return static_cast<int64_t>(waiters_.size());
+}
+
+int64_t ByteBudget::refusals() const {
+  absl::MutexLock lock(&mu_);
+  return refusals_;
+}
+
+}  // namespace rope

@@ -1,0 +1,234 @@
+// server/service/byte_budget.h: the budget of bytes in flight: immediate
+// grants and refusals, waiting until room or the deadline, first-fit order,
+// and the invariant under concurrent callers. Built into scripts/tsan.sh's
+// ThreadSanitizer run as well.
+#include "server/service/byte_budget.h"
+
+#include <atomic>
+#include <cstdint>
+#include <optional>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "gtest/gtest.h"
+#include "tests/support/status_matchers.h"
+
+namespace rope {
+namespace {
+
+using test::StatusIs;
+
+constexpr absl::Duration kLongWait = absl::Seconds(30);
+
+// Records the answer of one Reserve.
+class Answer {
+ public:
+  ByteBudget::Done Callback() {
+    return [this](absl::Status status) {
+      absl::MutexLock lock(&mu_);
+      status_ = std::move(status);
+    };
+  }
+  bool answered() const {
+    absl::MutexLock lock(&mu_);
+    return status_.has_value();
+  }
+  // Waits (bounded) for the answer.
+  absl::Status Get() const {
+    absl::MutexLock lock(&mu_);
+    auto done = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return status_.has_value(); };
+    if (!mu_.AwaitWithTimeout(absl::Condition(&done), absl::Seconds(10))) {
+      return absl::DeadlineExceededError("test: no answer within 10s");
+    }
+    return *status_;
+  }
+
+ private:
+  mutable absl::Mutex mu_;
+  std::optional<absl::Status> status_ ABSL_GUARDED_BY(mu_);
+};
+
+absl::Time Forever() { return absl::InfiniteFuture(); }
+
+TEST(ByteBudgetTest, GrantsAtOnceWhatFitsAndCountsIt) {
+  ByteBudget budget(1000, kLongWait);
+  Answer answer;
+  budget.Reserve("Rotate", 300, 300, Forever(), answer.Callback());
+  ASSERT_TRUE(answer.answered());  // on the calling thread
+  EXPECT_TRUE(answer.Get().ok());
+  EXPECT_EQ(budget.in_use_bytes(), 600);
+  budget.Release(600);
+  EXPECT_EQ(budget.in_use_bytes(), 0);
+  EXPECT_EQ(budget.refusals(), 0);
+}
+
+TEST(ByteBudgetTest, RefusesACallLargerThanTheWholeBudgetAtOnce) {
+  ByteBudget budget(1000, kLongWait);
+  Answer answer;
+  budget.Reserve("Rotate", 600, 600, Forever(), answer.Callback());
+  ASSERT_TRUE(answer.answered());
+  EXPECT_TRUE(StatusIs(answer.Get(), absl::StatusCode::kResourceExhausted,
+                       "Rotate needs 1200 bytes in flight (request 600 + reply 600): "
+                                 "more than the server's whole max_inflight_bytes 1000"));
+  EXPECT_EQ(budget.in_use_bytes(), 0);
+  EXPECT_EQ(budget.refusals(), 1);
+}
+
+TEST(ByteBudgetTest, RefusesAtOnceWhenEvenTheRequestDoesNotFit) {
+  ByteBudget budget(1000, kLongWait);
+  Answer first, second;
+  budget.Reserve("Rotate", 400, 400, Forever(), first.Callback());
+  ASSERT_TRUE(first.Get().ok());
+  budget.Reserve("Rotate", 300, 300, Forever(), second.Callback());
+  ASSERT_TRUE(second.answered());
+  EXPECT_TRUE(StatusIs(second.Get(), absl::StatusCode::kResourceExhausted,
+                       "800 bytes of the server's max_inflight_bytes 1000 are in use"));
+  EXPECT_EQ(budget.in_use_bytes(), 800);
+}
+
+TEST(ByteBudgetTest, WaitsForTheReplysRoomAndIsGrantedByARelease) {
+  ByteBudget budget(1000, kLongWait);
+  Answer first, second;
+  budget.Reserve("Rotate", 300, 300, Forever(), first.Callback());
+  ASSERT_TRUE(first.Get().ok());
+  budget.Reserve("GetTable", 100, 500, Forever(), second.Callback());
+  EXPECT_FALSE(second.answered());
+  EXPECT_EQ(budget.waiters(), 1);
+  EXPECT_EQ(budget.in_use_bytes(), 700);  // the waiter's request is charged
+  budget.Release(600);
+  ASSERT_TRUE(second.answered());  // granted on the releasing thread
+  EXPECT_TRUE(second.Get().ok());
+  EXPECT_EQ(budget.in_use_bytes(), 600);
+  EXPECT_EQ(budget.waiters(), 0);
+}
+
+TEST(ByteBudgetTest, RefusesAWaiterAtItsDeadlineAndReturnsItsRequestBytes) {
+  ByteBudget budget(1000, kLongWait);
+  Answer first, second;
+  budget.Reserve("Rotate", 300, 300, Forever(), first.Callback());
+  ASSERT_TRUE(first.Get().ok());
+  budget.Reserve("AttentionScores", 100, 500, absl::Now() + absl::Milliseconds(50),
+                 second.Callback());
+  EXPECT_TRUE(StatusIs(second.Get(), absl::StatusCode::kResourceExhausted,
+                       "AttentionScores needs 600 bytes in flight (request 100 + "
+                                 "reply 500): waited"));
+  EXPECT_TRUE(StatusIs(second.Get(), absl::StatusCode::kResourceExhausted,
+                       "room in the server's max_inflight_bytes 1000"));
+  EXPECT_EQ(budget.in_use_bytes(), 600);
+  EXPECT_EQ(budget.waiters(), 0);
+  EXPECT_EQ(budget.refusals(), 1);
+}
+
+TEST(ByteBudgetTest, MaxWaitBoundsACallWithoutDeadline) {
+  ByteBudget budget(1000, absl::Milliseconds(50));
+  Answer first, second;
+  budget.Reserve("Rotate", 300, 300, Forever(), first.Callback());
+  ASSERT_TRUE(first.Get().ok());
+  budget.Reserve("Rotate", 100, 500, Forever(), second.Callback());
+  EXPECT_TRUE(StatusIs(second.Get(), absl::StatusCode::kResourceExhausted,
+                       "the server's wait limit 50ms"));
+}
+
+TEST(ByteBudgetTest, GrantsASmallWaiterPastALargeOneThatDoesNotFit) {
+  ByteBudget budget(1000, kLongWait);
+  Answer holder, large, small;
+  budget.Reserve("Rotate", 300, 300, Forever(), holder.Callback());
+  ASSERT_TRUE(holder.Get().ok());
+  budget.Reserve("Rotate", 100, 700, Forever(), large.Callback());  // in use 700
+  budget.Reserve("Rotate", 50, 300, Forever(), small.Callback());   // in use 750
+  EXPECT_EQ(budget.waiters(), 2);
+  budget.Release(300);  // in use 450: small fits (+300), large (+700) does not
+  ASSERT_TRUE(small.answered());
+  EXPECT_TRUE(small.Get().ok());
+  EXPECT_FALSE(large.answered());
+  budget.Release(350);  // the small call ends: in use 400, large still does not fit
+  EXPECT_FALSE(large.answered());
+  budget.Release(300);  // the holder ends: in use 100 + 700
+  ASSERT_TRUE(large.answered());
+  EXPECT_TRUE(large.Get().ok());
+  EXPECT_EQ(budget.in_use_bytes(), 800);
+}
+
+TEST(ByteBudgetTest, RefuseWaitingAnswersTheWaitersWithTheGivenStatus) {
+  ByteBudget budget(1000, kLongWait);
+  Answer holder, waiter;
+  budget.Reserve("Rotate", 400, 400, Forever(), holder.Callback());
+  budget.Reserve("Rotate", 100, 500, Forever(), waiter.Callback());
+  budget.RefuseWaiting(absl::UnavailableError("server is draining"));
+  EXPECT_TRUE(StatusIs(waiter.Get(), absl::StatusCode::kUnavailable,
+                       "draining"));
+  EXPECT_EQ(budget.in_use_bytes(), 800);
+  EXPECT_EQ(budget.refusals(), 0);
+}
+
+TEST(ByteBudgetTest, NonPositiveBudgetGrantsEverythingAndStillCounts) {
+  ByteBudget budget(0, kLongWait);
+  Answer answer;
+  budget.Reserve("Rotate", int64_t{1} << 40, int64_t{1} << 40, Forever(), answer.Callback());
+  EXPECT_TRUE(answer.Get().ok());
+  EXPECT_EQ(budget.in_use_bytes(), int64_t{1} << 41);
+}
+
+TEST(ByteBudgetTest, DestructionRefusesTheCallsStillWaiting) {
+  Answer holder, waiter;
+  {
+    ByteBudget budget(1000, kLongWait);
+    budget.Reserve("Rotate", 400, 400, Forever(), holder.Callback());
+    budget.Reserve("Rotate", 100, 500, Forever(), waiter.Callback());
+  }
+  EXPECT_TRUE(holder.Get().ok());
+  EXPECT_TRUE(StatusIs(waiter.Get(), absl::StatusCode::kResourceExhausted,
+                       "the server stopped"));
+}
+
+TEST(ByteBudgetTest, ConcurrentCallersNeverExceedTheBudgetAndAllAreAnswered) {
+  constexpr int64_t kBudget = 10000;
+  constexpr int kThreads = 8;
+  constexpr int kCallsPerThread = 200;
+  ByteBudget budget(kBudget, kLongWait);
+  std::atomic<int64_t> held{0}, peak{0}, granted{0}, refused{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kCallsPerThread; ++i) {
+        const int64_t request = 100 + (t * 37 + i * 11) % 900;
+        const int64_t reply = 100 + (t * 53 + i * 7) % 1900;
+        absl::Notification answered;
+        bool ok = false;
+        budget.Reserve("Rotate", request, reply, absl::Now() + absl::Milliseconds(200),
+                       [&](absl::Status status) {
+                         ok = status.ok();
+                         answered.Notify();
+                       });
+        answered.WaitForNotification();
+        if (!ok) {
+          ++refused;
+          continue;
+        }
+        ++granted;
+        const int64_t now = held.fetch_add(request + reply) + request + reply;
+        int64_t seen = peak.load();
+        while (now > seen && !peak.compare_exchange_weak(seen, now)) {
+        }
+        std::this_thread::yield();
+        held.fetch_sub(request + reply);
+        budget.Release(request + reply);
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  EXPECT_EQ(granted + refused, kThreads * kCallsPerThread);
+  EXPECT_GT(granted, 0);
+  EXPECT_LE(peak.load(), kBudget);
+  EXPECT_EQ(budget.in_use_bytes(), 0);
+  EXPECT_EQ(budget.waiters(), 0);
+  EXPECT_EQ(budget.refusals(), refused.load());
+}
+
+}  // namespace
+}  // namespace rope

@@ -1,0 +1,224 @@
+// The budget of request and reply bytes in flight (--max_inflight_bytes)
+// through a real server: refusals at once, waiting for room, the wait limit,
+// streams, and what GetServerInfo and /metrics report. Calls are kept in
+// flight deterministically by holding the FaultBackend.
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "gtest/gtest.h"
+#include "tests/service/service_fixture.h"
+
+namespace rope {
+namespace test {
+namespace {
+
+// One unary Rotate issued with the callback client API.
+struct PendingRotate {
+  v1::RotateRequest request;
+  v1::RotateResponse response;
+  grpc::ClientContext context;
+  grpc::Status status;
+  absl::Notification done;
+  bool started = false;
+
+  void Start(v1::RopeService::Stub* stub, const v1::RotateRequest& what) {
+    request = what;
+    SetDeadline(&context);
+    stub->async()->Rotate(&context, &request, &response, [this](grpc::Status s) {
+      status = std::move(s);
+      done.Notify();
+    });
+    started = true;
+  }
+  ~PendingRotate() {
+    if (started && !done.HasBeenNotified()) {
+      context.TryCancel();
+      done.WaitForNotificationWithTimeout(absl::Seconds(30));
+    }
+  }
+  ::testing::AssertionResult FinishedWith(grpc::StatusCode code, const std::string& substr) {
+    if (!done.WaitForNotificationWithTimeout(absl::Seconds(30))) {
+      return ::testing::AssertionFailure() << "call did not finish";
+    }
+    return GrpcStatusIs(status, code, substr);
+  }
+};
+
+// 64 KiB of q: a call is charged its request (~64 KiB) plus its reply's
+// serialized copy (64 KiB). The admitted calls' half of max_inflight_bytes
+// fits one call and a half: a second call's request fits beside the first,
+// its reply does not.
+class InflightBudgetTest : public ServiceTest {
+ protected:
+  static v1::RotateRequest Request(unsigned seed = 1) {
+    return MakeRotateRequest(1, 64, 4, 64, 64, 0, seed);
+  }
+  static int64_t CallBytes() {
+    const v1::RotateRequest request = Request();
+    return static_cast<int64_t>(request.ByteSizeLong() + request.q().data().size());
+  }
+  virtual absl::Duration MaxWait() const { return absl::Seconds(30); }
+  void SetUp() override {
+    ServerOptions options = DefaultOptions();
+    budget_ = CallBytes() * 8 / 5;
+    options.max_inflight_bytes = 2 * budget_;
+    options.max_inflight_wait = MaxWait();
+    StartServer(options);
+  }
+  // Waits (bounded) until `count` calls wait for room.
+  bool WaitForWaiters(int64_t count) {
+    for (int i = 0; i < 4000; ++i) {
+      if (server_->byte_budget().waiters() == count) return true;
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+    return false;
+  }
+  // Bytes return once gRPC is done with each call (OnDone), just after the
+  // client saw its status: wait for that, bounded.
+  bool WaitForNoBytesInFlight() {
+    for (int i = 0; i < 4000; ++i) {
+      if (server_->byte_budget().in_use_bytes() == 0) return true;
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+    return false;
+  }
+  grpc::Status Rotate(const v1::RotateRequest& request) {
+    v1::RotateResponse response;
+    grpc::ClientContext context;
+    SetDeadline(&context);
+    return stub_->Rotate(&context, request, &response);
+  }
+
+  // What refusals name: the flag, then the admitted calls' half.
+  std::string BudgetText() const {
+    return "max_inflight_bytes " + std::to_string(2 * budget_) + " (" + std::to_string(budget_) +
+           " for admitted calls)";
+  }
+
+  int64_t budget_ = 0;  // the admitted calls' half of max_inflight_bytes
+};
+
+TEST_F(InflightBudgetTest, CallsWithinTheBudgetRunAndReturnTheirBytes) {
+  for (unsigned seed = 1; seed <= 3; ++seed) {
+    EXPECT_TRUE(GrpcStatusIs(Rotate(Request(seed)), grpc::StatusCode::OK, ""));
+  }
+  EXPECT_TRUE(WaitForNoBytesInFlight());
+  EXPECT_EQ(server_->byte_budget().refusals(), 0);
+}
+
+TEST_F(InflightBudgetTest, RefusesARequestLargerThanTheWholeBudgetAtOnce) {
+  backend_->Hold();  // nothing may reach the backend
+  EXPECT_TRUE(GrpcStatusIs(Rotate(MakeRotateRequest(1, 64, 8, 64)),
+                           grpc::StatusCode::RESOURCE_EXHAUSTED,
+                           "more than the server's whole " + BudgetText()));
+  backend_->Release();
+  EXPECT_EQ(server_->byte_budget().refusals(), 1);
+}
+
+TEST_F(InflightBudgetTest, ACallWhoseReplyDoesNotFitWaitsThenRunsWhenRoomIsReturned) {
+  backend_->Hold();
+  PendingRotate first, second;
+  first.Start(stub_.get(), Request(1));
+  ASSERT_TRUE(backend_->WaitForHeld(1, absl::Seconds(20)));
+  second.Start(stub_.get(), Request(2));
+  ASSERT_TRUE(WaitForWaiters(1));
+  EXPECT_FALSE(second.done.HasBeenNotified());
+  backend_->Release();
+  EXPECT_TRUE(first.FinishedWith(grpc::StatusCode::OK, ""));
+  EXPECT_TRUE(second.FinishedWith(grpc::StatusCode::OK, ""));
+  EXPECT_EQ(second.response.q().data().size(), second.request.q().data().size());
+  EXPECT_TRUE(WaitForNoBytesInFlight());
+  EXPECT_EQ(server_->byte_budget().refusals(), 0);
+}
+
+TEST_F(InflightBudgetTest, ACallWhoseRequestDoesNotFitBesideTheOthersIsRefusedAtOnce) {
+  backend_->Hold();
+  PendingRotate first, second;
+  first.Start(stub_.get(), Request(1));
+  ASSERT_TRUE(backend_->WaitForHeld(1, absl::Seconds(20)));
+  second.Start(stub_.get(), Request(2));
+  ASSERT_TRUE(WaitForWaiters(1));
+  EXPECT_TRUE(GrpcStatusIs(Rotate(Request(3)), grpc::StatusCode::RESOURCE_EXHAUSTED,
+                           "of the server's " + BudgetText() + " are in use; retry later"));
+  backend_->Release();
+  EXPECT_TRUE(first.FinishedWith(grpc::StatusCode::OK, ""));
+  EXPECT_TRUE(second.FinishedWith(grpc::StatusCode::OK, ""));
+}
+
+TEST_F(InflightBudgetTest, AStreamMessageLargerThanTheBudgetEndsTheStream) {
+  grpc::ClientContext context;
+  SetDeadline(&context);
+  auto stream = stub_->RotateStream(&context);
+  ASSERT_TRUE(stream->Write(Request(1)));
+  v1::RotateResponse reply;
+  ASSERT_TRUE(stream->Read(&reply));
+  stream->Write(MakeRotateRequest(1, 64, 8, 64));
+  EXPECT_FALSE(stream->Read(&reply));
+  EXPECT_TRUE(GrpcStatusIs(stream->Finish(), grpc::StatusCode::RESOURCE_EXHAUSTED,
+                           "RotateStream needs"));
+  EXPECT_TRUE(WaitForNoBytesInFlight());
+}
+
+TEST_F(InflightBudgetTest, GetServerInfoReportsTheBudgetAndWhatIsInFlight) {
+  backend_->Hold();
+  PendingRotate first;
+  first.Start(stub_.get(), Request(1));
+  ASSERT_TRUE(backend_->WaitForHeld(1, absl::Seconds(20)));
+  v1::ServerInfo info;
+  grpc::ClientContext context;
+  SetDeadline(&context);
+  ASSERT_TRUE(GrpcStatusIs(stub_->GetServerInfo(&context, v1::GetServerInfoRequest(), &info),
+                           grpc::StatusCode::OK, ""));
+  EXPECT_EQ(info.limits().max_inflight_bytes(), 2 * budget_);
+  EXPECT_EQ(info.inflight_bytes().budget_bytes(), budget_);
+  EXPECT_EQ(info.inflight_bytes().bytes(), CallBytes());
+  EXPECT_EQ(info.inflight_bytes().waiters(), 0);
+  backend_->Release();
+  EXPECT_TRUE(first.FinishedWith(grpc::StatusCode::OK, ""));
+}
+
+class InflightWaitLimitTest : public InflightBudgetTest {
+ protected:
+  absl::Duration MaxWait() const override { return absl::Milliseconds(100); }
+};
+
+TEST_F(InflightWaitLimitTest, AWaiterIsRefusedAtTheWaitLimitNamingTheBudget) {
+  backend_->Hold();
+  PendingRotate first;
+  first.Start(stub_.get(), Request(1));
+  ASSERT_TRUE(backend_->WaitForHeld(1, absl::Seconds(20)));
+  EXPECT_TRUE(GrpcStatusIs(Rotate(Request(2)), grpc::StatusCode::RESOURCE_EXHAUSTED,
+                           "for room in the server's " + BudgetText()));
+  backend_->Release();
+  EXPECT_TRUE(first.FinishedWith(grpc::StatusCode::OK, ""));
+  EXPECT_EQ(server_->byte_budget().refusals(), 1);
+}
+
+class InflightMetricsTest : public InflightBudgetTest {
+ protected:
+  void SetUp() override {
+    ServerOptions options = DefaultOptions();
+    budget_ = CallBytes() * 8 / 5;
+    options.max_inflight_bytes = 2 * budget_;
+    options.metrics_address = "127.0.0.1:0";
+    StartServer(options);
+  }
+};
+
+TEST_F(InflightMetricsTest, MetricsReportTheBudgetAndItsRefusals) {
+  EXPECT_TRUE(GrpcStatusIs(Rotate(MakeRotateRequest(1, 64, 8, 64)),
+                           grpc::StatusCode::RESOURCE_EXHAUSTED, "max_inflight_bytes"));
+  const std::string page = HttpGetMetrics(server_->metrics_port());
+  EXPECT_EQ(MetricValue(page, "rope_inflight_budget_bytes"), static_cast<double>(budget_));
+  EXPECT_EQ(MetricValue(page, "rope_inflight_refusals_total"), 1.0);
+  EXPECT_EQ(MetricValue(page, "rope_inflight_waiters"), 0.0);
+  EXPECT_GE(MetricValue(page, "rope_inflight_bytes"), 0.0);
+}
+
+}  // namespace
+}  // namespace test
+}  // namespace rope
