@@ -1,0 +1,175 @@
+// Attention rows on Highway vectors: the softmax_row, store_row and
+// stream_fence kernels of cpu_kernels.h for one target. Included once per
+// target by cpu_kernels.cc.
+//
+// The softmax makes three passes over a row that stays in cache: the
+// maximum, exp(x - max) with its sum, and the scaling by 1 / sum. The sum
+// runs in 16 fixed lanes (lane l adds elements l, l + 16, ...), vectors of 16,
+// 8 or 4 lanes alike, and the 16 lanes are then added in order, so that every
+// target gives the same bits.
+
+#if defined(ROPE_BACKENDS_CPU_SOFTMAX_SIMD_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef ROPE_BACKENDS_CPU_SOFTMAX_SIMD_INL_H_
+#undef ROPE_BACKENDS_CPU_SOFTMAX_SIMD_INL_H_
+#else
+#define ROPE_BACKENDS_CPU_SOFTMAX_SIMD_INL_H_
+#endif
+
+#include <cstdint>
+#include <cstring>
+#include <limits>
+
+#include "hwy/cache_control.h"
+#include "hwy/highway.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace rope {
+namespace cpu {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// exp(x) for x <= 0 (softmax arguments after subtracting the row maximum).
+// Relative error below 2e-7 for x >= -87; 0 below -87, where exp(x) is no
+// longer a normal float; NaN stays NaN; x > 0 (outside the contract) gives 1.
+// Hand-written because Highway's contrib Exp uses fused multiply-adds where
+// the target has them, which would make targets disagree.
+template <class D>
+HWY_INLINE hn::Vec<D> ExpNonPositive(D d, hn::Vec<D> x) {
+  const hn::RebindToSigned<D> di;
+  const auto lowest = hn::Set(d, -87.0f);
+  const auto zero = hn::Zero(d);
+  // Selects, not branches. A NaN fails both tests and becomes -87 here.
+  const auto in_range = hn::Ge(x, lowest);
+  const auto xc = hn::IfThenElse(in_range, hn::IfThenElse(hn::Lt(x, zero), x, zero), lowest);
+  const auto round_magic = hn::Set(d, 12582912.0f);  // 1.5 * 2^23: adding it rounds to an integer
+  const auto n = hn::Sub(hn::Add(hn::Mul(xc, hn::Set(d, 1.44269504088896341f)), round_magic),
+                         round_magic);
+  // ln 2 in two parts so that n * ln2_hi is exact.
+  const auto r = hn::Sub(hn::Sub(xc, hn::Mul(n, hn::Set(d, 0.693359375f))),
+                         hn::Mul(n, hn::Set(d, -2.12194440e-4f)));
+  // Minimax polynomial for exp(r) on [-ln2/2, ln2/2] (Cephes expf).
+  auto p = hn::Set(d, 1.9875691500e-4f);
+  p = hn::Add(hn::Mul(p, r), hn::Set(d, 1.3981999507e-3f));
+  p = hn::Add(hn::Mul(p, r), hn::Set(d, 8.3334519073e-3f));
+  p = hn::Add(hn::Mul(p, r), hn::Set(d, 4.1665795894e-2f));
+  p = hn::Add(hn::Mul(p, r), hn::Set(d, 1.6666665459e-1f));
+  p = hn::Add(hn::Mul(p, r), hn::Set(d, 5.0000001201e-1f));
+  p = hn::Add(hn::Add(hn::Mul(hn::Mul(p, r), r), r), hn::Set(d, 1.0f));
+  // 2^n for n in [-126, 0], built in the exponent field.
+  const auto scale = hn::BitCast(
+      d, hn::ShiftLeft<23>(hn::Add(hn::ConvertTo(di, n), hn::Set(di, 127))));
+  const auto result = hn::Mul(p, scale);
+  // Below -87: 0. NaN: itself.
+  return hn::IfThenElse(in_range, result, hn::IfThenElse(hn::Lt(x, lowest), zero, x));
+}
+
+// 16 lanes whatever the vector width: D16 holds 16, 8 or 4 floats and each
+// step handles 16 elements as 1, 2 or 4 vectors.
+using D16 = hn::CappedTag<float, 16>;
+constexpr int64_t kSumLanes = 16;
+
+// Writes exp(in - max) to out and returns it.
+HWY_INLINE hn::Vec<D16> ExpStore(D16 d, const float* in, hn::Vec<D16> max_vec, float* out) {
+  const auto e = ExpNonPositive(d, hn::Sub(hn::LoadU(d, in), max_vec));
+  hn::StoreU(e, d, out);
+  return e;
+}
+
+void SoftmaxRow(float* row, int64_t visible) {
+  if (visible == 0) return;
+  const float* in = row;
+  float* out = row;
+  const D16 d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  const int64_t parts = kSumLanes / N;  // 1, 2 or 4 (16 on HWY_SCALAR)
+  HWY_ALIGN float lanes[kSumLanes];
+
+  // Maximum (order does not matter for it).
+  const float kNegInf = -std::numeric_limits<float>::infinity();
+  float max_v = kNegInf;
+  int64_t j = 0;
+  if (parts <= 4) {
+    auto m0 = hn::Set(d, kNegInf), m1 = m0, m2 = m0, m3 = m0;
+    for (; j + kSumLanes <= visible; j += kSumLanes) {
+      m0 = hn::Max(m0, hn::LoadU(d, in + j));
+      if (parts > 1) m1 = hn::Max(m1, hn::LoadU(d, in + j + N));
+      if (parts > 2) {
+        m2 = hn::Max(m2, hn::LoadU(d, in + j + 2 * N));
+        m3 = hn::Max(m3, hn::LoadU(d, in + j + 3 * N));
+      }
+    }
+    max_v = hn::GetLane(hn::MaxOfLanes(d, hn::Max(hn::Max(m0, m1), hn::Max(m2, m3))));
+  }
+  for (; j < visible; ++j) max_v = in[j] > max_v ? in[j] : max_v;
+
+  // exp(x - max) into out, summed in 16 lanes.
+  const auto max_vec = hn::Set(d, max_v);
+  j = 0;
+  if (parts <= 4) {
+    auto s0 = hn::Zero(d), s1 = s0, s2 = s0, s3 = s0;
+    for (; j + kSumLanes <= visible; j += kSumLanes) {
+      s0 = hn::Add(s0, ExpStore(d, in + j, max_vec, out + j));
+      if (parts > 1) s1 = hn::Add(s1, ExpStore(d, in + j + N, max_vec, out + j + N));
+      if (parts > 2) {
+        s2 = hn::Add(s2, ExpStore(d, in + j + 2 * N, max_vec, out + j + 2 * N));
+        s3 = hn::Add(s3, ExpStore(d, in + j + 3 * N, max_vec, out + j + 3 * N));
+      }
+    }
+    hn::StoreU(s0, d, lanes);
+    if (parts > 1) hn::StoreU(s1, d, lanes + N);
+    if (parts > 2) {
+      hn::StoreU(s2, d, lanes + 2 * N);
+      hn::StoreU(s3, d, lanes + 3 * N);
+    }
+  } else {
+    for (int64_t l = 0; l < kSumLanes; ++l) lanes[l] = 0.0f;
+  }
+  // The rest (everything on one-lane HWY_SCALAR), into the same lanes.
+  const hn::CappedTag<float, 1> d1;
+  for (; j < visible; ++j) {
+    const float e = hn::GetLane(ExpNonPositive(d1, hn::Set(d1, in[j] - max_v)));
+    out[j] = e;
+    lanes[j % kSumLanes] += e;
+  }
+  float sum = 0.0f;
+  for (int64_t l = 0; l < kSumLanes; ++l) sum += lanes[l];
+
+  // Scale.
+  const float inv = 1.0f / sum;
+  const hn::ScalableTag<float> df;
+  const auto inv_vec = hn::Set(df, inv);
+  const int64_t NF = static_cast<int64_t>(hn::Lanes(df));
+  for (j = 0; j + NF <= visible; j += NF) {
+    hn::StoreU(hn::Mul(hn::LoadU(df, out + j), inv_vec), df, out + j);
+  }
+  for (; j < visible; ++j) out[j] *= inv;
+}
+
+// out[0, visible) = src[0, visible), out[visible, n) = fill. Streaming
+// (non-temporal) stores where `out` is vector-aligned: an attention's scores
+// are written once and not read back here, and bypassing the cache saves
+// reading each line before overwriting it. StreamFence() must follow before
+// another thread reads `out`.
+void StoreRow(const float* src, int64_t visible, int64_t n, float fill, float* out) {
+  const hn::ScalableTag<float> df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  const uintptr_t vector_bytes = static_cast<uintptr_t>(N) * sizeof(float);
+  auto aligned = [&](int64_t j) { return reinterpret_cast<uintptr_t>(out + j) % vector_bytes == 0; };
+  int64_t j = 0;
+  for (; j < visible && !aligned(j); ++j) out[j] = src[j];
+  for (; j + N <= visible; j += N) hn::Stream(hn::LoadU(df, src + j), df, out + j);
+  for (; j < visible; ++j) out[j] = src[j];
+  for (; j < n && !aligned(j); ++j) out[j] = fill;
+  const auto fill_vec = hn::Set(df, fill);
+  for (; j + N <= n; j += N) hn::Stream(fill_vec, df, out + j);
+  for (; j < n; ++j) out[j] = fill;
+}
+
+void StreamFence() { hwy::FlushStream(); }
+
+}  // namespace HWY_NAMESPACE
+}  // namespace cpu
+}  // namespace rope
+HWY_AFTER_NAMESPACE();
+
+#endif  // per-target include guard
