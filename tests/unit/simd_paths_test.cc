@@ -391,8 +391,8 @@ TEST_P(SimdPathTest, SoftmaxRowsMatchTheBestPathAndDoublePrecision) {
       for (float& x : in) x = normal(rng);
       if (n > 5) in[3] = -100.0f;  // below exp's -87 cut-off once the max is taken off
       std::vector<float> got = in, ref = in;
-      kernels_->softmax_row(got.data(), visible);
-      best.softmax_row(ref.data(), visible);
+      kernels_->scale_row(got.data(), visible, kernels_->exp_row(got.data(), visible));
+      best.scale_row(ref.data(), visible, best.exp_row(ref.data(), visible));
       double max_v = -INFINITY, sum = 0;
       for (int64_t j = 0; j < visible; ++j) max_v = std::max<double>(max_v, in[j]);
       for (int64_t j = 0; j < visible; ++j) sum += std::exp(in[j] - max_v);
@@ -413,7 +413,7 @@ TEST_P(SimdPathTest, SoftmaxRowsMatchTheBestPathAndDoublePrecision) {
   }
 }
 
-TEST_P(SimdPathTest, StoreRowCopiesThenFillsAtAnyAlignment) {
+TEST_P(SimdPathTest, StoreRowScalesThenFillsAtAnyAlignment) {
   std::vector<float> src(300);
   for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<float>(i) + 0.5f;
   // 64-byte aligned base, then every float offset within a cache line.
@@ -427,10 +427,10 @@ TEST_P(SimdPathTest, StoreRowCopiesThenFillsAtAnyAlignment) {
         for (float fill : {0.0f, -std::numeric_limits<float>::infinity()}) {
           std::fill(buffer.begin(), buffer.end(), 7.0f);
           float* out = base + offset;
-          kernels_->store_row(src.data(), visible, n, fill, out);
+          kernels_->store_row(src.data(), visible, n, 0.25f, fill, out);
           kernels_->stream_fence();
           for (int64_t j = 0; j < n; ++j) {
-            ASSERT_EQ(Bits(out[j]), Bits(j < visible ? src[j] : fill))
+            ASSERT_EQ(Bits(out[j]), Bits(j < visible ? src[j] * 0.25f : fill))
                 << "offset " << offset << " n " << n << " visible " << visible << " j " << j;
           }
           ASSERT_EQ(out[n], 7.0f) << "wrote past n " << n << " at offset " << offset;

@@ -225,13 +225,17 @@ absl::Status CpuAttentionScores(const cpu::CpuKernels& kernels, const RopeTable&
           float* row = scores_buf + (j * n_rows + i) * keys;
           float* out = args.scores + ((b * hq + h0 + j) * sq + i0 + i) * sk;
           const int64_t visible = std::min(keys, VisibleKeys(args, b, i0 + i));
-          // Masked keys: 0 after a softmax, else -inf. The block's row keeps
-          // the probabilities for the output, whatever the scores hold.
-          if (args.softmax) kernels.softmax_row(row, visible);
-          kernels.store_row(row, visible, sk, args.softmax ? 0.0f : kNegInf, out);
-          if (!args.softmax && args.v != nullptr) kernels.softmax_row(row, visible);
-          // Keys past `visible` within the block count as probability 0.
-          if (args.v != nullptr) std::fill(row + visible, row + keys, 0.0f);
+          // Masked keys: 0 after a softmax, else -inf. The block's row ends
+          // with the probabilities when the output needs them.
+          float inv_sum = 1.0f;
+          if (args.softmax) inv_sum = kernels.exp_row(row, visible);
+          kernels.store_row(row, visible, sk, inv_sum, args.softmax ? 0.0f : kNegInf, out);
+          if (args.v != nullptr) {
+            if (!args.softmax) inv_sum = kernels.exp_row(row, visible);
+            kernels.scale_row(row, visible, inv_sum);
+            // Keys past `visible` within the block count as probability 0.
+            std::fill(row + visible, row + keys, 0.0f);
+          }
         }
       }
       if (args.v == nullptr) continue;

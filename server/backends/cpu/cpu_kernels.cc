@@ -60,9 +60,9 @@ namespace rope {
 namespace cpu {
 namespace HWY_NAMESPACE {
 
-constexpr CpuKernels kKernels = {PathName(HWY_TARGET), HWY_TARGET, &Rotate,      &RotateCopy,
-                                 &Widen,               &Narrow,     &SoftmaxRow,  &StoreRow,
-                                 &StreamFence};
+constexpr CpuKernels kKernels = {PathName(HWY_TARGET), HWY_TARGET, &Rotate,   &RotateCopy,
+                                 &Widen,               &Narrow,     &ExpRow,   &ScaleRow,
+                                 &StoreRow,            &StreamFence};
 
 }  // namespace HWY_NAMESPACE
 }  // namespace cpu

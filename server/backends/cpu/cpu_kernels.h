@@ -84,13 +84,18 @@ struct CpuKernels {
   void (*widen)(DType dtype, const void* src, int64_t n, float* dst);
   void (*narrow)(DType dtype, const float* src, int64_t n, void* dst);
 
-  // In place: row[0, visible) becomes its softmax.
-  void (*softmax_row)(float* row, int64_t visible);
+  // The softmax of row[0, visible) is exp_row's result times what it
+  // returns: it replaces row[j] by exp(row[j] - max) and returns 1 / sum
+  // (0 when visible == 0).
+  float (*exp_row)(float* row, int64_t visible);
+  // row[0, n) *= scale.
+  void (*scale_row)(float* row, int64_t n, float scale);
 
-  // out[0, visible) = src[0, visible), out[visible, n) = fill, with
+  // out[0, visible) = src[0, visible) * scale, out[visible, n) = fill, with
   // streaming stores that bypass the cache where out is vector-aligned; call
   // stream_fence before another thread may read out.
-  void (*store_row)(const float* src, int64_t visible, int64_t n, float fill, float* out);
+  void (*store_row)(const float* src, int64_t visible, int64_t n, float scale, float fill,
+                    float* out);
   void (*stream_fence)();
 };
 

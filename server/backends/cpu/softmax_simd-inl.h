@@ -1,9 +1,10 @@
-// Attention rows on Highway vectors: the softmax_row, store_row and
+// Attention rows on Highway vectors: the exp_row, scale_row, store_row and
 // stream_fence kernels of cpu_kernels.h for one target. Included once per
 // target by cpu_kernels.cc.
 //
-// The softmax makes three passes over a row that stays in cache: the
-// maximum, exp(x - max) with its sum, and the scaling by 1 / sum. The sum
+// The softmax makes two passes over a row that stays in cache, the maximum
+// and exp(x - max) with its sum; the scaling by 1 / sum rides on the pass
+// that writes the row out (StoreRow) or runs on its own (ScaleRow). The sum
 // runs in 16 fixed lanes (lane l adds elements l, l + 16, ...), vectors of 16,
 // 8 or 4 lanes alike, and the 16 lanes are then added in order, so that every
 // target gives the same bits.
@@ -38,12 +39,14 @@ HWY_INLINE hn::Vec<D> ExpNonPositive(D d, hn::Vec<D> x) {
   const hn::RebindToSigned<D> di;
   const auto lowest = hn::Set(d, -87.0f);
   const auto zero = hn::Zero(d);
-  // Selects, not branches. A NaN fails both tests and becomes -87 here.
-  const auto in_range = hn::Ge(x, lowest);
-  const auto xc = hn::IfThenElse(in_range, hn::IfThenElse(hn::Lt(x, zero), x, zero), lowest);
-  const auto round_magic = hn::Set(d, 12582912.0f);  // 1.5 * 2^23: adding it rounds to an integer
-  const auto n = hn::Sub(hn::Add(hn::Mul(xc, hn::Set(d, 1.44269504088896341f)), round_magic),
-                         round_magic);
+  // x clamped to [-87, 0]. Only finite lanes in range keep this result (see
+  // the selects at the end), so how Min/Max treat NaN does not matter.
+  const auto xc = hn::Min(hn::Max(x, lowest), zero);
+  // t = 1.5 * 2^23 + round(x / ln 2): adding 1.5 * 2^23 rounds to an
+  // integer, n in [-126, 0], which also sits in t's low mantissa bits.
+  const auto round_magic = hn::Set(d, 12582912.0f);
+  const auto t = hn::Add(hn::Mul(xc, hn::Set(d, 1.44269504088896341f)), round_magic);
+  const auto n = hn::Sub(t, round_magic);
   // ln 2 in two parts so that n * ln2_hi is exact.
   const auto r = hn::Sub(hn::Sub(xc, hn::Mul(n, hn::Set(d, 0.693359375f))),
                          hn::Mul(n, hn::Set(d, -2.12194440e-4f)));
@@ -55,12 +58,13 @@ HWY_INLINE hn::Vec<D> ExpNonPositive(D d, hn::Vec<D> x) {
   p = hn::Add(hn::Mul(p, r), hn::Set(d, 1.6666665459e-1f));
   p = hn::Add(hn::Mul(p, r), hn::Set(d, 5.0000001201e-1f));
   p = hn::Add(hn::Add(hn::Mul(hn::Mul(p, r), r), r), hn::Set(d, 1.0f));
-  // 2^n for n in [-126, 0], built in the exponent field.
+  // 2^n built in the exponent field straight from t's bits (t's bits are
+  // 0x4B400000 + n), without a float-to-int conversion.
   const auto scale = hn::BitCast(
-      d, hn::ShiftLeft<23>(hn::Add(hn::ConvertTo(di, n), hn::Set(di, 127))));
+      d, hn::ShiftLeft<23>(hn::Add(hn::BitCast(di, t), hn::Set(di, 127 - 0x4B400000))));
   const auto result = hn::Mul(p, scale);
-  // Below -87: 0. NaN: itself.
-  return hn::IfThenElse(in_range, result, hn::IfThenElse(hn::Lt(x, lowest), zero, x));
+  // In range: the result. Below -87: 0. NaN: itself.
+  return hn::IfThenElse(hn::Ge(x, lowest), result, hn::IfThenElse(hn::Lt(x, lowest), zero, x));
 }
 
 // 16 lanes whatever the vector width: D16 holds 16, 8 or 4 floats and each
@@ -75,8 +79,8 @@ HWY_INLINE hn::Vec<D16> ExpStore(D16 d, const float* in, hn::Vec<D16> max_vec, f
   return e;
 }
 
-void SoftmaxRow(float* row, int64_t visible) {
-  if (visible == 0) return;
+float ExpRow(float* row, int64_t visible) {
+  if (visible == 0) return 0.0f;
   const float* in = row;
   float* out = row;
   const D16 d;
@@ -134,31 +138,35 @@ void SoftmaxRow(float* row, int64_t visible) {
   float sum = 0.0f;
   for (int64_t l = 0; l < kSumLanes; ++l) sum += lanes[l];
 
-  // Scale.
-  const float inv = 1.0f / sum;
-  const hn::ScalableTag<float> df;
-  const auto inv_vec = hn::Set(df, inv);
-  const int64_t NF = static_cast<int64_t>(hn::Lanes(df));
-  for (j = 0; j + NF <= visible; j += NF) {
-    hn::StoreU(hn::Mul(hn::LoadU(df, out + j), inv_vec), df, out + j);
-  }
-  for (; j < visible; ++j) out[j] *= inv;
+  return 1.0f / sum;
 }
 
-// out[0, visible) = src[0, visible), out[visible, n) = fill. Streaming
+void ScaleRow(float* row, int64_t n, float scale) {
+  const hn::ScalableTag<float> df;
+  const auto scale_vec = hn::Set(df, scale);
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  int64_t j = 0;
+  for (; j + N <= n; j += N) hn::StoreU(hn::Mul(hn::LoadU(df, row + j), scale_vec), df, row + j);
+  for (; j < n; ++j) row[j] *= scale;
+}
+
+// out[0, visible) = src[0, visible) * scale, out[visible, n) = fill. Streaming
 // (non-temporal) stores where `out` is vector-aligned: an attention's scores
 // are written once and not read back here, and bypassing the cache saves
 // reading each line before overwriting it. StreamFence() must follow before
 // another thread reads `out`.
-void StoreRow(const float* src, int64_t visible, int64_t n, float fill, float* out) {
+void StoreRow(const float* src, int64_t visible, int64_t n, float scale, float fill, float* out) {
   const hn::ScalableTag<float> df;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
   const uintptr_t vector_bytes = static_cast<uintptr_t>(N) * sizeof(float);
   auto aligned = [&](int64_t j) { return reinterpret_cast<uintptr_t>(out + j) % vector_bytes == 0; };
+  const auto scale_vec = hn::Set(df, scale);
   int64_t j = 0;
-  for (; j < visible && !aligned(j); ++j) out[j] = src[j];
-  for (; j + N <= visible; j += N) hn::Stream(hn::LoadU(df, src + j), df, out + j);
-  for (; j < visible; ++j) out[j] = src[j];
+  for (; j < visible && !aligned(j); ++j) out[j] = src[j] * scale;
+  for (; j + N <= visible; j += N) {
+    hn::Stream(hn::Mul(hn::LoadU(df, src + j), scale_vec), df, out + j);
+  }
+  for (; j < visible; ++j) out[j] = src[j] * scale;
   for (; j < n && !aligned(j); ++j) out[j] = fill;
   const auto fill_vec = hn::Set(df, fill);
   for (; j + N <= n; j += N) hn::Stream(fill_vec, df, out + j);
