@@ -324,6 +324,50 @@ TEST_P(SimdPathTest, RotatesBitForBitLikeScalarMath) {
   EXPECT_EQ(cases, 3 * 2 * 14 * 2 * 2 * 2 * 2);
 }
 
+// Calls over more than 1 MiB rotate head by head (rotate_simd-inl.h's
+// kCachedCallBytes) rather than block by block: the same bits.
+TEST_P(SimdPathTest, LargeCallsRotateBitForBitLikeScalarMath) {
+  std::mt19937 rng(12);
+  for (DType dtype : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
+    for (bool interleaved : {true, false}) {
+      for (int64_t rotary : {30, 64}) {
+        const int64_t head_dim = 70, seq = 1024, q_heads = 8, k_heads = 2;
+        ASSERT_GT(seq * (q_heads + k_heads) * head_dim * static_cast<int64_t>(DTypeSize(dtype)),
+                  int64_t{1} << 20);
+        TableKey key;
+        key.theta = 10000;
+        key.rotary_dim = static_cast<uint32_t>(rotary);
+        key.max_len = 2048;
+        auto table = RopeTable::Build(key);
+        std::vector<uint8_t> q = RandomStorage(dtype, seq * q_heads * head_dim, &rng);
+        std::vector<uint8_t> k = RandomStorage(dtype, seq * k_heads * head_dim, &rng);
+        std::vector<uint8_t> q_want = q, k_want = k;
+        cpu::RotateParams p;
+        p.dtype = dtype;
+        p.interleaved = interleaved;
+        p.q_heads = q_heads;
+        p.k_heads = k_heads;
+        p.head_dim = head_dim;
+        p.rotary_dim = rotary;
+        p.seq = seq;
+        p.table = {table->cos_data(), table->sin_data()};
+        p.positions.seq = seq;
+        p.positions.start_pos = 1000;
+        p.q = q_want.data();
+        p.k = k_want.data();
+        RotateScalar(p, seq);
+        p.q = q.data();
+        p.k = k.data();
+        kernels_->rotate(p, 0, seq);
+        const std::string what = DTypeTag(dtype) + (interleaved ? " interleaved" : " half") +
+                                 " rotary_dim " + std::to_string(rotary);
+        EXPECT_TRUE(SameBuffers(dtype, q, q_want)) << "q: " << what;
+        EXPECT_TRUE(SameBuffers(dtype, k, k_want)) << "k: " << what;
+      }
+    }
+  }
+}
+
 TEST_P(SimdPathTest, RotatedCopiesAreBitForBitScalarMath) {
   std::mt19937 rng(8);
   for (DType dtype : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {

@@ -105,14 +105,12 @@ absl::Status CpuAttentionScores(const cpu::CpuKernels& kernels, const RopeTable&
 
   // Rotated float32 keys, [Hkv][B][Sk][D]: each key head is one contiguous
   // panel for the GEMMs.
+  // (Allocated per call: kept per calling thread, it would stay with every
+  // gRPC work thread that ever served an attention call.)
   const int64_t k_floats = hk * args.batch * sk * d;
-  thread_local ThreadScratch k_scratch;
-  float* const k_rot = k_scratch.Get(k_floats);
-  if (k_rot == nullptr) return OutOfMemory("rotated keys", k_floats);
-  struct TrimOnExit {
-    ThreadScratch* scratch;
-    ~TrimOnExit() { scratch->Trim(); }
-  } trim_k{&k_scratch};
+  const std::unique_ptr<float[]> k_panels(new (std::nothrow) float[k_floats]);
+  if (k_panels == nullptr) return OutOfMemory("rotated keys", k_floats);
+  float* const k_rot = k_panels.get();
   cpu::RotateCopyParams kp;
   kp.dtype = args.dtype;
   kp.interleaved = args.layout == Layout::kInterleaved;

@@ -390,10 +390,21 @@ class RowScratch {
   float* data_ = stack_;
 };
 
+// Above this many bytes per call, heads are rotated one after the other:
+// the data then streams from memory, and the hardware prefetchers follow one
+// row at a time far better than the strided walk of a block over every head
+// (prefill float32 ran at 0.6x memcpy that way, 1.2x row by row). Below it
+// the data is in cache, and loading each block's table values once for all
+// heads wins (decode).
+constexpr int64_t kCachedCallBytes = int64_t{1} << 20;
+
 template <class Io, bool kInterleaved>
 void RotateTokens(const RotateParams& p, int64_t begin, int64_t end) {
   using T = typename Io::T;
   const int64_t half = p.rotary_dim / 2;
+  const int64_t heads_per_token = p.q_heads + (p.k != nullptr ? p.k_heads : 0);
+  const bool head_by_head = (end - begin) * heads_per_token * p.head_dim *
+                                static_cast<int64_t>(sizeof(T)) > kCachedCallBytes;
   RowScratch scratch(p.rotary_dim);
   int64_t b = begin / p.seq, s = begin % p.seq;  // token t = b * seq + s
   for (int64_t t = begin; t < end; ++t) {
@@ -402,11 +413,18 @@ void RotateTokens(const RotateParams& p, int64_t begin, int64_t end) {
     const TokenRow row = PrepareRow<Io, kInterleaved>(
         p.table.cos + pos * half, p.table.sin + pos * half, p.inverse, p.rotary_dim,
         scratch.data());
-    RotateHeads<Io, kInterleaved>(static_cast<T*>(p.q) + t * p.q_heads * p.head_dim, p.q_heads,
-                                  p.head_dim, p.rotary_dim, row);
-    if (p.k != nullptr) {
-      RotateHeads<Io, kInterleaved>(static_cast<T*>(p.k) + t * p.k_heads * p.head_dim,
-                                    p.k_heads, p.head_dim, p.rotary_dim, row);
+    for (int tensor = 0; tensor < 2; ++tensor) {
+      void* base = tensor == 0 ? p.q : p.k;
+      const int64_t heads = tensor == 0 ? p.q_heads : p.k_heads;
+      if (base == nullptr) continue;
+      T* x = static_cast<T*>(base) + t * heads * p.head_dim;
+      if (head_by_head) {
+        for (int64_t h = 0; h < heads; ++h) {
+          RotateHeads<Io, kInterleaved>(x + h * p.head_dim, 1, p.head_dim, p.rotary_dim, row);
+        }
+      } else {
+        RotateHeads<Io, kInterleaved>(x, heads, p.head_dim, p.rotary_dim, row);
+      }
     }
   }
 }
