@@ -161,7 +161,8 @@ template <class DF>
 HWY_INLINE void StoreF16(DF df, hn::Vec<DF> v, uint16_t* p) {
   if constexpr (kNativeF16) {
     const hn::Rebind<hwy::float16_t, DF> dh;
-    hn::StoreU(hn::DemoteTo(dh, CanonicalNaN(df, v)), dh, reinterpret_cast<hwy::float16_t*>(p));
+    if (HWY_UNLIKELY(!hn::AllFalse(df, hn::IsNaN(v)))) v = CanonicalNaN(df, v);
+    hn::StoreU(hn::DemoteTo(dh, v), dh, reinterpret_cast<hwy::float16_t*>(p));
   } else {
     const hn::RebindToSigned<DF> di;
     const hn::Rebind<uint16_t, DF> d16;
