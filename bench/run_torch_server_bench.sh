@@ -7,7 +7,9 @@
 # over rounds).
 #
 # Environment: BUILD_DIR (build), DURATION per step (10s), WARMUP (1s),
-# ROUNDS (3), SKIP_BUILD=1 to use the binaries as they are.
+# ROUNDS (3), SKIP_BUILD=1 to use the binaries as they are, ROPESERVE (a
+# ropeserve binary to measure instead of BUILD_DIR's, e.g. an older build)
+# and NAME (torch_server_bench: the results' file name).
 # Needs Debian's python3-torch and python3-grpcio.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,6 +17,8 @@ BUILD_DIR=${BUILD_DIR:-build}
 DURATION=${DURATION:-10s}
 WARMUP=${WARMUP:-1s}
 ROUNDS=${ROUNDS:-3}
+ROPESERVE=${ROPESERVE:-$BUILD_DIR/bin/ropeserve}
+NAME=${NAME:-torch_server_bench}
 if ! /usr/bin/python3 -c 'import torch, grpc' 2>/dev/null; then
   echo "run_torch_server_bench.sh: needs python3-torch and python3-grpcio (apt-get install)" >&2
   exit 1
@@ -33,7 +37,7 @@ cleanup() {
 . scripts/lib/ropeserve.sh
 trap cleanup EXIT
 
-start_ropeserve "$BUILD_DIR"/bin/ropeserve --backend=cpu
+start_ropeserve "$ROPESERVE" --backend=cpu
 rope_target=$ROPESERVE_TARGET
 client/python/generate_stubs.sh "$work/stubs" >/dev/null
 /usr/bin/python3 bench/torch_server/torch_rope_server.py --stubs="$work/stubs" \
@@ -71,6 +75,6 @@ for round in $(seq 1 "$ROUNDS"); do
     done
   done
 done
-/usr/bin/python3 bench/summarize_torch_server_bench.py "$work" "$ROUNDS" \
-  bench/results/torch_server_bench.json > bench/results/torch_server_bench.md
-cat bench/results/torch_server_bench.md
+/usr/bin/python3 bench/summarize_torch_server_bench.py "$work" "$ROUNDS" "$ROPESERVE" \
+  bench/results/"$NAME".json > bench/results/"$NAME".md
+cat bench/results/"$NAME".md

@@ -3,7 +3,7 @@
 throughput and p50/p99 latency against ropeserve and against the torch
 server, medians over rounds, and the ratios.
 
-  summarize_torch_server_bench.py WORK_DIR ROUNDS OUT_JSON > OUT.md
+  summarize_torch_server_bench.py WORK_DIR ROUNDS ROPESERVE_BINARY OUT_JSON > OUT.md
 """
 import glob
 import json
@@ -21,7 +21,7 @@ SCENARIOS = {
 }
 
 
-def main(work, rounds, out_json):
+def main(work, rounds, ropeserve, out_json):
     steps = {}
     for path in sorted(glob.glob(os.path.join(work, "*.json"))):
         name, server, rnd, _ = os.path.basename(path).split(".")
@@ -33,7 +33,7 @@ def main(work, rounds, out_json):
     print("# ropeserve vs a Python grpcio + torch server, through ropeload\n")
     print(f"- date: {time.strftime('%Y-%m-%dT%H:%M:%S%z')}; {platform.processor() or 'cpu'}, "
           f"{os.cpu_count()} CPUs, shared with other jobs: compare the ratios only")
-    print("- servers: ropeserve --backend=cpu; bench/torch_server/torch_rope_server.py (torch "
+    print(f"- servers: {ropeserve} --backend=cpu; bench/torch_server/torch_rope_server.py (torch "
           "float32 math, tables cached per config); both on 127.0.0.1 with the load client")
     print(f"- each scenario runs on one server, then the other, {rounds} rounds; medians of rounds")
     print("- reproduce: bench/run_torch_server_bench.sh\n")
@@ -56,4 +56,4 @@ def main(work, rounds, out_json):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], int(sys.argv[2]), sys.argv[3])
+    main(sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4])

@@ -469,17 +469,20 @@ TEST_P(SimdPathTest, StoreRowScalesThenFillsAtAnyAlignment) {
       for (int64_t visible : {int64_t{0}, int64_t{1}, n / 3, n - 1, n}) {
         if (visible < 0 || visible > n) continue;
         for (float fill : {0.0f, -std::numeric_limits<float>::infinity()}) {
-          std::fill(buffer.begin(), buffer.end(), 7.0f);
-          float* out = base + offset;
-          kernels_->store_row(src.data(), visible, n, 0.25f, fill, out);
-          kernels_->stream_fence();
-          for (int64_t j = 0; j < n; ++j) {
-            ASSERT_EQ(Bits(out[j]), Bits(j < visible ? src[j] * 0.25f : fill))
-                << "offset " << offset << " n " << n << " visible " << visible << " j " << j;
-          }
-          ASSERT_EQ(out[n], 7.0f) << "wrote past n " << n << " at offset " << offset;
-          if (offset > 0) {
-            ASSERT_EQ(out[-1], 7.0f) << "wrote before the row";
+          for (bool stream : {false, true}) {
+            std::fill(buffer.begin(), buffer.end(), 7.0f);
+            float* out = base + offset;
+            kernels_->store_row(src.data(), visible, n, 0.25f, fill, stream, out);
+            kernels_->stream_fence();
+            for (int64_t j = 0; j < n; ++j) {
+              ASSERT_EQ(Bits(out[j]), Bits(j < visible ? src[j] * 0.25f : fill))
+                  << "offset " << offset << " n " << n << " visible " << visible << " j " << j
+                  << (stream ? " streaming" : "");
+            }
+            ASSERT_EQ(out[n], 7.0f) << "wrote past n " << n << " at offset " << offset;
+            if (offset > 0) {
+              ASSERT_EQ(out[-1], 7.0f) << "wrote before the row";
+            }
           }
         }
       }
@@ -565,6 +568,58 @@ TEST_P(SimdPathTest, EngineAttentionIsBitForBitTheBestPaths) {
       EXPECT_EQ(scores, best_scores) << DTypeTag(dtype) << (softmax ? " softmax" : " raw");
       EXPECT_EQ(output, best_output) << DTypeTag(dtype) << (softmax ? " softmax" : " raw");
     }
+  }
+}
+
+// Scores over 16 MiB are written with streaming stores (cpu_attention.cc):
+// the same values as the reference.
+TEST_P(SimdPathTest, EngineAttentionWithStreamedScoresMatchesTheReference) {
+  auto engine = EngineOn(GetParam());
+  ASSERT_NE(engine, nullptr);
+  std::mt19937 rng(13);
+  constexpr int64_t S = 1100, Hq = 4, Hkv = 1, D = 16;
+  ASSERT_GT(Hq * S * S * 4, int64_t{16} << 20);
+  const std::vector<double> qv = RandomValues(DType::kBFloat16, S * Hq * D, &rng);
+  const std::vector<double> kv = RandomValues(DType::kBFloat16, S * Hkv * D, &rng);
+  HostTensor q = Encode(DType::kBFloat16, {1, S, Hq, D}, qv);
+  HostTensor k = Encode(DType::kBFloat16, {1, S, Hkv, D}, kv);
+  for (bool softmax : {false, true}) {
+    AttentionParams params;
+    params.config.theta = 10000;
+    params.config.head_dim = D;
+    params.config.max_len = 2048;
+    params.q = q.const_view();
+    params.k = k.const_view();
+    params.causal = true;
+    params.softmax = softmax;
+    std::string scores;
+    AttentionOutputs out;
+    out.scores = &scores;
+    ASSERT_TRUE(engine->AttentionScores(params, &out).ok());
+    reference::Rope rope;
+    rope.theta = 10000;
+    rope.head_dim = D;
+    rope.rotary_dim = D;
+    reference::AttentionShape shape;
+    shape.q_seq = S;
+    shape.k_seq = S;
+    shape.q_heads = Hq;
+    shape.k_heads = Hkv;
+    const reference::AttentionResult want = reference::Attention(
+        rope, shape, qv, kv, nullptr, 0, 0, true, softmax, 1.0 / std::sqrt(double{D}));
+    std::vector<float> got(scores.size() / sizeof(float));
+    std::memcpy(got.data(), scores.data(), scores.size());
+    ASSERT_EQ(got.size(), want.scores.size());
+    int bad = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      const double w = want.scores[i];
+      const bool ok = std::isinf(w) ? got[i] == w : std::fabs(got[i] - w) <= 2e-5 * (1 + std::fabs(w));
+      if (!ok && ++bad <= 5) {
+        ADD_FAILURE() << (softmax ? "probability " : "score ") << i << ": got " << got[i]
+                      << ", want " << w;
+      }
+    }
+    EXPECT_EQ(bad, 0);
   }
 }
 

@@ -24,6 +24,10 @@ constexpr int64_t kGemmRows = 256;
 // Score rows of one GEMM stay in a per-thread buffer of at most this many
 // floats (2 MiB: within L2 + L3 of one core), where the softmax reads them.
 constexpr int64_t kBlockScoreFloats = int64_t{1} << 19;
+// Scores above this size are written with streaming stores: they cannot stay
+// in cache until the caller reads them, and bypassing it saves reading every
+// line before it is overwritten. Smaller ones stay in cache for the reader.
+constexpr int64_t kStreamScoresBytes = int64_t{16} << 20;
 
 // A per-thread buffer that keeps its largest allocation (up to kKeepFloats)
 // for the next call: every attention block asks for the same sizes, and a
@@ -167,6 +171,8 @@ absl::Status CpuAttentionScores(const cpu::CpuKernels& kernels, const RopeTable&
   // softmax (or the mask) then runs on each row while it is in cache, and
   // writes the row's final values once.
   const Blocking blk = ChooseBlocking(args);
+  const bool stream_scores =
+      args.batch * hq * sq * sk * static_cast<int64_t>(sizeof(float)) > kStreamScoresBytes;
   const int64_t row_blocks = (sq + blk.rows - 1) / blk.rows;
   const int64_t head_groups = group / blk.heads;
   const int64_t per_block = args.batch * hk * head_groups;
@@ -227,7 +233,8 @@ absl::Status CpuAttentionScores(const cpu::CpuKernels& kernels, const RopeTable&
           // with the probabilities when the output needs them.
           float inv_sum = 1.0f;
           if (args.softmax) inv_sum = kernels.exp_row(row, visible);
-          kernels.store_row(row, visible, sk, inv_sum, args.softmax ? 0.0f : kNegInf, out);
+          kernels.store_row(row, visible, sk, inv_sum, args.softmax ? 0.0f : kNegInf,
+                            stream_scores, out);
           if (args.v != nullptr) {
             if (!args.softmax) inv_sum = kernels.exp_row(row, visible);
             kernels.scale_row(row, visible, inv_sum);

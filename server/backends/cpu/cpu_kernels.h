@@ -91,11 +91,11 @@ struct CpuKernels {
   // row[0, n) *= scale.
   void (*scale_row)(float* row, int64_t n, float scale);
 
-  // out[0, visible) = src[0, visible) * scale, out[visible, n) = fill, with
-  // streaming stores that bypass the cache where out is vector-aligned; call
-  // stream_fence before another thread may read out.
+  // out[0, visible) = src[0, visible) * scale, out[visible, n) = fill. With
+  // `stream`, streaming stores that bypass the cache where out is
+  // vector-aligned; call stream_fence before another thread may read out.
   void (*store_row)(const float* src, int64_t visible, int64_t n, float scale, float fill,
-                    float* out);
+                    bool stream, float* out);
   void (*stream_fence)();
 };
 

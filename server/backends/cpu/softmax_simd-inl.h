@@ -150,27 +150,44 @@ void ScaleRow(float* row, int64_t n, float scale) {
   for (; j < n; ++j) row[j] *= scale;
 }
 
-// out[0, visible) = src[0, visible) * scale, out[visible, n) = fill. Streaming
-// (non-temporal) stores where `out` is vector-aligned: an attention's scores
-// are written once and not read back here, and bypassing the cache saves
-// reading each line before overwriting it. StreamFence() must follow before
+// out[0, visible) = src[0, visible) * scale, out[visible, n) = fill. With
+// `stream`, non-temporal stores where `out` is vector-aligned: for scores too
+// large to stay in cache until they are read, bypassing the cache saves
+// reading each line before overwriting it; StreamFence() must follow before
 // another thread reads `out`.
-void StoreRow(const float* src, int64_t visible, int64_t n, float scale, float fill, float* out) {
+template <bool kStream>
+void StoreRowT(const float* src, int64_t visible, int64_t n, float scale, float fill, float* out) {
   const hn::ScalableTag<float> df;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
   const uintptr_t vector_bytes = static_cast<uintptr_t>(N) * sizeof(float);
-  auto aligned = [&](int64_t j) { return reinterpret_cast<uintptr_t>(out + j) % vector_bytes == 0; };
+  auto aligned = [&](int64_t j) {
+    return !kStream || reinterpret_cast<uintptr_t>(out + j) % vector_bytes == 0;
+  };
+  auto store = [&](hn::Vec<decltype(df)> v, float* p) {
+    if constexpr (kStream) {
+      hn::Stream(v, df, p);
+    } else {
+      hn::StoreU(v, df, p);
+    }
+  };
   const auto scale_vec = hn::Set(df, scale);
   int64_t j = 0;
   for (; j < visible && !aligned(j); ++j) out[j] = src[j] * scale;
-  for (; j + N <= visible; j += N) {
-    hn::Stream(hn::Mul(hn::LoadU(df, src + j), scale_vec), df, out + j);
-  }
+  for (; j + N <= visible; j += N) store(hn::Mul(hn::LoadU(df, src + j), scale_vec), out + j);
   for (; j < visible; ++j) out[j] = src[j] * scale;
   for (; j < n && !aligned(j); ++j) out[j] = fill;
   const auto fill_vec = hn::Set(df, fill);
-  for (; j + N <= n; j += N) hn::Stream(fill_vec, df, out + j);
+  for (; j + N <= n; j += N) store(fill_vec, out + j);
   for (; j < n; ++j) out[j] = fill;
+}
+
+void StoreRow(const float* src, int64_t visible, int64_t n, float scale, float fill, bool stream,
+              float* out) {
+  if (stream) {
+    StoreRowT<true>(src, visible, n, scale, fill, out);
+  } else {
+    StoreRowT<false>(src, visible, n, scale, fill, out);
+  }
 }
 
 void StreamFence() { hwy::FlushStream(); }
