@@ -30,6 +30,7 @@
 #include "absl/time/time.h"
 #include "common/defaults.h"
 #include "server/backends/cpu/cpu_backend.h"
+#include "server/backends/cpu/cpu_simd.h"
 #include "server/backends/cuda/cuda_backend.h"
 #include "server/engine/engine.h"
 #include "server/service/memory_limit.h"
@@ -41,6 +42,10 @@ ABSL_FLAG(std::string, listen, absl::StrCat("0.0.0.0:", rope::kDefaultPort),
 ABSL_FLAG(std::string, backend, "auto",
           "where the arithmetic runs: auto (CUDA when available, else CPU), cpu or cuda");
 ABSL_FLAG(int32_t, cpu_threads, 0, "threads of the CPU backend; 0: one per hardware thread");
+ABSL_FLAG(std::string, cpu_simd, "",
+          "SIMD path of the CPU backend: auto (the best this CPU runs) or one of avx512, avx2, "
+          "sse4, sse2 (neon, ... on Arm) to force it; empty: the ROPE_CPU_SIMD environment "
+          "variable, else auto");
 ABSL_FLAG(int32_t, work_threads, 0,
           "threads running calls (validation, then the backend); 0: one per hardware thread");
 ABSL_FLAG(int64_t, max_message_bytes, rope::kDefaultMaxMessageBytes,
@@ -96,12 +101,25 @@ namespace {
 // --backend=auto takes the CUDA backend when cudaGetDeviceCount finds a
 // device (and the backend starts), else the CPU, and says which and why;
 // --backend=cuda without a usable device is an error, not a silent downgrade.
+// The CPU backend of --cpu_threads and --cpu_simd (else ROPE_CPU_SIMD).
+absl::StatusOr<std::unique_ptr<Backend>> MakeCpuBackend() {
+  CpuBackendOptions options;
+  options.threads = absl::GetFlag(FLAGS_cpu_threads);
+  options.simd = absl::GetFlag(FLAGS_cpu_simd);
+  options.simd_origin = "--cpu_simd";
+  if (options.simd.empty()) {
+    options.simd = CpuSimdFromEnvironment();
+    options.simd_origin = kCpuSimdEnv;
+  }
+  return NewCpuBackend(options);
+}
+
 absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(const std::string& choice) {
   if (choice != "auto" && choice != "cpu" && choice != "cuda") {
     return absl::InvalidArgumentError(
         absl::StrCat("--backend is \"", choice, "\": must be auto, cpu or cuda"));
   }
-  if (choice == "cpu") return NewCpuBackend(absl::GetFlag(FLAGS_cpu_threads));
+  if (choice == "cpu") return MakeCpuBackend();
   CudaBackendOptions cuda_options;
   cuda_options.table_cache_bytes = absl::GetFlag(FLAGS_table_cache_bytes);
   absl::StatusOr<std::unique_ptr<Backend>> cuda = NewCudaBackend(0, cuda_options);
@@ -120,7 +138,7 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(const std::string& choice) 
   }
   std::fprintf(stderr, "ropeserve: --backend=auto: using the CPU backend (%s)\n",
                std::string(cuda.status().message()).c_str());
-  return NewCpuBackend(absl::GetFlag(FLAGS_cpu_threads));
+  return MakeCpuBackend();
 }
 
 absl::Status CheckFlags() {
@@ -155,6 +173,12 @@ absl::Status CheckFlags() {
   }
   if (absl::GetFlag(FLAGS_max_len_cap) == 0) {
     return absl::InvalidArgumentError("--max_len_cap is 0: must be > 0");
+  }
+  // Checked even when the CUDA backend ends up serving: a typo must not hide.
+  if (!absl::GetFlag(FLAGS_cpu_simd).empty()) {
+    absl::StatusOr<const cpu::CpuKernels*> kernels =
+        SelectCpuKernels(absl::GetFlag(FLAGS_cpu_simd), "--cpu_simd");
+    if (!kernels.ok()) return kernels.status();
   }
   return absl::OkStatus();
 }

@@ -24,8 +24,9 @@ absl::Status RunInfo(const FlagSet& flags, std::ostream& out) {
   out << "server  " << flags.String("target") << "\n"
       << "  version:  " << info->version() << "\n"
       << "  backend:  " << info->backend() << "  (" << info->device() << ")\n"
-      << "  threads:  " << info->threads() << "\n"
-      << "  dtypes:   " << absl::StrJoin(info->supported_dtypes(), ", ") << "\n"
+      << "  threads:  " << info->threads() << "\n";
+  if (!info->cpu_simd().empty()) out << "  cpu simd: " << info->cpu_simd() << "\n";
+  out << "  dtypes:   " << absl::StrJoin(info->supported_dtypes(), ", ") << "\n"
       << "  scalings: " << absl::StrJoin(info->supported_scalings(), ", ") << "\n"
       << "  limits:   max_message_bytes=" << limits.max_message_bytes()
       << " max_len_cap=" << limits.max_len_cap()

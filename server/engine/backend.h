@@ -68,6 +68,9 @@ struct BackendInfo {
   std::string name;    // "cpu" or "cuda"
   std::string device;  // e.g. "x86_64, 2 threads" or "NVIDIA H200 (sm_90)"
   int threads = 1;
+  // CPU backend only (empty elsewhere): the SIMD path its kernels run, e.g.
+  // "avx2" (server/backends/cpu/cpu_simd.h lists them).
+  std::string cpu_simd;
   // Device backends only (0 / absent on the CPU): the device's memory as
   // last sampled (used counts every process on it; sampled at start-up and
   // by calls, at most every 100 ms), and the device-resident table cache.

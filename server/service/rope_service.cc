@@ -182,6 +182,7 @@ void RopeServiceImpl::FillServerInfo(v1::ServerInfo* info) const {
   info->set_backend(backend.name);
   info->set_device(backend.device);
   info->set_threads(backend.threads);
+  info->set_cpu_simd(backend.cpu_simd);
 
   const EngineLimits& engine_limits = engine_.limits();
   v1::ServerLimits* limits = info->mutable_limits();

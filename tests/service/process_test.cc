@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <sys/wait.h>
 
+#include <chrono>
 #include <memory>
 #include <set>
 #include <string>
@@ -323,11 +324,75 @@ TEST(ProcessTest, BadFlagValuesExitWithAMessage) {
   EXPECT_NE(output.find("max_message_bytes is 0"), std::string::npos) << output;
 }
 
+// The CPU backend's SIMD path: the best this CPU runs unless --cpu_simd (or,
+// without it, ROPE_CPU_SIMD) forces one; the startup line and GetServerInfo
+// name it; a name the build lacks stops the server.
+std::string ServerInfoCpuSimd(const Server& server) {
+  auto stub = v1::RopeService::NewStub(server.channel);
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  v1::ServerInfo info;
+  const grpc::Status status = stub->GetServerInfo(&context, v1::GetServerInfoRequest(), &info);
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  return info.cpu_simd();
+}
+
+void StopServer(Server* server) {
+  server->channel.reset();
+  server->process->Signal(SIGTERM);
+  const std::optional<int> status = server->process->WaitExit(absl::Seconds(40));
+  ASSERT_TRUE(status.has_value());
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0);
+}
+
+#if defined(__x86_64__)
+TEST(ProcessTest, CpuSimdFlagForcesTheBaselinePathAndServerInfoNamesIt) {
+  Server server;
+  ASSERT_NO_FATAL_FAILURE(StartServer({"--backend=cpu", "--cpu_simd=sse2"}, &server));
+  EXPECT_NE(server.process->Output().find("SIMD sse2"), std::string::npos)
+      << server.process->Output();
+  EXPECT_EQ(ServerInfoCpuSimd(server), "sse2");
+  StopServer(&server);
+}
+
+TEST(ProcessTest, CpuSimdEnvironmentVariableAppliesWithoutTheFlag) {
+  setenv("ROPE_CPU_SIMD", "sse2", 1);
+  Server server;
+  StartServer({"--backend=cpu"}, &server);
+  unsetenv("ROPE_CPU_SIMD");
+  ASSERT_NE(server.process, nullptr);
+  EXPECT_EQ(ServerInfoCpuSimd(server), "sse2");
+  StopServer(&server);
+}
+#endif
+
+TEST(ProcessTest, DefaultCpuSimdIsNamedInTheLogAndServerInfo) {
+  Server server;
+  ASSERT_NO_FATAL_FAILURE(StartServer({"--backend=cpu"}, &server));
+  const std::string simd = ServerInfoCpuSimd(server);
+  EXPECT_FALSE(simd.empty());
+  EXPECT_NE(server.process->Output().find("SIMD " + simd), std::string::npos)
+      << server.process->Output();
+  StopServer(&server);
+}
+
+TEST(ProcessTest, UnknownCpuSimdPathExitsWithTheCompiledOnes) {
+  int exit_code = 0;
+  const std::string output =
+      RunToExit({"--cpu_simd=avx1024", "--listen=127.0.0.1:0"}, &exit_code);
+  EXPECT_EQ(exit_code, 2);
+  EXPECT_NE(output.find("--cpu_simd is \"avx1024\": must be auto or a SIMD path this binary "
+                        "was built with: "),
+            std::string::npos)
+      << output;
+}
+
 TEST(ProcessTest, HelpListsEveryFlag) {
   int exit_code = 0;
   const std::string output = RunToExit({"--help"}, &exit_code);
   for (const char* flag :
-       {"--listen", "--backend", "--cpu_threads", "--work_threads", "--max_message_bytes",
+       {"--listen", "--backend", "--cpu_threads", "--cpu_simd", "--work_threads",
+        "--max_message_bytes",
         "--table_cache_bytes", "--max_len_cap", "--max_elements_per_request",
         "--max_concurrent_calls", "--metrics_port", "--metrics_host", "--shutdown_grace_period",
         "--max_connection_age", "--enable_echo"}) {

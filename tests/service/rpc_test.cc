@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "rope/bench/v1/echo.grpc.pb.h"
+#include "server/backends/cpu/cpu_simd.h"
 #include "tests/service/service_fixture.h"
 #include "tests/unit/reference_rope.h"
 #include "tests/unit/test_util.h"
@@ -349,6 +350,12 @@ TEST_F(ServiceTest, GetServerInfoReportsVersionBackendLimitsAndCache) {
   EXPECT_EQ(info.backend(), "cpu");
   EXPECT_FALSE(info.device().empty());
   EXPECT_GT(info.threads(), 0);
+  // The CPU backend's SIMD path: a compiled one this CPU runs.
+  bool known_path = false;
+  for (const CpuSimdPath& path : CompiledCpuSimdPaths()) {
+    known_path |= path.supported && path.name == info.cpu_simd();
+  }
+  EXPECT_TRUE(known_path) << "cpu_simd \"" << info.cpu_simd() << "\"";
   const EngineLimits defaults;
   EXPECT_EQ(info.limits().max_message_bytes(), DefaultOptions().max_message_bytes);
   EXPECT_EQ(info.limits().max_len_cap(), defaults.max_len_cap);

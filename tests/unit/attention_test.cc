@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "server/backends/cpu/cpu_backend.h"
 #include "server/engine/engine.h"
+#include "tests/unit/cpu_test_engine.h"
 #include "tests/support/status_matchers.h"
 #include "tests/unit/reference_rope.h"
 #include "tests/unit/test_util.h"
@@ -27,14 +27,9 @@ using test::RandomValues;
 
 constexpr uint32_t kMaxLen = 8192;
 
-std::unique_ptr<Engine> MakeEngine() {
-  auto backend = NewCpuBackend(2);
-  EXPECT_TRUE(backend.ok()) << backend.status();
-  EngineLimits limits;
-  limits.max_len_cap = 1u << 16;
-  limits.table_cache_bytes = 64ll << 20;
-  return std::make_unique<Engine>(std::move(backend).value(), limits);
-}
+// The CPU engine on the SIMD path ROPE_CPU_SIMD names (cpu_test_engine.h);
+// *skip says why there is none.
+std::unique_ptr<Engine> MakeEngine(std::string* skip) { return test::MakeCpuTestEngine(skip); }
 
 std::vector<float> Floats(const std::string& bytes) {
   std::vector<float> out(bytes.size() / sizeof(float));
@@ -59,15 +54,21 @@ double Norm(const double* x, int64_t n) {
 
 class AttentionTest : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() { engine_ = MakeEngine().release(); }
+  static void SetUpTestSuite() { engine_ = MakeEngine(&skip_).release(); }
+  void SetUp() override {
+    if (!skip_.empty()) GTEST_SKIP() << skip_;
+    ASSERT_NE(engine_, nullptr);
+  }
   static void TearDownTestSuite() {
     delete engine_;
     engine_ = nullptr;
   }
   static Engine* engine_;
+  static std::string skip_;
 };
 
 Engine* AttentionTest::engine_ = nullptr;
+std::string AttentionTest::skip_;
 
 TEST_F(AttentionTest, DerivationNoteVector) {
   // theta = 100, head_dim = 4: inv_freq = (1, 0.1). q = k = (1,0,1,0) at
@@ -326,15 +327,21 @@ std::string GridName(const ::testing::TestParamInfo<GridParam>& info) {
 
 class AttentionGridTest : public ::testing::TestWithParam<GridParam> {
  protected:
-  static void SetUpTestSuite() { engine_ = MakeEngine().release(); }
+  static void SetUpTestSuite() { engine_ = MakeEngine(&skip_).release(); }
+  void SetUp() override {
+    if (!skip_.empty()) GTEST_SKIP() << skip_;
+    ASSERT_NE(engine_, nullptr);
+  }
   static void TearDownTestSuite() {
     delete engine_;
     engine_ = nullptr;
   }
   static Engine* engine_;
+  static std::string skip_;
 };
 
 Engine* AttentionGridTest::engine_ = nullptr;
+std::string AttentionGridTest::skip_;
 
 TEST_P(AttentionGridTest, MatchesReference) {
   const auto& [rotary, causal, softmax, heads, with_v, dtype, offsets] = GetParam();

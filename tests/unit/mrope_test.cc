@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "server/backends/cpu/cpu_backend.h"
 #include "server/engine/engine.h"
+#include "tests/unit/cpu_test_engine.h"
 #include "tests/unit/reference_scaling.h"
 #include "tests/support/status_matchers.h"
 #include "tests/unit/test_util.h"
@@ -25,9 +25,10 @@ using test::StatusIs;
 
 constexpr uint32_t kMaxLen = 4096;
 
-std::unique_ptr<Engine> NewEngine() {
-  return std::make_unique<Engine>(NewCpuBackend(2).value(), EngineLimits());
-}
+// The CPU engine on the SIMD path ROPE_CPU_SIMD names (ctest runs this file
+// once per compiled path) or the best this CPU runs; null with *skip saying
+// why when this CPU cannot run the path asked for.
+std::unique_ptr<Engine> NewEngine(std::string* skip) { return test::MakeCpuTestEngine(skip); }
 
 RopeConfig QwenLikeConfig(Layout layout, bool interleaved, ScalingConfig scaling = NoScaling{}) {
   RopeConfig c;
@@ -63,7 +64,9 @@ std::vector<ScalingConfig> Scalings() {
 }
 
 TEST(MropeRotateTest, EqualRowsAreBitIdenticalToPlainRope) {
-  auto engine = NewEngine();
+  std::string skip;
+  auto engine = NewEngine(&skip);
+  if (engine == nullptr) GTEST_SKIP() << skip;
   std::mt19937 rng(7);
   constexpr int64_t kB = 2, kS = 5, kH = 3;
   for (DType dtype : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
@@ -103,7 +106,9 @@ TEST(MropeRotateTest, EqualRowsAreBitIdenticalToPlainRope) {
 }
 
 TEST(MropeRotateTest, StartPositionsAreTextPositionsOnEveryAxis) {
-  auto engine = NewEngine();
+  std::string skip;
+  auto engine = NewEngine(&skip);
+  if (engine == nullptr) GTEST_SKIP() << skip;
   std::mt19937 rng(3);
   const RopeConfig mrope = QwenLikeConfig(Layout::kHalf, true);
   RopeConfig plain = mrope;
@@ -155,7 +160,9 @@ std::vector<double> ReferenceMrope(const RopeConfig& config, const std::vector<d
 }
 
 TEST(MropeRotateTest, DistinctRowsRotateEachFrequencyByItsAxis) {
-  auto engine = NewEngine();
+  std::string skip;
+  auto engine = NewEngine(&skip);
+  if (engine == nullptr) GTEST_SKIP() << skip;
   std::mt19937 rng(11);
   constexpr int64_t kB = 2, kS = 4, kH = 2;
   YarnScaling yarn;
@@ -193,7 +200,9 @@ TEST(MropeRotateTest, DistinctRowsRotateEachFrequencyByItsAxis) {
 }
 
 TEST(MropeRotateTest, EveryRowIsRangeChecked) {
-  auto engine = NewEngine();
+  std::string skip;
+  auto engine = NewEngine(&skip);
+  if (engine == nullptr) GTEST_SKIP() << skip;
   const RopeConfig config = QwenLikeConfig(Layout::kHalf, false);
   const test::HostTensor q = test::Encode(DType::kFloat32, {2, 2, 1, 32}, std::vector<double>(128, 1));
   // 3*B*S = 12 values; index 9 is axis w (2), b 0, s 1.

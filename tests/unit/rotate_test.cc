@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "server/backends/cpu/cpu_backend.h"
 #include "server/engine/engine.h"
+#include "tests/unit/cpu_test_engine.h"
 #include "tests/unit/reference_rope.h"
 #include "tests/unit/test_util.h"
 
@@ -34,14 +34,9 @@ constexpr double kTheta = 10000.0;
 // margin of about ten.
 constexpr double kF32PairTolerance = 2e-6;
 
-std::unique_ptr<Engine> MakeEngine() {
-  auto backend = NewCpuBackend(2);
-  EXPECT_TRUE(backend.ok()) << backend.status();
-  EngineLimits limits;
-  limits.max_len_cap = 1u << 16;
-  limits.table_cache_bytes = 64ll << 20;
-  return std::make_unique<Engine>(std::move(backend).value(), limits);
-}
+// The CPU engine on the SIMD path ROPE_CPU_SIMD names (cpu_test_engine.h);
+// *skip says why there is none.
+std::unique_ptr<Engine> MakeEngine(std::string* skip) { return test::MakeCpuTestEngine(skip); }
 
 reference::Rope RefRope(const RopeConfig& config) {
   reference::Rope rope;
@@ -124,15 +119,21 @@ std::string GridName(const ::testing::TestParamInfo<GridParam>& info) {
 
 class RotateGridTest : public ::testing::TestWithParam<GridParam> {
  protected:
-  static void SetUpTestSuite() { engine_ = MakeEngine().release(); }
+  static void SetUpTestSuite() { engine_ = MakeEngine(&skip_).release(); }
+  void SetUp() override {
+    if (!skip_.empty()) GTEST_SKIP() << skip_;
+    ASSERT_NE(engine_, nullptr);
+  }
   static void TearDownTestSuite() {
     delete engine_;
     engine_ = nullptr;
   }
   static Engine* engine_;
+  static std::string skip_;
 };
 
 Engine* RotateGridTest::engine_ = nullptr;
+std::string RotateGridTest::skip_;
 
 TEST_P(RotateGridTest, MatchesReference) {
   const auto& [layout, dtype, partial, heads, pos_mode, inverse] = GetParam();
@@ -211,7 +212,11 @@ INSTANTIATE_TEST_SUITE_P(
 
 class RotateTest : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() { engine_ = MakeEngine().release(); }
+  static void SetUpTestSuite() { engine_ = MakeEngine(&skip_).release(); }
+  void SetUp() override {
+    if (!skip_.empty()) GTEST_SKIP() << skip_;
+    ASSERT_NE(engine_, nullptr);
+  }
   static void TearDownTestSuite() {
     delete engine_;
     engine_ = nullptr;
@@ -228,9 +233,11 @@ class RotateTest : public ::testing::Test {
   }
 
   static Engine* engine_;
+  static std::string skip_;
 };
 
 Engine* RotateTest::engine_ = nullptr;
+std::string RotateTest::skip_;
 
 TEST_F(RotateTest, InverseUndoesRotate) {
   std::mt19937 rng(1);
@@ -417,7 +424,10 @@ TEST_F(RotateTest, WideHeadInverseMatchesReference) {
 
 TEST(RotateTableSharingTest, LayoutHeadDimAndDefaultThetaDoNotChangeTheTable) {
   // The table depends on theta, rotary_dim, max_len and scaling only.
-  std::unique_ptr<Engine> engine = MakeEngine();
+  std::string skip;
+  std::unique_ptr<Engine> engine = MakeEngine(&skip);
+  if (!skip.empty()) GTEST_SKIP() << skip;
+  ASSERT_NE(engine, nullptr);
   HostTensor q8 = Encode(DType::kFloat32, {1, 2, 1, 8}, std::vector<double>(16, 1.0));
   HostTensor q16 = Encode(DType::kFloat32, {1, 2, 1, 16}, std::vector<double>(32, 1.0));
   RotateParams params;

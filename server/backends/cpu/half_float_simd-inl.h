@@ -1,0 +1,246 @@
+// float16 / bfloat16 <-> float32 on Highway vectors, bit-identical on every
+// target to the scalar conversions of rope_math.h (round to nearest even;
+// see cpu_kernels.h for NaNs). Included once per target by cpu_kernels.cc.
+//
+// Written here rather than taken from Highway 1.0's PromoteTo/DemoteTo: its
+// bfloat16 demotion truncates, and its float16 emulation (targets without
+// F16C) truncates and mishandles infinities and NaNs. Only F16C (x86 AVX2 and
+// AVX-512 targets) is used as is.
+//
+// Two shapes of access, both little-endian:
+//  - ordered: N consecutive 16-bit elements <-> one float vector of N lanes;
+//  - split: 2N consecutive elements <-> two float vectors, `even` holding
+//    elements 0, 2, 4, ... and `odd` elements 1, 3, 5, ... This costs two
+//    integer operations per 2N elements for bfloat16, and gives the pairs of
+//    the interleaved layout without any shuffle.
+
+// Per-target include guard (Highway's multiple-inclusion idiom).
+#if defined(ROPE_BACKENDS_CPU_HALF_FLOAT_SIMD_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef ROPE_BACKENDS_CPU_HALF_FLOAT_SIMD_INL_H_
+#undef ROPE_BACKENDS_CPU_HALF_FLOAT_SIMD_INL_H_
+#else
+#define ROPE_BACKENDS_CPU_HALF_FLOAT_SIMD_INL_H_
+#endif
+
+#include <cstdint>
+
+#include "hwy/highway.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace rope {
+namespace cpu {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// F16C converts float16 exactly and rounds to nearest even; Highway's AVX2
+// and AVX-512 targets require it.
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+constexpr bool kNativeF16 = true;
+#else
+constexpr bool kNativeF16 = false;
+#endif
+
+// The split access needs two 16-bit elements per float lane, which HWY_SCALAR
+// (one-lane vectors; Highway's fallback when the compiler is GCC < 12.3,
+// whose EMU128 code it does not trust) cannot express.
+constexpr bool kCanSplit = HWY_TARGET != HWY_SCALAR;
+
+template <class DF>
+using VecU32 = hn::Vec<hn::RebindToUnsigned<DF>>;
+
+// ---- bfloat16 ------------------------------------------------------------------
+
+// Float bits rounded to nearest even at bit 16: the bfloat16 result is the
+// high half. Not for NaN lanes (their rounding may carry into the exponent).
+template <class DF>
+HWY_INLINE VecU32<DF> Bf16RoundFinite(DF df, hn::Vec<DF> v) {
+  const hn::RebindToUnsigned<DF> du;
+  const auto u = hn::BitCast(du, v);
+  const auto lsb = hn::And(hn::ShiftRight<16>(u), hn::Set(du, 1u));
+  return hn::Add(u, hn::Add(lsb, hn::Set(du, 0x7fffu)));
+}
+
+// As Bf16RoundFinite, and a NaN keeps its high half with the quiet bit set.
+template <class DF>
+HWY_INLINE VecU32<DF> Bf16Round(DF df, hn::Vec<DF> v) {
+  const hn::RebindToUnsigned<DF> du;
+  const auto quiet = hn::Or(hn::BitCast(du, v), hn::Set(du, 0x00400000u));
+  return hn::IfThenElse(hn::RebindMask(du, hn::IsNaN(v)), quiet, Bf16RoundFinite(df, v));
+}
+
+// ---- float16 without F16C --------------------------------------------------------
+
+// `h` holds a float16 in the low 16 bits of each lane (high bits zero).
+template <class DF>
+HWY_INLINE hn::Vec<DF> F16BitsToFloat(DF df, VecU32<DF> h) {
+  const hn::RebindToUnsigned<DF> du;
+  const hn::RebindToSigned<DF> di;
+  const auto sign = hn::ShiftLeft<16>(hn::And(h, hn::Set(du, 0x8000u)));
+  const auto exp = hn::And(hn::ShiftRight<10>(h), hn::Set(du, 0x1fu));
+  const auto mant = hn::And(h, hn::Set(du, 0x3ffu));
+  const auto normal =
+      hn::Or(hn::ShiftLeft<23>(hn::Add(exp, hn::Set(du, 112u))), hn::ShiftLeft<13>(mant));
+  // Infinity, or a NaN made quiet (as F16C does).
+  const auto is_nan = hn::RebindMask(du, hn::Ne(hn::BitCast(di, mant), hn::Zero(di)));
+  const auto inf_nan = hn::Or(hn::Or(hn::Set(du, 0x7f800000u), hn::ShiftLeft<13>(mant)),
+                              hn::IfThenElseZero(is_nan, hn::Set(du, 0x00400000u)));
+  // Subnormal (or zero): mant * 2^-24, exact in float.
+  const auto subnormal = hn::BitCast(
+      du, hn::Mul(hn::ConvertTo(df, hn::BitCast(di, mant)), hn::Set(df, 5.9604644775390625e-8f)));
+  auto bits = hn::IfThenElse(hn::RebindMask(du, hn::Eq(exp, hn::Zero(du))), subnormal, normal);
+  bits = hn::IfThenElse(hn::RebindMask(du, hn::Eq(exp, hn::Set(du, 0x1fu))), inf_nan, bits);
+  return hn::BitCast(df, hn::Or(bits, sign));
+}
+
+// The float16 of each lane, in its low 16 bits (high bits zero): the
+// operations of math::FloatToHalf, lane by lane.
+template <class DF>
+HWY_INLINE VecU32<DF> FloatToF16Bits(DF df, hn::Vec<DF> v) {
+  const hn::RebindToUnsigned<DF> du;
+  const hn::RebindToSigned<DF> di;
+  const auto u = hn::BitCast(du, v);
+  const auto sign = hn::And(hn::ShiftRight<16>(u), hn::Set(du, 0x8000u));
+  const auto abs = hn::And(u, hn::Set(du, 0x7fffffffu));
+  const auto abs_i = hn::BitCast(di, abs);  // < 2^31: signed compares are exact
+  // Normal: rebias the exponent, round 13 dropped bits to nearest even.
+  const auto mant_odd = hn::And(hn::ShiftRight<13>(abs), hn::Set(du, 1u));
+  const auto normal =
+      hn::ShiftRight<13>(hn::Add(abs, hn::Add(mant_odd, hn::Set(du, 0xc8000fffu))));
+  // Subnormal or zero: abs + 0.5 in float rounds abs * 2^24 to an integer.
+  const auto subnormal = hn::Sub(hn::BitCast(du, hn::Add(hn::BitCast(df, abs), hn::Set(df, 0.5f))),
+                                 hn::Set(du, 0x3f000000u));
+  auto bits = hn::IfThenElse(hn::RebindMask(du, hn::Lt(abs_i, hn::Set(di, 0x38800000))), subnormal,
+                             normal);
+  bits = hn::IfThenElse(hn::RebindMask(du, hn::Gt(abs_i, hn::Set(di, 0x477fefff))),
+                        hn::Set(du, 0x7c00u), bits);
+  bits = hn::IfThenElse(hn::RebindMask(du, hn::Gt(abs_i, hn::Set(di, 0x7f800000))),
+                        hn::Set(du, 0x7e00u), bits);
+  return hn::Or(bits, sign);
+}
+
+// A NaN lane becomes the NaN whose float16 is sign|0x7e00, so that F16C's
+// narrowing (which keeps payloads) matches math::FloatToHalf.
+template <class DF>
+HWY_INLINE hn::Vec<DF> CanonicalNaN(DF df, hn::Vec<DF> v) {
+  const hn::RebindToUnsigned<DF> du;
+  const auto canonical = hn::Or(hn::And(hn::BitCast(du, v), hn::Set(du, 0x80000000u)),
+                                hn::Set(du, 0x7fc00000u));
+  return hn::IfThenElse(hn::IsNaN(v), hn::BitCast(df, canonical), v);
+}
+
+// ---- Ordered access: N elements <-> N lanes --------------------------------------
+
+template <class DF>
+HWY_INLINE hn::Vec<DF> LoadBf16(DF df, const uint16_t* p) {
+  const hn::RebindToUnsigned<DF> du;
+  const hn::Rebind<uint16_t, DF> d16;
+  return hn::BitCast(df, hn::ShiftLeft<16>(hn::PromoteTo(du, hn::LoadU(d16, p))));
+}
+
+template <class DF>
+HWY_INLINE void StoreBf16(DF df, hn::Vec<DF> v, uint16_t* p) {
+  const hn::RebindToSigned<DF> di;
+  const hn::Rebind<uint16_t, DF> d16;
+  const auto bits = hn::ShiftRight<16>(Bf16Round(df, v));
+  hn::StoreU(hn::DemoteTo(d16, hn::BitCast(di, bits)), d16, p);
+}
+
+template <class DF>
+HWY_INLINE hn::Vec<DF> LoadF16(DF df, const uint16_t* p) {
+  if constexpr (kNativeF16) {
+    const hn::Rebind<hwy::float16_t, DF> dh;
+    return hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(p)));
+  } else {
+    const hn::RebindToUnsigned<DF> du;
+    const hn::Rebind<uint16_t, DF> d16;
+    return F16BitsToFloat(df, hn::PromoteTo(du, hn::LoadU(d16, p)));
+  }
+}
+
+template <class DF>
+HWY_INLINE void StoreF16(DF df, hn::Vec<DF> v, uint16_t* p) {
+  if constexpr (kNativeF16) {
+    const hn::Rebind<hwy::float16_t, DF> dh;
+    if (HWY_UNLIKELY(!hn::AllFalse(df, hn::IsNaN(v)))) v = CanonicalNaN(df, v);
+    hn::StoreU(hn::DemoteTo(dh, v), dh, reinterpret_cast<hwy::float16_t*>(p));
+  } else {
+    const hn::RebindToSigned<DF> di;
+    const hn::Rebind<uint16_t, DF> d16;
+    hn::StoreU(hn::DemoteTo(d16, hn::BitCast(di, FloatToF16Bits(df, v))), d16, p);
+  }
+}
+
+// ---- Split access: 2N elements <-> (even, odd) ------------------------------------
+
+template <class DF>
+HWY_INLINE void LoadBf16Split(DF df, const uint16_t* p, hn::Vec<DF>& even, hn::Vec<DF>& odd) {
+  const hn::RebindToUnsigned<DF> du;
+  const hn::Repartition<uint16_t, DF> d16;
+  const auto bits = hn::BitCast(du, hn::LoadU(d16, p));
+  even = hn::BitCast(df, hn::ShiftLeft<16>(bits));
+  odd = hn::BitCast(df, hn::And(bits, hn::Set(du, 0xffff0000u)));
+}
+
+// True when no lane of a, b, c, d is NaN (as one test: a sum with an
+// inf - inf in it reports NaN too, which only costs the careful path).
+template <class DF>
+HWY_INLINE bool NoNaN(DF df, hn::Vec<DF> a, hn::Vec<DF> b, hn::Vec<DF> c, hn::Vec<DF> d) {
+  return hn::AllFalse(df, hn::IsNaN(hn::Add(hn::Add(a, b), hn::Add(c, d))));
+}
+
+// Stores even/odd as bfloat16, rounded to nearest even; no lane may be NaN.
+// Both vectors round at once, in 16-bit lanes: t holds the truncated results
+// (the high halves of even's and odd's bits, interleaved as stored), w the
+// dropped low halves; rounding adds 1 to t exactly when w + (t & 1) > 0x8000,
+// i.e. when AverageRound(w | (t & 1), 0x7ffe) = (w + 0x7fff) >> 1 (computed
+// without overflow) has its top bit set. Nine integer operations per 2N
+// values, fewer than rounding each 32-bit lane.
+template <class DF>
+HWY_INLINE void StoreBf16SplitFinite(DF df, hn::Vec<DF> even, hn::Vec<DF> odd, uint16_t* p) {
+  const hn::RebindToUnsigned<DF> du;
+  const hn::Repartition<uint16_t, DF> d16;
+  const auto ue = hn::BitCast(du, even);
+  const auto uo = hn::BitCast(du, odd);
+  const auto t = hn::OddEven(hn::BitCast(d16, uo), hn::BitCast(d16, hn::ShiftRight<16>(ue)));
+  const auto w = hn::OddEven(hn::BitCast(d16, hn::ShiftLeft<16>(uo)), hn::BitCast(d16, ue));
+  const auto w_odd = hn::Or(w, hn::And(t, hn::Set(d16, uint16_t{1})));
+  const auto carry = hn::ShiftRight<15>(hn::AverageRound(w_odd, hn::Set(d16, uint16_t{0x7ffe})));
+  hn::StoreU(hn::Add(t, carry), d16, p);
+}
+
+// As StoreBf16SplitFinite; a NaN keeps its high half with the quiet bit set.
+template <class DF>
+HWY_INLINE void StoreBf16Split(DF df, hn::Vec<DF> even, hn::Vec<DF> odd, uint16_t* p) {
+  const hn::RebindToUnsigned<DF> du;
+  // Zero low bits: a NaN's high half cannot round up.
+  const auto quiet = [&](hn::Vec<DF> v) {
+    const auto q = hn::And(hn::Or(hn::BitCast(du, v), hn::Set(du, 0x00400000u)),
+                           hn::Set(du, 0xffff0000u));
+    return hn::IfThenElse(hn::IsNaN(v), hn::BitCast(df, q), v);
+  };
+  StoreBf16SplitFinite(df, quiet(even), quiet(odd), p);
+}
+
+template <class DF>
+HWY_INLINE void LoadF16Split(DF df, const uint16_t* p, hn::Vec<DF>& even, hn::Vec<DF>& odd) {
+  const hn::RebindToUnsigned<DF> du;
+  const hn::Repartition<uint16_t, DF> d16;
+  const auto bits = hn::BitCast(du, hn::LoadU(d16, p));
+  even = F16BitsToFloat(df, hn::And(bits, hn::Set(du, 0xffffu)));
+  odd = F16BitsToFloat(df, hn::ShiftRight<16>(bits));
+}
+
+template <class DF>
+HWY_INLINE void StoreF16Split(DF df, hn::Vec<DF> even, hn::Vec<DF> odd, uint16_t* p) {
+  const hn::Repartition<uint16_t, DF> d16;
+  const auto bits =
+      hn::Or(FloatToF16Bits(df, even), hn::ShiftLeft<16>(FloatToF16Bits(df, odd)));
+  hn::StoreU(hn::BitCast(d16, bits), d16, p);
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace cpu
+}  // namespace rope
+HWY_AFTER_NAMESPACE();
+
+#endif  // per-target include guard
