@@ -168,6 +168,12 @@ std::string RenderJson(const RunReport& report) {
   json.Field("note", report.slo_note);
   json.EndObject();
   WriteVerify(report.verify, &json);
+  json.Key("errors").BeginObject();
+  json.Field("calls", report.calls);
+  json.Field("failed", report.failed_calls);
+  json.Field("max_error_rate", spec.max_error_rate);
+  json.Field("exceeded", report.error_rate_exceeded);
+  json.EndObject();
   json.EndObject();
   return json.str() + "\n";
 }

@@ -146,6 +146,11 @@ std::string RenderText(const RunReport& report) {
     }
   }
   if (!report.slo_note.empty()) absl::StrAppend(&out, "\nSLO: ", report.slo_note, "\n");
+  absl::StrAppendFormat(
+      &out, "\nErrors: %d of %d measured calls failed (%.3f%%); --max_error_rate=%g: %s\n",
+      report.failed_calls, report.calls,
+      report.calls > 0 ? 100.0 * report.failed_calls / report.calls : 0.0, spec.max_error_rate,
+      report.error_rate_exceeded ? "EXCEEDED (exit 3)" : "within");
   if (report.verify.requested > 0 && report.steps.size() > 1) {
     absl::StrAppendFormat(&out, "\nVerify: %d of %d checked replies match the local engine\n",
                           report.verify.matched, report.verify.checked);

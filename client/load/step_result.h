@@ -103,6 +103,11 @@ struct RunReport {
   bool slo_stopped = false;    // a sweep stopped at --max_p99
   std::string slo_note;
   VerifySummary verify;        // over all steps
+  // Measured calls (all steps) and the failed ones; errors / calls against
+  // spec.max_error_rate.
+  int64_t calls = 0;
+  int64_t failed_calls = 0;
+  bool error_rate_exceeded = false;
 };
 
 }  // namespace load

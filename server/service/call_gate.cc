@@ -11,17 +11,25 @@ absl::Status DrainingError() {
 CallGate::CallGate(int64_t max_in_flight) : max_in_flight_(max_in_flight) {}
 
 absl::Status CallGate::TryEnter() {
-  absl::MutexLock lock(&mu_);
-  if (draining_) {
-    return DrainingError();
+  absl::Status refused;
+  absl::string_view kind;
+  {
+    absl::MutexLock lock(&mu_);
+    if (draining_) {
+      refused = DrainingError();
+      kind = "UNAVAILABLE (draining)";
+    } else if (max_in_flight_ > 0 && in_flight_ >= max_in_flight_) {
+      refused = absl::ResourceExhaustedError(absl::StrCat(
+          "too many calls in flight: ", in_flight_, " of max_concurrent_calls ", max_in_flight_,
+          " are running; retry later"));
+      kind = "RESOURCE_EXHAUSTED (max_concurrent_calls)";
+    } else {
+      ++in_flight_;
+      return absl::OkStatus();
+    }
   }
-  if (max_in_flight_ > 0 && in_flight_ >= max_in_flight_) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "too many calls in flight: ", in_flight_, " of max_concurrent_calls ", max_in_flight_,
-        " are running; retry later"));
-  }
-  ++in_flight_;
-  return absl::OkStatus();
+  refusals_.Note(kind, refused.message());
+  return refused;
 }
 
 void CallGate::Leave() {

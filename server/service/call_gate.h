@@ -2,7 +2,8 @@
 //
 // Counts calls in flight across all methods (a stream counts as one call for
 // its whole life), refuses calls beyond the limit promptly instead of queueing
-// them, and refuses every new call once draining has begun.
+// them, and refuses every new call once draining has begun. Refusals are
+// logged, rate-limited (refusal_log.h).
 //
 // Thread-safe.
 #ifndef ROPE_SERVICE_CALL_GATE_H_
@@ -14,6 +15,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "server/service/refusal_log.h"
 
 namespace rope {
 
@@ -46,6 +48,7 @@ class CallGate {
 
  private:
   const int64_t max_in_flight_;
+  RefusalLog refusals_;
   mutable absl::Mutex mu_;
   int64_t in_flight_ ABSL_GUARDED_BY(mu_) = 0;
   bool draining_ ABSL_GUARDED_BY(mu_) = false;

@@ -21,8 +21,10 @@
 #include "grpcpp/server.h"
 #include "server/engine/engine.h"
 #include "server/service/call_gate.h"
+#include "server/service/credential_reloader.h"
 #include "server/service/echo_service.h"
 #include "server/service/health_port.h"
+#include "server/service/refusal_log.h"
 #include "server/service/rope_service.h"
 #include "server/service/server_security.h"
 #include "server/service/service_metrics.h"
@@ -57,6 +59,17 @@ struct ServerOptions {
   // that cannot do TLS or send tokens); empty: none. Port 0 picks a free
   // port (see RopeServer::health_port()).
   std::string health_listen_address;
+  // Whether another process may bind the same port (SO_REUSEPORT). Off: a
+  // second server on a taken port fails to start instead of silently taking
+  // part of the traffic.
+  bool reuse_port = false;
+  // The files `security` was read from and how often to look for changes
+  // (credential_reloader.h). Zero, or no TLS: the credentials are fixed.
+  // The private copies gRPC watches go under `security_staging_dir` (empty:
+  // $TMPDIR, else /tmp).
+  ServerSecurityFiles security_files;
+  absl::Duration security_reload_interval = absl::ZeroDuration();
+  std::string security_staging_dir;
   // Plaintext by default; TLS, mutual TLS and bearer tokens otherwise. The
   // metrics endpoint stays plaintext (it is scraped inside the cluster).
   ServerSecurity security;
@@ -105,12 +118,14 @@ class RopeServer {
   // Declared in dependency order: destroyed in reverse, the server first.
   std::unique_ptr<Engine> engine_;
   ServiceMetrics metrics_;
+  RefusalLog auth_refusals_;
   CallGate gate_;
   WorkQueue work_;
   RopeServiceImpl service_;
   std::unique_ptr<EchoServiceImpl> echo_;
   std::shared_ptr<prometheus::Collectable> state_collector_;
   std::unique_ptr<prometheus::Exposer> exposer_;
+  std::unique_ptr<CredentialReloader> reloader_;  // null: fixed credentials
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<HealthPort> health_;
   int port_ = 0;

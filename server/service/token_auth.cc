@@ -61,15 +61,35 @@ absl::StatusOr<std::vector<std::string>> ParseTokenFile(absl::string_view conten
   return tokens;
 }
 
+TokenSet::TokenSet(std::vector<std::string> tokens)
+    : tokens_(std::make_shared<const std::vector<std::string>>(std::move(tokens))) {}
+
+std::shared_ptr<const std::vector<std::string>> TokenSet::Get() const {
+  absl::MutexLock lock(&mu_);
+  return tokens_;
+}
+
+void TokenSet::Set(std::vector<std::string> tokens) {
+  auto next = std::make_shared<const std::vector<std::string>>(std::move(tokens));
+  absl::MutexLock lock(&mu_);
+  tokens_ = std::move(next);
+}
+
 BearerTokenProcessor::BearerTokenProcessor(std::vector<std::string> tokens,
+                                           std::function<void(AuthFailure)> on_failure)
+    : BearerTokenProcessor(std::make_shared<TokenSet>(std::move(tokens)),
+                           std::move(on_failure)) {}
+
+BearerTokenProcessor::BearerTokenProcessor(std::shared_ptr<TokenSet> tokens,
                                            std::function<void(AuthFailure)> on_failure)
     : tokens_(std::move(tokens)), on_failure_(std::move(on_failure)) {}
 
 bool BearerTokenProcessor::Accepts(absl::string_view token) const {
   // Compare against every token (no early exit) so that timing does not tell
   // which one matched either.
+  const std::shared_ptr<const std::vector<std::string>> tokens = tokens_->Get();
   bool accepted = false;
-  for (const std::string& expected : tokens_) {
+  for (const std::string& expected : *tokens) {
     accepted |= ConstantTimeEquals(token, expected);
   }
   return accepted;
