@@ -82,6 +82,11 @@ ABSL_FLAG(bool, reuse_port, false,
           "let other processes listen on the same port (SO_REUSEPORT); off: a second server on "
           "a taken port exits 1 naming the address instead of silently taking part of the "
           "traffic");
+ABSL_FLAG(int64_t, max_calls_per_client, 0,
+          "calls in flight per client (its bearer token, else its mTLS certificate subject, else "
+          "its address): a client over this share gets RESOURCE_EXHAUSTED while others are "
+          "served; 0: no per-client share (e.g. a quarter of --max_concurrent_calls lets four "
+          "clients fill the server)");
 ABSL_FLAG(absl::Duration, security_reload_interval, absl::Seconds(10),
           "how often the certificate, key, client-CA and token files are checked for new "
           "contents, taken without a restart (a malformed set keeps the current credentials, "
@@ -314,6 +319,7 @@ int RunServer() {
   options.enable_echo = absl::GetFlag(FLAGS_enable_echo);
   options.health_listen_address = absl::GetFlag(FLAGS_health_listen);
   options.reuse_port = absl::GetFlag(FLAGS_reuse_port);
+  options.max_calls_per_client = absl::GetFlag(FLAGS_max_calls_per_client);
   options.security_files = security_files;
   options.security_reload_interval = absl::GetFlag(FLAGS_security_reload_interval);
   if (const char* tmp = std::getenv("TMPDIR"); tmp != nullptr) options.security_staging_dir = tmp;

@@ -65,6 +65,8 @@ void WriteStep(const StepResult& step, JsonWriter* json) {
   json->Field("errors", step.errors);
   json->Field("dropped", step.dropped);
   json->Field("peak_in_flight", step.peak_in_flight);
+  json->Field("retries", step.retries);
+  json->Field("retried_calls", step.retried_calls);
   json->Field("stalled", step.stalled);
   json->Key("warmup").BeginObject();
   json->Field("ok", step.warmup_ok);

@@ -164,11 +164,13 @@ int SetUpRun(const client::FlagSet& flags, std::ostream& err, RunSetup* setup) {
   setup->server = *std::move(info);
   // The summary shows the scaling parameters the server uses (its defaults
   // and a config.json's values), not the zeros sent.
-  if (!setup->workload.requests.empty()) {
-    const google::protobuf::Message& first = *setup->workload.requests.front();
-    const auto* config = dynamic_cast<const v1::RopeConfig*>(&first.GetReflection()->GetMessage(
-        first, first.GetDescriptor()->FindFieldByName("config")));
-    if (config != nullptr) {
+  // (With --configs the description keeps naming the range of configs.)
+  if (!setup->workload.requests.empty() && setup->workload.config_fields.empty()) {
+    const std::unique_ptr<google::protobuf::Message> first = setup->workload.Request(0);
+    const auto* config = dynamic_cast<const v1::RopeConfig*>(&first->GetReflection()->GetMessage(
+        *first, first->GetDescriptor()->FindFieldByName("config")));
+    if (config != nullptr && (!config->hf_config_json().empty() ||
+                              config->scaling_case() != v1::RopeConfig::SCALING_NOT_SET)) {
       setup->workload.config_description =
           client::DescribeEffectiveConfig(setup->pool->client(0), *config);
     }

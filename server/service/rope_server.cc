@@ -76,9 +76,11 @@ std::string WithPort(const std::string& address, int port) {
 RopeServer::RopeServer(std::unique_ptr<Engine> engine, const ServerOptions& options)
     : options_(options),
       engine_(std::move(engine)),
-      gate_(options.max_concurrent_calls),
+      gate_(options.max_concurrent_calls, options.max_calls_per_client),
       work_(options.work_threads),
-      service_(*engine_, gate_, metrics_, work_, ServiceOptions{options.max_message_bytes}) {}
+      service_(*engine_, gate_, metrics_, work_,
+               ServiceOptions{options.max_message_bytes,
+                              /*tokens_verified=*/!options.security.bearer_tokens.empty()}) {}
 
 absl::StatusOr<std::unique_ptr<RopeServer>> RopeServer::Start(std::unique_ptr<Engine> engine,
                                                               const ServerOptions& options) {

@@ -45,6 +45,9 @@ struct ServerOptions {
   int64_t max_message_bytes = kDefaultMaxMessageBytes;
   // Calls in flight across all methods (a stream is one call); <= 0: no limit.
   int64_t max_concurrent_calls = 64;
+  // Calls in flight per client (client_identity.h) ; <= 0: no per-client
+  // share.
+  int64_t max_calls_per_client = 0;
   // Threads running the calls' work; <= 0: one per hardware thread.
   int work_threads = 0;
   // host:port of the Prometheus /metrics endpoint; empty: none. Port 0 picks

@@ -1,5 +1,6 @@
 #include "server/service/rope_service.h"
 
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -8,6 +9,8 @@
 #include "absl/time/time.h"
 #include "proto_engine/request_conversion.h"
 #include "proto_engine/rope_calls.h"
+#include "common/retry_metadata.h"
+#include "server/service/client_identity.h"
 #include "server/service/status_conversion.h"
 #include "server/service/unary_call.h"
 
@@ -24,6 +27,16 @@ absl::Status CancelledBeforeRun(Rpc rpc) {
       absl::StrCat(RpcName(rpc), " was cancelled (or its deadline passed) before it ran"));
 }
 
+// Echoes the attempt number gRPC's retries send to the server back to the
+// client in a trailer (common/retry_metadata.h), so that it can count them.
+void EchoPreviousAttempts(grpc::CallbackServerContext* context) {
+  const std::multimap<grpc::string_ref, grpc::string_ref>& metadata = context->client_metadata();
+  auto it = metadata.find(kGrpcPreviousAttemptsHeader);
+  if (it == metadata.end()) return;
+  context->AddTrailingMetadata(kPreviousAttemptsTrailer,
+                               std::string(it->second.data(), it->second.size()));
+}
+
 }  // namespace
 
 // One RotateStream call. Strictly one message at a time: read, rotate on the
@@ -34,7 +47,8 @@ class RopeServiceImpl::RotateStreamReactor final
  public:
   RotateStreamReactor(RopeServiceImpl& service, grpc::CallbackServerContext* context)
       : service_(service), context_(context) {
-    absl::Status admitted = service_.gate_.TryEnter();
+    client_ = service_.ClientOf(*context);
+    absl::Status admitted = service_.gate_.TryEnter(client_);
     if (!admitted.ok()) {
       message_start_ = absl::Now();
       FinishStream(admitted);
@@ -72,7 +86,7 @@ class RopeServiceImpl::RotateStreamReactor final
   }
 
   void OnDone() override {
-    if (admitted_) service_.gate_.Leave();
+    if (admitted_) service_.gate_.Leave(client_);
     delete this;
   }
 
@@ -108,6 +122,7 @@ class RopeServiceImpl::RotateStreamReactor final
   absl::Time message_start_;
   int64_t bytes_in_ = 0;
   bool admitted_ = false;
+  std::string client_;  // for the per-client share
 };
 
 RopeServiceImpl::RopeServiceImpl(Engine& engine, CallGate& gate, ServiceMetrics& metrics,
@@ -120,8 +135,9 @@ template <typename Request, typename Response, typename Answer>
 grpc::ServerUnaryReactor* RopeServiceImpl::ServeUnary(Rpc rpc, grpc::CallbackServerContext* context,
                                                       const Request& request, Response* response,
                                                       Answer answer) {
+  EchoPreviousAttempts(context);
   auto* call = new UnaryCall(rpc, gate_, metrics_, options_.max_message_bytes);
-  if (!call->Admit(request)) return call;
+  if (!call->Admit(request, ClientOf(*context))) return call;
   work_.Schedule([call, rpc, context, response, answer = std::move(answer)] {
     if (context->IsCancelled()) {
       call->FinishWith(CancelledBeforeRun(rpc), nullptr);
@@ -227,11 +243,16 @@ grpc::ServerUnaryReactor* RopeServiceImpl::ResolveConfig(grpc::CallbackServerCon
   });
 }
 
+std::string RopeServiceImpl::ClientOf(const grpc::CallbackServerContext& context) const {
+  return gate_.max_per_client() > 0 ? ClientIdentity(context, options_.tokens_verified)
+                                    : std::string();
+}
+
 grpc::ServerUnaryReactor* RopeServiceImpl::GetServerInfo(grpc::CallbackServerContext* context,
                                                          const v1::GetServerInfoRequest* request,
                                                          v1::ServerInfo* response) {
   auto* call = new UnaryCall(Rpc::kGetServerInfo, gate_, metrics_, options_.max_message_bytes);
-  if (!call->Admit(*request)) return call;
+  if (!call->Admit(*request, ClientOf(*context))) return call;
   // Cheap and non-blocking: answered on the gRPC thread.
   FillServerInfo(response);
   call->FinishWith(absl::OkStatus(), response);

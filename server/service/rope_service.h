@@ -14,6 +14,7 @@
 #define ROPE_SERVICE_ROPE_SERVICE_H_
 
 #include <cstdint>
+#include <string>
 
 #include "absl/status/status.h"
 #include "common/defaults.h"
@@ -33,6 +34,9 @@ struct ServiceOptions {
   // The server's limit on one message each way; replies over it are refused
   // with RESOURCE_EXHAUSTED. Reported by GetServerInfo.
   int64_t max_message_bytes = kDefaultMaxMessageBytes;
+  // Whether every call's bearer token was checked (token_auth.h), so that
+  // it may name the client for the per-client share (client_identity.h).
+  bool tokens_verified = false;
 };
 
 class RopeServiceImpl final : public v1::RopeService::CallbackService {
@@ -69,6 +73,9 @@ class RopeServiceImpl final : public v1::RopeService::CallbackService {
   grpc::ServerUnaryReactor* ServeUnary(Rpc rpc, grpc::CallbackServerContext* context,
                                        const Request& request, Response* response, Answer answer);
   void FillServerInfo(v1::ServerInfo* info) const;
+  // The caller's identity for the gate's per-client share (client_identity.h),
+  // or "" when there is no share (nothing to compute).
+  std::string ClientOf(const grpc::CallbackServerContext& context) const;
 
   Engine& engine_;
   CallGate& gate_;

@@ -25,7 +25,9 @@ class UnaryCall final : public grpc::ServerUnaryReactor {
   // Takes a gate slot. On refusal finishes the call with the gate's status
   // (UNAVAILABLE or RESOURCE_EXHAUSTED) and returns false; the handler must
   // then only return the reactor. `request` is measured for the metrics.
-  bool Admit(const google::protobuf::Message& request);
+  // `client` (client_identity.h; empty: none) is held to its per-client
+  // share of the gate.
+  bool Admit(const google::protobuf::Message& request, std::string client = "");
 
   // Records the metrics and finishes the call with `status` (converted by
   // ToGrpcStatus). An OK reply larger than max_reply_bytes is replaced by
@@ -43,6 +45,7 @@ class UnaryCall final : public grpc::ServerUnaryReactor {
   const absl::Time start_;
   int64_t bytes_in_ = 0;
   bool admitted_ = false;
+  std::string client_;
 };
 
 }  // namespace rope

@@ -332,7 +332,8 @@ TEST(ProcessTest, HelpListsEveryFlagAndExitsZeroWithoutASourcePath) {
          {"--listen", "--backend", "--cpu_threads", "--work_threads", "--max_message_bytes",
           "--table_cache_bytes", "--max_len_cap", "--max_elements_per_request",
           "--max_concurrent_calls", "--metrics_port", "--metrics_host", "--shutdown_grace_period",
-          "--max_connection_age", "--enable_echo", "--reuse_port", "--teardown_timeout"}) {
+          "--max_connection_age", "--enable_echo", "--reuse_port", "--teardown_timeout",
+          "--security_reload_interval", "--max_calls_per_client"}) {
       EXPECT_NE(output.find(absl::StrCat(flag, " (")), std::string::npos)
           << flag << "\n" << output;
     }

@@ -19,6 +19,7 @@
 #include "grpcpp/security/credentials.h"
 #include "gtest/gtest.h"
 #include "server/backends/cpu/cpu_backend.h"
+#include "server/service/client_identity.h"
 #include "server/service/rope_server.h"
 #include "tests/support/grpc_test_util.h"
 #include "tests/support/test_certs.h"
@@ -65,7 +66,7 @@ class SecurityTest : public ::testing::Test {
   }
 
   void Start(const ServerSecurity& security, bool metrics = false,
-             const std::string& health_listen = "") {
+             const std::string& health_listen = "", int64_t max_calls_per_client = 0) {
     if (certs_ == nullptr) GTEST_SKIP() << "no test certificates";
     absl::StatusOr<std::unique_ptr<Backend>> cpu = NewCpuBackend(1);
     ASSERT_TRUE(cpu.ok()) << cpu.status();
@@ -75,6 +76,7 @@ class SecurityTest : public ::testing::Test {
     options.security = security;
     if (metrics) options.metrics_address = "127.0.0.1:0";
     options.health_listen_address = health_listen;
+    options.max_calls_per_client = max_calls_per_client;
     absl::StatusOr<std::unique_ptr<RopeServer>> server =
         RopeServer::Start(std::make_unique<Engine>(*std::move(cpu), EngineLimits()), options);
     ASSERT_TRUE(server.ok()) << server.status();
@@ -352,6 +354,52 @@ TEST_F(SecurityTest, ClientSecurityNamesTheFlagOfAMissingFile) {
   files.tls_cert_file = "/nonexistent/client.pem";
   EXPECT_TRUE(absl::StrContains(client::ApplyChannelSecurity(files, &options).message(),
                                 "go together"));
+}
+
+// ---- Per-client share of calls in flight (client_share.h) -----------------
+
+// An AttentionScores call of ~2 GFLOP: long enough (on one CPU thread) to be
+// seen in flight.
+v1::AttentionScoresRequest SlowScoresRequest() {
+  v1::AttentionScoresRequest request;
+  *request.mutable_config() = MakeConfig(128, 2048);
+  *request.mutable_q() = MakeRotateRequest(1, 1024, 8, 128, 2048, 0, 1).q();
+  *request.mutable_k() = MakeRotateRequest(1, 1024, 8, 128, 2048, 0, 2).q();
+  request.set_causal(true);
+  return request;
+}
+
+TEST_F(SecurityTest, AClientOverItsShareIsRefusedWhileOthersAreServed) {
+  Start(TlsWithTokens(), /*metrics=*/false, /*health_listen=*/"", /*max_calls_per_client=*/2);
+  std::unique_ptr<RopeClient> flood = Client(WithToken(kToken));
+  std::unique_ptr<RopeClient> steady = Client(WithToken(kNextToken));
+  ASSERT_NE(flood, nullptr);
+  ASSERT_NE(steady, nullptr);
+  const std::string flood_id = TokenFingerprint(kToken);
+  std::vector<std::thread> slow;
+  std::atomic<int> slow_ok{0};
+  for (int i = 0; i < 2; ++i) {
+    slow.emplace_back([&] {
+      if (flood->AttentionScores(SlowScoresRequest()).ok()) ++slow_ok;
+    });
+  }
+  for (int i = 0; i < 2000 && server_->gate().in_flight_of(flood_id) < 2; ++i) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  ASSERT_EQ(server_->gate().in_flight_of(flood_id), 2);
+  // The flooding client's third call is over its share...
+  const absl::Status over = RotateThrough(flood.get());
+  EXPECT_EQ(over.code(), absl::StatusCode::kResourceExhausted) << over;
+  EXPECT_TRUE(absl::StrContains(over.message(), "its share is max_calls_per_client 2")) << over;
+  EXPECT_TRUE(absl::StrContains(over.message(), flood_id)) << over;
+  EXPECT_FALSE(absl::StrContains(over.message(), kToken)) << over;  // never the token
+  // ... while another client is served.
+  EXPECT_TRUE(RotateThrough(steady.get()).ok());
+  EXPECT_TRUE(RotateThrough(steady.get()).ok());
+  for (std::thread& t : slow) t.join();
+  EXPECT_EQ(slow_ok.load(), 2);
+  EXPECT_EQ(server_->gate().in_flight_of(flood_id), 0);
+  EXPECT_TRUE(RotateThrough(flood.get()).ok());  // its share is free again
 }
 
 // ---- Live reload (credential_reloader.h) ----------------------------------
