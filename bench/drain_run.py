@@ -114,8 +114,9 @@ def stop_and_watch(server, result):
 
 
 def run_ropeload(ropeload, target, flags, json_path, duration_s):
-    cmd = [ropeload, "--target=" + target, "--noprogress", "-z", "%ds" % duration_s] + flags + \
-          ["--json=" + json_path]
+    # Refusals while draining are expected (and checked below): not a failed run.
+    cmd = [ropeload, "--target=" + target, "--noprogress", "-z", "%ds" % duration_s,
+           "--max_error_rate=1"] + flags + ["--json=" + json_path]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     return cmd, proc
 

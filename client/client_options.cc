@@ -68,7 +68,7 @@ std::string ServiceConfigJson(const ClientOptions& options) {
   // draining server turns NOT_SERVING and leaves the rotation before it
   // closes its connections. Servers without the health service count as
   // healthy (gRPC treats UNIMPLEMENTED so).
-  absl::StrAppend(&json, R"(,"healthCheckConfig":{"serviceName":""})");
+  if (options.health_check) absl::StrAppend(&json, R"(,"healthCheckConfig":{"serviceName":""})");
   if (options.retry_max_attempts > 1) {
     absl::StrAppend(&json, R"(,"methodConfig":[{"name":[{"service":"rope.v1.RopeService"}],)",
                     R"("retryPolicy":{"maxAttempts":)", options.retry_max_attempts,

@@ -36,6 +36,12 @@ struct ClientOptions {
   absl::Duration retry_initial_backoff = absl::Milliseconds(50);
   absl::Duration retry_max_backoff = absl::Milliseconds(500);
 
+  // Client-side health checking: each address is watched through
+  // grpc.health.v1 and left out of the rotation while it is not SERVING (a
+  // draining replica). Off for a client that asks about health itself
+  // (ropectl health), which must reach a NOT_SERVING server to hear it say so.
+  bool health_check = true;
+
   // Whether the channel keeps its connections to itself. gRPC otherwise
   // shares one connection per address among channels created with equal
   // arguments, so N channels would still be one HTTP/2 connection;

@@ -71,13 +71,17 @@ class HeaderParser {
       array->dtype = NpyDType::kFloat16;
     } else if (descr == "<u2") {
       array->dtype = NpyDType::kUInt16;
+    } else if (descr == "<f8") {
+      array->dtype = NpyDType::kFloat64;
+    } else if (descr == "<i2") {
+      array->dtype = NpyDType::kInt16;
     } else if (!descr.empty() && descr[0] == '>') {
       return Error(absl::StrCat("dtype '", descr,
                                 "' is big-endian: only little-endian arrays are supported"));
     } else {
       return Error(absl::StrCat("dtype '", descr,
-                                "' is not supported: use '<f4' (float32), '<f2' (float16) "
-                                "or '<u2' (bfloat16 bits)"));
+                                "' is not supported: use '<f4' (float32), '<f2' (float16), "
+                                "'<f8' (float64, converted) or '<u2' / '<i2' (bfloat16 bits)"));
     }
     return absl::OkStatus();
   }
@@ -205,11 +209,22 @@ absl::string_view NpyDTypeDescr(NpyDType dtype) {
     case NpyDType::kFloat32: return "<f4";
     case NpyDType::kFloat16: return "<f2";
     case NpyDType::kUInt16: return "<u2";
+    case NpyDType::kFloat64: return "<f8";
+    case NpyDType::kInt16: return "<i2";
   }
   return "?";
 }
 
-size_t NpyDTypeSize(NpyDType dtype) { return dtype == NpyDType::kFloat32 ? 4 : 2; }
+size_t NpyDTypeSize(NpyDType dtype) {
+  switch (dtype) {
+    case NpyDType::kFloat64: return 8;
+    case NpyDType::kFloat32: return 4;
+    case NpyDType::kFloat16:
+    case NpyDType::kUInt16:
+    case NpyDType::kInt16: return 2;
+  }
+  return 0;
+}
 
 int64_t NpyArray::num_elements() const {
   int64_t n = 1;

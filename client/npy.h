@@ -1,12 +1,15 @@
 // Reading and writing NumPy .npy files (format versions 1.0, 2.0 and 3.0).
 //
 // Only what ropectl exchanges is supported: little-endian, C order, and one
-// of three element types:
+// of these element types:
 //   '<f4'  float32
 //   '<f2'  float16
+//   '<f8'  float64 (NumPy's default; read only: converted to the tensor's dtype)
 //   '<u2'  uint16, which ropectl uses for bfloat16: NumPy has no bfloat16, so
 //          bfloat16 tensors are stored as their raw 16-bit patterns and read
 //          back as bfloat16 only when the caller asks for it.
+//   '<i2'  int16, read as bfloat16 bits like '<u2' (torch's
+//          t.view(torch.int16).numpy() gives this; read only).
 // Anything else (fortran_order True, big-endian, other dtypes, object arrays)
 // is rejected with INVALID_ARGUMENT naming the offending header field.
 //
@@ -26,9 +29,10 @@
 namespace rope {
 namespace client {
 
-enum class NpyDType { kFloat32, kFloat16, kUInt16 };
+enum class NpyDType { kFloat32, kFloat16, kUInt16, kFloat64, kInt16 };
 
-// The descr string ('<f4', '<f2', '<u2') and the element size in bytes.
+// The descr string ('<f4', '<f2', '<u2', '<f8', '<i2') and the element size
+// in bytes.
 absl::string_view NpyDTypeDescr(NpyDType dtype);
 size_t NpyDTypeSize(NpyDType dtype);
 

@@ -190,6 +190,36 @@ absl::StatusOr<v1::Tensor> RandomTensor(std::vector<int64_t> shape, v1::DType dt
   return MakeTensor(values, std::move(shape), dtype);
 }
 
+namespace {
+
+// float64 values (little-endian bytes) as float32 values from which
+// EncodeFloats(…, dtype) gives each value rounded to nearest even in
+// `dtype`. For FLOAT32 that is the plain conversion. For the 16-bit types a
+// plain conversion would round twice (to float32, then to 16 bits) and can
+// land one ulp off; rounding to odd in the float32 step (the inexact
+// results keep a sticky low bit) makes the second rounding exact, as float32
+// has more than two bits beyond the 16-bit types' mantissas.
+std::vector<float> NarrowFloat64(const std::string& bytes, v1::DType dtype) {
+  std::vector<float> out(bytes.size() / sizeof(double));
+  for (size_t i = 0; i < out.size(); ++i) {
+    double d;
+    std::memcpy(&d, bytes.data() + i * sizeof(double), sizeof(double));
+    float f = static_cast<float>(d);
+    if (dtype != v1::FLOAT32 && !std::isnan(d) && static_cast<double>(f) != d) {
+      // Toward zero, then the sticky bit.
+      if (std::fabs(static_cast<double>(f)) > std::fabs(d)) f = std::nextafter(f, 0.0f);
+      uint32_t bits;
+      std::memcpy(&bits, &f, sizeof(bits));
+      bits |= 1u;
+      std::memcpy(&f, &bits, sizeof(bits));
+    }
+    out[i] = f;
+  }
+  return out;
+}
+
+}  // namespace
+
 absl::StatusOr<v1::Tensor> TensorFromNpy(const NpyArray& array, v1::DType dtype,
                                          absl::string_view what) {
   ROPE_RETURN_IF_ERROR(CheckShape(array.shape, what));
@@ -202,12 +232,17 @@ absl::StatusOr<v1::Tensor> TensorFromNpy(const NpyArray& array, v1::DType dtype,
   for (int64_t d : array.shape) tensor.add_shape(d);
   switch (array.dtype) {
     case NpyDType::kUInt16:
+    case NpyDType::kInt16:
       if (dtype != v1::BFLOAT16) {
         return absl::InvalidArgumentError(absl::StrCat(
-            what, ": dtype '<u2' holds raw bfloat16 bits and is read only with dtype "
-                  "bfloat16 (asked for ", DTypeName(dtype), ")"));
+            what, ": dtype '", NpyDTypeDescr(array.dtype),
+            "' holds raw bfloat16 bits and is read only with dtype bfloat16 (asked for ",
+            DTypeName(dtype), ")"));
       }
       tensor.set_data(array.data);
+      return tensor;
+    case NpyDType::kFloat64:
+      tensor.set_data(EncodeFloats(NarrowFloat64(array.data, dtype), dtype));
       return tensor;
     case NpyDType::kFloat16:
       if (dtype == v1::FLOAT16) {

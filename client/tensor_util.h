@@ -71,9 +71,11 @@ absl::StatusOr<v1::Tensor> RandomTensor(std::vector<int64_t> shape, v1::DType dt
                                         uint64_t seed, Distribution distribution);
 
 // A Tensor in `dtype` from a .npy array:
-//   '<f4' and '<f2' arrays are converted to `dtype` (rounding when narrowing);
-//   '<u2' arrays are taken as raw bfloat16 bits, and only when dtype is
-//   BFLOAT16 (INVALID_ARGUMENT otherwise: uint16 is not a float type).
+//   '<f4', '<f2' and '<f8' arrays are converted to `dtype`, rounding to
+//   nearest even when narrowing (float64 straight to the dtype, with no
+//   double rounding through float32);
+//   '<u2' and '<i2' arrays are taken as raw bfloat16 bits, and only when dtype
+//   is BFLOAT16 (INVALID_ARGUMENT otherwise: an integer is not a float type).
 // INVALID_ARGUMENT naming `what` for a 0-d array or a zero dimension.
 absl::StatusOr<v1::Tensor> TensorFromNpy(const NpyArray& array, v1::DType dtype,
                                          absl::string_view what = "npy");

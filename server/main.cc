@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <csignal>
 #include <cstdint>
@@ -18,11 +19,11 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
-#include "absl/flags/usage_config.h"
+#include "absl/flags/reflection.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -95,6 +96,24 @@ ABSL_FLAG(absl::Duration, max_inflight_wait, absl::Seconds(10),
           "longest a call waits for room in --max_inflight_bytes when its deadline is later "
           "(or it has none)");
 
+// Operations (issue 19): port reuse and the bound on gRPC's teardown.
+ABSL_FLAG(bool, reuse_port, false,
+          "let other processes listen on the same port (SO_REUSEPORT); off: a second server on "
+          "a taken port exits 1 naming the address instead of silently taking part of the "
+          "traffic");
+ABSL_FLAG(int64_t, max_calls_per_client, 0,
+          "calls in flight per client (its bearer token, else its mTLS certificate subject, else "
+          "its address): a client over this share gets RESOURCE_EXHAUSTED while others are "
+          "served; 0: no per-client share (e.g. a quarter of --max_concurrent_calls lets four "
+          "clients fill the server)");
+ABSL_FLAG(absl::Duration, security_reload_interval, absl::Seconds(10),
+          "how often the certificate, key, client-CA and token files are checked for new "
+          "contents, taken without a restart (a malformed set keeps the current credentials, "
+          "is logged and counted); 0: read once at start");
+ABSL_FLAG(absl::Duration, teardown_timeout, absl::Seconds(5),
+          "after the drain has answered every accepted call, how long gRPC's own teardown may "
+          "take before the process exits anyway (with the drain's status)");
+
 namespace rope {
 namespace {
 
@@ -114,11 +133,8 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeCpuBackend() {
   return NewCpuBackend(options);
 }
 
+// Precondition: `choice` checked by CheckFlags.
 absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(const std::string& choice) {
-  if (choice != "auto" && choice != "cpu" && choice != "cuda") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--backend is \"", choice, "\": must be auto, cpu or cuda"));
-  }
   if (choice == "cpu") return MakeCpuBackend();
   CudaBackendOptions cuda_options;
   cuda_options.table_cache_bytes = absl::GetFlag(FLAGS_table_cache_bytes);
@@ -180,6 +196,22 @@ absl::Status CheckFlags() {
         SelectCpuKernels(absl::GetFlag(FLAGS_cpu_simd), "--cpu_simd");
     if (!kernels.ok()) return kernels.status();
   }
+  if (absl::GetFlag(FLAGS_security_reload_interval) < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--security_reload_interval is ",
+        absl::FormatDuration(absl::GetFlag(FLAGS_security_reload_interval)), ": must be >= 0"));
+  }
+  if (absl::GetFlag(FLAGS_teardown_timeout) < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--teardown_timeout is ",
+                     absl::FormatDuration(absl::GetFlag(FLAGS_teardown_timeout)),
+                     ": must be >= 0"));
+  }
+  const std::string backend = absl::GetFlag(FLAGS_backend);
+  if (backend != "auto" && backend != "cpu" && backend != "cuda") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--backend is \"", backend, "\": must be auto, cpu or cuda"));
+  }
   return absl::OkStatus();
 }
 
@@ -205,7 +237,13 @@ void LimitMallocArenas() {
   mallopt(M_ARENA_MAX, static_cast<int>(std::clamp(cores / 4, 2u, 8u)));
 }
 
-// Exit status after the backend failed for good (see BackendInfo::fault).
+// Exit status (docs/operations.md): 0 after a drain; 1 a runtime failure
+// (a port that cannot be bound, a backend that cannot start); 2 a usage or
+// configuration error (unknown flag, bad value, unusable certificate or token
+// file), found before the backend is created; 3 the backend failed for good
+// (see BackendInfo::fault), after a drain.
+constexpr int kExitRuntime = 1;
+constexpr int kExitUsage = 2;
 constexpr int kExitBackendFailed = 3;
 
 int g_stop_pipe[2] = {-1, -1};
@@ -282,25 +320,54 @@ int64_t InflightBudget() {
   return budget;
 }
 
-int Fail(const absl::Status& status) {
+int Fail(const absl::Status& status, int exit_code) {
   std::fprintf(stderr, "ropeserve: %s\n", status.ToString().c_str());
-  return status.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+  return exit_code;
+}
+
+// Bounded shutdown. gRPC 1.51's teardown (~Server -> grpc_shutdown) can wait
+// ~10 s on an executor thread in epoll_wait after every call has been
+// answered (bench/results/drain.md), longer than a short Kubernetes
+// terminationGracePeriodSeconds. Once the drain has returned (every accepted
+// call answered, or cancelled at the grace deadline), a detached thread
+// gives the teardown and the process's exit `bound`, then ends the process
+// with the drain's status: nothing is left to lose but gRPC's own cleanup.
+void ArmTeardownWatchdog(absl::Duration bound, int exit_code) {
+  std::thread([bound, exit_code] {
+    absl::SleepFor(bound);
+    std::fprintf(stdout,
+                 "ropeserve: gRPC's teardown took over --teardown_timeout=%s after the drain: "
+                 "exiting %d now\n",
+                 absl::FormatDuration(bound).c_str(), exit_code);
+    std::fflush(stdout);
+    std::fflush(stderr);
+    _exit(exit_code);
+  }).detach();
 }
 
 // Serves until SIGTERM or SIGINT, then drains. Returns the process exit code.
 int RunServer() {
   LimitMallocArenas();
+  // All configuration first: a bad flag or certificate must not wait for
+  // (or disturb) a GPU being initialised.
   absl::Status flags_ok = CheckFlags();
-  if (!flags_ok.ok()) return Fail(flags_ok);
+  if (!flags_ok.ok()) return Fail(flags_ok, kExitUsage);
+  ServerSecurityFiles security_files;
+  security_files.tls_cert_file = absl::GetFlag(FLAGS_tls_cert_file);
+  security_files.tls_key_file = absl::GetFlag(FLAGS_tls_key_file);
+  security_files.tls_client_ca_file = absl::GetFlag(FLAGS_tls_client_ca_file);
+  security_files.auth_token_file = absl::GetFlag(FLAGS_auth_token_file);
+  absl::StatusOr<ServerSecurity> security = LoadServerSecurity(security_files);
+  if (!security.ok()) return Fail(security.status(), kExitUsage);
 
   // Self-pipe: the handler only writes the signal number to a pipe, and a
   // thread reads it and drains. (Blocking the signals for a sigwait thread is
   // not enough: OpenBLAS starts threads before main, with the signals open.)
   absl::Status signals_ok = InstallStopSignalPipe();
-  if (!signals_ok.ok()) return Fail(signals_ok);
+  if (!signals_ok.ok()) return Fail(signals_ok, kExitRuntime);
 
   absl::StatusOr<std::unique_ptr<Backend>> backend = MakeBackend(absl::GetFlag(FLAGS_backend));
-  if (!backend.ok()) return Fail(backend.status());
+  if (!backend.ok()) return Fail(backend.status(), kExitRuntime);
 
   EngineLimits limits;
   limits.max_len_cap = absl::GetFlag(FLAGS_max_len_cap);
@@ -308,14 +375,6 @@ int RunServer() {
   limits.max_elements_per_request = absl::GetFlag(FLAGS_max_elements_per_request);
   auto engine = std::make_unique<Engine>(*std::move(backend), limits);
   const BackendInfo info = engine->backend_info();
-
-  ServerSecurityFiles security_files;
-  security_files.tls_cert_file = absl::GetFlag(FLAGS_tls_cert_file);
-  security_files.tls_key_file = absl::GetFlag(FLAGS_tls_key_file);
-  security_files.tls_client_ca_file = absl::GetFlag(FLAGS_tls_client_ca_file);
-  security_files.auth_token_file = absl::GetFlag(FLAGS_auth_token_file);
-  absl::StatusOr<ServerSecurity> security = LoadServerSecurity(security_files);
-  if (!security.ok()) return Fail(security.status());
 
   ServerOptions options;
   options.security = *std::move(security);
@@ -332,10 +391,19 @@ int RunServer() {
   options.health_listen_address = absl::GetFlag(FLAGS_health_listen);
   options.max_inflight_bytes = InflightBudget();
   options.max_inflight_wait = absl::GetFlag(FLAGS_max_inflight_wait);
+  options.reuse_port = absl::GetFlag(FLAGS_reuse_port);
+  options.max_calls_per_client = absl::GetFlag(FLAGS_max_calls_per_client);
+  options.security_files = security_files;
+  options.security_reload_interval = absl::GetFlag(FLAGS_security_reload_interval);
+  if (const char* tmp = std::getenv("TMPDIR"); tmp != nullptr) options.security_staging_dir = tmp;
 
   absl::StatusOr<std::unique_ptr<RopeServer>> server =
       RopeServer::Start(std::move(engine), options);
-  if (!server.ok()) return Fail(server.status());
+  if (!server.ok()) {
+    return Fail(server.status(), server.status().code() == absl::StatusCode::kInvalidArgument
+                                     ? kExitUsage
+                                     : kExitRuntime);
+  }
 
   std::printf("ropeserve listening on %s (backend %s: %s; %s)\n",
               (*server)->bound_address().c_str(), info.name.c_str(), info.device.c_str(),
@@ -378,31 +446,101 @@ int RunServer() {
   stopper.join();
   stop_watching.Notify();
   watcher.join();
+  const int exit_code = backend_failed ? kExitBackendFailed : 0;
+  std::printf("ropeserve: drained\n");
+  std::fflush(stdout);
+  ArmTeardownWatchdog(absl::GetFlag(FLAGS_teardown_timeout), exit_code);
   server->reset();
   std::printf("ropeserve: stopped\n");
-  return backend_failed ? kExitBackendFailed : 0;
+  return exit_code;
+}
+
+// The command line, with the spelling rules of ropectl and ropeload: a flag
+// name may use '-' or '_' alike (--metrics-port = --metrics_port); only the
+// name is rewritten, never the value.
+std::vector<std::string> NormalizeFlagNames(int argc, char** argv) {
+  std::vector<std::string> args(argv, argv + argc);
+  for (size_t i = 1; i < args.size(); ++i) {
+    std::string& arg = args[i];
+    if (arg == "--") break;  // the rest is positional
+    if (arg.size() < 3 || arg[0] != '-') continue;
+    const size_t name_begin = arg[1] == '-' ? 2 : 1;
+    const size_t name_end = std::min(arg.find('='), arg.size());
+    std::replace(arg.begin() + name_begin, arg.begin() + name_end, '-', '_');
+  }
+  return args;
+}
+
+constexpr char kUsage[] =
+    "ropeserve: serves rotary position embeddings (rope.v1.RopeService) over gRPC.\n"
+    "\n"
+    "Usage: ropeserve [--listen=0.0.0.0:50051] [--backend=auto|cpu|cuda] [flags]\n"
+    "Flag names take '-' or '_' alike (--metrics-port = --metrics_port); --flagfile=FILE\n"
+    "reads flags from a file. Health (grpc.health.v1) and server reflection are always on.\n"
+    "SIGTERM or SIGINT drains: health turns NOT_SERVING, new calls get UNAVAILABLE, calls\n"
+    "in flight finish within --shutdown_grace_period, gRPC's teardown gets at most\n"
+    "--teardown_timeout, then the process exits.\n"
+    "\n"
+    "Exit status: 0 stopped by SIGTERM/SIGINT after a drain; 1 runtime failure (a port\n"
+    "that cannot be bound, a backend that cannot start); 2 usage or configuration error\n"
+    "(unknown flag, bad value, unusable certificate, key or token file); 3 the backend\n"
+    "failed for good (a sticky CUDA error), after a drain, to be restarted.\n";
+
+// --help: the usage and ropeserve's own flags (not absl's or gRPC's), with
+// defaults; no source paths.
+void PrintHelp() {
+  std::printf("%s\nFlags:\n", kUsage);
+  std::vector<const absl::CommandLineFlag*> flags;
+  for (const auto& [name, flag] : absl::GetAllFlags()) {
+    if (absl::EndsWith(flag->Filename(), "server/main.cc")) flags.push_back(flag);
+  }
+  std::sort(flags.begin(), flags.end(),
+            [](const absl::CommandLineFlag* a, const absl::CommandLineFlag* b) {
+              return a->Name() < b->Name();
+            });
+  for (const absl::CommandLineFlag* flag : flags) {
+    std::printf("  --%s (default: %s)\n      %s\n", std::string(flag->Name()).c_str(),
+                flag->DefaultValue().empty() ? "\"\"" : flag->DefaultValue().c_str(),
+                flag->Help().c_str());
+  }
+  std::printf("  --version\n      print the version and exit\n");
+}
+
+// absl reports an unknown flag or a malformed value by printing it and
+// calling exit(1); ropeserve's contract says 2 for every usage error. While
+// the command line is parsed, an exit is such an error (--help and --version
+// are answered before), and this handler turns its status into 2.
+std::atomic<bool> g_parsing_command_line{false};
+extern "C" void ExitTwoOnCommandLineError() {
+  if (!g_parsing_command_line.load()) return;
+  std::fprintf(stderr, "ropeserve: bad command line (see ropeserve --help)\n");
+  std::fflush(stdout);
+  _exit(kExitUsage);
 }
 
 }  // namespace
 }  // namespace rope
 
 int main(int argc, char** argv) {
-  // --help lists the flags of this file (absl's default looks for a file
-  // named after the binary); --version prints the project version.
-  absl::FlagsUsageConfig usage;
-  usage.contains_help_flags = [](absl::string_view path) {
-    return absl::EndsWith(path, "server/main.cc");
-  };
-  usage.contains_helpshort_flags = usage.contains_help_flags;
-  usage.version_string = [] { return std::string("ropeserve " ROPE_VERSION "\n"); };
-  absl::SetFlagsUsageConfig(usage);
-  absl::SetProgramUsageMessage(
-      "Serves rotary position embeddings (rope.v1.RopeService) over gRPC.\n"
-      "Usage: ropeserve [--listen=0.0.0.0:50051] [--backend=auto|cpu|cuda] [flags]\n"
-      "Health (grpc.health.v1) and server reflection are always on. SIGTERM or SIGINT\n"
-      "drains: health turns NOT_SERVING, new calls get UNAVAILABLE, calls in flight\n"
-      "finish within --shutdown_grace_period, then the process exits 0. A backend that\n"
-      "fails for good (a sticky CUDA error) drains the same way, then exits 3.");
-  absl::ParseCommandLine(argc, argv);
+  std::vector<std::string> args = rope::NormalizeFlagNames(argc, argv);
+  for (size_t i = 1; i < args.size() && args[i] != "--"; ++i) {
+    const std::string& arg = args[i];
+    if (arg == "--help" || arg == "-help" || arg == "-h" || arg == "--helpfull" ||
+        arg == "--helpshort") {
+      rope::PrintHelp();
+      return 0;
+    }
+    if (arg == "--version" || arg == "-version") {
+      std::printf("ropeserve %s\n", ROPE_VERSION);
+      return 0;
+    }
+  }
+  std::vector<char*> argv_normalized;
+  for (std::string& arg : args) argv_normalized.push_back(arg.data());
+  argv_normalized.push_back(nullptr);
+  std::atexit(rope::ExitTwoOnCommandLineError);
+  rope::g_parsing_command_line.store(true);
+  absl::ParseCommandLine(static_cast<int>(args.size()), argv_normalized.data());
+  rope::g_parsing_command_line.store(false);
   return rope::RunServer();
 }

@@ -79,7 +79,8 @@ absl::Status RunRotate(const FlagSet& flags, std::ostream& out) {
   const absl::Duration elapsed = absl::Now() - start;
   if (!response.ok()) return response.status();
 
-  out << "rotate  " << flags.String("target") << "  " << DescribeConfig(config)
+  out << "rotate  " << flags.String("target") << "  "
+      << DescribeEffectiveConfig(*client, config)
       << (request.inverse() ? "  inverse" : "") << "\n";
   if (positions->empty()) {
     out << "  positions: start_pos=" << request.start_pos() << "\n";

@@ -79,7 +79,8 @@ absl::Status RunScores(const FlagSet& flags, std::ostream& out) {
   const absl::Duration elapsed = absl::Now() - start;
   if (!response.ok()) return response.status();
 
-  out << "scores  " << flags.String("target") << "  " << DescribeConfig(config) << "\n";
+  out << "scores  " << flags.String("target") << "  " << DescribeEffectiveConfig(*client, config)
+      << "\n";
   out << "  q_start_pos=" << request.q_start_pos() << " k_start_pos=" << request.k_start_pos()
       << " causal=" << (request.causal() ? "true" : "false")
       << " softmax=" << (request.softmax() ? "true" : "false") << " scale="

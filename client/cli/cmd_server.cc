@@ -48,7 +48,10 @@ void AddHealthFlags(FlagSet* flags) {
 }
 
 absl::Status RunHealth(const FlagSet& flags, std::ostream& out) {
-  ROPE_ASSIGN_OR_RETURN(std::unique_ptr<RopeClient> client, ClientFromFlags(flags));
+  // Without the channel's own health watch: it would hide a NOT_SERVING
+  // (draining) server behind "UNAVAILABLE: backend unhealthy".
+  ROPE_ASSIGN_OR_RETURN(std::unique_ptr<RopeClient> client,
+                        ClientFromFlags(flags, /*health_check=*/false));
   ROPE_ASSIGN_OR_RETURN(RopeClient::ServingStatus status, client->Health(flags.String("service")));
   out << ServingStatusName(status) << "\n";
   if (status != grpc::health::v1::HealthCheckResponse::SERVING) {

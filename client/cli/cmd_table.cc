@@ -43,7 +43,8 @@ absl::Status RunTable(const FlagSet& flags, std::ostream& out) {
   const absl::Duration elapsed = absl::Now() - start;
   if (!response.ok()) return response.status();
 
-  out << "table  " << flags.String("target") << "  " << DescribeConfig(config) << "\n";
+  out << "table  " << flags.String("target") << "  " << DescribeEffectiveConfig(*client, config)
+      << "\n";
   std::vector<std::string> inv_freq;
   const int shown = std::min(response->inv_freq_size(), kInvFreqShown);
   for (int i = 0; i < shown; ++i) {

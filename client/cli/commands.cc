@@ -6,6 +6,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
 #include "absl/types/span.h"
+#include "client/cli/common_flags.h"
+#include "client/transport_errors.h"
 
 namespace rope {
 namespace client {
@@ -21,7 +23,10 @@ Tensors and .npy files:
   Outputs are written as .npy files. Supported .npy dtypes:
     '<f4'  float32
     '<f2'  float16
-    '<u2'  bfloat16, as raw bits
+    '<u2'  bfloat16, as raw bits (also read: '<i2', e.g. torch's
+           t.view(torch.int16).numpy(), with --dtype=bfloat16)
+    '<f8'  float64, NumPy's default: read only, converted to --dtype
+           (float32 unless given), rounding to nearest even
   NumPy has no bfloat16, so a bfloat16 tensor is written as '<u2' holding the
   upper 16 bits of each float32 value, and a '<u2' file is read back as
   bfloat16 only when --dtype=bfloat16 is given. In NumPy:
@@ -38,6 +43,7 @@ Exit status:
      on stderr names the gRPC status code and message, e.g.
      "ropectl rotate: INVALID_ARGUMENT: config.head_dim is 7: must be even"
   2  bad command line (unknown flag, malformed value, missing input)
+Flag names take '-' or '_' alike (--random-q-shape = --random_q_shape).
 )";
 
 std::string TopLevelHelp() {
@@ -47,7 +53,8 @@ std::string TopLevelHelp() {
       "Usage:\n"
       "  ropectl <command> [flags]\n"
       "  ropectl <command> --help    every flag of a command\n"
-      "  ropectl help <command>      the same\n\n"
+      "  ropectl help <command>      the same\n"
+      "  ropectl --version           the version\n\n"
       "Commands:\n";
   for (const Command* command : kCommands) {
     absl::StrAppend(&out, absl::StrFormat("  %-8s %s\n", command->name, command->summary));
@@ -106,6 +113,10 @@ int RunRopectl(const std::vector<std::string>& args, std::ostream& out, std::ost
     return kExitUsage;
   }
   const std::string& first = args[0];
+  if (first == "--version" || first == "-version" || first == "version") {
+    out << "ropectl " << ROPE_VERSION << "\n";
+    return kExitOk;
+  }
   if (first == "--help" || first == "-h" || first == "-help" || first == "help") {
     if (first == "help" && args.size() > 1) {
       const Command* command = FindCommand(args[1]);
@@ -143,7 +154,7 @@ int RunRopectl(const std::vector<std::string>& args, std::ostream& out, std::ost
                 err);
     return kExitUsage;
   }
-  ReportError(where, status, err);
+  ReportError(where, ExplainTransportFailure(status, ChannelSecurityFromFlags(flags)), err);
   return kExitFailure;
 }
 

@@ -170,8 +170,10 @@ absl::Status ApplySecurityFlags(const ChannelSecurityFiles& files, ClientOptions
   return status;
 }
 
-absl::StatusOr<std::unique_ptr<RopeClient>> ClientFromFlags(const FlagSet& flags) {
+absl::StatusOr<std::unique_ptr<RopeClient>> ClientFromFlags(const FlagSet& flags,
+                                                           bool health_check) {
   ClientOptions options;
+  options.health_check = health_check;
   options.deadline = flags.Duration("deadline");
   if (options.deadline <= absl::ZeroDuration()) {
     return UsageError(absl::StrCat("--deadline=", absl::FormatDuration(options.deadline),
@@ -274,6 +276,17 @@ std::string DescribeConfig(const v1::RopeConfig& config) {
   return out;
 }
 
+std::string DescribeEffectiveConfig(RopeClient& client, const v1::RopeConfig& config) {
+  const bool derived = !config.hf_config_json().empty() ||
+                       config.scaling_case() != v1::RopeConfig::SCALING_NOT_SET;
+  if (!derived) return DescribeConfig(config);
+  absl::StatusOr<v1::ResolvedConfig> resolved = client.ResolveConfig(config);
+  if (!resolved.ok()) return DescribeConfig(config);
+  const std::string effective = DescribeConfig(resolved->config());
+  if (config.hf_config_json().empty()) return effective;
+  return absl::StrCat(DescribeConfig(config), " -> ", effective);
+}
+
 absl::StatusOr<std::optional<InputTensor>> LoadInputTensor(const FlagSet& flags,
                                                            absl::string_view file_flag,
                                                            absl::string_view shape_flag,
@@ -296,9 +309,11 @@ absl::StatusOr<std::optional<InputTensor>> LoadInputTensor(const FlagSet& flags,
       switch (array.dtype) {
         case NpyDType::kFloat32: dtype = v1::FLOAT32; break;
         case NpyDType::kFloat16: dtype = v1::FLOAT16; break;
+        case NpyDType::kFloat64: dtype = v1::FLOAT32; break;  // ropeserve has no float64
         case NpyDType::kUInt16:
-          return UsageError(absl::StrCat(
-              path, ": dtype '<u2' holds raw bfloat16 bits: pass --dtype=bfloat16"));
+        case NpyDType::kInt16:
+          return UsageError(absl::StrCat(path, ": dtype '", NpyDTypeDescr(array.dtype),
+                                         "' holds raw bfloat16 bits: pass --dtype=bfloat16"));
       }
     }
     absl::StatusOr<v1::Tensor> tensor = TensorFromNpy(array, *dtype, path);

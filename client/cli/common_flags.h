@@ -45,7 +45,10 @@ ChannelSecurityFiles ChannelSecurityFromFlags(const FlagSet& flags);
 // files) turned into usage errors.
 absl::Status ApplySecurityFlags(const ChannelSecurityFiles& files, ClientOptions* options);
 
-absl::StatusOr<std::unique_ptr<RopeClient>> ClientFromFlags(const FlagSet& flags);
+// A client for --target with the connection flags. `health_check`:
+// ClientOptions::health_check (off for ropectl health).
+absl::StatusOr<std::unique_ptr<RopeClient>> ClientFromFlags(const FlagSet& flags,
+                                                           bool health_check = true);
 
 // The RopeConfig of the flags. --head_dim=0 takes `inferred_head_dim` (the
 // last dim of q); a usage error when both are 0 (without --hf_config, which
@@ -58,6 +61,13 @@ absl::StatusOr<v1::RopeConfig> RopeConfigFromFlags(const FlagSet& flags,
 // "theta=10000 head_dim=64 rotary_dim=64 max_len=4096 layout=interleaved",
 // or "hf_config (N bytes, full_attention) ...".
 std::string DescribeConfig(const v1::RopeConfig& config);
+
+// DescribeConfig of what the server makes of `config`: with scaling or an
+// hf_config the parameters left 0 (server defaults) or derived are shown as
+// the server's ResolveConfig gives them (llama3 factor=8 low_freq_factor=1
+// ..., not the zeros sent), after "hf_config (...) -> " for a config.json.
+// Falls back to DescribeConfig(config) when the server cannot resolve it.
+std::string DescribeEffectiveConfig(RopeClient& client, const v1::RopeConfig& config);
 
 // The flags that give an explicit `config` exactly: "--theta=500000
 // --head_dim=128 ... --rope_scaling=llama3 --factor=8 ...".

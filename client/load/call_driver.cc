@@ -1,5 +1,6 @@
 #include "client/load/call_driver.h"
 
+#include <algorithm>
 #include <atomic>
 #include <deque>
 #include <utility>
@@ -11,10 +12,12 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "client/grpc_status.h"
+#include "common/retry_metadata.h"
 
 namespace rope {
 namespace load {
@@ -84,6 +87,19 @@ void SetFailure(const absl::Status& status, CallOutcome* outcome) {
 // unregister under that lock before dropping gRPC's reference), and uses it
 // outside the lock: gRPC may run reactions inline from TryCancel or Start*,
 // and those take the driver's lock.
+// The attempts before the answering one, from the server's trailer
+// (common/retry_metadata.h); 0 without it.
+int PreviousAttempts(const grpc::ClientContext& context) {
+  const auto& trailers = context.GetServerTrailingMetadata();
+  auto it = trailers.find(kPreviousAttemptsTrailer);
+  int attempts = 0;
+  if (it == trailers.end() ||
+      !absl::SimpleAtoi(absl::string_view(it->second.data(), it->second.size()), &attempts)) {
+    return 0;
+  }
+  return std::max(attempts, 0);
+}
+
 class RefCounted {
  public:
   void Ref() { refs_.fetch_add(1, std::memory_order_relaxed); }
@@ -160,6 +176,7 @@ class UnaryDriver final : public CallDriver {
   };
 
   void Finish(Call* call, const grpc::Status& grpc_status) {
+    call->outcome.retries = PreviousAttempts(call->context);
     std::unique_ptr<Message> reply;
     if (grpc_status.ok()) {
       reply = Unmarshal(*workload_->reply_prototype, &call->reply, &call->outcome);

@@ -39,6 +39,9 @@ struct CallOutcome {
   std::string message;              // the server's (or gRPC's) message when code != OK
   int64_t bytes_sent = 0;           // serialized request
   int64_t bytes_received = 0;       // serialized reply
+  // Attempts before the one that answered (gRPC's retries, --max_attempts),
+  // as the server reported them (common/retry_metadata.h); 0 when none.
+  int retries = 0;
 };
 
 // Called exactly once per Issue, on a gRPC thread (or, rarely, inline in

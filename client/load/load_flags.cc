@@ -91,6 +91,16 @@ void AddLoadFlags(FlagSet* flags) {
   flags->Add("progress", FlagSet::Kind::kBool, "true",
              "Show a progress bar on stderr when it is a terminal (--noprogress: never).");
 
+  flags->BeginGroup("Pass/fail and retries");
+  flags->Add("max_error_rate", FlagSet::Kind::kDouble, "0",
+             "Exit 3 when failed calls / measured calls (all steps) exceed this fraction "
+             "(0.01: 1%); the default 0 fails the run on any error, so a smoke test against a "
+             "broken service fails.");
+  flags->Add("max_attempts", FlagSet::Kind::kInt, "1",
+             "Attempts per call, as RopeClient's retry policy makes them (UNAVAILABLE is retried "
+             "on another address, up to 5); 1: never retried. Retries are counted in the "
+             "report.");
+
   AddWorkloadFlags(flags);
 }
 
@@ -104,6 +114,7 @@ absl::StatusOr<LoadSpec> LoadSpecFromFlags(const FlagSet& flags) {
                          IntIn(flags, "max_in_flight", 1, kMaxConcurrency),
                          IntIn(flags, "requests", 0, int64_t{1} << 40),
                          IntIn(flags, "verify", 0, kMaxVerify),
+                         IntIn(flags, "max_attempts", 1, 5),
                          DurationAtLeast(flags, "duration", absl::ZeroDuration(), false),
                          DurationAtLeast(flags, "warmup", absl::ZeroDuration(), true),
                          DurationAtLeast(flags, "window", absl::Milliseconds(10), true),
@@ -127,6 +138,12 @@ absl::StatusOr<LoadSpec> LoadSpecFromFlags(const FlagSet& flags) {
   spec.csv_path = flags.String("csv");
   spec.html_path = flags.String("html");
   spec.stability_percent = flags.Double("stability_percent");
+  spec.max_error_rate = flags.Double("max_error_rate");
+  if (!(spec.max_error_rate >= 0 && spec.max_error_rate <= 1)) {
+    return UsageError(absl::StrCat("--max_error_rate=", spec.max_error_rate,
+                                   ": must be in [0, 1] (a fraction of the measured calls)"));
+  }
+  spec.max_attempts = static_cast<int>(flags.Int("max_attempts"));
   if (!(spec.stability_percent > 0) || !std::isfinite(spec.stability_percent)) {
     return UsageError(absl::StrCat("--stability_percent=", spec.stability_percent,
                                    ": must be > 0"));

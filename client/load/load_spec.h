@@ -47,6 +47,13 @@ struct LoadSpec {
   bool progress = true;                 // a progress bar, when stderr is a terminal
 
   std::string json_path, csv_path, html_path;
+
+  // Failed calls over measured calls (all steps) above this make ropeload
+  // exit kExitErrorRate; 0: any failed call does.
+  double max_error_rate = 0;
+  // Attempts per call (RopeClient's retry policy: UNAVAILABLE is retried on
+  // another address); 1: never retried, every failure counted.
+  int max_attempts = 1;
 };
 
 // Sweep ranges, perf_analyzer style: "a:b:step" (a, a+step, ... <= b),

@@ -42,6 +42,8 @@ int64_t Recorder::Record(const CallOutcome& outcome) {
     return -1;
   }
   last_end_ = std::max(last_end_, outcome.end);
+  retries_ += outcome.retries;
+  if (outcome.retries > 0) ++retried_calls_;
   int64_t w = (outcome.end - measure_start_) / window_;
   w = std::min(std::max<int64_t>(w, 0), kMaxWindows - 1);
   if (w >= static_cast<int64_t>(windows_.size())) windows_.resize(w + 1);
@@ -93,6 +95,8 @@ void Recorder::Finish(absl::Time issue_end, StepResult* result) {
   result->errors = failed_;
   result->warmup_ok = warmup_ok_;
   result->warmup_errors = warmup_failed_;
+  result->retries = retries_;
+  result->retried_calls = retried_calls_;
   result->measured_s = absl::ToDoubleSeconds(last_end_ - measure_start_);
   result->issue_s = std::max(0.0, absl::ToDoubleSeconds(issue_end - measure_start_));
   if (result->measured_s > 0) {

@@ -65,6 +65,8 @@ class Recorder {
   int64_t warmup_failed_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t bytes_sent_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t bytes_received_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t retries_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t retried_calls_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Time last_end_ ABSL_GUARDED_BY(mu_);
   std::vector<StepResult::Sample> samples_ ABSL_GUARDED_BY(mu_);
 };

@@ -65,6 +65,8 @@ void WriteStep(const StepResult& step, JsonWriter* json) {
   json->Field("errors", step.errors);
   json->Field("dropped", step.dropped);
   json->Field("peak_in_flight", step.peak_in_flight);
+  json->Field("retries", step.retries);
+  json->Field("retried_calls", step.retried_calls);
   json->Field("stalled", step.stalled);
   json->Key("warmup").BeginObject();
   json->Field("ok", step.warmup_ok);
@@ -168,6 +170,12 @@ std::string RenderJson(const RunReport& report) {
   json.Field("note", report.slo_note);
   json.EndObject();
   WriteVerify(report.verify, &json);
+  json.Key("errors").BeginObject();
+  json.Field("calls", report.calls);
+  json.Field("failed", report.failed_calls);
+  json.Field("max_error_rate", spec.max_error_rate);
+  json.Field("exceeded", report.error_rate_exceeded);
+  json.EndObject();
   json.EndObject();
   return json.str() + "\n";
 }

@@ -34,6 +34,10 @@ void AppendStep(const RunReport& report, const StepResult& s, std::string* out) 
     absl::StrAppendFormat(out, " (%.2f%%)", 100.0 * s.errors / total);
   }
   if (s.dropped > 0) absl::StrAppendFormat(out, ", %d arrivals dropped (max in flight)", s.dropped);
+  if (report.spec.max_attempts > 1) {
+    absl::StrAppendFormat(out, "; %d retries (%d calls retried, --max_attempts=%d)", s.retries,
+                          s.retried_calls, report.spec.max_attempts);
+  }
   if (s.warmup_ok + s.warmup_errors > 0) {
     absl::StrAppendFormat(out, "; warm-up %d ok, %d errors (not counted)", s.warmup_ok,
                           s.warmup_errors);
@@ -74,7 +78,6 @@ void AppendStep(const RunReport& report, const StepResult& s, std::string* out) 
                           s.verify.matched, s.verify.checked, s.verify.max_abs_error);
     for (const std::string& f : s.verify.failures) absl::StrAppend(out, "    ", f, "\n");
   }
-  (void)report;
 }
 
 void AppendDistribution(const StepResult& s, std::string* out) {
@@ -146,6 +149,11 @@ std::string RenderText(const RunReport& report) {
     }
   }
   if (!report.slo_note.empty()) absl::StrAppend(&out, "\nSLO: ", report.slo_note, "\n");
+  absl::StrAppendFormat(
+      &out, "\nErrors: %d of %d measured calls failed (%.3f%%); --max_error_rate=%g: %s\n",
+      report.failed_calls, report.calls,
+      report.calls > 0 ? 100.0 * report.failed_calls / report.calls : 0.0, spec.max_error_rate,
+      report.error_rate_exceeded ? "EXCEEDED (exit 3)" : "within");
   if (report.verify.requested > 0 && report.steps.size() > 1) {
     absl::StrAppendFormat(&out, "\nVerify: %d of %d checked replies match the local engine\n",
                           report.verify.matched, report.verify.checked);

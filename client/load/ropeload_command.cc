@@ -1,7 +1,11 @@
 #include "client/load/ropeload_command.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <memory>
 
@@ -18,6 +22,7 @@
 #include "client/load/step_runner.h"
 #include "client/load/verifier.h"
 #include "client/load/workload.h"
+#include "client/transport_errors.h"
 
 namespace rope {
 namespace load {
@@ -44,11 +49,14 @@ Examples:
   ropeload --random_q_shape=1,2048,32,128 --concurrency-range=1:32:x2 \
       --max-p99=50ms --warmup=2s --json=sweep.json --html=sweep.html
 Flag names take '-' or '_' alike (--max-p99 = --max_p99). Unlike ropectl,
-ropeload never retries: --deadline bounds each call (each stream for
-rotate_stream) and every failure is counted.
+ropeload does not retry unless --max_attempts > 1: --deadline bounds each call
+(each stream for rotate_stream) and every failure is counted.
 
-Exit status: 0 the run finished (RPC errors are in the report), 1 no server,
-a report could not be written, or a --verify mismatch, 2 bad command line.
+Exit status: 0 the run finished with failed calls / measured calls at most
+--max_error_rate (default 0: no failed call); 1 no server, a report could not
+be written, or a --verify mismatch; 2 bad command line; 3 more calls failed
+than --max_error_rate allows (the summary says how many).
+--version prints the version.
 )";
 
 void ReportError(const absl::Status& status, std::ostream& err) {
@@ -65,6 +73,23 @@ absl::Status WriteFile(const std::string& path, const std::string& content) {
   file << content;
   file.close();
   if (!file) return absl::DataLossError(absl::StrCat(path, ": write failed"));
+  return absl::OkStatus();
+}
+
+// Whether `path` can be written, checked before the run rather than after
+// it: an existing file must be writable, a new one creatable (it is made and
+// removed again).
+absl::Status CheckWritable(absl::string_view flag, const std::string& path) {
+  if (path.empty()) return absl::OkStatus();
+  const bool existed = access(path.c_str(), F_OK) == 0;
+  {
+    std::ofstream probe(path, std::ios::binary | std::ios::app);
+    if (!probe) {
+      return client::UsageError(absl::StrCat("--", flag, "=", path, ": cannot write there (",
+                                             std::strerror(errno), ")"));
+    }
+  }
+  if (!existed) std::remove(path.c_str());
   return absl::OkStatus();
 }
 
@@ -94,6 +119,14 @@ int SetUpRun(const client::FlagSet& flags, std::ostream& err, RunSetup* setup) {
     return kExitUsage;
   }
   setup->spec = *std::move(spec);
+  for (absl::Status writable : {CheckWritable("json", setup->spec.json_path),
+                                CheckWritable("csv", setup->spec.csv_path),
+                                CheckWritable("html", setup->spec.html_path)}) {
+    if (!writable.ok()) {
+      ReportError(writable, err);
+      return kExitUsage;
+    }
+  }
   absl::StatusOr<Workload> workload = WorkloadFromFlags(flags);
   if (!workload.ok()) {
     ReportError(workload.status(), err);
@@ -105,7 +138,8 @@ int SetUpRun(const client::FlagSet& flags, std::ostream& err, RunSetup* setup) {
   // Only Connect's GetServerInfo uses this deadline (the load's calls take
   // --deadline): a tiny --deadline should fail load calls, not the start.
   options.deadline = std::max(setup->spec.deadline, absl::Seconds(10));
-  options.retry_max_attempts = 1;  // every failure is counted, none hidden by a retry
+  // 1 by default: every failure is counted, none hidden by a retry.
+  options.retry_max_attempts = setup->spec.max_attempts;
   absl::Status security = client::ApplySecurityFlags(setup->spec.security, &options);
   if (!security.ok()) {
     ReportError(security, err);
@@ -120,13 +154,27 @@ int SetUpRun(const client::FlagSet& flags, std::ostream& err, RunSetup* setup) {
   setup->pool = *std::move(pool);
   absl::StatusOr<v1::ServerInfo> info = setup->pool->Connect();
   if (!info.ok()) {
-    ReportError(absl::Status(info.status().code(),
-                             absl::StrCat("cannot use ", setup->spec.target, ": ",
-                                          info.status().message())),
+    const absl::Status explained =
+        client::ExplainTransportFailure(info.status(), setup->spec.security);
+    ReportError(absl::Status(explained.code(), absl::StrCat("cannot use ", setup->spec.target,
+                                                            ": ", explained.message())),
                 err);
     return kExitFailure;
   }
   setup->server = *std::move(info);
+  // The summary shows the scaling parameters the server uses (its defaults
+  // and a config.json's values), not the zeros sent.
+  // (With --configs the description keeps naming the range of configs.)
+  if (!setup->workload.requests.empty() && setup->workload.config_fields.empty()) {
+    const std::unique_ptr<google::protobuf::Message> first = setup->workload.Request(0);
+    const auto* config = dynamic_cast<const v1::RopeConfig*>(&first->GetReflection()->GetMessage(
+        *first, first->GetDescriptor()->FindFieldByName("config")));
+    if (config != nullptr && (!config->hf_config_json().empty() ||
+                              config->scaling_case() != v1::RopeConfig::SCALING_NOT_SET)) {
+      setup->workload.config_description =
+          client::DescribeEffectiveConfig(setup->pool->client(0), *config);
+    }
+  }
   if (setup->spec.verify > 0) {
     absl::StatusOr<std::unique_ptr<Verifier>> verifier = Verifier::Create(&setup->workload);
     if (!verifier.ok()) {
@@ -192,6 +240,13 @@ RunReport Sweep(RunSetup& setup) {
     }
   }
   progress.Clear();
+  for (const StepResult& step : report.steps) {
+    report.calls += step.ok + step.errors;
+    report.failed_calls += step.errors;
+  }
+  report.error_rate_exceeded =
+      report.failed_calls > 0 &&
+      static_cast<double>(report.failed_calls) > spec.max_error_rate * report.calls;
   return report;
 }
 
@@ -226,6 +281,13 @@ int WriteReport(const RunReport& report, const LoadSpec& spec, std::ostream& out
                 err);
     code = kExitFailure;
   }
+  if (code == kExitOk && report.error_rate_exceeded) {
+    ReportError(absl::UnavailableError(absl::StrFormat(
+                    "%d of %d measured calls failed: over --max_error_rate=%g", report.failed_calls,
+                    report.calls, spec.max_error_rate)),
+                err);
+    code = kExitErrorRate;
+  }
   return code;
 }
 
@@ -233,6 +295,10 @@ int WriteReport(const RunReport& report, const LoadSpec& spec, std::ostream& out
 
 int RunRopeload(const std::vector<std::string>& raw_args, std::ostream& out, std::ostream& err) {
   const std::vector<std::string> args = ExpandShortFlags(raw_args);
+  if (std::find(args.begin(), args.end(), "--version") != args.end()) {
+    out << "ropeload " << ROPE_VERSION << "\n";
+    return kExitOk;
+  }
   client::FlagSet flags;
   AddLoadFlags(&flags);
   absl::Status status = flags.Parse(args);

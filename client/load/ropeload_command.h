@@ -12,7 +12,9 @@ namespace load {
 // Exit codes.
 inline constexpr int kExitOk = 0;       // the run finished (RPC errors are reported, not fatal)
 inline constexpr int kExitFailure = 1;  // no server, a report not written, a --verify mismatch
-inline constexpr int kExitUsage = 2;    // bad command line
+inline constexpr int kExitUsage = 2;
+// The run finished but more calls failed than --max_error_rate allows.
+inline constexpr int kExitErrorRate = 3;    // bad command line
 
 // Runs `ropeload args...` (args excludes argv[0]): the summary goes to
 // `out`, errors to `err` as one line "ropeload: <CODE>: <message>", and the

@@ -54,6 +54,10 @@ struct StepResult {
   int64_t errors = 0;
   int64_t dropped = 0;       // open loop: arrivals skipped at max_in_flight
   int64_t peak_in_flight = 0;  // most requests in flight at once (sent, not answered)
+  // gRPC's retries of measured calls (--max_attempts > 1) as the servers
+  // reported them: extra attempts, and calls that needed at least one.
+  int64_t retries = 0;
+  int64_t retried_calls = 0;
   int64_t warmup_ok = 0;
   int64_t warmup_errors = 0;
   bool stalled = false;      // calls were cancelled after no progress for a deadline
@@ -103,6 +107,11 @@ struct RunReport {
   bool slo_stopped = false;    // a sweep stopped at --max_p99
   std::string slo_note;
   VerifySummary verify;        // over all steps
+  // Measured calls (all steps) and the failed ones; errors / calls against
+  // spec.max_error_rate.
+  int64_t calls = 0;
+  int64_t failed_calls = 0;
+  bool error_rate_exceeded = false;
 };
 
 }  // namespace load

@@ -358,12 +358,19 @@ def check_k8s(docs, variant):
     check_memory_bound(flags, resources.get("limits", {}).get("memory"), where, c)
 
     grace_flag = flags.get("shutdown_grace_period")
+    teardown_flag = flags.get("teardown_timeout")
     period = pod_spec.get("terminationGracePeriodSeconds", 30)
+    c.expect(teardown_flag is not None, f"{where}: no --teardown_timeout flag (the bound on "
+             "gRPC's teardown after the drain must be explicit to fit the grace period)")
     if c.expect(grace_flag is not None, f"{where}: no --shutdown_grace_period flag"):
+        # SIGTERM -> drain (at most the grace period) -> exit within the
+        # teardown bound; the margin covers signal delivery and scheduling.
         drain = parse_duration(grace_flag)
-        c.expect(period >= drain + GRACE_MARGIN_S,
+        teardown = parse_duration(teardown_flag) if teardown_flag is not None else 0
+        c.expect(period >= drain + teardown + GRACE_MARGIN_S,
                  f"Deployment: terminationGracePeriodSeconds {period} is not at least "
-                 f"{GRACE_MARGIN_S}s longer than --shutdown_grace_period={grace_flag}")
+                 f"{GRACE_MARGIN_S}s longer than --shutdown_grace_period={grace_flag} plus "
+                 f"--teardown_timeout={teardown_flag}")
     age = flags.get("max_connection_age")
     if c.expect(age is not None, f"{where}: no --max_connection_age flag (clients would "
                 "never re-resolve and find new replicas)"):
@@ -455,12 +462,15 @@ def check_compose(doc):
     c.expect("ALL" in server.get("cap_drop", []), "compose ropeserve: cap_drop lacks ALL")
     command = server.get("command", [])
     grace = [a.partition("=")[2] for a in command if a.startswith("--shutdown_grace_period=")]
+    teardown = [a.partition("=")[2] for a in command if a.startswith("--teardown_timeout=")]
     stop = server.get("stop_grace_period")
-    if c.expect(grace and stop, "compose ropeserve: needs --shutdown_grace_period in command "
-                "and stop_grace_period"):
-        c.expect(parse_duration(stop) >= parse_duration(grace[-1]) + GRACE_MARGIN_S,
+    if c.expect(grace and teardown and stop, "compose ropeserve: needs --shutdown_grace_period "
+                "and --teardown_timeout in command, and stop_grace_period"):
+        c.expect(parse_duration(stop) >=
+                 parse_duration(grace[-1]) + parse_duration(teardown[-1]) + GRACE_MARGIN_S,
                  f"compose ropeserve: stop_grace_period {stop} is not at least "
-                 f"{GRACE_MARGIN_S}s longer than --shutdown_grace_period={grace[-1]}")
+                 f"{GRACE_MARGIN_S}s longer than --shutdown_grace_period={grace[-1]} plus "
+                 f"--teardown_timeout={teardown[-1]}")
     if c.expect(load is not None, "compose: no service ropeload"):
         depends = load.get("depends_on", {})
         c.expect(isinstance(depends, dict) and
@@ -636,6 +646,9 @@ def k8s_mutations(variant):
         ("no limits", no_limits),
         ("grace period shorter than the drain", short_grace),
         ("long drain", lambda docs: _set_flag(docs, "shutdown_grace_period", "1m")),
+        ("no teardown bound", lambda docs: _set_flag(docs, "teardown_timeout", None)),
+        ("teardown bound outside the grace period",
+         lambda docs: _set_flag(docs, "teardown_timeout", "20s")),
         ("no max connection age", lambda docs: _set_flag(docs, "max_connection_age", None)),
         ("infinite max connection age", lambda docs: _set_flag(docs, "max_connection_age",
                                                                 "inf")),
@@ -682,6 +695,11 @@ def compose_mutations():
     def short_stop(doc):
         server(doc)["stop_grace_period"] = "10s"
 
+    def long_teardown(doc):
+        server(doc)["command"] = [a for a in server(doc)["command"]
+                                  if not a.startswith("--teardown_timeout=")]
+        server(doc)["command"].append("--teardown_timeout=30s")
+
     def no_wait(doc):
         doc["services"]["ropeload"]["depends_on"] = ["ropeserve"]
 
@@ -689,6 +707,7 @@ def compose_mutations():
         ("port on every interface", public_port),
         ("writable root", lambda doc: server(doc).__setitem__("read_only", False)),
         ("stop grace shorter than the drain", short_stop),
+        ("teardown bound outside the stop grace", long_teardown),
         ("load run does not wait for health", no_wait),
         ("no load run", lambda doc: doc["services"].pop("ropeload")),
     ]

@@ -24,7 +24,8 @@ class WithoutPlugins final : public grpc::ServerBuilderOption {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<HealthPort>> HealthPort::Start(const std::string& address) {
+absl::StatusOr<std::unique_ptr<HealthPort>> HealthPort::Start(const std::string& address,
+                                                             bool reuse_port) {
   if (address.rfind(':') == std::string::npos) {
     return absl::InvalidArgumentError(
         absl::StrCat("health listen address is \"", address, "\": expected host:port"));
@@ -34,13 +35,15 @@ absl::StatusOr<std::unique_ptr<HealthPort>> HealthPort::Start(const std::string&
   // The default health service is added because grpc::EnableDefaultHealthCheckService
   // is on process-wide (RopeServer turns it on before any builder).
   builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &health->port_);
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, reuse_port ? 1 : 0);
   builder.RegisterCallbackGenericService(&health->unimplemented_);
   builder.SetOption(std::make_unique<WithoutPlugins>());
   health->server_ = builder.BuildAndStart();
   if (health->server_ == nullptr || health->port_ == 0) {
     if (health->server_ != nullptr) health->server_->Shutdown();
-    return absl::UnavailableError(absl::StrCat(
-        "cannot listen on ", address, " for health: the address is in use, not local, or malformed"));
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", address,
+                                               " for health: the address is in use, not local, "
+                                               "or malformed"));
   }
   return health;
 }

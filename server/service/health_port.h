@@ -24,8 +24,10 @@ namespace rope {
 class HealthPort {
  public:
   // Listens on `address` (host:port; port 0 picks one). SERVING at start.
-  // UNAVAILABLE naming the address when it cannot be bound.
-  static absl::StatusOr<std::unique_ptr<HealthPort>> Start(const std::string& address);
+  // UNAVAILABLE naming the address when it cannot be bound. `reuse_port`:
+  // SO_REUSEPORT (see ServerOptions::reuse_port).
+  static absl::StatusOr<std::unique_ptr<HealthPort>> Start(const std::string& address,
+                                                           bool reuse_port = false);
 
   ~HealthPort();
   HealthPort(const HealthPort&) = delete;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdio>
 #include <exception>
 #include <mutex>
 #include <utility>
@@ -56,6 +57,23 @@ absl::Status CheckOptions(const ServerOptions& options) {
   return ValidateServerSecurity(options.security);
 }
 
+// Reloads are logged on stderr (one line each: they are rare) and counted.
+CredentialReloader::Callbacks ReloadCallbacks(ServiceMetrics* metrics,
+                                              std::function<void(AuthFailure)> on_auth_failure) {
+  CredentialReloader::Callbacks callbacks;
+  callbacks.on_reload = [metrics](ReloadedPart part) {
+    metrics->RecordCredentialReload(part == ReloadedPart::kTls, true);
+    std::fprintf(stderr, "ropeserve: reloaded the %s files\n", ReloadedPartName(part).c_str());
+  };
+  callbacks.on_failure = [metrics](ReloadedPart part, const absl::Status& status) {
+    metrics->RecordCredentialReload(part == ReloadedPart::kTls, false);
+    std::fprintf(stderr, "ropeserve: refused the changed %s files, keeping the current ones: %s\n",
+                 ReloadedPartName(part).c_str(), status.ToString().c_str());
+  };
+  callbacks.on_auth_failure = std::move(on_auth_failure);
+  return callbacks;
+}
+
 std::string WithPort(const std::string& address, int port) {
   return absl::StrCat(address.substr(0, address.rfind(':')), ":", port);
 }
@@ -71,14 +89,15 @@ InflightShares SplitInflightBytes(int64_t max_inflight_bytes) {
 RopeServer::RopeServer(std::unique_ptr<Engine> engine, const ServerOptions& options)
     : options_(options),
       engine_(std::move(engine)),
-      gate_(options.max_concurrent_calls),
+      gate_(options.max_concurrent_calls, options.max_calls_per_client),
       budget_(SplitInflightBytes(options.max_inflight_bytes).calls, options.max_inflight_wait,
               absl::StrCat("max_inflight_bytes ", options.max_inflight_bytes, " (",
                            SplitInflightBytes(options.max_inflight_bytes).calls,
                            " for admitted calls)")),
       work_(options.work_threads),
       service_(*engine_, gate_, budget_, metrics_, work_,
-               ServiceOptions{options.max_message_bytes, options.max_inflight_bytes}) {}
+               ServiceOptions{options.max_message_bytes, options.max_inflight_bytes,
+                              /*tokens_verified=*/!options.security.bearer_tokens.empty()}) {}
 
 absl::StatusOr<std::unique_ptr<RopeServer>> RopeServer::Start(std::unique_ptr<Engine> engine,
                                                               const ServerOptions& options) {
@@ -107,11 +126,26 @@ absl::StatusOr<std::unique_ptr<RopeServer>> RopeServer::Start(std::unique_ptr<En
 
   grpc::ServerBuilder builder;
   ServiceMetrics* const metrics = &server->metrics_;
-  builder.AddListeningPort(
-      options.listen_address,
-      MakeServerCredentials(options.security,
-                            [metrics](AuthFailure reason) { metrics->RecordAuthFailure(reason); }),
-      &server->port_);
+  RefusalLog* const auth_refusals = &server->auth_refusals_;
+  auto on_auth_failure = [metrics, auth_refusals](AuthFailure reason) {
+    metrics->RecordAuthFailure(reason);
+    auth_refusals->Note("UNAUTHENTICATED", reason == AuthFailure::kMissingToken
+                                               ? "missing bearer token"
+                                               : "bearer token not accepted");
+  };
+  std::shared_ptr<grpc::ServerCredentials> credentials;
+  if (options.security.tls() && options.security_reload_interval > absl::ZeroDuration()) {
+    absl::StatusOr<std::unique_ptr<CredentialReloader>> reloader = CredentialReloader::Start(
+        options.security_files, options.security, options.security_reload_interval,
+        options.security_staging_dir, ReloadCallbacks(metrics, on_auth_failure));
+    if (!reloader.ok()) return reloader.status();
+    server->reloader_ = *std::move(reloader);
+    credentials = server->reloader_->credentials();
+  } else {
+    credentials = MakeServerCredentials(options.security, on_auth_failure);
+  }
+  builder.AddListeningPort(options.listen_address, credentials, &server->port_);
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, options.reuse_port ? 1 : 0);
   builder.SetMaxReceiveMessageSize(static_cast<int>(options.max_message_bytes));
   builder.SetMaxSendMessageSize(static_cast<int>(options.max_message_bytes));
   if (options.max_inflight_bytes > 0) {
@@ -147,7 +181,7 @@ absl::StatusOr<std::unique_ptr<RopeServer>> RopeServer::Start(std::unique_ptr<En
   }
   if (!options.health_listen_address.empty()) {
     absl::StatusOr<std::unique_ptr<HealthPort>> health =
-        HealthPort::Start(options.health_listen_address);
+        HealthPort::Start(options.health_listen_address, options.reuse_port);
     if (!health.ok()) return health.status();
     server->health_ = *std::move(health);
   }

@@ -22,8 +22,10 @@
 #include "server/engine/engine.h"
 #include "server/service/byte_budget.h"
 #include "server/service/call_gate.h"
+#include "server/service/credential_reloader.h"
 #include "server/service/echo_service.h"
 #include "server/service/health_port.h"
+#include "server/service/refusal_log.h"
 #include "server/service/rope_service.h"
 #include "server/service/server_security.h"
 #include "server/service/service_metrics.h"
@@ -52,6 +54,9 @@ struct ServerOptions {
   // Longest a call waits for room in max_inflight_bytes when its deadline is
   // later (or it has none); then RESOURCE_EXHAUSTED.
   absl::Duration max_inflight_wait = absl::Seconds(10);
+  // Calls in flight per client (client_identity.h) ; <= 0: no per-client
+  // share.
+  int64_t max_calls_per_client = 0;
   // Threads running the calls' work; <= 0: one per hardware thread.
   int work_threads = 0;
   // host:port of the Prometheus /metrics endpoint; empty: none. Port 0 picks
@@ -66,6 +71,17 @@ struct ServerOptions {
   // that cannot do TLS or send tokens); empty: none. Port 0 picks a free
   // port (see RopeServer::health_port()).
   std::string health_listen_address;
+  // Whether another process may bind the same port (SO_REUSEPORT). Off: a
+  // second server on a taken port fails to start instead of silently taking
+  // part of the traffic.
+  bool reuse_port = false;
+  // The files `security` was read from and how often to look for changes
+  // (credential_reloader.h). Zero, or no TLS: the credentials are fixed.
+  // The private copies gRPC watches go under `security_staging_dir` (empty:
+  // $TMPDIR, else /tmp).
+  ServerSecurityFiles security_files;
+  absl::Duration security_reload_interval = absl::ZeroDuration();
+  std::string security_staging_dir;
   // Plaintext by default; TLS, mutual TLS and bearer tokens otherwise. The
   // metrics endpoint stays plaintext (it is scraped inside the cluster).
   ServerSecurity security;
@@ -124,6 +140,7 @@ class RopeServer {
   // Declared in dependency order: destroyed in reverse, the server first.
   std::unique_ptr<Engine> engine_;
   ServiceMetrics metrics_;
+  RefusalLog auth_refusals_;
   CallGate gate_;
   ByteBudget budget_;
   WorkQueue work_;
@@ -132,6 +149,7 @@ class RopeServer {
   std::shared_ptr<prometheus::Collectable> state_collector_;
   std::shared_ptr<prometheus::Collectable> budget_collector_;
   std::unique_ptr<prometheus::Exposer> exposer_;
+  std::unique_ptr<CredentialReloader> reloader_;  // null: fixed credentials
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<HealthPort> health_;
   int port_ = 0;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -11,6 +12,8 @@
 #include "proto_engine/reply_size.h"
 #include "proto_engine/request_conversion.h"
 #include "proto_engine/rope_calls.h"
+#include "common/retry_metadata.h"
+#include "server/service/client_identity.h"
 #include "server/service/status_conversion.h"
 #include "server/service/unary_call.h"
 
@@ -35,6 +38,16 @@ int64_t WithSerializedCopy(int64_t reply_bytes) {
              : 2 * reply_bytes;
 }
 
+// Echoes the attempt number gRPC's retries send to the server back to the
+// client in a trailer (common/retry_metadata.h), so that it can count them.
+void EchoPreviousAttempts(grpc::CallbackServerContext* context) {
+  const std::multimap<grpc::string_ref, grpc::string_ref>& metadata = context->client_metadata();
+  auto it = metadata.find(kGrpcPreviousAttemptsHeader);
+  if (it == metadata.end()) return;
+  context->AddTrailingMetadata(kPreviousAttemptsTrailer,
+                               std::string(it->second.data(), it->second.size()));
+}
+
 }  // namespace
 
 // One RotateStream call. Strictly one message at a time: read, rotate on the
@@ -46,7 +59,8 @@ class RopeServiceImpl::RotateStreamReactor final
  public:
   RotateStreamReactor(RopeServiceImpl& service, grpc::CallbackServerContext* context)
       : service_(service), context_(context) {
-    absl::Status admitted = service_.gate_.TryEnter();
+    client_ = service_.ClientOf(*context);
+    absl::Status admitted = service_.gate_.TryEnter(client_);
     if (!admitted.ok()) {
       message_start_ = absl::Now();
       FinishStream(admitted);
@@ -99,7 +113,7 @@ class RopeServiceImpl::RotateStreamReactor final
   }
 
   void OnDone() override {
-    if (admitted_) service_.gate_.Leave();
+    if (admitted_) service_.gate_.Leave(client_);
     ReleaseBytes();
     delete this;
   }
@@ -143,6 +157,7 @@ class RopeServiceImpl::RotateStreamReactor final
   int64_t bytes_in_ = 0;
   int64_t bytes_charged_ = 0;  // of the message in hand, in the byte budget
   bool admitted_ = false;
+  std::string client_;  // for the per-client share
 };
 
 RopeServiceImpl::RopeServiceImpl(Engine& engine, CallGate& gate, ByteBudget& budget,
@@ -160,8 +175,9 @@ template <typename Request, typename Response, typename Answer>
 grpc::ServerUnaryReactor* RopeServiceImpl::ServeUnary(Rpc rpc, grpc::CallbackServerContext* context,
                                                       const Request& request, int64_t more_bytes,
                                                       Response* response, Answer answer) {
+  EchoPreviousAttempts(context);
   auto* call = new UnaryCall(rpc, gate_, metrics_, options_.max_message_bytes);
-  if (!call->Admit(request)) return call;
+  if (!call->Admit(request, ClientOf(*context))) return call;
   call->ReserveBytes(
       budget_, more_bytes, absl::FromChrono(context->deadline()),
       [this, call, rpc, context, response, answer = std::move(answer)]() mutable {
@@ -288,11 +304,16 @@ grpc::ServerUnaryReactor* RopeServiceImpl::ResolveConfig(grpc::CallbackServerCon
   });
 }
 
+std::string RopeServiceImpl::ClientOf(const grpc::CallbackServerContext& context) const {
+  return gate_.max_per_client() > 0 ? ClientIdentity(context, options_.tokens_verified)
+                                    : std::string();
+}
+
 grpc::ServerUnaryReactor* RopeServiceImpl::GetServerInfo(grpc::CallbackServerContext* context,
                                                          const v1::GetServerInfoRequest* request,
                                                          v1::ServerInfo* response) {
   auto* call = new UnaryCall(Rpc::kGetServerInfo, gate_, metrics_, options_.max_message_bytes);
-  if (!call->Admit(*request)) return call;
+  if (!call->Admit(*request, ClientOf(*context))) return call;
   // Cheap and non-blocking: answered on the gRPC thread.
   FillServerInfo(response);
   call->FinishWith(absl::OkStatus(), response);

@@ -15,6 +15,7 @@
 #define ROPE_SERVICE_ROPE_SERVICE_H_
 
 #include <cstdint>
+#include <string>
 
 #include "absl/status/status.h"
 #include "common/defaults.h"
@@ -37,6 +38,9 @@ struct ServiceOptions {
   int64_t max_message_bytes = kDefaultMaxMessageBytes;
   // --max_inflight_bytes (both halves; 0: none). Reported by GetServerInfo.
   int64_t max_inflight_bytes = 0;
+  // Whether every call's bearer token was checked (token_auth.h), so that
+  // it may name the client for the per-client share (client_identity.h).
+  bool tokens_verified = false;
 };
 
 class RopeServiceImpl final : public v1::RopeService::CallbackService {
@@ -76,6 +80,9 @@ class RopeServiceImpl final : public v1::RopeService::CallbackService {
                                        const Request& request, int64_t more_bytes,
                                        Response* response, Answer answer);
   void FillServerInfo(v1::ServerInfo* info) const;
+  // The caller's identity for the gate's per-client share (client_identity.h),
+  // or "" when there is no share (nothing to compute).
+  std::string ClientOf(const grpc::CallbackServerContext& context) const;
 
   Engine& engine_;
   CallGate& gate_;

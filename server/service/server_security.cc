@@ -83,6 +83,10 @@ absl::StatusOr<std::string> ReadFile(absl::string_view flag, const std::string& 
 
 }  // namespace
 
+absl::StatusOr<std::string> ReadSecurityFile(absl::string_view flag, const std::string& path) {
+  return ReadFile(flag, path);
+}
+
 absl::Status ValidateServerSecurity(const ServerSecurity& security) {
   if (security.cert_chain_pem.empty() != security.private_key_pem.empty()) {
     return absl::InvalidArgumentError(
@@ -103,7 +107,24 @@ absl::Status ValidateServerSecurity(const ServerSecurity& security) {
   absl::StatusOr<X509Ptr> cert = FirstCertificate(security.cert_chain_pem, "--tls_cert_file");
   if (!cert.ok()) return cert.status();
   BioPtr key_bio = MemoryBio(security.private_key_pem);
-  PkeyPtr key(PEM_read_bio_PrivateKey(key_bio.get(), nullptr, nullptr, nullptr));
+  // Without a callback OpenSSL asks for a pass-phrase on the terminal (and
+  // the server would hang at start); this one gives none and remembers it
+  // was asked, so an encrypted key is refused with the same message with or
+  // without a terminal.
+  bool asked_for_passphrase = false;
+  pem_password_cb* no_passphrase = [](char*, int, int, void* asked) -> int {
+    *static_cast<bool*>(asked) = true;
+    return 0;
+  };
+  PkeyPtr key(
+      PEM_read_bio_PrivateKey(key_bio.get(), nullptr, no_passphrase, &asked_for_passphrase));
+  if (key == nullptr && asked_for_passphrase) {
+    ERR_clear_error();
+    return absl::InvalidArgumentError(
+        "--tls_key_file: the private key is encrypted (pass-phrase protected); ropeserve "
+        "needs an unencrypted PEM key (openssl pkey -in KEY -out PLAIN_KEY), kept safe by "
+        "file permissions or a Kubernetes Secret");
+  }
   if (key == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--tls_key_file: no unencrypted PEM private key (", OpenSslReason(), ")"));

@@ -5,8 +5,7 @@
 // flags and checks them before the server starts, so that a wrong path, a
 // key that does not belong to the certificate or an expired certificate is
 // a startup error naming the flag, not a handshake failure every client
-// sees later. Certificates are read once: rotating them takes a restart
-// (a rolling update on Kubernetes).
+// sees later. ropeserve reloads them while running (credential_reloader.h).
 #ifndef ROPE_SERVICE_SERVER_SECURITY_H_
 #define ROPE_SERVICE_SERVER_SECURITY_H_
 
@@ -43,6 +42,10 @@ struct ServerSecurityFiles {
   std::string tls_client_ca_file;
   std::string auth_token_file;
 };
+
+// The contents of one of the files, read as LoadServerSecurity does:
+// NOT_FOUND / PERMISSION_DENIED / INVALID_ARGUMENT naming `flag` and `path`.
+absl::StatusOr<std::string> ReadSecurityFile(absl::string_view flag, const std::string& path);
 
 // Reads the files and checks the result with ValidateServerSecurity.
 // NOT_FOUND / PERMISSION_DENIED / INVALID_ARGUMENT naming the flag and path.

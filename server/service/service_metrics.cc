@@ -202,6 +202,18 @@ ServiceMetrics::ServiceMetrics() : registry_(std::make_shared<prometheus::Regist
                             .Register(*registry_);
   missing_token_ = &auth_failures.Add({{"reason", "missing_token"}});
   invalid_token_ = &auth_failures.Add({{"reason", "invalid_token"}});
+  auto& reloads = prometheus::BuildCounter()
+                      .Name("rope_credential_reloads_total")
+                      .Help("Changed credential files taken into use (result ok) or refused, "
+                            "keeping the current credentials (result refused), by part (tls: "
+                            "certificate, key, client CA; tokens).")
+                      .Register(*registry_);
+  for (int tls = 0; tls < 2; ++tls) {
+    for (int accepted = 0; accepted < 2; ++accepted) {
+      credential_reloads_[tls][accepted] =
+          &reloads.Add({{"part", tls ? "tls" : "tokens"}, {"result", accepted ? "ok" : "refused"}});
+    }
+  }
   for (Rpc rpc : kAllRpcs) {
     const int i = static_cast<int>(rpc);
     const prometheus::Labels labels = {{"rpc", std::string(RpcName(rpc))}};
@@ -241,6 +253,10 @@ void ServiceMetrics::RecordRequest(Rpc rpc, grpc::StatusCode code, absl::Duratio
 
 void ServiceMetrics::RecordAuthFailure(AuthFailure reason) {
   (reason == AuthFailure::kMissingToken ? missing_token_ : invalid_token_)->Increment();
+}
+
+void ServiceMetrics::RecordCredentialReload(bool tls, bool accepted) {
+  credential_reloads_[tls ? 1 : 0][accepted ? 1 : 0]->Increment();
 }
 
 std::shared_ptr<prometheus::Collectable> ServiceMetrics::NewStateCollector(const CallGate* gate,

@@ -6,6 +6,11 @@
 //   rope_sent_bytes_total{rpc}           serialized reply bytes
 //   rope_auth_failures_total{reason}     calls refused for their bearer token
 //                                        (missing_token, invalid_token)
+//   rope_credential_reloads_total{part,result}  changed certificate/key/CA
+//                                        (part="tls") or token files
+//                                        (part="tokens") taken (result="ok")
+//                                        or refused, keeping the old ones
+//                                        (result="refused")
 // and, read at scrape time by the state collector:
 //   rope_calls_in_flight, rope_max_concurrent_calls, rope_draining, rope_backend_healthy
 //   rope_table_cache_{hits,misses,evictions}_total, rope_table_cache_{entries,bytes,budget_bytes}
@@ -66,6 +71,10 @@ class ServiceMetrics {
   // reach the services, so rope_requests_total does not see them).
   void RecordAuthFailure(AuthFailure reason);
 
+  // Counts a reload of changed credential files: `tls` (else the tokens),
+  // `accepted` (else refused, the old credentials kept).
+  void RecordCredentialReload(bool tls, bool accepted);
+
   // Holds the metrics above; register it with an Exposer.
   std::shared_ptr<prometheus::Registry> registry() const { return registry_; }
 
@@ -89,6 +98,8 @@ class ServiceMetrics {
   std::array<prometheus::Counter*, kRpcCount> bytes_out_{};
   prometheus::Counter* missing_token_ = nullptr;
   prometheus::Counter* invalid_token_ = nullptr;
+  // [tls ? 1 : 0][accepted ? 1 : 0]
+  prometheus::Counter* credential_reloads_[2][2] = {};
 };
 
 }  // namespace rope

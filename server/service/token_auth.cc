@@ -61,15 +61,35 @@ absl::StatusOr<std::vector<std::string>> ParseTokenFile(absl::string_view conten
   return tokens;
 }
 
+TokenSet::TokenSet(std::vector<std::string> tokens)
+    : tokens_(std::make_shared<const std::vector<std::string>>(std::move(tokens))) {}
+
+std::shared_ptr<const std::vector<std::string>> TokenSet::Get() const {
+  absl::MutexLock lock(&mu_);
+  return tokens_;
+}
+
+void TokenSet::Set(std::vector<std::string> tokens) {
+  auto next = std::make_shared<const std::vector<std::string>>(std::move(tokens));
+  absl::MutexLock lock(&mu_);
+  tokens_ = std::move(next);
+}
+
 BearerTokenProcessor::BearerTokenProcessor(std::vector<std::string> tokens,
+                                           std::function<void(AuthFailure)> on_failure)
+    : BearerTokenProcessor(std::make_shared<TokenSet>(std::move(tokens)),
+                           std::move(on_failure)) {}
+
+BearerTokenProcessor::BearerTokenProcessor(std::shared_ptr<TokenSet> tokens,
                                            std::function<void(AuthFailure)> on_failure)
     : tokens_(std::move(tokens)), on_failure_(std::move(on_failure)) {}
 
 bool BearerTokenProcessor::Accepts(absl::string_view token) const {
   // Compare against every token (no early exit) so that timing does not tell
   // which one matched either.
+  const std::shared_ptr<const std::vector<std::string>> tokens = tokens_->Get();
   bool accepted = false;
-  for (const std::string& expected : tokens_) {
+  for (const std::string& expected : *tokens) {
     accepted |= ConstantTimeEquals(token, expected);
   }
   return accepted;
@@ -77,7 +97,7 @@ bool BearerTokenProcessor::Accepts(absl::string_view token) const {
 
 grpc::Status BearerTokenProcessor::Process(const InputMetadata& auth_metadata,
                                            grpc::AuthContext* /*context*/,
-                                           OutputMetadata* consumed_auth_metadata,
+                                           OutputMetadata* /*consumed_auth_metadata*/,
                                            OutputMetadata* /*response_metadata*/) {
   auto path = auth_metadata.find(":path");
   if (path != auth_metadata.end() && absl::StartsWith(ToView(path->second), kHealthPathPrefix)) {
@@ -102,8 +122,10 @@ grpc::Status BearerTokenProcessor::Process(const InputMetadata& auth_metadata,
     if (on_failure_) on_failure_(AuthFailure::kInvalidToken);
     return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "bearer token not accepted");
   }
-  consumed_auth_metadata->emplace(std::string(ToView(header->first)),
-                                 std::string(ToView(header->second)));
+  // The header is passed on (not consumed): the service names the client
+  // by the token's fingerprint for the per-client share (client_identity.h).
+  // Nothing per call may be stored in `context`: gRPC shares it between
+  // the calls of a connection.
   return grpc::Status::OK;
 }
 

@@ -15,8 +15,12 @@
 #define ROPE_SERVICE_TOKEN_AUTH_H_
 
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -41,19 +45,37 @@ absl::StatusOr<std::vector<std::string>> ParseTokenFile(absl::string_view conten
 // Why a call was refused.
 enum class AuthFailure { kMissingToken, kInvalidToken };
 
+// The accepted tokens, replaced as a whole when the token file is reloaded
+// (credential_reloader.h): a call is checked against one complete set,
+// never a mix of the old and the new. Thread-safe.
+class TokenSet {
+ public:
+  explicit TokenSet(std::vector<std::string> tokens);
+  std::shared_ptr<const std::vector<std::string>> Get() const;
+  void Set(std::vector<std::string> tokens);
+
+ private:
+  mutable absl::Mutex mu_;
+  std::shared_ptr<const std::vector<std::string>> tokens_ ABSL_GUARDED_BY(mu_);
+};
+
 class BearerTokenProcessor final : public grpc::AuthMetadataProcessor {
  public:
   // `tokens` must not be empty. `on_failure` (may be empty) is called for
   // each refused call, from gRPC's threads; it must be thread-safe.
   BearerTokenProcessor(std::vector<std::string> tokens,
                        std::function<void(AuthFailure)> on_failure);
+  // Checks against `tokens` as it is at each call (it may be replaced).
+  BearerTokenProcessor(std::shared_ptr<TokenSet> tokens,
+                       std::function<void(AuthFailure)> on_failure);
 
   // Non-blocking: the check is a few comparisons, run inline on gRPC's thread.
   bool IsBlocking() const override { return false; }
 
   // OK when the call is to grpc.health.v1.Health or carries
-  // "authorization: Bearer <token>" with an accepted token (the header is
-  // then consumed: the services never see it). Otherwise UNAUTHENTICATED,
+  // "authorization: Bearer <token>" with an accepted token (the header then
+  // goes on to the service, which uses only the token's fingerprint, to name
+  // the client: client_identity.h). Otherwise UNAUTHENTICATED,
   // saying whether the token was missing or not accepted (never echoing it).
   grpc::Status Process(const InputMetadata& auth_metadata, grpc::AuthContext* context,
                        OutputMetadata* consumed_auth_metadata,
@@ -62,7 +84,7 @@ class BearerTokenProcessor final : public grpc::AuthMetadataProcessor {
  private:
   bool Accepts(absl::string_view token) const;
 
-  const std::vector<std::string> tokens_;
+  const std::shared_ptr<TokenSet> tokens_;
   const std::function<void(AuthFailure)> on_failure_;
 };
 

@@ -12,9 +12,10 @@ UnaryCall::UnaryCall(Rpc rpc, CallGate& gate, ServiceMetrics& metrics, int64_t m
       max_reply_bytes_(max_reply_bytes),
       start_(absl::Now()) {}
 
-bool UnaryCall::Admit(const google::protobuf::Message& request) {
+bool UnaryCall::Admit(const google::protobuf::Message& request, std::string client) {
   bytes_in_ = static_cast<int64_t>(request.ByteSizeLong());
-  absl::Status admitted = gate_.TryEnter();
+  client_ = std::move(client);
+  absl::Status admitted = gate_.TryEnter(client_);
   if (!admitted.ok()) {
     FinishWith(admitted, nullptr);
     return false;
@@ -61,13 +62,13 @@ void UnaryCall::FinishWith(const absl::Status& status, google::protobuf::Message
   // waits for the reply: Shutdown(deadline) lets pending sends complete.
   if (admitted_) {
     admitted_ = false;
-    gate_.Leave();
+    gate_.Leave(client_);
   }
   Finish(std::move(grpc_status));
 }
 
 void UnaryCall::OnDone() {
-  if (admitted_) gate_.Leave();  // never reached FinishWith
+  if (admitted_) gate_.Leave(client_);  // never reached FinishWith
   // The request and the reply (and its serialized copy) are freed only now.
   if (budget_ != nullptr) budget_->Release(bytes_charged_);
   delete this;

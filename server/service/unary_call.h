@@ -29,7 +29,9 @@ class UnaryCall final : public grpc::ServerUnaryReactor {
   // Takes a gate slot. On refusal finishes the call with the gate's status
   // (UNAVAILABLE or RESOURCE_EXHAUSTED) and returns false; the handler must
   // then only return the reactor. `request` is measured for the metrics.
-  bool Admit(const google::protobuf::Message& request);
+  // `client` (client_identity.h; empty: none) is held to its per-client
+  // share of the gate.
+  bool Admit(const google::protobuf::Message& request, std::string client = "");
 
   // After Admit: charges the request's bytes plus `more_bytes` (what the
   // reply will allocate) to `budget`, waiting at most until `deadline`; once
@@ -57,6 +59,7 @@ class UnaryCall final : public grpc::ServerUnaryReactor {
   bool admitted_ = false;
   ByteBudget* budget_ = nullptr;  // set with bytes_charged_ once granted
   int64_t bytes_charged_ = 0;
+  std::string client_;
 };
 
 }  // namespace rope

@@ -120,9 +120,25 @@ TEST(NpyTest, RejectsBigEndian) {
 
 TEST(NpyTest, RejectsOtherDTypes) {
   absl::StatusOr<NpyArray> array = ParseNpy(HandMadeNpy(
-      "{'descr': '<f8', 'fortran_order': False, 'shape': (1,), }", std::string(8, '\0')));
+      "{'descr': '<i8', 'fortran_order': False, 'shape': (1,), }", std::string(8, '\0')));
   EXPECT_EQ(array.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(std::string(array.status().message()), HasSubstr("dtype '<f8' is not supported"));
+  EXPECT_THAT(std::string(array.status().message()), HasSubstr("dtype '<i8' is not supported"));
+}
+
+TEST(NpyTest, ReadsFloat64AndInt16) {
+  absl::StatusOr<NpyArray> f8 = ParseNpy(HandMadeNpy(
+      "{'descr': '<f8', 'fortran_order': False, 'shape': (2,), }", std::string(16, '\0')));
+  ASSERT_TRUE(f8.ok()) << f8.status();
+  EXPECT_EQ(f8->dtype, NpyDType::kFloat64);
+  EXPECT_EQ(f8->data.size(), 16u);
+  absl::StatusOr<NpyArray> i2 = ParseNpy(HandMadeNpy(
+      "{'descr': '<i2', 'fortran_order': False, 'shape': (3,), }", std::string(6, '\0')));
+  ASSERT_TRUE(i2.ok()) << i2.status();
+  EXPECT_EQ(i2->dtype, NpyDType::kInt16);
+  // The payload length follows the element size (8 and 2 bytes).
+  EXPECT_FALSE(ParseNpy(HandMadeNpy("{'descr': '<f8', 'fortran_order': False, 'shape': (2,), }",
+                                    std::string(8, '\0')))
+                   .ok());
 }
 
 TEST(NpyTest, RejectsStructuredDType) {

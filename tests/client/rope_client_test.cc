@@ -3,6 +3,10 @@
 // round_robin over two servers, and failover when one of them stops.
 #include "client/rope_client.h"
 
+#include <grpcpp/create_channel.h>
+#include <grpcpp/security/credentials.h>
+#include <signal.h>
+
 #include <cmath>
 #include <fstream>
 #include <memory>
@@ -15,6 +19,7 @@
 #include "client/tensor_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "rope/v1/rope.grpc.pb.h"
 #include "tests/support/server_process.h"
 
 namespace rope {
@@ -415,6 +420,48 @@ int64_t CacheLookups(RopeClient& direct) {
   absl::StatusOr<v1::ServerInfo> info = direct.GetServerInfo();
   EXPECT_TRUE(info.ok()) << info.status();
   return info.ok() ? info->table_cache().hits() + info->table_cache().misses() : -1;
+}
+
+TEST(RopectlHealthTest, ReportsNotServingWhileTheServerDrains) {
+  absl::StatusOr<std::unique_ptr<ServerProcess>> server = ServerProcess::Start(
+      ROPESERVE_PATH,
+      {"--listen=127.0.0.1:0", "--backend=cpu", "--cpu_threads=1", "--shutdown_grace_period=30s"},
+      kStartTimeout);
+  ASSERT_TRUE(server.ok()) << server.status();
+  const std::string target = "--target=" + (*server)->address();
+  std::ostringstream out, err;
+  ASSERT_EQ(RunRopectl({"health", target}, out, err), kExitOk) << err.str();
+  EXPECT_EQ(out.str(), "SERVING\n");
+
+  // An open stream keeps one call in flight, so the drain lasts until it ends.
+  auto stub = v1::RopeService::NewStub(
+      grpc::CreateChannel((*server)->address(), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(60)));
+  auto stream = stub->RotateStream(&context);
+  v1::RotateRequest request;
+  *request.mutable_config() = Config(8, 0, v1::INTERLEAVED);
+  absl::StatusOr<v1::Tensor> q = MakeTensor(std::vector<float>(8, 1.0f), {1, 1, 1, 8}, v1::FLOAT32);
+  ASSERT_TRUE(q.ok());
+  *request.mutable_q() = *q;
+  ASSERT_TRUE(stream->Write(request));
+  v1::RotateResponse reply;
+  ASSERT_TRUE(stream->Read(&reply));
+
+  (*server)->Signal(SIGTERM);
+  ASSERT_TRUE((*server)->WaitForLine("draining", absl::Seconds(30)).has_value());
+  out.str("");
+  err.str("");
+  // The server's own answer, not the channel's "backend unhealthy".
+  EXPECT_EQ(RunRopectl({"health", target}, out, err), kExitFailure);
+  EXPECT_EQ(out.str(), "NOT_SERVING\n");
+  EXPECT_THAT(err.str(), HasSubstr("reports NOT_SERVING"));
+
+  stream->WritesDone();
+  stream->Finish();
+  absl::StatusOr<int> code = (*server)->Stop(kStopTimeout);
+  ASSERT_TRUE(code.ok()) << code.status();
+  EXPECT_EQ(*code, 0) << (*server)->Output();
 }
 
 class TwoServerTest : public ::testing::Test {

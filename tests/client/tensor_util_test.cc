@@ -173,6 +173,58 @@ TEST(TensorUtilTest, UInt16NpyIsReadOnlyAsBFloat16Bits) {
   EXPECT_THAT(std::string(f32.status().message()), HasSubstr("k.npy: dtype '<u2'"));
 }
 
+NpyArray Float64Array(const std::vector<double>& values) {
+  NpyArray array;
+  array.dtype = NpyDType::kFloat64;
+  array.shape = {static_cast<int64_t>(values.size())};
+  array.data.assign(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(double));
+  return array;
+}
+
+TEST(TensorUtilTest, Float64NpyIsConvertedToFloat32RoundingToNearestEven) {
+  absl::StatusOr<v1::Tensor> f32 = TensorFromNpy(Float64Array({0.1, -3.0}), v1::FLOAT32);
+  ASSERT_TRUE(f32.ok()) << f32.status();
+  ASSERT_EQ(f32->data().size(), 8u);
+  uint32_t bits[2];
+  std::memcpy(bits, f32->data().data(), 8);
+  EXPECT_EQ(bits[0], 0x3dcccccdu);  // float32 nearest to 0.1 (0.100000001490116...)
+  EXPECT_EQ(bits[1], 0xc0400000u);
+}
+
+TEST(TensorUtilTest, Float64NpyIsRoundedOnceToSixteenBitTypes) {
+  // Just above the midpoint between bfloat16 1.0 (0x3f80) and 1 + 2^-7
+  // (0x3f81): the nearest is 0x3f81. Through float32 first, the 2^-30 would
+  // be lost and the tie would go to even, 0x3f80.
+  const double above_bf16_tie = 1.0 + 0x1.0p-8 + 0x1.0p-30;
+  const double bf16_tie = 1.0 + 0x1.0p-8;  // a true tie: to even, 0x3f80
+  absl::StatusOr<v1::Tensor> bf16 =
+      TensorFromNpy(Float64Array({above_bf16_tie, bf16_tie, -above_bf16_tie}), v1::BFLOAT16);
+  ASSERT_TRUE(bf16.ok()) << bf16.status();
+  EXPECT_EQ(Bits16(bf16->data(), 0), 0x3f81);
+  EXPECT_EQ(Bits16(bf16->data(), 1), 0x3f80);
+  EXPECT_EQ(Bits16(bf16->data(), 2), 0xbf81);
+  // float16: 1 + 2^-11 is the midpoint of 0x3c00 and 0x3c01.
+  absl::StatusOr<v1::Tensor> f16 =
+      TensorFromNpy(Float64Array({1.0 + 0x1.0p-11 + 0x1.0p-40, 1.0 + 0x1.0p-11}), v1::FLOAT16);
+  ASSERT_TRUE(f16.ok()) << f16.status();
+  EXPECT_EQ(Bits16(f16->data(), 0), 0x3c01);
+  EXPECT_EQ(Bits16(f16->data(), 1), 0x3c00);
+}
+
+TEST(TensorUtilTest, Int16NpyIsReadAsBFloat16BitsOnlyWithBFloat16) {
+  NpyArray array;
+  array.dtype = NpyDType::kInt16;
+  array.shape = {2};
+  array.data = std::string("\x80\x3f\x20\xc0", 4);  // bfloat16 1.0, -2.5 (negative as int16)
+  absl::StatusOr<v1::Tensor> bf16 = TensorFromNpy(array, v1::BFLOAT16);
+  ASSERT_TRUE(bf16.ok()) << bf16.status();
+  EXPECT_EQ(bf16->dtype(), v1::BFLOAT16);
+  EXPECT_EQ(bf16->data(), array.data);
+  absl::StatusOr<v1::Tensor> f32 = TensorFromNpy(array, v1::FLOAT32, "q.npy");
+  EXPECT_EQ(f32.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(f32.status().message()), HasSubstr("q.npy: dtype '<i2'"));
+}
+
 TEST(TensorUtilTest, TensorFromNpyRejectsScalar) {
   NpyArray array;
   array.data = std::string(4, '\0');

@@ -7,9 +7,10 @@ file and a plaintext --health_listen port, and checks from outside: ropectl,
 ropeload and the Python example (grpcio's own TLS stack) get through with
 the certificate and token; without the token, with a wrong one, without a
 client certificate or in plaintext they are refused with the right status;
-the health port answers plaintext probes; bad security flags stop ropeserve
-at startup with exit status 2 and a message naming the flag. Every wait is
-bounded. Standard library only, plus tests/support/python/ropeserve_process.py
+the health port answers plaintext probes; the common TLS mistakes are named
+in one stderr line; bad security flags (an encrypted key too, with or without
+a terminal) stop ropeserve at startup with exit status 2 and a message naming
+the flag. Every wait is bounded. Standard library only, plus tests/support/python/ropeserve_process.py
 (on PYTHONPATH under ctest).
 
 Usage: security_e2e_test.py --ropeserve P --ropectl P --ropeload P --example P --workdir D
@@ -18,9 +19,12 @@ Usage: security_e2e_test.py --ropeserve P --ropectl P --ropeload P --example P -
 import argparse
 import json
 import os
+import pty
+import select
 import shutil
 import subprocess
 import sys
+import time
 import unittest
 
 from ropeserve_process import RopeServe
@@ -104,16 +108,80 @@ class SecurityEndToEnd(unittest.TestCase):
         self.assertEqual(result.returncode, 1, result.stdout + result.stderr)
         self.assertIn("UNAUTHENTICATED: bearer token not accepted", result.stderr)
 
+    def assert_one_line(self, stderr):
+        """ropectl's promise: one line on stderr (gRPC's own handshake logs kept off it)."""
+        self.assertEqual(len(stderr.splitlines()), 1, stderr)
+
     def test_clients_without_a_valid_certificate_do_not_connect(self):
-        for cert in (None, "outsider"):
+        for cert, cause in ((None, "the server requires a client certificate"),
+                            ("outsider", "the server refused the client certificate")):
             result = run([ARGS.ropectl, "info", "--deadline=10s"] + self.client_flags(cert=cert))
             self.assertEqual(result.returncode, 1, "%s: %s" % (cert, result.stderr))
             self.assertIn("UNAVAILABLE", result.stderr, cert)
+            self.assertIn(cause, result.stderr, cert)
+            self.assert_one_line(result.stderr)
 
     def test_plaintext_clients_do_not_connect(self):
         result = run([ARGS.ropectl, "info", "--deadline=10s", "--target=" + self.server.address])
         self.assertEqual(result.returncode, 1, result.stderr)
-        self.assertIn("UNAVAILABLE", result.stderr)
+        self.assertIn("UNAVAILABLE: the server requires TLS", result.stderr)
+        self.assert_one_line(result.stderr)
+
+    def test_tls_client_to_a_plaintext_server_is_told_so(self):
+        plain = start_server([])
+        try:
+            result = run([ARGS.ropectl, "info", "--deadline=10s", "--target=" + plain.address,
+                          "--tls_ca_file=%s/ca.pem" % self.d])
+        finally:
+            plain.stop()
+        self.assertEqual(result.returncode, 1, result.stderr)
+        self.assertIn("the server does not speak TLS", result.stderr)
+        self.assert_one_line(result.stderr)
+
+    def test_untrusted_server_certificate_is_told_so(self):
+        result = run([ARGS.ropectl, "info", "--deadline=10s", "--target=" + self.server.address,
+                      "--tls_ca_file=%s/other_ca.pem" % self.d])
+        self.assertEqual(result.returncode, 1, result.stderr)
+        self.assertIn("not signed by a CA the client trusts", result.stderr)
+        self.assert_one_line(result.stderr)
+
+    def test_encrypted_key_is_refused_with_or_without_a_terminal(self):
+        encrypted = os.path.join(self.d, "server_encrypted.key")
+        subprocess.run(["openssl", "pkey", "-in", os.path.join(self.d, "server.key"), "-aes256",
+                        "-passout", "pass:secret", "-out", encrypted], check=True,
+                       capture_output=True, timeout=60)
+        cmd = [ARGS.ropeserve, "--listen=127.0.0.1:0", "--backend=cpu",
+               "--tls_cert_file=%s/server.pem" % self.d, "--tls_key_file=" + encrypted]
+        expected = "--tls_key_file: the private key is encrypted"
+        result = run(cmd, timeout=START_TIMEOUT_S)
+        self.assertEqual(result.returncode, 2, result.stderr)
+        self.assertIn(expected, result.stderr)
+        # On a terminal (its own session, the pty as controlling terminal, as
+        # an operator's shell): no pass-phrase prompt, the same error.
+        pid, fd = pty.fork()
+        if pid == 0:
+            os.execv(cmd[0], cmd)
+        output, deadline = b"", time.monotonic() + START_TIMEOUT_S
+        status = None
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([fd], [], [], 0.2)
+            if ready:
+                try:
+                    chunk = os.read(fd, 4096)
+                except OSError:
+                    chunk = b""
+                output += chunk
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+        else:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            self.fail("ropeserve on a terminal did not exit (a pass-phrase prompt?): %r" % output)
+        os.close(fd)
+        self.assertTrue(os.WIFEXITED(status) and os.WEXITSTATUS(status) == 2, output)
+        self.assertIn(expected.encode(), output)
+        self.assertNotIn(b"pass phrase", output.lower())
 
     def test_health_port_answers_plaintext_probes(self):
         result = run([ARGS.ropectl, "health", "--deadline=10s", "--target=" + self.server.health])
@@ -161,7 +229,7 @@ class SecurityEndToEnd(unittest.TestCase):
             (["--auth_token_file=" + self.tokens], 2, "--auth_token_file needs TLS"),
             (["--tls_cert_file=%s/server.pem" % d, "--tls_key_file=%s/client.key" % d], 2,
              "does not belong to the certificate"),
-            (["--tls_cert_file=%s/missing.pem" % d, "--tls_key_file=%s/server.key" % d], 1,
+            (["--tls_cert_file=%s/missing.pem" % d, "--tls_key_file=%s/server.key" % d], 2,
              "--tls_cert_file=%s/missing.pem" % d),
         ]
         for flags, code, message in cases:

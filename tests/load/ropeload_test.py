@@ -129,8 +129,9 @@ class RopeloadTest(unittest.TestCase):
     def test_errors_are_counted_by_status_code(self):
         before = self.server.request_counts()
         # q's last dim is 64 but the config says 32.
+        # Every call fails: over the default --max_error_rate=0, so exit 3.
         stdout, report = self.ropeload("--random_q_shape=1,2,4,64", "--head_dim=32", "-c", "2",
-                                       "-n", "150")
+                                       "-n", "150", expect_rc=3)
         after = self.server.request_counts()
         step = report["steps"][0]
         self.assertEqual(step["ok"], 0)
@@ -143,10 +144,39 @@ class RopeloadTest(unittest.TestCase):
         self.assertIn("head_dim", error["first_message"])
         self.assertEqual(delta(before, after, "Rotate", "INVALID_ARGUMENT"), 150)
         self.assertIn("INVALID_ARGUMENT", stdout)
+        self.assertIn("150 of 150 measured calls failed", stdout)
+        self.assertIn("--max_error_rate=0: EXCEEDED (exit 3)", stdout)
+        self.assertEqual(report["errors"], {"calls": 150, "failed": 150, "max_error_rate": 0,
+                                            "exceeded": True})
+
+    def test_errors_within_max_error_rate_exit_zero(self):
+        # 20 of 20 fail; --max_error_rate=1 allows all of them.
+        stdout, report = self.ropeload("--random_q_shape=1,4,2,16", "--max_len=64",
+                                       "--start_pos=100", "-n", "20", "--max-error-rate=1")
+        self.assertEqual(report["errors"]["failed"], 20)
+        self.assertFalse(report["errors"]["exceeded"])
+        self.assertIn("--max_error_rate=1: within", stdout)
+
+    def test_unwritable_report_path_fails_before_any_call(self):
+        before = self.server.request_counts()
+        cmd = [ARGS.ropeload, "--target=" + self.server.address, "--noprogress",
+               "--random_q_shape=1,4,4,32", "-n", "50",
+               "--html=" + os.path.join(self.dir, "no_such_dir", "report.html")]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+        self.assertEqual(proc.returncode, 2, proc.stderr)
+        self.assertIn("--html=", proc.stderr)
+        self.assertIn("cannot write there", proc.stderr)
+        self.assertEqual(self.server.request_counts(), before)  # not even GetServerInfo
+
+    def test_summary_prints_the_effective_llama3_parameters(self):
+        stdout, _ = self.ropeload("--random_q_shape=1,4,4,64", "--rope_scaling=llama3",
+                                  "--max_len=8192", "-n", "5")
+        self.assertIn("llama3(factor=8 low_freq_factor=1 high_freq_factor=4 original=8192)",
+                      stdout)
 
     def test_out_of_range_positions_are_counted_as_out_of_range(self):
         _, report = self.ropeload("--random_q_shape=1,4,2,16", "--max_len=64",
-                                  "--start_pos=100", "-n", "20")
+                                  "--start_pos=100", "-n", "20", expect_rc=3)
         codes = {e["code"]: e["count"] for e in report["steps"][0]["errors_by_code"]}
         self.assertEqual(codes, {"OUT_OF_RANGE": 20})
 
@@ -272,7 +302,7 @@ class RopeloadTest(unittest.TestCase):
         json_path = os.path.join(self.dir, "report.json")
         cmd = [ARGS.ropeload, "--target=" + self.server.address, "--noprogress",
                "--json=" + json_path, "--workload=rotate_stream", "--random_q_shape=1,16,8,64",
-               "-c", "16", "--connections=2", "-z", "4s"]
+               "-c", "16", "--connections=2", "-z", "4s", "--max_error_rate=1"]
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         try:
             time.sleep(1.0)

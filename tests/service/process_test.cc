@@ -387,17 +387,88 @@ TEST(ProcessTest, UnknownCpuSimdPathExitsWithTheCompiledOnes) {
       << output;
 }
 
-TEST(ProcessTest, HelpListsEveryFlag) {
-  int exit_code = 0;
-  const std::string output = RunToExit({"--help"}, &exit_code);
-  for (const char* flag :
-       {"--listen", "--backend", "--cpu_threads", "--cpu_simd", "--work_threads",
-        "--max_message_bytes",
-        "--table_cache_bytes", "--max_len_cap", "--max_elements_per_request",
-        "--max_concurrent_calls", "--metrics_port", "--metrics_host", "--shutdown_grace_period",
-        "--max_connection_age", "--enable_echo"}) {
-    EXPECT_NE(output.find(absl::StrCat(flag, " (")), std::string::npos) << flag << "\n" << output;
+TEST(ProcessTest, HelpListsEveryFlagAndExitsZeroWithoutASourcePath) {
+  for (const char* help : {"--help", "-h", "--helpfull"}) {
+    int exit_code = -1;
+    const std::string output = RunToExit({help}, &exit_code);
+    EXPECT_EQ(exit_code, 0) << help;
+    for (const char* flag :
+         {"--listen", "--backend", "--cpu_threads", "--cpu_simd", "--work_threads", "--max_message_bytes",
+          "--table_cache_bytes", "--max_len_cap", "--max_elements_per_request",
+          "--max_concurrent_calls", "--metrics_port", "--metrics_host", "--shutdown_grace_period",
+          "--max_connection_age", "--enable_echo", "--reuse_port", "--teardown_timeout",
+          "--security_reload_interval", "--max_calls_per_client"}) {
+      EXPECT_NE(output.find(absl::StrCat(flag, " (")), std::string::npos)
+          << flag << "\n" << output;
+    }
+    EXPECT_EQ(output.find(".cc"), std::string::npos) << output;  // no build path
+    EXPECT_NE(output.find("Exit status: 0"), std::string::npos) << output;
   }
+}
+
+TEST(ProcessTest, VersionPrintsTheVersionAndExitsZero) {
+  int exit_code = -1;
+  const std::string output = RunToExit({"--version"}, &exit_code);
+  EXPECT_EQ(exit_code, 0);
+  EXPECT_TRUE(absl::StartsWith(output, "ropeserve 0.") || absl::StartsWith(output, "ropeserve 1."))
+      << output;
+}
+
+TEST(ProcessTest, UnknownFlagsAreUsageErrorsExitingTwo) {
+  int exit_code = -1;
+  std::string output = RunToExit({"--no_such_flag=1", "--listen=127.0.0.1:0"}, &exit_code);
+  EXPECT_EQ(exit_code, 2);
+  EXPECT_NE(output.find("no_such_flag"), std::string::npos) << output;
+  output = RunToExit({"--max_concurrent_calls=many", "--listen=127.0.0.1:0"}, &exit_code);
+  EXPECT_EQ(exit_code, 2);
+  EXPECT_NE(output.find("max_concurrent_calls"), std::string::npos) << output;
+}
+
+TEST(ProcessTest, DashedFlagNamesAreAcceptedLikeRopectlAndRopeload) {
+  Server server;
+  ASSERT_NO_FATAL_FAILURE(StartServer(
+      {"--backend=cpu", "--cpu-threads=1", "--work-threads=1", "--shutdown-grace-period=1s",
+       "--metrics-host=127.0.0.1", "--max-concurrent-calls=7"},
+      &server));
+  server.process->Signal(SIGTERM);
+  const std::optional<int> status = server.process->WaitExit(absl::Seconds(40));
+  ASSERT_TRUE(status.has_value());
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0);
+}
+
+TEST(ProcessTest, ASecondServerOnATakenPortExitsOneNamingTheAddress) {
+  Server first;
+  ASSERT_NO_FATAL_FAILURE(StartServer({"--backend=cpu", "--cpu_threads=1"}, &first));
+  const std::string address = absl::StrCat("127.0.0.1:", first.port);
+  int exit_code = -1;
+  const std::string output =
+      RunToExit({"--backend=cpu", "--cpu_threads=1", "--listen=" + address}, &exit_code);
+  EXPECT_EQ(exit_code, 1);
+  EXPECT_NE(output.find(absl::StrCat("cannot listen on ", address)), std::string::npos)
+      << output;
+  // Deliberate sharing stays possible when both ask for it.
+  Server shared;
+  ASSERT_NO_FATAL_FAILURE(StartServer({"--backend=cpu", "--cpu_threads=1", "--reuse_port"},
+                                      &shared));
+  absl::StatusOr<std::unique_ptr<ServerProcess>> second = ServerProcess::Start(
+      ROPESERVE_PATH,
+      {absl::StrCat("--listen=127.0.0.1:", shared.port), "--backend=cpu", "--cpu_threads=1",
+       "--reuse_port"},
+      absl::Seconds(30));
+  EXPECT_TRUE(second.ok()) << second.status();
+}
+
+TEST(ProcessTest, ConfigurationIsCheckedBeforeTheBackendIsCreated) {
+  HiddenGpus hidden;
+  int exit_code = -1;
+  // --backend=cuda would fail too (exit 1), but the certificate is looked at first.
+  const std::string output =
+      RunToExit({"--backend=cuda", "--listen=127.0.0.1:0", "--tls_cert_file=/nonexistent/c.pem",
+                 "--tls_key_file=/nonexistent/k.pem"},
+                &exit_code);
+  EXPECT_EQ(exit_code, 2);
+  EXPECT_NE(output.find("--tls_cert_file=/nonexistent/c.pem"), std::string::npos) << output;
+  EXPECT_EQ(output.find("--backend=cuda"), std::string::npos) << output;
 }
 
 }  // namespace

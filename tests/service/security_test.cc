@@ -1,9 +1,14 @@
 // TLS, mutual TLS and bearer tokens through a real ropeserve (RopeServer on
 // 127.0.0.1) and real RopeClient channels, with certificates made by the
 // openssl CLI for this run (test_certs.h).
+#include <unistd.h>
+
+#include <atomic>
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/match.h"
@@ -11,8 +16,10 @@
 #include "client/rope_client.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/create_channel.h"
+#include "grpcpp/security/credentials.h"
 #include "gtest/gtest.h"
 #include "server/backends/cpu/cpu_backend.h"
+#include "server/service/client_identity.h"
 #include "server/service/rope_server.h"
 #include "tests/support/grpc_test_util.h"
 #include "tests/support/test_certs.h"
@@ -59,7 +66,7 @@ class SecurityTest : public ::testing::Test {
   }
 
   void Start(const ServerSecurity& security, bool metrics = false,
-             const std::string& health_listen = "") {
+             const std::string& health_listen = "", int64_t max_calls_per_client = 0) {
     if (certs_ == nullptr) GTEST_SKIP() << "no test certificates";
     absl::StatusOr<std::unique_ptr<Backend>> cpu = NewCpuBackend(1);
     ASSERT_TRUE(cpu.ok()) << cpu.status();
@@ -69,6 +76,7 @@ class SecurityTest : public ::testing::Test {
     options.security = security;
     if (metrics) options.metrics_address = "127.0.0.1:0";
     options.health_listen_address = health_listen;
+    options.max_calls_per_client = max_calls_per_client;
     absl::StatusOr<std::unique_ptr<RopeServer>> server =
         RopeServer::Start(std::make_unique<Engine>(*std::move(cpu), EngineLimits()), options);
     ASSERT_TRUE(server.ok()) << server.status();
@@ -346,6 +354,225 @@ TEST_F(SecurityTest, ClientSecurityNamesTheFlagOfAMissingFile) {
   files.tls_cert_file = "/nonexistent/client.pem";
   EXPECT_TRUE(absl::StrContains(client::ApplyChannelSecurity(files, &options).message(),
                                 "go together"));
+}
+
+// ---- Per-client share of calls in flight (client_share.h) -----------------
+
+// An AttentionScores call of ~2 GFLOP: long enough (on one CPU thread) to be
+// seen in flight.
+v1::AttentionScoresRequest SlowScoresRequest() {
+  v1::AttentionScoresRequest request;
+  *request.mutable_config() = MakeConfig(128, 2048);
+  *request.mutable_q() = MakeRotateRequest(1, 1024, 8, 128, 2048, 0, 1).q();
+  *request.mutable_k() = MakeRotateRequest(1, 1024, 8, 128, 2048, 0, 2).q();
+  request.set_causal(true);
+  return request;
+}
+
+TEST_F(SecurityTest, AClientOverItsShareIsRefusedWhileOthersAreServed) {
+  Start(TlsWithTokens(), /*metrics=*/false, /*health_listen=*/"", /*max_calls_per_client=*/2);
+  std::unique_ptr<RopeClient> flood = Client(WithToken(kToken));
+  std::unique_ptr<RopeClient> steady = Client(WithToken(kNextToken));
+  ASSERT_NE(flood, nullptr);
+  ASSERT_NE(steady, nullptr);
+  const std::string flood_id = TokenFingerprint(kToken);
+  std::vector<std::thread> slow;
+  std::atomic<int> slow_ok{0};
+  for (int i = 0; i < 2; ++i) {
+    slow.emplace_back([&] {
+      if (flood->AttentionScores(SlowScoresRequest()).ok()) ++slow_ok;
+    });
+  }
+  for (int i = 0; i < 2000 && server_->gate().in_flight_of(flood_id) < 2; ++i) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  ASSERT_EQ(server_->gate().in_flight_of(flood_id), 2);
+  // The flooding client's third call is over its share...
+  const absl::Status over = RotateThrough(flood.get());
+  EXPECT_EQ(over.code(), absl::StatusCode::kResourceExhausted) << over;
+  EXPECT_TRUE(absl::StrContains(over.message(), "its share is max_calls_per_client 2")) << over;
+  EXPECT_TRUE(absl::StrContains(over.message(), flood_id)) << over;
+  EXPECT_FALSE(absl::StrContains(over.message(), kToken)) << over;  // never the token
+  // ... while another client is served.
+  EXPECT_TRUE(RotateThrough(steady.get()).ok());
+  EXPECT_TRUE(RotateThrough(steady.get()).ok());
+  for (std::thread& t : slow) t.join();
+  EXPECT_EQ(slow_ok.load(), 2);
+  EXPECT_EQ(server_->gate().in_flight_of(flood_id), 0);
+  EXPECT_TRUE(RotateThrough(flood.get()).ok());  // its share is free again
+}
+
+// ---- Live reload (credential_reloader.h) ----------------------------------
+
+// Files as Kubernetes mounts a Secret: dir/live is a symlink to a generation
+// directory, swapped in one rename, so that a certificate and its key change
+// together.
+class SecretDir {
+ public:
+  explicit SecretDir(std::string dir) : dir_(std::move(dir)) {
+    std::filesystem::create_directories(dir_);
+  }
+  // Publishes a new generation holding `files` (name -> contents).
+  void Publish(const std::vector<std::pair<std::string, std::string>>& files) {
+    const std::string generation = absl::StrCat("gen", ++count_);
+    std::filesystem::create_directories(absl::StrCat(dir_, "/", generation));
+    for (const auto& [name, contents] : files) {
+      WriteTestFile(absl::StrCat(dir_, "/", generation), name, contents);
+    }
+    const std::string link = dir_ + "/live.new";
+    std::filesystem::remove(link);
+    std::filesystem::create_directory_symlink(generation, link);
+    std::filesystem::rename(link, dir_ + "/live");
+  }
+  std::string Path(const std::string& name) const { return dir_ + "/live/" + name; }
+
+ private:
+  std::string dir_;
+  int count_ = 0;
+};
+
+// The common name of the certificate the server presents on a new
+// connection (a channel of its own), or the error.
+std::string PresentedCommonName(int port, const std::string& ca_pem) {
+  grpc::SslCredentialsOptions ssl;
+  ssl.pem_root_certs = ca_pem;
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  auto channel = grpc::CreateCustomChannel(absl::StrCat("127.0.0.1:", port),
+                                           grpc::SslCredentials(ssl), args);
+  auto health = grpc::health::v1::Health::NewStub(channel);
+  grpc::ClientContext context;
+  SetDeadline(&context);
+  grpc::health::v1::HealthCheckResponse response;
+  const grpc::Status status =
+      health->Check(&context, grpc::health::v1::HealthCheckRequest(), &response);
+  if (!status.ok()) return "error: " + status.error_message();
+  std::vector<grpc::string_ref> names =
+      context.auth_context()->FindPropertyValues("x509_common_name");
+  return names.empty() ? "none" : std::string(names[0].data(), names[0].size());
+}
+
+double Metric(int port, absl::string_view series) {
+  return MetricValue(HttpGetMetrics(port), series);
+}
+
+// Polls `series` on /metrics until it reaches `value` (at most 10 s).
+bool WaitForMetric(int port, absl::string_view series, double value) {
+  for (int i = 0; i < 200; ++i) {
+    if (Metric(port, series) >= value) return true;
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  return false;
+}
+
+TEST_F(SecurityTest, RotatesCertificateAndTokensUnderLoadWithoutAFailedCall) {
+  if (certs_ == nullptr) GTEST_SKIP() << "no test certificates";
+  SecretDir secret(certs_->dir + "/secret-rotation");
+  secret.Publish({{"tls.crt", ReadWholeFile(certs_->server_cert)},
+                  {"tls.key", ReadWholeFile(certs_->server_key)},
+                  {"tokens", absl::StrCat(kToken, "\n", kNextToken, "\n")}});
+  ServerSecurityFiles files;
+  files.tls_cert_file = secret.Path("tls.crt");
+  files.tls_key_file = secret.Path("tls.key");
+  files.auth_token_file = secret.Path("tokens");
+  absl::StatusOr<ServerSecurity> loaded = LoadServerSecurity(files);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+
+  absl::StatusOr<std::unique_ptr<Backend>> cpu = NewCpuBackend(1);
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  ServerOptions options;
+  options.listen_address = "127.0.0.1:0";
+  options.work_threads = 2;
+  options.metrics_address = "127.0.0.1:0";
+  options.security = *loaded;
+  options.security_files = files;
+  options.security_reload_interval = absl::Milliseconds(100);
+  options.security_staging_dir = certs_->dir;
+  absl::StatusOr<std::unique_ptr<RopeServer>> started =
+      RopeServer::Start(std::make_unique<Engine>(*std::move(cpu), EngineLimits()), options);
+  ASSERT_TRUE(started.ok()) << started.status();
+  server_ = *std::move(started);
+  const int metrics_port = server_->metrics_port();
+  const std::string ca_pem = ReadWholeFile(certs_->ca_cert);
+  EXPECT_EQ(PresentedCommonName(server_->port(), ca_pem), "localhost");
+
+  // Load with the token that survives the rotation: long-lived channels and
+  // a fresh connection (a new handshake) for every call of the last worker.
+  std::atomic<bool> stop{false};
+  std::atomic<int64_t> ok{0}, failed{0};
+  std::string first_failure;
+  absl::Mutex failure_mu;
+  std::vector<std::thread> workers;
+  for (int w = 0; w < 3; ++w) {
+    workers.emplace_back([&, w] {
+      std::unique_ptr<RopeClient> steady = Client(WithToken(kNextToken));
+      while (!stop.load()) {
+        std::unique_ptr<RopeClient> fresh;
+        RopeClient* c = steady.get();
+        if (w == 2) {
+          ClientOptions o;
+          o.deadline = absl::Seconds(10);
+          o.retry_max_attempts = 1;
+          o.own_connections = true;
+          ASSERT_TRUE(client::ApplyChannelSecurity(WithToken(kNextToken), &o).ok());
+          fresh = *RopeClient::Create(absl::StrCat("127.0.0.1:", server_->port()), o);
+          c = fresh.get();
+        }
+        const absl::Status status = RotateThrough(c);
+        if (status.ok()) {
+          ++ok;
+        } else {
+          ++failed;
+          absl::MutexLock lock(&failure_mu);
+          if (first_failure.empty()) first_failure = status.ToString();
+        }
+      }
+    });
+  }
+  absl::SleepFor(absl::Milliseconds(300));
+
+  // Rotate: a new certificate and key, and the first token withdrawn.
+  secret.Publish({{"tls.crt", ReadWholeFile(certs_->rotated_server_cert)},
+                  {"tls.key", ReadWholeFile(certs_->rotated_server_key)},
+                  {"tokens", absl::StrCat(kNextToken, "\n")}});
+  EXPECT_TRUE(WaitForMetric(metrics_port,
+                            "rope_credential_reloads_total{part=\"tls\",result=\"ok\"}", 1));
+  EXPECT_TRUE(WaitForMetric(metrics_port,
+                            "rope_credential_reloads_total{part=\"tokens\",result=\"ok\"}", 1));
+  // New handshakes present the new certificate (gRPC's provider looks at
+  // its copies every second).
+  std::string name;
+  for (int i = 0; i < 50 && name != "localhost-rotated"; ++i) {
+    name = PresentedCommonName(server_->port(), ca_pem);
+    if (name != "localhost-rotated") absl::SleepFor(absl::Milliseconds(100));
+  }
+  EXPECT_EQ(name, "localhost-rotated");
+  absl::SleepFor(absl::Milliseconds(300));
+
+  // A malformed set keeps the current credentials; it is counted.
+  secret.Publish({{"tls.crt", "-----BEGIN CERTIFICATE-----\ngarbage\n-----END CERTIFICATE-----\n"},
+                  {"tls.key", ReadWholeFile(certs_->rotated_server_key)},
+                  {"tokens", "bad token with spaces\n"}});
+  EXPECT_TRUE(WaitForMetric(
+      metrics_port, "rope_credential_reloads_total{part=\"tls\",result=\"refused\"}", 1));
+  EXPECT_TRUE(WaitForMetric(
+      metrics_port, "rope_credential_reloads_total{part=\"tokens\",result=\"refused\"}", 1));
+  absl::SleepFor(absl::Milliseconds(1500));  // past the provider's next look
+  EXPECT_EQ(PresentedCommonName(server_->port(), ca_pem), "localhost-rotated");
+
+  stop.store(true);
+  for (std::thread& t : workers) t.join();
+  EXPECT_EQ(failed.load(), 0) << first_failure;
+  EXPECT_GT(ok.load(), 20);
+
+  // The withdrawn token is refused; the kept one still works.
+  std::unique_ptr<RopeClient> old_token = Client(WithToken(kToken));
+  const absl::Status refused = RotateThrough(old_token.get());
+  EXPECT_EQ(refused.code(), absl::StatusCode::kUnauthenticated) << refused;
+  EXPECT_TRUE(absl::StrContains(refused.message(), "bearer token not accepted")) << refused;
+  std::unique_ptr<RopeClient> new_token = Client(WithToken(kNextToken));
+  EXPECT_TRUE(RotateThrough(new_token.get()).ok());
+  EXPECT_EQ(Metric(metrics_port, "rope_credential_reloads_total{part=\"tls\",result=\"ok\"}"), 1);
 }
 
 }  // namespace

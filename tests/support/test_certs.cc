@@ -82,6 +82,7 @@ absl::StatusOr<TestCerts> MakeTestCerts() {
   for (absl::Status s : {
            MakeCert(d, "ca", "/CN=ropeserve-test-ca", "", ""),
            MakeCert(d, "server", "/CN=localhost", d + "/ca", server_ext),
+           MakeCert(d, "rotated_server", "/CN=localhost-rotated", d + "/ca", server_ext),
            MakeCert(d, "client", "/CN=test-client", d + "/ca", client_ext),
            MakeCert(d, "other_ca", "/CN=unrelated-ca", "", ""),
            MakeCert(d, "other_client", "/CN=outsider", d + "/other_ca", client_ext),
@@ -93,6 +94,8 @@ absl::StatusOr<TestCerts> MakeTestCerts() {
   certs.server_cert = d + "/server.pem";
   certs.server_key = d + "/server.key";
   certs.expired_server_cert = d + "/expired_server.pem";
+  certs.rotated_server_cert = d + "/rotated_server.pem";
+  certs.rotated_server_key = d + "/rotated_server.key";
   certs.client_cert = d + "/client.pem";
   certs.client_key = d + "/client.key";
   certs.other_ca_cert = d + "/other_ca.pem";

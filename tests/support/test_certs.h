@@ -21,6 +21,10 @@ struct TestCerts {
   std::string server_key;
   // server_key's certificate, valid only in January 2020.
   std::string expired_server_cert;
+  // A second server certificate and key for the same names from the same CA
+  // (subject CN=localhost-rotated): what a rotation brings.
+  std::string rotated_server_cert;
+  std::string rotated_server_key;
   std::string client_cert;
   std::string client_key;
   std::string other_ca_cert;

@@ -1,0 +1,36 @@
+#include "server/service/client_share.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace rope {
+
+ClientShare::ClientShare(int64_t max_per_client) : max_per_client_(max_per_client) {}
+
+absl::Status ClientShare::TryAcquire(absl::string_view client) {
+  if (max_per_client_ <= 0 || client.empty()) return absl::OkStatus();
+  absl::MutexLock lock(&mu_);
+  int64_t& count = in_flight_[client];
+  if (count >= max_per_client_) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "client ", client, " has ", count, " calls in flight: its share is max_calls_per_client ",
+        max_per_client_, "; retry later"));
+  }
+  ++count;
+  return absl::OkStatus();
+}
+
+void ClientShare::Release(absl::string_view client) {
+  if (max_per_client_ <= 0 || client.empty()) return;
+  absl::MutexLock lock(&mu_);
+  auto it = in_flight_.find(client);
+  if (it == in_flight_.end()) return;
+  if (--it->second <= 0) in_flight_.erase(it);
+}
+
+int64_t ClientShare::in_flight(absl::string_view client) const {
+  absl::MutexLock lock(&mu_);
+  auto it = in_flight_.find(client);
+  return it == in_flight_.end() ? 0 : it->second;
+}
+
+}  // namespace rope

@@ -1,0 +1,175 @@
+#!/usr/bin/python3
+"""Bounded shutdown: after its drain, ropeserve exits within --teardown_timeout.
+
+The long-attention drain scenario of bench/drain.sh (in which gRPC 1.51's
+teardown once held the process ~10 s after every call had been answered:
+bench/results/drain.md): ropeload runs long AttentionScores calls in a closed
+loop, ropeserve gets SIGTERM mid-run, and per run this checks that
+  - ropeserve exits 0, at most --teardown_timeout (+0.5 s of scheduling slack)
+    after it prints "ropeserve: drained" (every accepted call answered);
+  - no call the server accepted was lost: client OK == the server's OK from its
+    last /metrics scrape taken while draining with no call in flight, and the
+    client's only errors are UNAVAILABLE refusals.
+CI runs --runs=3 with --teardown_timeout=1s; bench/bounded_shutdown.sh runs 20
+with the default 5 s and writes bench/results/bounded_shutdown.md.
+
+Usage: shutdown_test.py --ropeserve P --ropeload P --workdir D [--runs N]
+       [--teardown_timeout_s S] [--report PREFIX]
+Standard library only, plus tests/support/python/ropeserve_process.py.
+"""
+
+import argparse
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+from ropeserve_process import RopeServe
+
+SLACK_S = 0.5
+SIGTERM_AT_S = 1.0
+LOAD_S = 3
+LONG_SCORES = ["--workload=scores", "--random_q_shape=1,512,8,64", "--random_k_shape=1,512,8,64",
+               "--random_v_shape=1,512,8,64", "--causal", "--softmax", "-c", "8",
+               "--connections=2"]
+
+
+def scrape(server):
+    try:
+        page = server.metrics_page(timeout=2)
+        ok = server.request_counts(page).get(("AttentionScores", "OK"), 0)
+        return (server.gauge("rope_draining", page), server.gauge("rope_calls_in_flight", page),
+                ok)
+    except (OSError, KeyError):
+        return None
+
+
+def one_run(args, index):
+    bound = args.teardown_timeout_s
+    server = RopeServe(args.ropeserve, ["--backend=cpu", "--shutdown_grace_period=10s",
+                                        "--teardown_timeout=%gs" % bound], metrics=True)
+    json_path = os.path.join(args.workdir, "run%d.json" % index)
+    load = subprocess.Popen([args.ropeload, "--target=" + server.address, "--noprogress",
+                             "-z", "%ds" % LOAD_S, "--max_error_rate=1", "--json=" + json_path]
+                            + LONG_SCORES, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+    result = {"run": index}
+    try:
+        time.sleep(SIGTERM_AT_S)
+        t0 = time.monotonic()
+        server.proc.send_signal(signal.SIGTERM)
+        final_ok, drained_at = None, None
+        deadline = t0 + 10 + bound + 20
+        while server.proc.poll() is None and time.monotonic() < deadline:
+            s = scrape(server) if drained_at is None else None
+            if s is not None and s[0] == 1 and s[1] == 0:
+                final_ok = s[2]
+            server.read_output(0.01)
+            if drained_at is None and "ropeserve: drained" in server.output:
+                drained_at = time.monotonic()
+        try:
+            code = server.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            code = None
+        exited_at = time.monotonic()
+        server.kill()  # reaps; reads the rest of the output
+        out, _ = load.communicate(timeout=LOAD_S + 60)
+    finally:
+        if load.poll() is None:
+            load.kill()
+            load.wait()
+        server.kill()
+    result["exit_status"] = code
+    result["drained_after_s"] = round(drained_at - t0, 3) if drained_at else None
+    result["exit_after_drain_s"] = round(exited_at - drained_at, 3) if drained_at else None
+    result["watchdog_fired"] = "teardown took over --teardown_timeout" in server.output
+    result["ropeload_exit_status"] = load.returncode
+    client = {}
+    if load.returncode == 0:
+        with open(json_path) as f:
+            step = json.load(f)["steps"][0]
+        client = {"ok": step["ok"] + step["warmup"]["ok"],
+                  "error_codes": sorted({e["code"] for e in step["errors_by_code"]})}
+    result["client"] = client
+    result["server_ok"] = final_ok
+    problems = []
+    if code != 0:
+        problems.append("exit status %s" % code)
+    if drained_at is None:
+        problems.append("no 'ropeserve: drained' line: " + server.output[-500:])
+    elif result["exit_after_drain_s"] > bound + SLACK_S:
+        problems.append("exited %.2f s after the drain: over the %g s bound"
+                        % (result["exit_after_drain_s"], bound))
+    if load.returncode != 0:
+        problems.append("ropeload exited %s: %s" % (load.returncode, out[-500:]))
+    else:
+        if set(client["error_codes"]) - {"UNAVAILABLE"}:
+            problems.append("client errors other than UNAVAILABLE: %s" % client["error_codes"])
+        if final_ok is None:
+            problems.append("no scrape while draining with no call in flight")
+        elif client["ok"] != final_ok:
+            problems.append("client OK %d != server OK %d: an accepted call was lost"
+                            % (client["ok"], final_ok))
+    result["problems"] = problems
+    return result
+
+
+def markdown(args, runs):
+    exits = [r["exit_after_drain_s"] for r in runs if r["exit_after_drain_s"] is not None]
+    lines = ["# Bounded shutdown: exit within --teardown_timeout after the drain\n",
+             "How: `bench/bounded_shutdown.sh` (`tests/e2e/shutdown_test.py --runs=%d`): per "
+             "run, ropeserve (CPU backend, `--shutdown_grace_period=10s`, "
+             "`--teardown_timeout=%gs`) on 127.0.0.1, ropeload `%s` for %d s, SIGTERM %.0f s "
+             "in. Criteria per run: exit 0 at most the bound (+%.1f s slack) after the server "
+             "prints `ropeserve: drained`; client OK == server OK (last draining scrape with "
+             "nothing in flight); client errors only UNAVAILABLE.\n"
+             % (len(runs), args.teardown_timeout_s, " ".join(LONG_SCORES), LOAD_S, SIGTERM_AT_S,
+                SLACK_S),
+             "Machine: shared 2-core machine (other agents compiled C++ in parallel); "
+             "1-minute load average %.2f at the start.\n" % os.getloadavg()[0],
+             "| run | exit | drained after SIGTERM s | exit after drain s | watchdog fired | "
+             "client OK | server OK | verdict |", "|---|---|---|---|---|---|---|---|"]
+    for r in runs:
+        lines.append("| %d | %s | %s | %s | %s | %s | %s | %s |" % (
+            r["run"], r["exit_status"], r["drained_after_s"], r["exit_after_drain_s"],
+            "yes" if r["watchdog_fired"] else "no", r["client"].get("ok"), r["server_ok"],
+            "PASS" if not r["problems"] else "FAIL: " + "; ".join(r["problems"])))
+    lines.append("")
+    lines.append("Summary: %d of %d runs pass; exit after drain max %.2f s, watchdog fired in %d "
+                 "runs (gRPC's teardown would have taken longer).\n"
+                 % (sum(1 for r in runs if not r["problems"]), len(runs), max(exits or [0]),
+                    sum(1 for r in runs if r["watchdog_fired"])))
+    return "\n".join(lines)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--ropeserve", required=True)
+    parser.add_argument("--ropeload", required=True)
+    parser.add_argument("--workdir", required=True)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--teardown_timeout_s", type=float, default=1.0)
+    parser.add_argument("--report", default="", help="write PREFIX.json and PREFIX.md")
+    args = parser.parse_args()
+    os.makedirs(args.workdir, exist_ok=True)
+    runs = []
+    for i in range(args.runs):
+        r = one_run(args, i)
+        print(json.dumps(r), flush=True)
+        runs.append(r)
+    if args.report:
+        with open(args.report + ".json", "w") as f:
+            json.dump({"teardown_timeout_s": args.teardown_timeout_s, "runs": runs}, f, indent=2)
+            f.write("\n")
+        with open(args.report + ".md", "w") as f:
+            f.write(markdown(args, runs))
+    failed = [r for r in runs if r["problems"]]
+    print("%d of %d runs pass" % (len(runs) - len(failed), len(runs)))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
