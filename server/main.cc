@@ -89,6 +89,10 @@ ABSL_FLAG(int64_t, max_inflight_bytes, -1,
 ABSL_FLAG(absl::Duration, max_inflight_wait, absl::Seconds(10),
           "longest a call waits for room in --max_inflight_bytes when its deadline is later "
           "(or it has none)");
+ABSL_FLAG(absl::Duration, max_connection_age_grace, absl::Minutes(1),
+          "after --max_connection_age, how long calls still on a connection may run before it "
+          "is closed; bounds how long a slow sender (one trickling a large message) holds "
+          "transport memory to --max_connection_age + this; inf: no bound");
 
 namespace rope {
 namespace {
@@ -308,6 +312,7 @@ int RunServer() {
   options.health_listen_address = absl::GetFlag(FLAGS_health_listen);
   options.max_inflight_bytes = InflightBudget();
   options.max_inflight_wait = absl::GetFlag(FLAGS_max_inflight_wait);
+  options.max_connection_age_grace = absl::GetFlag(FLAGS_max_connection_age_grace);
 
   absl::StatusOr<std::unique_ptr<RopeServer>> server =
       RopeServer::Start(std::move(engine), options);

@@ -323,6 +323,14 @@ TEST(ProcessTest, BadFlagValuesExitWithAMessage) {
   EXPECT_NE(output.find("max_message_bytes is 0"), std::string::npos) << output;
 }
 
+TEST(ProcessTest, NegativeMaxInflightBytesOtherThanMinusOneExitsWithAMessage) {
+  int exit_code = 0;
+  const std::string output =
+      RunToExit({"--max_inflight_bytes=-2", "--listen=127.0.0.1:0"}, &exit_code);
+  EXPECT_EQ(exit_code, 2);
+  EXPECT_NE(output.find("--max_inflight_bytes is -2"), std::string::npos) << output;
+}
+
 TEST(ProcessTest, HelpListsEveryFlag) {
   int exit_code = 0;
   const std::string output = RunToExit({"--help"}, &exit_code);
@@ -330,7 +338,8 @@ TEST(ProcessTest, HelpListsEveryFlag) {
        {"--listen", "--backend", "--cpu_threads", "--work_threads", "--max_message_bytes",
         "--table_cache_bytes", "--max_len_cap", "--max_elements_per_request",
         "--max_concurrent_calls", "--metrics_port", "--metrics_host", "--shutdown_grace_period",
-        "--max_connection_age", "--enable_echo"}) {
+        "--max_connection_age", "--enable_echo", "--max_inflight_bytes", "--max_inflight_wait",
+        "--max_connection_age_grace"}) {
     EXPECT_NE(output.find(absl::StrCat(flag, " (")), std::string::npos) << flag << "\n" << output;
   }
 }
