@@ -95,6 +95,10 @@ ABSL_FLAG(int64_t, max_inflight_bytes, -1,
 ABSL_FLAG(absl::Duration, max_inflight_wait, absl::Seconds(10),
           "longest a call waits for room in --max_inflight_bytes when its deadline is later "
           "(or it has none)");
+ABSL_FLAG(absl::Duration, max_connection_age_grace, absl::Minutes(1),
+          "after --max_connection_age, how long calls still on a connection may run before it "
+          "is closed; bounds how long a slow sender (one trickling a large message) holds "
+          "transport memory to --max_connection_age + this; inf: no bound");
 
 // Operations (issue 19): port reuse and the bound on gRPC's teardown.
 ABSL_FLAG(bool, reuse_port, false,
@@ -396,6 +400,7 @@ int RunServer() {
   options.security_files = security_files;
   options.security_reload_interval = absl::GetFlag(FLAGS_security_reload_interval);
   if (const char* tmp = std::getenv("TMPDIR"); tmp != nullptr) options.security_staging_dir = tmp;
+  options.max_connection_age_grace = absl::GetFlag(FLAGS_max_connection_age_grace);
 
   absl::StatusOr<std::unique_ptr<RopeServer>> server =
       RopeServer::Start(std::move(engine), options);

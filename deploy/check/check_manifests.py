@@ -20,7 +20,7 @@ cleartext appProtocol on a TLS Service port; CPU and memory requests and
 limits; a non-root,
 read-only, no-privilege-escalation, all-capabilities-dropped container; a
 termination grace period longer than the server's --shutdown_grace_period; a
-finite --max_connection_age; Prometheus scrape annotations on the metrics port;
+finite --max_connection_age and --max_connection_age_grace; Prometheus scrape annotations on the metrics port;
 a headless Service selecting the pods; an HPA and a PodDisruptionBudget on them;
 a token-less ServiceAccount; the memory bound (an explicit
 --max_inflight_bytes with --table_cache_bytes + --max_inflight_bytes + the
@@ -376,6 +376,11 @@ def check_k8s(docs, variant):
                 "never re-resolve and find new replicas)"):
         c.expect(parse_duration(age) < float("inf"), f"{where}: --max_connection_age={age} "
                  "is infinite")
+    age_grace = flags.get("max_connection_age_grace")
+    if c.expect(age_grace is not None, f"{where}: no --max_connection_age_grace flag (a slow "
+                "sender could hold its connection's memory for ever)"):
+        c.expect(parse_duration(age_grace) < float("inf"),
+                 f"{where}: --max_connection_age_grace={age_grace} is infinite")
     listen = flags.get("listen", "")
     c.expect(listen.endswith(f":{GRPC_PORT}"), f"{where}: --listen={listen} is not port "
              f"{GRPC_PORT}")
@@ -664,6 +669,10 @@ def k8s_mutations(variant):
         ("memory limit below the bound", mem_limit("512Mi")),
         ("in-flight budget below four largest messages",
          lambda docs: _set_flag(docs, "max_inflight_bytes", "1")),
+        ("no max connection age grace",
+         lambda docs: _set_flag(docs, "max_connection_age_grace", None)),
+        ("infinite max connection age grace",
+         lambda docs: _set_flag(docs, "max_connection_age_grace", "inf")),
         ("service with a cluster IP", clusterip),
         ("no scrape annotation", no_scrape),
         ("PDB on other pods", pdb_selector),

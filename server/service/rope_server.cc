@@ -49,6 +49,12 @@ absl::Status CheckOptions(const ServerOptions& options) {
         "max_inflight_wait is ", absl::FormatDuration(options.max_inflight_wait),
         ": must be >= 0"));
   }
+  if (options.max_connection_age_grace < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_connection_age_grace is ",
+                     absl::FormatDuration(options.max_connection_age_grace),
+                     ": must be >= 0 (inf: no bound)"));
+  }
   if (options.max_connection_age <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError(absl::StrCat("max_connection_age is ",
                                                    absl::FormatDuration(options.max_connection_age),
@@ -156,6 +162,11 @@ absl::StatusOr<std::unique_ptr<RopeServer>> RopeServer::Start(std::unique_ptr<En
     grpc::ResourceQuota quota("ropeserve");
     quota.Resize(static_cast<size_t>(SplitInflightBytes(options.max_inflight_bytes).transport));
     builder.SetResourceQuota(quota);
+  }
+  if (options.max_connection_age_grace != absl::InfiniteDuration()) {
+    const int64_t ms = absl::ToInt64Milliseconds(options.max_connection_age_grace);
+    builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_GRACE_MS,
+                               static_cast<int>(std::min<int64_t>(ms, INT_MAX)));
   }
   if (options.max_connection_age != absl::InfiniteDuration()) {
     const int64_t ms = absl::ToInt64Milliseconds(options.max_connection_age);

@@ -65,6 +65,12 @@ struct ServerOptions {
   // Connections are closed (gracefully) after this age so that clients
   // re-resolve and spread over new replicas. InfiniteDuration(): never.
   absl::Duration max_connection_age = absl::InfiniteDuration();
+  // After max_connection_age, how long the calls still on a connection may
+  // run before it is closed (they are cancelled). Bounds how long any
+  // connection, such as one trickling a large message (slowloris), holds
+  // transport memory: max_connection_age + this. InfiniteDuration(): no
+  // bound.
+  absl::Duration max_connection_age_grace = absl::InfiniteDuration();
   // Registers the bench-only rope.bench.v1.EchoService.
   bool enable_echo = false;
   // host:port of a plaintext port serving only grpc.health.v1 (for probes

@@ -387,6 +387,14 @@ TEST(ProcessTest, UnknownCpuSimdPathExitsWithTheCompiledOnes) {
       << output;
 }
 
+TEST(ProcessTest, NegativeMaxInflightBytesOtherThanMinusOneExitsWithAMessage) {
+  int exit_code = 0;
+  const std::string output =
+      RunToExit({"--max_inflight_bytes=-2", "--listen=127.0.0.1:0"}, &exit_code);
+  EXPECT_EQ(exit_code, 2);
+  EXPECT_NE(output.find("--max_inflight_bytes is -2"), std::string::npos) << output;
+}
+
 TEST(ProcessTest, HelpListsEveryFlagAndExitsZeroWithoutASourcePath) {
   for (const char* help : {"--help", "-h", "--helpfull"}) {
     int exit_code = -1;
@@ -397,7 +405,8 @@ TEST(ProcessTest, HelpListsEveryFlagAndExitsZeroWithoutASourcePath) {
           "--table_cache_bytes", "--max_len_cap", "--max_elements_per_request",
           "--max_concurrent_calls", "--metrics_port", "--metrics_host", "--shutdown_grace_period",
           "--max_connection_age", "--enable_echo", "--reuse_port", "--teardown_timeout",
-          "--security_reload_interval", "--max_calls_per_client"}) {
+          "--security_reload_interval", "--max_calls_per_client", "--max_inflight_bytes",
+          "--max_inflight_wait", "--max_connection_age_grace"}) {
       EXPECT_NE(output.find(absl::StrCat(flag, " (")), std::string::npos)
           << flag << "\n" << output;
     }
