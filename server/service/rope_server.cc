@@ -1,5 +1,7 @@
 #include "server/service/rope_server.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <climits>
 #include <exception>
@@ -8,6 +10,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "server/service/shm_metrics.h"
 #include "absl/time/clock.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
@@ -37,7 +41,16 @@ absl::Status CheckOptions(const ServerOptions& options) {
     return absl::InvalidArgumentError(absl::StrCat(
         "max_message_bytes is ", options.max_message_bytes, ": must be in [1, ", INT_MAX, "]"));
   }
-  if (options.listen_address.rfind(':') == std::string::npos) {
+  if (options.listen_address.empty() && options.unix_socket_paths.empty()) {
+    return absl::InvalidArgumentError("no listen address: give a host:port or a Unix socket");
+  }
+  for (const std::string& path : options.unix_socket_paths) {
+    if (path.empty() || path[0] != '/') {
+      return absl::InvalidArgumentError(
+          absl::StrCat("Unix socket path is \"", path, "\": expected an absolute path"));
+    }
+  }
+  if (!options.listen_address.empty() && options.listen_address.rfind(':') == std::string::npos) {
     return absl::InvalidArgumentError(
         absl::StrCat("listen address is \"", options.listen_address, "\": expected host:port"));
   }
@@ -58,9 +71,10 @@ std::string WithPort(const std::string& address, int port) {
 RopeServer::RopeServer(std::unique_ptr<Engine> engine, const ServerOptions& options)
     : options_(options),
       engine_(std::move(engine)),
+      shm_(options.shm),
       gate_(options.max_concurrent_calls),
       work_(options.work_threads),
-      service_(*engine_, gate_, metrics_, work_, ServiceOptions{options.max_message_bytes}) {}
+      service_(*engine_, gate_, metrics_, work_, ServiceOptions{options.max_message_bytes, &shm_}) {}
 
 absl::StatusOr<std::unique_ptr<RopeServer>> RopeServer::Start(std::unique_ptr<Engine> engine,
                                                               const ServerOptions& options) {
@@ -81,17 +95,24 @@ absl::StatusOr<std::unique_ptr<RopeServer>> RopeServer::Start(std::unique_ptr<En
     }
     server->exposer_->RegisterCollectable(server->metrics_.registry());
     server->exposer_->RegisterCollectable(server->state_collector_);
+    server->shm_collector_ = NewShmStateCollector(&server->shm_);
+    server->exposer_->RegisterCollectable(server->shm_collector_);
     std::vector<int> ports = server->exposer_->GetListeningPorts();
     server->metrics_port_ = ports.empty() ? 0 : ports.front();
   }
 
   grpc::ServerBuilder builder;
   ServiceMetrics* const metrics = &server->metrics_;
-  builder.AddListeningPort(
-      options.listen_address,
-      MakeServerCredentials(options.security,
-                            [metrics](AuthFailure reason) { metrics->RecordAuthFailure(reason); }),
-      &server->port_);
+  const auto credentials = MakeServerCredentials(
+      options.security, [metrics](AuthFailure reason) { metrics->RecordAuthFailure(reason); });
+  if (!options.listen_address.empty()) {
+    builder.AddListeningPort(options.listen_address, credentials, &server->port_);
+  }
+  std::vector<int> unix_bound(options.unix_socket_paths.size(), 0);
+  for (size_t i = 0; i < options.unix_socket_paths.size(); ++i) {
+    builder.AddListeningPort(absl::StrCat("unix:", options.unix_socket_paths[i]), credentials,
+                             &unix_bound[i]);
+  }
   builder.SetMaxReceiveMessageSize(static_cast<int>(options.max_message_bytes));
   builder.SetMaxSendMessageSize(static_cast<int>(options.max_message_bytes));
   if (options.max_connection_age != absl::InfiniteDuration()) {
@@ -106,10 +127,23 @@ absl::StatusOr<std::unique_ptr<RopeServer>> RopeServer::Start(std::unique_ptr<En
     builder.RegisterService(server->echo_.get());
   }
   server->server_ = builder.BuildAndStart();
-  if (server->server_ == nullptr || server->port_ == 0) {
+  const bool tcp_failed = !options.listen_address.empty() && server->port_ == 0;
+  if (server->server_ == nullptr || tcp_failed) {
     if (server->server_ != nullptr) server->server_->Shutdown();
-    return absl::UnavailableError(absl::StrCat("cannot listen on ", options.listen_address,
-                                               ": the address is in use, not local, or malformed"));
+    return absl::UnavailableError(absl::StrCat(
+        "cannot listen on ",
+        options.listen_address.empty() ? absl::StrJoin(options.unix_socket_paths, ", ")
+                                       : options.listen_address,
+        ": the address is in use, not local, or malformed"));
+  }
+  for (size_t i = 0; i < options.unix_socket_paths.size(); ++i) {
+    const std::string& path = options.unix_socket_paths[i];
+    if (unix_bound[i] == 0 || chmod(path.c_str(), options.unix_socket_mode) != 0) {
+      server->server_->Shutdown();
+      return absl::UnavailableError(absl::StrCat(
+          "cannot serve the Unix socket ", path,
+          ": its directory is missing or not writable, or the mode cannot be set"));
+    }
   }
   if (grpc::HealthCheckServiceInterface* health = server->server_->GetHealthCheckService()) {
     // "" (the whole server) is SERVING by default; name the service too, for
@@ -122,7 +156,9 @@ absl::StatusOr<std::unique_ptr<RopeServer>> RopeServer::Start(std::unique_ptr<En
     if (!health.ok()) return health.status();
     server->health_ = *std::move(health);
   }
-  server->bound_address_ = WithPort(options.listen_address, server->port_);
+  server->bound_address_ = options.listen_address.empty()
+                               ? absl::StrCat("unix://", options.unix_socket_paths.front())
+                               : WithPort(options.listen_address, server->port_);
   return server;
 }
 
@@ -130,6 +166,7 @@ RopeServer::~RopeServer() {
   Drain(absl::ZeroDuration());
   if (exposer_ != nullptr) {
     exposer_->RemoveCollectable(state_collector_);
+    exposer_->RemoveCollectable(shm_collector_);
     exposer_->RemoveCollectable(metrics_.registry());
   }
 }
@@ -160,6 +197,8 @@ void RopeServer::Drain(absl::Duration grace) {
   // Cancels whatever is still running at the deadline, and waits for it.
   server_->Shutdown(absl::ToChronoTime(deadline));
   if (health_ != nullptr) health_->Shutdown(deadline);
+  // Regions end with the server (a call still holding one has finished).
+  shm_.Clear();
 }
 
 void RopeServer::Wait() {

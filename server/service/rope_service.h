@@ -21,7 +21,9 @@
 #include "grpcpp/support/server_callback.h"
 #include "rope/v1/rope.grpc.pb.h"
 #include "rope/v1/rope.pb.h"
+#include "proto_engine/shm_registry.h"
 #include "server/engine/engine.h"
+#include "server/engine/interrupt.h"
 #include "server/service/call_gate.h"
 #include "server/service/owned_messages.h"
 #include "server/service/service_metrics.h"
@@ -33,6 +35,9 @@ struct ServiceOptions {
   // The server's limit on one message each way; replies over it are refused
   // with RESOURCE_EXHAUSTED. Reported by GetServerInfo.
   int64_t max_message_bytes = kDefaultMaxMessageBytes;
+  // Shared-memory regions (owned by the server); null: the region RPCs and
+  // references answer FAILED_PRECONDITION.
+  ShmRegistry* shm = nullptr;
 };
 
 class RopeServiceImpl final : public v1::RopeService::CallbackService {
@@ -57,6 +62,16 @@ class RopeServiceImpl final : public v1::RopeService::CallbackService {
   grpc::ServerUnaryReactor* ResolveConfig(grpc::CallbackServerContext* context,
                                           const v1::RopeConfig* request,
                                           v1::ResolvedConfig* response) override;
+  // Shared memory: rope_service_shm.cc.
+  grpc::ServerUnaryReactor* RegisterSharedMemory(
+      grpc::CallbackServerContext* context, const v1::RegisterSharedMemoryRequest* request,
+      v1::RegisterSharedMemoryResponse* response) override;
+  grpc::ServerUnaryReactor* UnregisterSharedMemory(
+      grpc::CallbackServerContext* context, const v1::UnregisterSharedMemoryRequest* request,
+      v1::UnregisterSharedMemoryResponse* response) override;
+  grpc::ServerUnaryReactor* SharedMemoryStatus(grpc::CallbackServerContext* context,
+                                               const v1::SharedMemoryStatusRequest* request,
+                                               v1::SharedMemoryStatusResponse* response) override;
 
  private:
   class RotateStreamReactor;
@@ -69,6 +84,15 @@ class RopeServiceImpl final : public v1::RopeService::CallbackService {
   grpc::ServerUnaryReactor* ServeUnary(Rpc rpc, grpc::CallbackServerContext* context,
                                        const Request& request, Response* response, Answer answer);
   void FillServerInfo(v1::ServerInfo* info) const;
+  // Rotate / AttentionScores for requests that reference shared memory
+  // (rope_service_shm.cc).
+  absl::Status AnswerRotateByReference(grpc::CallbackServerContext* context,
+                                       v1::RotateRequest* request, v1::RotateResponse* response);
+  absl::Status AnswerAttentionByReference(grpc::CallbackServerContext* context,
+                                          const v1::AttentionScoresRequest& request,
+                                          v1::AttentionScoresResponse* response,
+                                          const Interrupt* interrupt);
+  void FillShmInfo(v1::ServerInfo* info) const;
 
   Engine& engine_;
   CallGate& gate_;

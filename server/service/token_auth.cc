@@ -7,6 +7,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "server/service/caller_identity.h"
 
 namespace rope {
 namespace {
@@ -76,7 +77,7 @@ bool BearerTokenProcessor::Accepts(absl::string_view token) const {
 }
 
 grpc::Status BearerTokenProcessor::Process(const InputMetadata& auth_metadata,
-                                           grpc::AuthContext* /*context*/,
+                                           grpc::AuthContext* context,
                                            OutputMetadata* consumed_auth_metadata,
                                            OutputMetadata* /*response_metadata*/) {
   auto path = auth_metadata.find(":path");
@@ -102,6 +103,8 @@ grpc::Status BearerTokenProcessor::Process(const InputMetadata& auth_metadata,
     if (on_failure_) on_failure_(AuthFailure::kInvalidToken);
     return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "bearer token not accepted");
   }
+  // Who the caller is, for state it owns (shared-memory regions).
+  if (context != nullptr) context->AddProperty(kTokenIdentityProperty, TokenIdentity(token));
   consumed_auth_metadata->emplace(std::string(ToView(header->first)),
                                  std::string(ToView(header->second)));
   return grpc::Status::OK;

@@ -1,0 +1,32 @@
+// Who a call comes from, for state a client owns on the server (its
+// shared-memory regions): the bearer token it was admitted with (a SHA-256
+// digest of it, recorded by BearerTokenProcessor), else the subject of its
+// mTLS certificate, else its peer address ("ipv4:127.0.0.1:40312", or
+// "unix:" for every client of a Unix socket: there the socket file's mode is
+// the boundary).
+#ifndef ROPE_SERVICE_CALLER_IDENTITY_H_
+#define ROPE_SERVICE_CALLER_IDENTITY_H_
+
+#include <string>
+
+#include "absl/strings/string_view.h"
+#include "grpcpp/security/auth_context.h"
+#include "grpcpp/server_context.h"
+
+namespace rope {
+
+// The auth-context property BearerTokenProcessor sets on an accepted call.
+inline constexpr char kTokenIdentityProperty[] = "rope_token_sha256";
+
+// "token:<hex sha-256 of token>".
+std::string TokenIdentity(absl::string_view token);
+
+std::string CallerIdentity(const grpc::ServerContextBase& context);
+
+// Whether the call's peer is on this host (a Unix socket or a loopback
+// address): the only peers that may register shared memory.
+bool IsLocalPeer(const std::string& peer);
+
+}  // namespace rope
+
+#endif  // ROPE_SERVICE_CALLER_IDENTITY_H_
