@@ -3,8 +3,9 @@
 // rotated in place) against Rotate with the bytes over TCP and over the
 // Unix socket, and against a single-thread memcpy of the same bytes; all in
 // one run, so the ratios hold on a shared machine. One call at a time
-// (latency, and bandwidth = bytes / p50). Bounded: at most --max_calls
-// calls and --seconds_per_case seconds per case.
+// (latency, and bandwidth = bytes / p50), the four cases interleaved call
+// by call. Bounded: at most --max_calls
+// rounds (at least 3) and 3 x --seconds_per_case seconds per size.
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <random>
 #include <string>
@@ -27,8 +29,8 @@
 ABSL_FLAG(std::string, tcp_target, "127.0.0.1:50051", "ropeserve's TCP address");
 ABSL_FLAG(std::string, unix_target, "", "ropeserve's Unix socket, unix:///path");
 ABSL_FLAG(std::string, out, "", "write the markdown table to this file too");
-ABSL_FLAG(double, seconds_per_case, 2.0, "time cap of each case");
-ABSL_FLAG(int, max_calls, 400, "call cap of each case");
+ABSL_FLAG(double, seconds_per_case, 2.0, "a third of the time cap of each tensor size");
+ABSL_FLAG(int, max_calls, 2000, "most rounds (one call of each case) per tensor size");
 
 namespace {
 
@@ -41,17 +43,7 @@ struct Sample {
   int errors = 0;
 };
 
-template <typename Fn>
-Sample Measure(Fn fn) {
-  std::vector<double> us;
-  int errors = 0;
-  const auto until = Clock::now() + std::chrono::duration<double>(absl::GetFlag(FLAGS_seconds_per_case));
-  fn();  // warm-up (tables, connections, page faults)
-  while (static_cast<int>(us.size()) < absl::GetFlag(FLAGS_max_calls) && Clock::now() < until) {
-    const auto t0 = Clock::now();
-    if (!fn()) ++errors;
-    us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
-  }
+Sample Summarize(std::vector<double> us, int errors) {
   std::sort(us.begin(), us.end());
   Sample s;
   s.calls = static_cast<int>(us.size());
@@ -59,6 +51,30 @@ Sample Measure(Fn fn) {
   s.p50_us = us[us.size() / 2];
   s.p99_us = us[std::min(us.size() - 1, us.size() * 99 / 100)];
   return s;
+}
+
+// memcpy and the three transports interleaved, call by call (rotating which goes
+// first), so that the machine's load drifts over all of them alike. At least
+// 3 rounds, else up to --max_calls rounds within 3 x --seconds_per_case.
+template <typename Fn>
+std::vector<Sample> MeasureInterleaved(const std::vector<Fn>& fns) {
+  std::vector<std::vector<double>> us(fns.size());
+  std::vector<int> errors(fns.size(), 0);
+  for (const Fn& fn : fns) fn();  // warm-up
+  const auto until = Clock::now() + std::chrono::duration<double>(
+                                        3 * absl::GetFlag(FLAGS_seconds_per_case));
+  for (int round = 0; round < absl::GetFlag(FLAGS_max_calls); ++round) {
+    if (round >= 3 && Clock::now() >= until) break;
+    for (size_t j = 0; j < fns.size(); ++j) {
+      const size_t i = (j + round) % fns.size();
+      const auto t0 = Clock::now();
+      if (!fns[i]()) ++errors[i];
+      us[i].push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+    }
+  }
+  std::vector<Sample> out;
+  for (size_t i = 0; i < fns.size(); ++i) out.push_back(Summarize(us[i], errors[i]));
+  return out;
 }
 
 std::unique_ptr<rope::v1::RopeService::Stub> Stub(const std::string& target) {
@@ -109,16 +125,9 @@ int main(int argc, char** argv) {
     std::vector<char> src(bytes), dst(bytes);
     std::memcpy(src.data(), values.data(), bytes);
 
-    const Sample copy = Measure([&] {
-      std::memcpy(dst.data(), src.data(), bytes);
-      asm volatile("" : : "r"(dst.data()) : "memory");
-      return true;
-    });
 
     rope::v1::RotateRequest by_bytes = Request(seq);
     by_bytes.mutable_q()->set_data(src.data(), bytes);
-    const Sample tcp_bytes = Measure([&] { return Call(tcp.get(), by_bytes); });
-    const Sample unix_bytes = Measure([&] { return Call(unix_stub.get(), by_bytes); });
 
     auto region = rope::client::SharedRegion::Create("bench", bytes);
     if (!region.ok()) {
@@ -138,7 +147,20 @@ int main(int argc, char** argv) {
     }
     rope::v1::RotateRequest by_reference = Request(seq);
     *by_reference.mutable_q()->mutable_shm() = (*region)->Ref(0, bytes);
-    const Sample shm = Measure([&] { return Call(unix_stub.get(), by_reference); });
+    const std::vector<std::function<bool()>> calls = {
+        [&] {
+          std::memcpy(dst.data(), src.data(), bytes);
+          asm volatile("" : : "r"(dst.data()) : "memory");
+          return true;
+        },
+        [&] { return Call(unix_stub.get(), by_reference); },
+        [&] { return Call(unix_stub.get(), by_bytes); },
+        [&] { return Call(tcp.get(), by_bytes); }};
+    const std::vector<Sample> measured = MeasureInterleaved(calls);
+    const Sample& copy = measured[0];
+    const Sample& shm = measured[1];
+    const Sample& unix_bytes = measured[2];
+    const Sample& tcp_bytes = measured[3];
     {
       grpc::ClientContext context;
       rope::v1::UnregisterSharedMemoryRequest request;
