@@ -11,6 +11,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -127,6 +128,27 @@ TEST_F(ShmServiceTest, RotatesIntoAnOutputReferenceLeavingTheInput) {
   *bytes_in.mutable_q_out() = region->Ref(1024, expected.size());
   ASSERT_TRUE(Rotate(bytes_in, &reply).ok());
   EXPECT_EQ(std::string(region->data() + 1024, expected.size()), expected);
+}
+
+TEST_F(ShmServiceTest, RotateStreamTakesReferencesAndBytesAlike) {
+  v1::RotateRequest by_bytes;
+  std::string expected;
+  MakeQ(&by_bytes, &expected);
+  auto region = NewRegion("stream", 4096);
+  ASSERT_TRUE(Register(stub_.get(), *region).ok());
+  grpc::ClientContext context;
+  SetDeadline(&context);
+  auto stream = stub_->RotateStream(&context);
+  ASSERT_TRUE(stream->Write(ByReference(by_bytes, *region, 0)));
+  ASSERT_TRUE(stream->Write(by_bytes));
+  stream->WritesDone();
+  v1::RotateResponse first, second;
+  ASSERT_TRUE(stream->Read(&first));
+  ASSERT_TRUE(stream->Read(&second));
+  ASSERT_TRUE(stream->Finish().ok());
+  EXPECT_EQ(first.q().shm().region(), "stream");
+  EXPECT_EQ(std::string(region->data(), expected.size()), expected);
+  EXPECT_EQ(second.q().data(), expected);
 }
 
 TEST_F(ShmServiceTest, AnotherClientCannotTouchTheRegion) {
@@ -306,6 +328,43 @@ TEST_F(ShmServiceTest, RegionTruncatedAfterRegistrationIsFailedPrecondition) {
                            "is now 100 bytes, short of the registered offset 0 + byte_size 8192"));
   // Other calls are undisturbed.
   EXPECT_TRUE(Rotate(by_bytes, &reply).ok());
+}
+
+// Calls by reference racing a client that shrinks and unregisters the region
+// under them: each call ends OK, FAILED_PRECONDITION or NOT_FOUND, the
+// server survives (SIGBUS guarded), and a bytes call still works afterwards.
+TEST_F(ShmServiceTest, CallsRacingTruncationAndUnregistrationEndCleanly) {
+  const v1::RotateRequest by_bytes = MakeRotateRequest(1, 256, 8, 64, 512, 0, 9);  // 512 KiB
+  const size_t bytes = by_bytes.q().data().size();
+  for (int round = 0; round < 3; ++round) {
+    auto region = NewRegion(absl::StrCat("race", round), 2 * bytes);
+    ASSERT_TRUE(Register(stub_.get(), *region).ok());
+    const v1::RotateRequest request = ByReference(by_bytes, *region, bytes);
+    std::vector<grpc::StatusCode> codes(8);
+    std::vector<std::thread> callers;
+    for (size_t i = 0; i < codes.size(); ++i) {
+      callers.emplace_back([&, i] {
+        v1::RotateResponse reply;
+        codes[i] = Rotate(request, &reply).error_code();
+      });
+    }
+    absl::SleepFor(absl::Milliseconds(1 + round));
+    ASSERT_EQ(ftruncate(region->fd(), 4096), 0);
+    if (round != 1) {
+      ASSERT_TRUE(Unregister(region->name()).ok());
+    }
+    for (std::thread& t : callers) t.join();
+    for (grpc::StatusCode code : codes) {
+      EXPECT_TRUE(code == grpc::StatusCode::OK || code == grpc::StatusCode::FAILED_PRECONDITION ||
+                  code == grpc::StatusCode::NOT_FOUND)
+          << code;
+    }
+    v1::RotateResponse reply;
+    if (round == 1) {  // still registered, now short: refused before any work
+      EXPECT_EQ(Rotate(request, &reply).error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+    }
+    EXPECT_TRUE(Rotate(by_bytes, &reply).ok());
+  }
 }
 
 TEST_F(ShmServiceTest, AttentionScoresWritesIntoRegions) {
