@@ -102,3 +102,22 @@ def _unix_server(path):
     from conftest import SERVER_ARGS, ropeserve_binary
     return RopeServe(ropeserve_binary(), SERVER_ARGS + ["--unix_socket_mode=0600"],
                      listen="127.0.0.1:0,unix://" + path)
+
+
+def test_aio_client_rotates_by_reference(server):
+    import asyncio
+
+    async def run():
+        async with ropeserve.aio.Client(server.address) as client:
+            with ropeserve.SharedRegion("py-aio", 4096) as region:
+                await client.register_shm(region)
+                q = region.ndarray(np.float32, (1, 3, 2, 16))
+                q[...] = RNG.standard_normal(q.shape)
+                want, _ = await client.rotate(q.copy(), config=CONFIG, start_pos=2)
+                await client.rotate_shm(q, config=CONFIG, start_pos=2)
+                np.testing.assert_array_equal(q, want)
+                assert [r.name for r in await client.shm_status()] == ["py-aio"]
+                await client.unregister_shm()
+                assert await client.shm_status() == []
+
+    asyncio.run(run())
