@@ -72,6 +72,37 @@ absl::StatusOr<v1::AttentionScoresResponse> RopeClient::AttentionScores(
   return response;
 }
 
+absl::Status RopeClient::RegisterSharedMemory(const v1::RegisterSharedMemoryRequest& request) {
+  grpc::ClientContext context;
+  PrepareContext(&context);
+  v1::RegisterSharedMemoryResponse response;
+  return FromGrpcStatus(stub_->RegisterSharedMemory(&context, request, &response));
+}
+
+absl::Status RopeClient::RegisterSharedMemory(const SharedRegion& region) {
+  return RegisterSharedMemory(region.RegisterRequest());
+}
+
+absl::Status RopeClient::UnregisterSharedMemory(const std::string& name) {
+  grpc::ClientContext context;
+  PrepareContext(&context);
+  v1::UnregisterSharedMemoryRequest request;
+  request.set_name(name);
+  v1::UnregisterSharedMemoryResponse response;
+  return FromGrpcStatus(stub_->UnregisterSharedMemory(&context, request, &response));
+}
+
+absl::StatusOr<v1::SharedMemoryStatusResponse> RopeClient::SharedMemoryStatus(
+    const std::string& name) {
+  grpc::ClientContext context;
+  PrepareContext(&context);
+  v1::SharedMemoryStatusRequest request;
+  request.set_name(name);
+  v1::SharedMemoryStatusResponse response;
+  ROPE_RETURN_IF_ERROR(FromGrpcStatus(stub_->SharedMemoryStatus(&context, request, &response)));
+  return response;
+}
+
 absl::StatusOr<v1::GetTableResponse> RopeClient::GetTable(const v1::GetTableRequest& request) {
   grpc::ClientContext context;
   PrepareContext(&context);

@@ -22,6 +22,7 @@
 
 #include "absl/status/statusor.h"
 #include "client/client_options.h"
+#include "client/shared_region.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "rope/v1/rope.grpc.pb.h"
 
@@ -55,6 +56,12 @@ class RopeClient {
   // frequencies, attention factor and table-cache key).
   absl::StatusOr<v1::ResolvedConfig> ResolveConfig(const v1::RopeConfig& config);
   absl::StatusOr<v1::ServerInfo> GetServerInfo();
+
+  // Shared memory (same host only): see SharedRegion and rope.proto.
+  absl::Status RegisterSharedMemory(const v1::RegisterSharedMemoryRequest& request);
+  absl::Status RegisterSharedMemory(const SharedRegion& region);
+  absl::Status UnregisterSharedMemory(const std::string& name);  // "": all of this client's
+  absl::StatusOr<v1::SharedMemoryStatusResponse> SharedMemoryStatus(const std::string& name = "");
 
   // Sends every request on one RotateStream call and returns the replies in
   // order (one per request). The deadline covers the whole stream. On error

@@ -39,6 +39,10 @@ yamllint --strict -c deploy/.yamllint.yaml deploy/
 
 COMPOSE=deploy/compose/compose.yaml
 "$PYTHON" deploy/check/check_manifests.py compose "$COMPOSE"
+# The same-host sidecar example is plain YAML: checked without kubectl.
+SIDECAR=deploy/k8s/examples/sidecar/deployment.yaml
+"$PYTHON" deploy/check/check_manifests.py sidecar "$SIDECAR"
+"$PYTHON" deploy/check/check_manifests.py sidecar-self-test "$SIDECAR"
 
 if ! command -v kubectl >/dev/null; then
   message="kubectl not found: skipping the kustomize render and the manifest check (needs kubectl >= 1.21, i.e. kustomize v4+)"

@@ -26,7 +26,10 @@
 #include "absl/flags/reflection.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/match.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "common/defaults.h"
@@ -39,7 +42,8 @@
 #include "server/service/server_security.h"
 
 ABSL_FLAG(std::string, listen, absl::StrCat("0.0.0.0:", rope::kDefaultPort),
-          "host:port to serve gRPC on; port 0 picks a free port (printed on start)");
+          "where to serve gRPC, a comma-separated list: at most one host:port (port 0 picks a "
+          "free port, printed on start) and any number of unix:///absolute/path sockets");
 ABSL_FLAG(std::string, backend, "auto",
           "where the arithmetic runs: auto (CUDA when available, else CPU), cpu or cuda");
 ABSL_FLAG(int32_t, cpu_threads, 0, "threads of the CPU backend; 0: one per hardware thread");
@@ -80,6 +84,17 @@ ABSL_FLAG(std::string, tls_client_ca_file, "",
 ABSL_FLAG(std::string, auth_token_file, "",
           "file of accepted bearer tokens, one per line ('#' comments); every call except "
           "grpc.health.v1 must send \"authorization: Bearer <token>\" (needs --tls_cert_file)");
+// Unix sockets and shared memory (docs/operations.md).
+ABSL_FLAG(std::string, unix_socket_mode, "0660",
+          "file mode (octal) of every unix:// socket of --listen; who may open it may call");
+ABSL_FLAG(int64_t, shm_max_regions_per_client, 16,
+          "shared-memory regions one client (token, mTLS subject or peer) may hold");
+ABSL_FLAG(int64_t, shm_max_mapped_bytes, int64_t{16} << 30,
+          "bytes of shared-memory regions mapped by all clients together; 0: shared memory off");
+ABSL_FLAG(std::string, shm_allowed_dir, "",
+          "directory under which RegisterSharedMemory may name files (besides POSIX "
+          "shared-memory objects \"/name\"); empty: none");
+
 ABSL_FLAG(bool, enable_echo, false,
           "also serve rope.bench.v1.EchoService (benchmarks of the transport alone)");
 
@@ -215,6 +230,46 @@ absl::Status CheckFlags() {
   if (backend != "auto" && backend != "cpu" && backend != "cuda") {
     return absl::InvalidArgumentError(
         absl::StrCat("--backend is \"", backend, "\": must be auto, cpu or cuda"));
+  }
+  return absl::OkStatus();
+}
+
+// --listen's list into the TCP address and the Unix socket paths, and the
+// shared-memory flags, into `options`.
+absl::Status ApplyListenAndShmFlags(ServerOptions* options) {
+  options->listen_address.clear();
+  for (absl::string_view entry : absl::StrSplit(absl::GetFlag(FLAGS_listen), ',')) {
+    entry = absl::StripAsciiWhitespace(entry);
+    if (entry.empty()) continue;
+    if (absl::ConsumePrefix(&entry, "unix://")) {
+      options->unix_socket_paths.emplace_back(entry);
+    } else if (absl::StartsWith(entry, "unix:")) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--listen entry \"", entry, "\": write Unix sockets as unix:///absolute/path"));
+    } else if (!options->listen_address.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--listen names two host:port addresses (\"", options->listen_address, "\", \"",
+          entry, "\"): at most one"));
+    } else {
+      options->listen_address = std::string(entry);
+    }
+  }
+  const std::string mode = absl::GetFlag(FLAGS_unix_socket_mode);
+  char* end = nullptr;
+  const unsigned long parsed = std::strtoul(mode.c_str(), &end, 8);
+  if (mode.empty() || *end != '\0' || parsed > 0777) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--unix_socket_mode is \"", mode, "\": expected octal 0000-0777"));
+  }
+  options->unix_socket_mode = static_cast<uint32_t>(parsed);
+  options->shm.max_regions_per_client = absl::GetFlag(FLAGS_shm_max_regions_per_client);
+  options->shm.max_mapped_bytes = absl::GetFlag(FLAGS_shm_max_mapped_bytes);
+  options->shm.allowed_dir = absl::GetFlag(FLAGS_shm_allowed_dir);
+  if (options->shm.max_regions_per_client < 1 || options->shm.max_mapped_bytes < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--shm_max_regions_per_client is ", options->shm.max_regions_per_client,
+        " and --shm_max_mapped_bytes ", options->shm.max_mapped_bytes,
+        ": must be >= 1 and >= 0"));
   }
   return absl::OkStatus();
 }
@@ -382,7 +437,8 @@ int RunServer() {
 
   ServerOptions options;
   options.security = *std::move(security);
-  options.listen_address = absl::GetFlag(FLAGS_listen);
+  absl::Status listen_ok = ApplyListenAndShmFlags(&options);
+  if (!listen_ok.ok()) return Fail(listen_ok);
   options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   options.max_concurrent_calls = absl::GetFlag(FLAGS_max_concurrent_calls);
   options.work_threads = absl::GetFlag(FLAGS_work_threads);
@@ -413,6 +469,10 @@ int RunServer() {
   std::printf("ropeserve listening on %s (backend %s: %s; %s)\n",
               (*server)->bound_address().c_str(), info.name.c_str(), info.device.c_str(),
               DescribeSecurity(options.security).c_str());
+  for (const std::string& path : options.unix_socket_paths) {
+    std::printf("ropeserve unix socket on unix://%s (mode %04o)\n", path.c_str(),
+                options.unix_socket_mode);
+  }
   if ((*server)->health_port() != 0) {
     const std::string& health = options.health_listen_address;
     std::printf("ropeserve health on %s:%d (plaintext, grpc.health.v1 only)\n",

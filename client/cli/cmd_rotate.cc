@@ -1,4 +1,7 @@
 // ropectl rotate: RopeService.Rotate on .npy or random q/k.
+#include <algorithm>
+#include <cstring>
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -9,6 +12,7 @@
 #include "client/cli/commands.h"
 #include "client/cli/common_flags.h"
 #include "client/cli/summary.h"
+#include "client/shared_region.h"
 #include "common/status_macros.h"
 
 namespace rope {
@@ -17,6 +21,39 @@ namespace {
 
 absl::Status ValidatePositions(absl::string_view value) {
   return ParseInt64List(value).status();
+}
+
+// --shm: q (and k) travel through a shared-memory region this process
+// creates and registers for the call (same host only), rotated there in
+// place; the reply's references are read back into bytes so that the
+// output is the bytes path's.
+absl::StatusOr<v1::RotateResponse> RotateBySharedMemory(RopeClient& client,
+                                                        v1::RotateRequest request) {
+  const size_t q_bytes = request.q().data().size();
+  const size_t k_offset = (q_bytes + 63) / 64 * 64;
+  const size_t k_bytes = request.has_k() ? request.k().data().size() : 0;
+  ROPE_ASSIGN_OR_RETURN(std::unique_ptr<SharedRegion> region,
+                        SharedRegion::Create("ropectl", std::max<size_t>(k_offset + k_bytes, 1)));
+  std::memcpy(region->data(), request.q().data().data(), q_bytes);
+  request.mutable_q()->clear_data();
+  *request.mutable_q()->mutable_shm() = region->Ref(0, q_bytes);
+  if (request.has_k()) {
+    std::memcpy(region->data() + k_offset, request.k().data().data(), k_bytes);
+    request.mutable_k()->clear_data();
+    *request.mutable_k()->mutable_shm() = region->Ref(k_offset, k_bytes);
+  }
+  ROPE_RETURN_IF_ERROR(client.RegisterSharedMemory(*region));
+  absl::StatusOr<v1::RotateResponse> reply = client.Rotate(request);
+  const absl::Status unregistered = client.UnregisterSharedMemory(region->name());
+  if (!reply.ok()) return reply.status();
+  ROPE_RETURN_IF_ERROR(unregistered);
+  reply->mutable_q()->clear_shm();
+  reply->mutable_q()->set_data(region->data(), q_bytes);
+  if (request.has_k()) {
+    reply->mutable_k()->clear_shm();
+    reply->mutable_k()->set_data(region->data() + k_offset, k_bytes);
+  }
+  return reply;
 }
 
 void AddRotateFlags(FlagSet* flags) {
@@ -45,6 +82,9 @@ void AddRotateFlags(FlagSet* flags) {
   flags->BeginGroup("Outputs");
   flags->Add("out_q", FlagSet::Kind::kString, "", "Write the rotated q to this .npy file.");
   flags->Add("out_k", FlagSet::Kind::kString, "", "Write the rotated k to this .npy file.");
+  flags->Add("shm", FlagSet::Kind::kBool, "false",
+             "Send q and k by reference through a POSIX shared-memory region (server on "
+             "this host; --target=unix:///path or 127.0.0.1) instead of as bytes.");
 }
 
 absl::Status RunRotate(const FlagSet& flags, std::ostream& out) {
@@ -75,12 +115,13 @@ absl::Status RunRotate(const FlagSet& flags, std::ostream& out) {
 
   ROPE_ASSIGN_OR_RETURN(std::unique_ptr<RopeClient> client, ClientFromFlags(flags));
   const absl::Time start = absl::Now();
-  absl::StatusOr<v1::RotateResponse> response = client->Rotate(request);
+  absl::StatusOr<v1::RotateResponse> response =
+      flags.Bool("shm") ? RotateBySharedMemory(*client, request) : client->Rotate(request);
   const absl::Duration elapsed = absl::Now() - start;
   if (!response.ok()) return response.status();
 
-  out << "rotate  " << flags.String("target") << "  "
-      << DescribeEffectiveConfig(*client, config)
+  out << "rotate  " << flags.String("target") << (flags.Bool("shm") ? "  (shared memory)" : "")
+      << "  " << DescribeEffectiveConfig(*client, config)
       << (request.inverse() ? "  inverse" : "") << "\n";
   if (positions->empty()) {
     out << "  positions: start_pos=" << request.start_pos() << "\n";

@@ -45,6 +45,10 @@ void AddLoadFlags(FlagSet* flags) {
   flags->Add("connections", FlagSet::Kind::kInt, "1",
              "Channels, each with its own HTTP/2 connection; requests are spread over them "
              "(one connection can cap throughput).");
+  flags->Add("shm", FlagSet::Kind::kBool, "false",
+             "Rotate workloads: send q and k by shared-memory reference (a POSIX region "
+             "registered on every channel; server on this host, e.g. "
+             "--target=unix:///path), rotated in place. Not with --verify.");
 
   flags->BeginGroup("Load shape");
   flags->Add("concurrency", FlagSet::Kind::kInt, "1",

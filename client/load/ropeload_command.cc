@@ -19,6 +19,7 @@
 #include "client/load/load_flags.h"
 #include "client/load/progress.h"
 #include "client/load/report.h"
+#include "client/load/shm_payloads.h"
 #include "client/load/step_runner.h"
 #include "client/load/verifier.h"
 #include "client/load/workload.h"
@@ -107,6 +108,7 @@ struct RunSetup {
   std::unique_ptr<ChannelPool> pool;
   v1::ServerInfo server;                // what Connect's GetServerInfo said
   std::unique_ptr<Verifier> verifier;  // null without --verify
+  std::unique_ptr<client::SharedRegion> shm;  // --shm: the payloads' region
 };
 
 // Setup: the load spec and the workload from `flags`, the channels, a first
@@ -174,6 +176,21 @@ int SetUpRun(const client::FlagSet& flags, std::ostream& err, RunSetup* setup) {
       setup->workload.config_description =
           client::DescribeEffectiveConfig(setup->pool->client(0), *config);
     }
+  }
+  if (flags.Bool("shm")) {
+    if (setup->spec.verify > 0) {
+      ReportError(client::UsageError("--shm and --verify do not go together (calls in flight "
+                                      "rotate shared bytes in place)"),
+                  err);
+      return kExitUsage;
+    }
+    absl::StatusOr<std::unique_ptr<client::SharedRegion>> shm =
+        MovePayloadsToSharedMemory(&setup->workload, *setup->pool);
+    if (!shm.ok()) {
+      ReportError(shm.status(), err);
+      return client::IsUsageError(shm.status()) ? kExitUsage : kExitFailure;
+    }
+    setup->shm = *std::move(shm);
   }
   if (setup->spec.verify > 0) {
     absl::StatusOr<std::unique_ptr<Verifier>> verifier = Verifier::Create(&setup->workload);

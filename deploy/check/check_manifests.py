@@ -3,6 +3,8 @@
 
   check_manifests.py k8s --variant=VARIANT RENDERED.yaml   (kubectl kustomize output)
   check_manifests.py compose COMPOSE.yaml
+  check_manifests.py sidecar SIDECAR.yaml           (deploy/k8s/examples/sidecar)
+  check_manifests.py sidecar-self-test SIDECAR.yaml
   check_manifests.py self-test --variant=VARIANT RENDERED.yaml --compose COMPOSE.yaml
 
 VARIANT is cpu or gpu, optionally with -tls (an overlay with
@@ -32,6 +34,16 @@ toleration and node selector (for cpu, none).
 `compose` asserts the single-machine compose file: the server with ports on
 127.0.0.1, a read-only root, no capabilities, a stop grace period longer than
 the drain, and a one-shot load run that waits for the server to be healthy.
+
+`sidecar` asserts the same-host example (a client pod with ropeserve as a
+sidecar): ropeserve listens only on a Unix socket (plus, optionally, a
+plaintext health port the kubelet probes with gRPC, declared as a container
+port) whose directory is an in-memory emptyDir mounted in the client
+container too; the socket mode grants nothing to other users; the same
+in-memory emptyDir is /dev/shm in both containers (POSIX shared memory);
+--shm_max_mapped_bytes is on and within that volume's sizeLimit; both
+containers run as the one pod user; the grace period exceeds the drain.
+`sidecar-self-test` breaks each of those.
 
 `self-test` breaks each property in a copy of the documents and fails unless
 the check catches every break, so a check that cannot fail is noticed.
@@ -722,6 +734,140 @@ def compose_mutations():
     ]
 
 
+# ---- the same-host sidecar example (issue 16) ----------------------------
+
+def _sidecar_parts(docs, c):
+    deployment = one(docs, "Deployment", c)
+    if deployment is None:
+        return None, None, []
+    pod = deployment["spec"]["template"]["spec"]
+    containers = pod.get("containers", [])
+    server = [x for x in containers if x.get("image", "").split(":")[0].endswith("ropeserve")]
+    c.expect(len(server) == 1, f"expected one ropeserve container, found {len(server)}")
+    others = [x for x in containers if x not in server]
+    c.expect(len(others) >= 1, "no client container beside the ropeserve sidecar")
+    return pod, server[0] if server else None, others
+
+
+def _mounts_of(container):
+    return {m["name"]: m["mountPath"] for m in container.get("volumeMounts", [])}
+
+
+def check_sidecar(docs):
+    c = Checker()
+    pod, server, clients = _sidecar_parts(docs, c)
+    if pod is None or server is None:
+        return c.failures
+    flags = {}
+    for arg in server.get("args", []):
+        name, _, value = arg.partition("=")
+        flags[name.lstrip("-")] = value
+    volumes = {v["name"]: v for v in pod.get("volumes", [])}
+    memory_dirs = {n for n, v in volumes.items()
+                   if isinstance(v.get("emptyDir"), dict) and v["emptyDir"].get("medium") == "Memory"}
+    server_mounts = _mounts_of(server)
+
+    listen = [e.strip() for e in flags.get("listen", "").split(",") if e.strip()]
+    sockets = [e[len("unix://"):] for e in listen if e.startswith("unix://")]
+    c.expect(sockets, "ropeserve: --listen has no unix:///path socket")
+    tcp = [e for e in listen if not e.startswith("unix://")]
+    c.expect(not tcp, f"ropeserve: --listen also serves TCP {tcp}: the sidecar needs only "
+             "its socket (health goes on --health_listen)")
+    for path in sockets:
+        directory = path.rsplit("/", 1)[0]
+        shared = [n for n, m in server_mounts.items() if m.rstrip("/") == directory]
+        if not c.expect(shared and shared[0] in memory_dirs,
+                        f"socket {path}: its directory is not an in-memory emptyDir mount"):
+            continue
+        c.expect(any(shared[0] in _mounts_of(x) for x in clients),
+                 f"socket {path}: volume {shared[0]} is not mounted in the client container")
+    mode = flags.get("unix_socket_mode", "0660")
+    c.expect(re.fullmatch(r"0?[0-7]{3}", mode) and int(mode, 8) & 0o007 == 0,
+             f"ropeserve: --unix_socket_mode={mode} grants access to other users")
+
+    shm = [n for n, m in server_mounts.items() if m.rstrip("/") == "/dev/shm"]
+    if c.expect(shm and shm[0] in memory_dirs, "ropeserve: /dev/shm is not an in-memory emptyDir"):
+        for x in clients:
+            c.expect(_mounts_of(x).get(shm[0], "").rstrip("/") == "/dev/shm",
+                     f"container {x['name']}: volume {shm[0]} is not its /dev/shm")
+        limit = parse_quantity(str(volumes[shm[0]]["emptyDir"].get("sizeLimit", "0")))
+        mapped = int(flags.get("shm_max_mapped_bytes", str(16 << 30)))
+        c.expect(0 < mapped <= limit, f"--shm_max_mapped_bytes={mapped}: must be > 0 and within "
+                 f"the /dev/shm volume's sizeLimit ({limit:.0f} bytes)")
+
+    user = pod.get("securityContext", {}).get("runAsUser")
+    c.expect(user is not None, "the pod sets no runAsUser (both containers must share one user)")
+    for x in [server] + clients:
+        own = x.get("securityContext", {}).get("runAsUser")
+        c.expect(own is None or own == user,
+                 f"container {x['name']}: runAsUser {own} differs from the pod's {user}")
+
+    health = flags.get("health_listen")
+    if c.expect(health, "ropeserve: no --health_listen port for the kubelet's probes"):
+        _, port = host_port(health)
+        declared = {p.get("containerPort") for p in server.get("ports", [])}
+        c.expect(port in declared, f"--health_listen port {port} is not a declared container port")
+        for probe in ("startupProbe", "readinessProbe"):
+            c.expect(server.get(probe, {}).get("grpc", {}).get("port") == port,
+                     f"ropeserve: {probe} is not a gRPC probe on the health port {port}")
+    grace = parse_duration(flags.get("shutdown_grace_period", "25s"))
+    c.expect(pod.get("terminationGracePeriodSeconds", 30) > grace,
+             f"terminationGracePeriodSeconds must exceed --shutdown_grace_period ({grace:.0f}s)")
+    return c.failures
+
+
+def _sidecar_container(docs, server):
+    for x in docs[0]["spec"]["template"]["spec"]["containers"]:
+        if (x["image"] == "ropeserve") == server:
+            return x
+    raise KeyError("container")
+
+
+def _sidecar_arg(docs, name, value):
+    args = _sidecar_container(docs, True)["args"]
+    args[:] = [a for a in args if not a.startswith(f"--{name}=")] + [f"--{name}={value}"]
+
+
+def sidecar_mutations():
+    pod = lambda d: d[0]["spec"]["template"]["spec"]  # noqa: E731
+    volume = lambda d, n: next(v for v in pod(d)["volumes"] if v["name"] == n)  # noqa: E731
+    return [
+        ("no Unix socket", lambda d: _sidecar_arg(d, "listen", "0.0.0.0:50051")),
+        ("TCP beside the socket",
+         lambda d: _sidecar_arg(d, "listen", "0.0.0.0:50051,unix:///run/ropeserve/rope.sock")),
+        ("socket mode open to others", lambda d: _sidecar_arg(d, "unix_socket_mode", "0666")),
+        ("socket directory not in memory",
+         lambda d: volume(d, "ropeserve-socket")["emptyDir"].pop("medium")),
+        ("socket volume not in the client",
+         lambda d: _sidecar_container(d, False)["volumeMounts"].pop(1)),
+        ("/dev/shm on disk", lambda d: volume(d, "shm")["emptyDir"].pop("medium")),
+        ("client without the shared /dev/shm",
+         lambda d: _sidecar_container(d, False)["volumeMounts"].pop(0)),
+        ("shared memory off", lambda d: _sidecar_arg(d, "shm_max_mapped_bytes", "0")),
+        ("mapped bytes over the volume", lambda d: _sidecar_arg(d, "shm_max_mapped_bytes",
+                                                                str(4 << 30))),
+        ("containers as different users",
+         lambda d: _sidecar_container(d, True)["securityContext"].update(runAsUser=10002)),
+        ("no health port", lambda d: _sidecar_container(d, True)["args"].remove(
+            "--health_listen=0.0.0.0:50052")),
+        ("readiness probe elsewhere",
+         lambda d: _sidecar_container(d, True)["readinessProbe"]["grpc"].update(port=50051)),
+        ("grace shorter than the drain", lambda d: pod(d).update(terminationGracePeriodSeconds=5)),
+    ]
+
+
+def sidecar_self_test(docs):
+    if check_sidecar(docs):
+        return ["the unmodified sidecar example fails the check"]
+    problems = []
+    for what, mutate in sidecar_mutations():
+        broken = copy.deepcopy(docs)
+        mutate(broken)
+        if not check_sidecar(broken):
+            problems.append(f"sidecar check missed: {what}")
+    return problems
+
+
 def self_test(docs, variant, compose):
     problems = []
     if check_k8s(docs, variant):
@@ -750,7 +896,8 @@ def load_all(path):
 
 def main(argv):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("mode", choices=["k8s", "compose", "self-test"])
+    parser.add_argument("mode", choices=["k8s", "compose", "self-test", "sidecar",
+                                         "sidecar-self-test"])
     parser.add_argument("file", help="rendered manifests (k8s, self-test) or a compose file")
     parser.add_argument("--variant", choices=VARIANTS)
     parser.add_argument("--compose", help="self-test: also mutate this compose file")
@@ -768,6 +915,10 @@ def main(argv):
         failures = check_k8s(docs, args.variant)
     elif args.mode == "compose":
         failures = check_compose(docs[0] if docs else {})
+    elif args.mode == "sidecar":
+        failures = check_sidecar(docs)
+    elif args.mode == "sidecar-self-test":
+        failures = sidecar_self_test(docs)
     else:
         failures = self_test(docs, args.variant, compose)
     for failure in failures:
@@ -778,6 +929,8 @@ def main(argv):
         if args.mode == "self-test":
             caught = f" ({len(k8s_mutations(args.variant))} k8s breaks caught"
             caught += f", {len(compose_mutations())} compose)" if compose else ")"
+        elif args.mode == "sidecar-self-test":
+            caught = f" ({len(sidecar_mutations())} sidecar breaks caught)"
         print(f"check_manifests {args.mode}{variant} {args.file}: ok{caught}")
     return 1 if failures else 0
 

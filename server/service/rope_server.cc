@@ -1,5 +1,7 @@
 #include "server/service/rope_server.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <climits>
 #include <cstdio>
@@ -9,6 +11,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "server/service/shm_metrics.h"
 #include "absl/time/clock.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
@@ -40,7 +44,16 @@ absl::Status CheckOptions(const ServerOptions& options) {
     return absl::InvalidArgumentError(absl::StrCat(
         "max_message_bytes is ", options.max_message_bytes, ": must be in [1, ", INT_MAX, "]"));
   }
-  if (options.listen_address.rfind(':') == std::string::npos) {
+  if (options.listen_address.empty() && options.unix_socket_paths.empty()) {
+    return absl::InvalidArgumentError("no listen address: give a host:port or a Unix socket");
+  }
+  for (const std::string& path : options.unix_socket_paths) {
+    if (path.empty() || path[0] != '/') {
+      return absl::InvalidArgumentError(
+          absl::StrCat("Unix socket path is \"", path, "\": expected an absolute path"));
+    }
+  }
+  if (!options.listen_address.empty() && options.listen_address.rfind(':') == std::string::npos) {
     return absl::InvalidArgumentError(
         absl::StrCat("listen address is \"", options.listen_address, "\": expected host:port"));
   }
@@ -95,6 +108,7 @@ InflightShares SplitInflightBytes(int64_t max_inflight_bytes) {
 RopeServer::RopeServer(std::unique_ptr<Engine> engine, const ServerOptions& options)
     : options_(options),
       engine_(std::move(engine)),
+      shm_(options.shm),
       gate_(options.max_concurrent_calls, options.max_calls_per_client),
       budget_(SplitInflightBytes(options.max_inflight_bytes).calls, options.max_inflight_wait,
               absl::StrCat("max_inflight_bytes ", options.max_inflight_bytes, " (",
@@ -103,7 +117,8 @@ RopeServer::RopeServer(std::unique_ptr<Engine> engine, const ServerOptions& opti
       work_(options.work_threads),
       service_(*engine_, gate_, budget_, metrics_, work_,
                ServiceOptions{options.max_message_bytes, options.max_inflight_bytes,
-                              /*tokens_verified=*/!options.security.bearer_tokens.empty()}) {}
+                              /*tokens_verified=*/!options.security.bearer_tokens.empty(),
+                              &shm_}) {}
 
 absl::StatusOr<std::unique_ptr<RopeServer>> RopeServer::Start(std::unique_ptr<Engine> engine,
                                                               const ServerOptions& options) {
@@ -126,6 +141,8 @@ absl::StatusOr<std::unique_ptr<RopeServer>> RopeServer::Start(std::unique_ptr<En
     server->exposer_->RegisterCollectable(server->state_collector_);
     server->budget_collector_ = NewByteBudgetCollector(&server->budget_);
     server->exposer_->RegisterCollectable(server->budget_collector_);
+    server->shm_collector_ = NewShmStateCollector(&server->shm_);
+    server->exposer_->RegisterCollectable(server->shm_collector_);
     std::vector<int> ports = server->exposer_->GetListeningPorts();
     server->metrics_port_ = ports.empty() ? 0 : ports.front();
   }
@@ -150,7 +167,14 @@ absl::StatusOr<std::unique_ptr<RopeServer>> RopeServer::Start(std::unique_ptr<En
   } else {
     credentials = MakeServerCredentials(options.security, on_auth_failure);
   }
-  builder.AddListeningPort(options.listen_address, credentials, &server->port_);
+  if (!options.listen_address.empty()) {
+    builder.AddListeningPort(options.listen_address, credentials, &server->port_);
+  }
+  std::vector<int> unix_bound(options.unix_socket_paths.size(), 0);
+  for (size_t i = 0; i < options.unix_socket_paths.size(); ++i) {
+    builder.AddListeningPort(absl::StrCat("unix:", options.unix_socket_paths[i]), credentials,
+                             &unix_bound[i]);
+  }
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, options.reuse_port ? 1 : 0);
   builder.SetMaxReceiveMessageSize(static_cast<int>(options.max_message_bytes));
   builder.SetMaxSendMessageSize(static_cast<int>(options.max_message_bytes));
@@ -180,10 +204,23 @@ absl::StatusOr<std::unique_ptr<RopeServer>> RopeServer::Start(std::unique_ptr<En
     builder.RegisterService(server->echo_.get());
   }
   server->server_ = builder.BuildAndStart();
-  if (server->server_ == nullptr || server->port_ == 0) {
+  const bool tcp_failed = !options.listen_address.empty() && server->port_ == 0;
+  if (server->server_ == nullptr || tcp_failed) {
     if (server->server_ != nullptr) server->server_->Shutdown();
-    return absl::UnavailableError(absl::StrCat("cannot listen on ", options.listen_address,
-                                               ": the address is in use, not local, or malformed"));
+    return absl::UnavailableError(absl::StrCat(
+        "cannot listen on ",
+        options.listen_address.empty() ? absl::StrJoin(options.unix_socket_paths, ", ")
+                                       : options.listen_address,
+        ": the address is in use, not local, or malformed"));
+  }
+  for (size_t i = 0; i < options.unix_socket_paths.size(); ++i) {
+    const std::string& path = options.unix_socket_paths[i];
+    if (unix_bound[i] == 0 || chmod(path.c_str(), options.unix_socket_mode) != 0) {
+      server->server_->Shutdown();
+      return absl::UnavailableError(absl::StrCat(
+          "cannot serve the Unix socket ", path,
+          ": its directory is missing or not writable, or the mode cannot be set"));
+    }
   }
   if (grpc::HealthCheckServiceInterface* health = server->server_->GetHealthCheckService()) {
     // "" (the whole server) is SERVING by default; name the service too, for
@@ -196,7 +233,9 @@ absl::StatusOr<std::unique_ptr<RopeServer>> RopeServer::Start(std::unique_ptr<En
     if (!health.ok()) return health.status();
     server->health_ = *std::move(health);
   }
-  server->bound_address_ = WithPort(options.listen_address, server->port_);
+  server->bound_address_ = options.listen_address.empty()
+                               ? absl::StrCat("unix://", options.unix_socket_paths.front())
+                               : WithPort(options.listen_address, server->port_);
   return server;
 }
 
@@ -205,6 +244,7 @@ RopeServer::~RopeServer() {
   if (exposer_ != nullptr) {
     exposer_->RemoveCollectable(budget_collector_);
     exposer_->RemoveCollectable(state_collector_);
+    exposer_->RemoveCollectable(shm_collector_);
     exposer_->RemoveCollectable(metrics_.registry());
   }
 }
@@ -238,6 +278,8 @@ void RopeServer::Drain(absl::Duration grace) {
   // Cancels whatever is still running at the deadline, and waits for it.
   server_->Shutdown(absl::ToChronoTime(deadline));
   if (health_ != nullptr) health_->Shutdown(deadline);
+  // Regions end with the server (a call still holding one has finished).
+  shm_.Clear();
 }
 
 void RopeServer::Wait() {

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
@@ -19,6 +20,7 @@
 #include "absl/time/time.h"
 #include "common/defaults.h"
 #include "grpcpp/server.h"
+#include "proto_engine/shm_registry.h"
 #include "server/engine/engine.h"
 #include "server/service/byte_budget.h"
 #include "server/service/call_gate.h"
@@ -40,7 +42,17 @@ namespace rope {
 
 struct ServerOptions {
   // host:port for gRPC; port 0 picks a free port (see RopeServer::port()).
+  // Empty: no TCP port (then unix_socket_paths must name one).
   std::string listen_address = "0.0.0.0:" + std::to_string(kDefaultPort);
+  // Unix-domain sockets served beside (or instead of) TCP, as file paths;
+  // the same services and credentials as the TCP port. A stale socket file
+  // at a path is replaced. Each socket file gets unix_socket_mode (chmod
+  // after bind: the directory's permissions guard the moment between).
+  std::vector<std::string> unix_socket_paths;
+  uint32_t unix_socket_mode = 0660;
+  // Shared-memory regions (RegisterSharedMemory): limits and the allowed
+  // directory of file keys.
+  ShmLimits shm;
   // Largest message accepted or sent, each way (at most INT32_MAX: gRPC's
   // limit is an int).
   int64_t max_message_bytes = kDefaultMaxMessageBytes;
@@ -124,6 +136,7 @@ class RopeServer {
   // 0 when there is no separate health port.
   int health_port() const { return health_ != nullptr ? health_->port() : 0; }
   Engine& engine() { return *engine_; }
+  ShmRegistry& shm() { return shm_; }
   CallGate& gate() { return gate_; }
   ByteBudget& byte_budget() { return budget_; }
 
@@ -147,6 +160,7 @@ class RopeServer {
   std::unique_ptr<Engine> engine_;
   ServiceMetrics metrics_;
   RefusalLog auth_refusals_;
+  ShmRegistry shm_;
   CallGate gate_;
   ByteBudget budget_;
   WorkQueue work_;
@@ -154,6 +168,7 @@ class RopeServer {
   std::unique_ptr<EchoServiceImpl> echo_;
   std::shared_ptr<prometheus::Collectable> state_collector_;
   std::shared_ptr<prometheus::Collectable> budget_collector_;
+  std::shared_ptr<prometheus::Collectable> shm_collector_;
   std::unique_ptr<prometheus::Exposer> exposer_;
   std::unique_ptr<CredentialReloader> reloader_;  // null: fixed credentials
   std::unique_ptr<grpc::Server> server_;

@@ -14,6 +14,7 @@
 #include "proto_engine/rope_calls.h"
 #include "common/retry_metadata.h"
 #include "server/service/client_identity.h"
+#include "proto_engine/shm_calls.h"
 #include "server/service/status_conversion.h"
 #include "server/service/unary_call.h"
 
@@ -127,9 +128,11 @@ class RopeServiceImpl::RotateStreamReactor final
 
   void RotateCurrent() {
     const int64_t bytes_in = static_cast<int64_t>(request_.ByteSizeLong());
-    absl::Status status = context_->IsCancelled()
-                              ? CancelledBeforeRun(Rpc::kRotateStream)
-                              : AnswerRotate(service_.engine_, &request_, &response_);
+    absl::Status status =
+        context_->IsCancelled() ? CancelledBeforeRun(Rpc::kRotateStream)
+        : UsesSharedMemory(request_)
+            ? service_.AnswerRotateByReference(context_, &request_, &response_)
+            : AnswerRotate(service_.engine_, &request_, &response_);
     if (!status.ok()) {
       bytes_in_ = bytes_in;
       FinishStream(status);
@@ -236,6 +239,7 @@ void RopeServiceImpl::FillServerInfo(v1::ServerInfo* info) const {
     device_cache->set_budget_bytes(device.budget_bytes);
   }
 
+  FillShmInfo(info);
   for (const std::string& name : SupportedScalingNames()) info->add_supported_scalings(name);
   for (DType dtype : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
     info->add_supported_dtypes(v1::DType_Name(DTypeToProto(dtype)));
@@ -250,12 +254,14 @@ grpc::ServerUnaryReactor* RopeServiceImpl::Rotate(grpc::CallbackServerContext* c
   // reply.
   v1::RotateRequest* owned = MutableRequest<v1::RotateRequest, v1::RotateResponse>(context);
   // The reply takes over the request's bytes; gRPC then serializes it (a
-  // second copy, freed once sent).
+  // second copy, freed once sent). Tensors in shared memory are not counted:
+  // they are mapped, not held by the process.
   return ServeUnary(Rpc::kRotate, context, *request, RotateReplyBytes(*request), response,
-                    [this, owned, response] {
+                    [this, context, owned, response] {
     if (owned == nullptr) {
       return absl::InternalError("Rotate: the owning message allocator is not installed");
     }
+    if (UsesSharedMemory(*owned)) return AnswerRotateByReference(context, owned, response);
     return AnswerRotate(engine_, owned, response);
   });
 }
@@ -276,6 +282,10 @@ grpc::ServerUnaryReactor* RopeServiceImpl::AttentionScores(
                       // cancelled then).
                       const Interrupt interrupt([context] { return context->IsCancelled(); },
                                                 absl::FromChrono(context->deadline()));
+                      if (UsesSharedMemory(*request)) {
+                        return AnswerAttentionByReference(context, *request, response,
+                                                          &interrupt);
+                      }
                       return AnswerAttentionScores(engine_, *request, response, &interrupt);
                     });
 }

@@ -23,8 +23,10 @@
 #include "grpcpp/support/server_callback.h"
 #include "rope/v1/rope.grpc.pb.h"
 #include "rope/v1/rope.pb.h"
+#include "proto_engine/shm_registry.h"
 #include "server/engine/engine.h"
 #include "server/service/byte_budget.h"
+#include "server/engine/interrupt.h"
 #include "server/service/call_gate.h"
 #include "server/service/owned_messages.h"
 #include "server/service/service_metrics.h"
@@ -41,6 +43,9 @@ struct ServiceOptions {
   // Whether every call's bearer token was checked (token_auth.h), so that
   // it may name the client for the per-client share (client_identity.h).
   bool tokens_verified = false;
+  // Shared-memory regions (owned by the server); null: the region RPCs and
+  // references answer FAILED_PRECONDITION.
+  ShmRegistry* shm = nullptr;
 };
 
 class RopeServiceImpl final : public v1::RopeService::CallbackService {
@@ -65,6 +70,16 @@ class RopeServiceImpl final : public v1::RopeService::CallbackService {
   grpc::ServerUnaryReactor* ResolveConfig(grpc::CallbackServerContext* context,
                                           const v1::RopeConfig* request,
                                           v1::ResolvedConfig* response) override;
+  // Shared memory: rope_service_shm.cc.
+  grpc::ServerUnaryReactor* RegisterSharedMemory(
+      grpc::CallbackServerContext* context, const v1::RegisterSharedMemoryRequest* request,
+      v1::RegisterSharedMemoryResponse* response) override;
+  grpc::ServerUnaryReactor* UnregisterSharedMemory(
+      grpc::CallbackServerContext* context, const v1::UnregisterSharedMemoryRequest* request,
+      v1::UnregisterSharedMemoryResponse* response) override;
+  grpc::ServerUnaryReactor* SharedMemoryStatus(grpc::CallbackServerContext* context,
+                                               const v1::SharedMemoryStatusRequest* request,
+                                               v1::SharedMemoryStatusResponse* response) override;
 
  private:
   class RotateStreamReactor;
@@ -83,6 +98,15 @@ class RopeServiceImpl final : public v1::RopeService::CallbackService {
   // The caller's identity for the gate's per-client share (client_identity.h),
   // or "" when there is no share (nothing to compute).
   std::string ClientOf(const grpc::CallbackServerContext& context) const;
+  // Rotate / AttentionScores for requests that reference shared memory
+  // (rope_service_shm.cc).
+  absl::Status AnswerRotateByReference(grpc::CallbackServerContext* context,
+                                       v1::RotateRequest* request, v1::RotateResponse* response);
+  absl::Status AnswerAttentionByReference(grpc::CallbackServerContext* context,
+                                          const v1::AttentionScoresRequest& request,
+                                          v1::AttentionScoresResponse* response,
+                                          const Interrupt* interrupt);
+  void FillShmInfo(v1::ServerInfo* info) const;
 
   Engine& engine_;
   CallGate& gate_;

@@ -30,6 +30,12 @@ absl::string_view RpcName(Rpc rpc) {
       return "Echo";
     case Rpc::kResolveConfig:
       return "ResolveConfig";
+    case Rpc::kRegisterSharedMemory:
+      return "RegisterSharedMemory";
+    case Rpc::kUnregisterSharedMemory:
+      return "UnregisterSharedMemory";
+    case Rpc::kSharedMemoryStatus:
+      return "SharedMemoryStatus";
   }
   return "unknown";
 }
@@ -80,7 +86,8 @@ namespace {
 constexpr Rpc kAllRpcs[kRpcCount] = {Rpc::kRotate,        Rpc::kRotateStream,
                                      Rpc::kAttentionScores, Rpc::kGetTable,
                                      Rpc::kGetServerInfo,   Rpc::kEcho,
-                                     Rpc::kResolveConfig};
+                                     Rpc::kResolveConfig,        Rpc::kRegisterSharedMemory,
+                                     Rpc::kUnregisterSharedMemory, Rpc::kSharedMemoryStatus};
 
 // Latency buckets from 50 us (a small Rotate on loopback) to 10 s (a large
 // AttentionScores on a CPU).

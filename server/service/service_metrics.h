@@ -49,9 +49,12 @@ enum class Rpc : int {
   kGetTable,
   kGetServerInfo,
   kEcho,
-  kResolveConfig
+  kResolveConfig,
+  kRegisterSharedMemory,
+  kUnregisterSharedMemory,
+  kSharedMemoryStatus
 };
-inline constexpr int kRpcCount = 7;
+inline constexpr int kRpcCount = 10;
 absl::string_view RpcName(Rpc rpc);          // "Rotate", ...
 absl::string_view GrpcCodeName(grpc::StatusCode code);  // "OK", "INVALID_ARGUMENT", ...
 

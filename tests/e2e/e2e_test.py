@@ -132,6 +132,27 @@ class Driver:
                    1.6e-2)
         self.ok("ropectl rotate .npy float16 and bfloat16 ('<u2') match numpy")
 
+    def rotate_shm_over_unix_socket(self):
+        # ropectl --shm over the Unix socket: q and k by shared-memory reference.
+        rng = np.random.default_rng(16)
+        q = rng.standard_normal((1, 5, 4, 16)).astype(np.float32)
+        k = rng.standard_normal((1, 5, 2, 16)).astype(np.float32)
+        np.save(self.path("sq.npy"), q)
+        np.save(self.path("sk.npy"), k)
+        cmd = [self.ropectl, "rotate", "--target=unix://" + self.path("rope.sock"), "--deadline=20s",
+               "--shm", "--q=" + self.path("sq.npy"), "--k=" + self.path("sk.npy"), "--start_pos=4",
+               "--layout=half", "--max_len=64", "--out_q=" + self.path("sq_rot.npy"),
+               "--out_k=" + self.path("sk_rot.npy")]
+        result = subprocess.run(cmd, capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S)
+        check(result.returncode == 0, "%s exited %d: %s" % (" ".join(cmd), result.returncode, result.stderr))
+        check("(shared memory)" in result.stdout, "ropectl --shm output: %s" % result.stdout)
+        positions = 4 + np.arange(5)
+        self.close("rotate --shm q", np.load(self.path("sq_rot.npy")),
+                   self.ref.rotate(q, positions, 10000.0, 16, True), 1e-5)
+        self.close("rotate --shm k", np.load(self.path("sk_rot.npy")),
+                   self.ref.rotate(k, positions, 10000.0, 16, True), 1e-5)
+        self.ok("ropectl rotate --shm over the Unix socket matches numpy")
+
     def rotate_random(self):
         self.ropectl_run("rotate", "--random_q_shape=2,6,4,16", "--random_k_shape=2,6,1,16", "--seed=3",
                          "--start_pos=5", "--out_q=" + self.path("rq.npy"), "--out_k=" + self.path("rk.npy"))
@@ -282,7 +303,8 @@ def main():
 
     try:
         server = RopeServe(args.ropeserve, ["--backend=cpu", "--cpu_threads=1", "--work_threads=2",
-                                            "--shutdown_grace_period=5s"])
+                                            "--shutdown_grace_period=5s"],
+                           listen="127.0.0.1:0,unix://" + os.path.join(args.workdir, "rope.sock"))
     except StartError as e:
         print("FAIL  %s" % e)
         return 1
@@ -293,6 +315,7 @@ def main():
         driver.rotate_npy()
         driver.rotate_npy_half_precision()
         driver.rotate_random()
+        driver.rotate_shm_over_unix_socket()
         driver.scores()
         driver.table()
         driver.scaled_tables()

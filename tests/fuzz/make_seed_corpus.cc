@@ -167,6 +167,22 @@ std::vector<std::pair<std::string, v1::RotateRequest>> RotateSeeds() {
   *r.mutable_q() = MakeTensor(v1::FLOAT32, {1, 2, 2, 8}, 19);
   for (int64_t p : {3, 4, 3, 5, 3, 6}) r.add_positions(p);
   seeds.emplace_back("rotate_hf_config_mrope", r);
+
+  // By reference, in the fuzz target's 64 KiB region "fuzz": q in place, k
+  // into k_out.
+  r = v1::RotateRequest();
+  *r.mutable_config() = Config(8, 16);
+  r.mutable_q()->set_dtype(v1::FLOAT32);
+  for (int64_t d : {1, 2, 2, 8}) r.mutable_q()->add_shape(d);
+  r.mutable_q()->mutable_shm()->set_region("fuzz");
+  r.mutable_q()->mutable_shm()->set_offset(64);
+  r.mutable_q()->mutable_shm()->set_byte_size(128);
+  *r.mutable_k() = MakeTensor(v1::FLOAT32, {1, 2, 1, 8}, 20);
+  r.mutable_k_out()->set_region("fuzz");
+  r.mutable_k_out()->set_offset(4096);
+  r.mutable_k_out()->set_byte_size(64);
+  r.set_start_pos(2);
+  seeds.emplace_back("rotate_shm_in_place_and_out", r);
   return seeds;
 }
 
@@ -210,6 +226,19 @@ std::vector<std::pair<std::string, v1::AttentionScoresRequest>> AttentionSeeds()
   a.set_k_start_pos(5);  // every key after every query: fully masked rows
   a.set_softmax(true);
   seeds.emplace_back("attention_f16_fully_masked", a);
+
+  // By reference: k from the fuzz target's region "fuzz", scores into it.
+  a = v1::AttentionScoresRequest();
+  *a.mutable_config() = Config(8, 16);
+  *a.mutable_q() = MakeTensor(v1::FLOAT32, {1, 2, 1, 8}, 21);
+  a.mutable_k()->set_dtype(v1::FLOAT32);
+  for (int64_t d : {1, 3, 1, 8}) a.mutable_k()->add_shape(d);
+  a.mutable_k()->mutable_shm()->set_region("fuzz");
+  a.mutable_k()->mutable_shm()->set_byte_size(96);
+  a.mutable_scores_out()->set_region("fuzz");
+  a.mutable_scores_out()->set_offset(1024);
+  a.mutable_scores_out()->set_byte_size(24);
+  seeds.emplace_back("attention_shm_k_scores_out", a);
   return seeds;
 }
 

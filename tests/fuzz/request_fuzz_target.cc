@@ -11,6 +11,12 @@
 #include "server/backends/cpu/cpu_backend.h"
 #include "server/engine/engine.h"
 #include "proto_engine/request_conversion.h"
+#include "proto_engine/shm_calls.h"
+#include "proto_engine/shm_registry.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 namespace rope {
 namespace fuzz {
@@ -37,6 +43,32 @@ Engine& SharedEngine() {
   return *engine;
 }
 
+// One real 64 KiB POSIX shared-memory region, "fuzz", owned by "fuzzer", so
+// that references in inputs reach the resolution checks and the engine (the
+// object is unlinked at once: the mapping keeps it).
+constexpr char kFuzzOwner[] = "fuzzer";
+const ShmRegistry& SharedRegions() {
+  static ShmRegistry* registry = [] {
+    auto* regions = new ShmRegistry(ShmLimits{});
+    const std::string key = "/rope-fuzz-" + std::to_string(getpid());
+    const int fd = shm_open(key.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
+    if (fd < 0 || ftruncate(fd, 1 << 16) != 0) {
+      std::fprintf(stderr, "cannot create the fuzz region %s\n", key.c_str());
+      std::abort();
+    }
+    const absl::Status registered = regions->Register(kFuzzOwner, "fuzz", key, 0, 1 << 16);
+    close(fd);
+    shm_unlink(key.c_str());
+    if (!registered.ok()) {
+      std::fprintf(stderr, "cannot register the fuzz region: %s\n",
+                   registered.ToString().c_str());
+      std::abort();
+    }
+    return regions;
+  }();
+  return *registry;
+}
+
 // ROPE_FUZZ_VERBOSE=1 prints every status, to see what an input does.
 bool Verbose() {
   static const bool verbose = std::getenv("ROPE_FUZZ_VERBOSE") != nullptr;
@@ -58,6 +90,11 @@ void CheckRejection(const absl::Status& status) {
 void RunRotate(const uint8_t* data, size_t size) {
   v1::RotateRequest request;
   if (!request.ParseFromArray(data, static_cast<int>(size))) return;
+  if (UsesSharedMemory(request)) {
+    v1::RotateResponse reply;
+    CheckRejection(AnswerRotateShared(SharedEngine(), SharedRegions(), kFuzzOwner, &request, &reply));
+    return;
+  }
   absl::StatusOr<RotateParams> params = RotateParamsFromProto(&request);
   CheckRejection(params.status());
   if (!params.ok()) return;
@@ -73,6 +110,12 @@ void RunRotate(const uint8_t* data, size_t size) {
 void RunAttention(const uint8_t* data, size_t size) {
   v1::AttentionScoresRequest request;
   if (!request.ParseFromArray(data, static_cast<int>(size))) return;
+  if (UsesSharedMemory(request)) {
+    v1::AttentionScoresResponse reply;
+    CheckRejection(AnswerAttentionScoresShared(SharedEngine(), SharedRegions(), kFuzzOwner,
+                                               request, &reply));
+    return;
+  }
   absl::StatusOr<AttentionParams> params = AttentionParamsFromProto(request);
   CheckRejection(params.status());
   if (!params.ok()) return;

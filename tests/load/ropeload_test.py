@@ -109,6 +109,28 @@ class RopeloadTest(unittest.TestCase):
             "Rotate", "--random_q_shape=1,4,8,64", "--random_k_shape=1,4,2,64", "-c", "4",
             "--connections=2", "-z", "1s", "--warmup=300ms")
 
+    def test_shm_rotates_by_reference_on_every_connection(self):
+        # Two connections: two client identities, each registering the region.
+        before = self.server.request_counts()
+        stdout, report = self.ropeload("--shm", "--random_q_shape=1,64,8,64",
+                                       "--random_k_shape=1,64,2,64", "-c", "2", "--connections=2",
+                                       "-n", "100")
+        after = self.server.request_counts()
+        step = report["steps"][0]
+        self.assertEqual(step["errors"], 0, step["errors_by_code"])
+        self.assertEqual(delta(before, after, "Rotate", "OK"), step["ok"] + step["warmup"]["ok"])
+        self.assertEqual(delta(before, after, "RegisterSharedMemory", "OK"), 2)
+        self.assertIn("by shared-memory reference", report["workload"]["payload"])
+        # A reference request is small: the 160 KiB of tensors stay in the region.
+        self.assertLess(report["workload"]["request_bytes"], 1024)
+        self.assert_usage_error("--shm", "--verify=1", "--random_q_shape=1,4,8,64")
+
+    def assert_usage_error(self, *flags):
+        cmd = [ARGS.ropeload, "--target=" + self.server.address, "--noprogress", "-n", "1"] + list(flags)
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+        self.assertEqual(proc.returncode, 2, proc.stderr)
+        self.assertIn("--shm and --verify do not go together", proc.stderr)
+
     def test_ok_count_equals_server_counter_rotate_stream(self):
         self.check_ok_count_matches_server(
             "RotateStream", "--workload=rotate_stream", "--random_q_shape=1,4,8,64", "-c", "3",

@@ -594,6 +594,53 @@ std::vector<MalformedCase> Cases() {
        kInvalid, "scale is nan"},
       {"AttentionScaleOverFloat32", kAttention, [](Requests* r) { r->attention.set_scale(1e39); },
        kInvalid, "must be finite as float32"},
+
+      // ---- Shared-memory references (no region is registered here) ----
+      {"QShmUnregisteredRegion", kRotate,
+       [](Requests* r) {
+         Q(r)->clear_data();
+         Q(r)->mutable_shm()->set_region("nowhere");
+         Q(r)->mutable_shm()->set_byte_size(768);
+       },
+       StatusCode::NOT_FOUND, "q.shm.region \"nowhere\" is not registered by this client"},
+      {"QShmAndDataBothSet", kRotate,
+       [](Requests* r) { Q(r)->mutable_shm()->set_region("nowhere"); }, kInvalid,
+       "q has both data (768 bytes) and shm"},
+      {"KShmOverflowingOffset", kRotate,
+       [](Requests* r) {
+         K(r)->clear_data();
+         K(r)->mutable_shm()->set_region("nowhere");
+         K(r)->mutable_shm()->set_offset(~uint64_t{0});
+         K(r)->mutable_shm()->set_byte_size(~uint64_t{0});
+       },
+       StatusCode::NOT_FOUND, "k.shm.region \"nowhere\""},
+      {"QOutUnregisteredRegion", kRotate,
+       [](Requests* r) {
+         r->rotate.mutable_q_out()->set_region("nowhere");
+         r->rotate.mutable_q_out()->set_byte_size(768);
+       },
+       StatusCode::NOT_FOUND, "q_out.region \"nowhere\""},
+      {"QOutByteSizeDiffers", kRotate,
+       [](Requests* r) { r->rotate.mutable_q_out()->set_region("nowhere"); }, kInvalid,
+       "q_out.byte_size is 0: q is 768 bytes"},
+      {"KOutWithoutK", kRotate,
+       [](Requests* r) {
+         r->rotate.clear_k();
+         r->rotate.mutable_k_out()->set_region("nowhere");
+       },
+       kInvalid, "k_out is set but k is missing"},
+      {"AttentionScoresOutUnregistered", kAttention,
+       [](Requests* r) { r->attention.mutable_scores_out()->set_region("nowhere"); },
+       StatusCode::NOT_FOUND, "scores_out.region \"nowhere\""},
+      {"AttentionOutputOutWithoutV", kAttention,
+       [](Requests* r) {
+         r->attention.clear_v();
+         r->attention.mutable_output_out()->set_region("nowhere");
+       },
+       kInvalid, "output_out is set but v is missing"},
+      {"AttentionVShmAndData", kAttention,
+       [](Requests* r) { r->attention.mutable_v()->mutable_shm()->set_region("x"); }, kInvalid,
+       "v has both data"},
   };
 }
 

@@ -3,7 +3,9 @@
 // grpc++_reflection), so it may carry its own reflection client stubs.
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <memory>
@@ -395,6 +397,32 @@ TEST(ProcessTest, NegativeMaxInflightBytesOtherThanMinusOneExitsWithAMessage) {
   EXPECT_NE(output.find("--max_inflight_bytes is -2"), std::string::npos) << output;
 }
 
+TEST(ProcessTest, ListenTakesTcpAndUnixSocketsAndRefusesBadLists) {
+  const std::string socket = absl::StrCat("/tmp/rope-process-test-", getpid(), ".sock");
+  {
+    absl::StatusOr<std::unique_ptr<ServerProcess>> process = ServerProcess::Start(
+        ROPESERVE_PATH, {"--backend=cpu", absl::StrCat("--listen=127.0.0.1:0,unix://", socket),
+                         "--unix_socket_mode=0640"},
+        absl::Seconds(30));
+    ASSERT_TRUE(process.ok()) << process.status();
+    EXPECT_NE((*process)->address().find("127.0.0.1:"), std::string::npos);
+    struct stat st = {};
+    ASSERT_EQ(stat(socket.c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 0777, 0640u);
+  }
+  int exit_code = 0;
+  std::string output = RunToExit({"--listen=127.0.0.1:0,127.0.0.1:0"}, &exit_code);
+  EXPECT_EQ(exit_code, 2);
+  EXPECT_NE(output.find("--listen names two host:port addresses"), std::string::npos) << output;
+  output = RunToExit({"--listen=unix:relative.sock"}, &exit_code);
+  EXPECT_EQ(exit_code, 2);
+  EXPECT_NE(output.find("write Unix sockets as unix:///absolute/path"), std::string::npos)
+      << output;
+  output = RunToExit({"--listen=127.0.0.1:0", "--unix_socket_mode=0999"}, &exit_code);
+  EXPECT_EQ(exit_code, 2);
+  EXPECT_NE(output.find("--unix_socket_mode is \"0999\""), std::string::npos) << output;
+}
+
 TEST(ProcessTest, HelpListsEveryFlagAndExitsZeroWithoutASourcePath) {
   for (const char* help : {"--help", "-h", "--helpfull"}) {
     int exit_code = -1;
@@ -406,7 +434,8 @@ TEST(ProcessTest, HelpListsEveryFlagAndExitsZeroWithoutASourcePath) {
           "--max_concurrent_calls", "--metrics_port", "--metrics_host", "--shutdown_grace_period",
           "--max_connection_age", "--enable_echo", "--reuse_port", "--teardown_timeout",
           "--security_reload_interval", "--max_calls_per_client", "--max_inflight_bytes",
-          "--max_inflight_wait", "--max_connection_age_grace"}) {
+          "--max_inflight_wait", "--max_connection_age_grace", "--unix_socket_mode",
+          "--shm_max_regions_per_client", "--shm_max_mapped_bytes", "--shm_allowed_dir"}) {
       EXPECT_NE(output.find(absl::StrCat(flag, " (")), std::string::npos)
           << flag << "\n" << output;
     }

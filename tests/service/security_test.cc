@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstring>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -84,8 +85,10 @@ class SecurityTest : public ::testing::Test {
   }
 
   // A client of the server with `files`; ADD_FAILURE when it cannot be made.
-  std::unique_ptr<RopeClient> Client(const ChannelSecurityFiles& files) {
+  std::unique_ptr<RopeClient> Client(const ChannelSecurityFiles& files,
+                                     bool own_connection = false) {
     ClientOptions options;
+    options.own_connections = own_connection;
     options.deadline = absl::Seconds(10);
     options.retry_max_attempts = 1;
     absl::Status applied = client::ApplyChannelSecurity(files, &options);
@@ -192,6 +195,46 @@ TEST_F(SecurityTest, TokenAuthAcceptsEveryListedToken) {
     ASSERT_NE(c, nullptr);
     EXPECT_TRUE(c->GetServerInfo().ok()) << token;
   }
+}
+
+// Shared-memory regions belong to the token (any connection presenting it),
+// not to the connection; another token does not see them.
+TEST_F(SecurityTest, SharedMemoryRegionsBelongToTheBearerToken) {
+  Start(TlsWithTokens());
+  absl::StatusOr<std::unique_ptr<client::SharedRegion>> region =
+      client::SharedRegion::Create("tokened", 4096);
+  ASSERT_TRUE(region.ok()) << region.status();
+  std::unique_ptr<RopeClient> owner = Client(WithToken(kToken), true);
+  std::unique_ptr<RopeClient> same_token = Client(WithToken(kToken), true);
+  std::unique_ptr<RopeClient> other_token = Client(WithToken(kNextToken), true);
+  ASSERT_TRUE(owner != nullptr && same_token != nullptr && other_token != nullptr);
+  ASSERT_TRUE(owner->RegisterSharedMemory(**region).ok());
+  v1::RotateRequest request = MakeRotateRequest(1, 4, 2, 16, 64);
+  std::memcpy((*region)->data(), request.q().data().data(), request.q().data().size());
+  *request.mutable_q()->mutable_shm() = (*region)->Ref(0, request.q().data().size());
+  request.mutable_q()->clear_data();
+  EXPECT_TRUE(same_token->Rotate(request).ok());
+  const absl::Status refused = other_token->Rotate(request).status();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kNotFound) << refused;
+  EXPECT_TRUE(absl::StrContains(refused.message(), "q.shm.region \"tokened\" is not registered"))
+      << refused;
+  EXPECT_TRUE(same_token->UnregisterSharedMemory("tokened").ok());
+  EXPECT_EQ(owner->UnregisterSharedMemory("tokened").code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(SecurityTest, SharedMemoryRegionsBelongToTheClientCertificateSubject) {
+  Start(MutualTls());
+  absl::StatusOr<std::unique_ptr<client::SharedRegion>> region =
+      client::SharedRegion::Create("certified", 4096);
+  ASSERT_TRUE(region.ok()) << region.status();
+  std::unique_ptr<RopeClient> owner = Client(WithClientCert(), true);
+  std::unique_ptr<RopeClient> same_subject = Client(WithClientCert(), true);
+  ASSERT_TRUE(owner != nullptr && same_subject != nullptr);
+  ASSERT_TRUE(owner->RegisterSharedMemory(**region).ok());
+  absl::StatusOr<v1::SharedMemoryStatusResponse> status = same_subject->SharedMemoryStatus();
+  ASSERT_TRUE(status.ok()) << status.status();
+  ASSERT_EQ(status->regions_size(), 1);
+  EXPECT_EQ(status->regions(0).name(), "certified");
 }
 
 TEST_F(SecurityTest, TokenAuthRefusesCallsWithoutAToken) {

@@ -98,7 +98,8 @@ def credentials(tls, ca_file, cert_file, key_file, token):
     return creds
 
 
-UNARY_METHODS = ("Rotate", "AttentionScores", "GetTable", "GetServerInfo", "ResolveConfig")
+UNARY_METHODS = ("Rotate", "AttentionScores", "GetTable", "GetServerInfo", "ResolveConfig",
+                 "RegisterSharedMemory", "UnregisterSharedMemory", "SharedMemoryStatus")
 
 
 def methods(channel):

@@ -14,7 +14,7 @@ import collections
 import grpc
 import grpc.aio
 
-from . import _calls, _channel
+from . import _calls, _channel, _proto, _shm_calls
 from .errors import from_rpc_error
 
 
@@ -34,6 +34,7 @@ class Client:
             self._channel = grpc.aio.secure_channel(target, credentials, options=options)
         self.target = target
         self._methods, self._rotate_stream = _channel.methods(self._channel)
+        self._regions = {}  # name -> SharedRegion registered through this client
 
     @property
     def channel(self):
@@ -75,6 +76,40 @@ class Client:
     async def resolve(self, config):
         """See ropeserve.Client.resolve."""
         return await self._call("ResolveConfig", _calls.resolve(config))
+
+    # ---- Shared memory (same host; see ropeserve.shm and ropeserve.Client) ----
+
+    async def register_shm(self, region):
+        """See ropeserve.Client.register_shm."""
+        self._regions[region.name] = region
+        await self._call_message("RegisterSharedMemory", region.register_request())
+
+    async def unregister_shm(self, name=""):
+        """See ropeserve.Client.unregister_shm."""
+        await self._call_message("UnregisterSharedMemory",
+                                 _proto.pb.UnregisterSharedMemoryRequest(name=name))
+        if name:
+            self._regions.pop(name, None)
+        else:
+            self._regions.clear()
+
+    async def shm_status(self, name=""):
+        """See ropeserve.Client.shm_status."""
+        reply = await self._call_message("SharedMemoryStatus",
+                                         _proto.pb.SharedMemoryStatusRequest(name=name))
+        return list(reply.regions)
+
+    async def rotate_shm(self, q, k=None, *, config, start_pos=0, positions=None, inverse=False,
+                         q_out=None, k_out=None):
+        """See ropeserve.Client.rotate_shm."""
+        request = _shm_calls.rotate_request(self._regions, q, k, config=config, start_pos=start_pos,
+                                            positions=positions, inverse=inverse, q_out=q_out,
+                                            k_out=k_out)
+        await self._call_message("Rotate", request)
+
+    async def _call_message(self, method, message):
+        reply_class = getattr(_proto.pb, _proto.SERVICE.methods_by_name[method].output_type.name)
+        return await self._call(method, (message.SerializeToString(), reply_class.FromString))
 
     async def rotate_stream(self, requests, *, config=None):
         """See ropeserve.Client.rotate_stream; `requests` may also be an async iterable."""

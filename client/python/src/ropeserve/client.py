@@ -6,7 +6,7 @@ import threading
 
 import grpc
 
-from . import _calls, _channel
+from . import _calls, _channel, _proto, _shm_calls
 from .errors import from_rpc_error
 
 
@@ -44,6 +44,7 @@ class Client:
             self._channel = grpc.secure_channel(target, credentials, options=options)
         self.target = target
         self._methods, self._rotate_stream = _channel.methods(self._channel)
+        self._regions = {}  # name -> SharedRegion registered through this client
 
     @property
     def channel(self):
@@ -100,6 +101,45 @@ class Client:
         """
         request = _calls.resolve(config)
         return self._call("ResolveConfig", request)
+
+    # ---- Shared memory (same host; see ropeserve.shm) ----
+
+    def register_shm(self, region):
+        """Asks the server to map `region` (a ropeserve.SharedRegion) under region.name."""
+        self._regions[region.name] = region
+        self._call_message("RegisterSharedMemory", region.register_request())
+
+    def unregister_shm(self, name=""):
+        """Forgets region `name` on the server ("": every region of this client)."""
+        self._call_message("UnregisterSharedMemory", _proto.pb.UnregisterSharedMemoryRequest(name=name))
+        if name:
+            self._regions.pop(name, None)
+        else:
+            self._regions.clear()
+
+    def shm_status(self, name=""):
+        """The server's view of this client's regions: a list of rope.v1.SharedMemoryRegionStatus."""
+        return list(self._call_message("SharedMemoryStatus",
+                                       _proto.pb.SharedMemoryStatusRequest(name=name)).regions)
+
+    def rotate_shm(self, q, k=None, *, config, start_pos=0, positions=None, inverse=False,
+                   q_out=None, k_out=None):
+        """Rotates q (and k) by reference: arrays / tensors viewing registered SharedRegions.
+
+        Without q_out (k_out) the result is written in place; with it, into
+        that view (same dtype and size, overlapping no input). Nothing is
+        returned: the results are in the views.
+        """
+        request = _shm_calls.rotate_request(self._regions, q, k, config=config, start_pos=start_pos,
+                                            positions=positions, inverse=inverse, q_out=q_out,
+                                            k_out=k_out)
+        self._call_message("Rotate", request)
+
+    def _call_message(self, method, message):
+        def decode(reply):
+            reply_class = getattr(_proto.pb, _proto.SERVICE.methods_by_name[method].output_type.name)
+            return reply_class.FromString(reply)
+        return self._call(method, (message.SerializeToString(), decode))
 
     def rotate_stream(self, requests, *, config=None):
         """Rotates each request on one stream; yields (q, k) per request, in order.

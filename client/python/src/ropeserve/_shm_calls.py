@@ -1,0 +1,30 @@
+"""Rotate by reference: the request message for Client.rotate_shm."""
+
+from . import _proto, _tensors
+from .shm import reference_tensor
+
+pb = _proto.pb
+
+
+def _region_of(regions, name, tensor):
+    for region in regions.values():
+        if region.contains(tensor):
+            return region
+    raise ValueError("%s does not view a SharedRegion registered through this client "
+                     "(register_shm first)" % name)
+
+
+def rotate_request(regions, q, k=None, *, config, start_pos=0, positions=None, inverse=False,
+                   q_out=None, k_out=None):
+    if k_out is not None and k is None:
+        raise ValueError("k_out is given but k is not")
+    request = pb.RotateRequest(config=config.to_proto(), start_pos=int(start_pos),
+                               positions=_tensors.positions_list(positions), inverse=bool(inverse))
+    request.q.CopyFrom(reference_tensor(_region_of(regions, "q", q), q))
+    if k is not None:
+        request.k.CopyFrom(reference_tensor(_region_of(regions, "k", k), k))
+    if q_out is not None:
+        request.q_out.CopyFrom(_region_of(regions, "q_out", q_out).ref(q_out))
+    if k_out is not None:
+        request.k_out.CopyFrom(_region_of(regions, "k_out", k_out).ref(k_out))
+    return request

@@ -1,0 +1,80 @@
+#include "client/shared_region.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+
+namespace rope {
+namespace client {
+
+absl::StatusOr<std::unique_ptr<SharedRegion>> SharedRegion::Create(const std::string& name,
+                                                                   size_t byte_size) {
+  if (name.empty() || byte_size == 0) {
+    return absl::InvalidArgumentError(absl::StrCat("SharedRegion \"", name, "\" of ", byte_size,
+                                                   " bytes: needs a name and a size > 0"));
+  }
+  static std::atomic<uint64_t> counter{0};
+  std::unique_ptr<SharedRegion> region(new SharedRegion());
+  region->name_ = name;
+  region->byte_size_ = byte_size;
+  region->key_ = absl::StrCat("/rope-", getpid(), "-", counter.fetch_add(1), "-", name);
+  region->fd_ = shm_open(region->key_.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (region->fd_ < 0) {
+    return absl::InternalError(
+        absl::StrCat("shm_open(", region->key_, ") failed: ", strerror(errno)));
+  }
+  if (ftruncate(region->fd_, static_cast<off_t>(byte_size)) != 0) {
+    return absl::InternalError(absl::StrCat("ftruncate(", region->key_, ", ", byte_size,
+                                            ") failed: ", strerror(errno)));
+  }
+  void* data = mmap(nullptr, byte_size, PROT_READ | PROT_WRITE, MAP_SHARED, region->fd_, 0);
+  if (data == MAP_FAILED) {
+    return absl::InternalError(absl::StrCat("mmap(", region->key_, ") failed: ", strerror(errno)));
+  }
+  region->data_ = static_cast<char*>(data);
+  return region;
+}
+
+SharedRegion::~SharedRegion() {
+  if (data_ != nullptr) munmap(data_, byte_size_);
+  if (fd_ >= 0) {
+    close(fd_);
+    shm_unlink(key_.c_str());
+  }
+}
+
+void SharedRegion::CheckRange(size_t offset, size_t bytes, size_t alignment) const {
+  if (offset > byte_size_ || bytes > byte_size_ - offset || offset % alignment != 0) {
+    std::fprintf(stderr, "SharedRegion %s: view [%zu, +%zu) align %zu is outside or misaligned\n",
+                 name_.c_str(), offset, bytes, alignment);
+    std::abort();
+  }
+}
+
+v1::SharedMemoryRef SharedRegion::Ref(uint64_t offset, uint64_t byte_size) const {
+  v1::SharedMemoryRef ref;
+  ref.set_region(name_);
+  ref.set_offset(offset);
+  ref.set_byte_size(byte_size);
+  return ref;
+}
+
+v1::RegisterSharedMemoryRequest SharedRegion::RegisterRequest() const {
+  v1::RegisterSharedMemoryRequest request;
+  request.set_name(name_);
+  request.set_key(key_);
+  request.set_offset(0);
+  request.set_byte_size(byte_size_);
+  return request;
+}
+
+}  // namespace client
+}  // namespace rope
