@@ -60,7 +60,7 @@ RopeServer::RopeServer(std::unique_ptr<Engine> engine, const ServerOptions& opti
       engine_(std::move(engine)),
       gate_(options.max_concurrent_calls),
       work_(options.work_threads),
-      service_(*engine_, gate_, metrics_, work_, ServiceOptions{options.max_message_bytes}) {}
+      service_(*engine_, gate_, metrics_, work_, ServiceOptions{options.max_message_bytes, options.inline_rotate_max_bytes}) {}
 
 absl::StatusOr<std::unique_ptr<RopeServer>> RopeServer::Start(std::unique_ptr<Engine> engine,
                                                               const ServerOptions& options) {

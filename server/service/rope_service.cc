@@ -176,6 +176,13 @@ void RopeServiceImpl::FillServerInfo(v1::ServerInfo* info) const {
   }
 }
 
+bool RopeServiceImpl::IsInlineRotate(const v1::RotateRequest& request) const {
+  return options_.inline_rotate_max_bytes > 0 && engine_.backend_calls_never_wait() &&
+         request.config().hf_config_json().empty() &&
+         request.config().max_len() <= kInlineRotateMaxLen &&
+         static_cast<int64_t>(request.ByteSizeLong()) <= options_.inline_rotate_max_bytes;
+}
+
 grpc::ServerUnaryReactor* RopeServiceImpl::Rotate(grpc::CallbackServerContext* context,
                                                   const v1::RotateRequest* request,
                                                   v1::RotateResponse* response) {
@@ -183,6 +190,11 @@ grpc::ServerUnaryReactor* RopeServiceImpl::Rotate(grpc::CallbackServerContext* c
   // installed in the constructor: rotated in place, its bytes moved into the
   // reply.
   v1::RotateRequest* owned = MutableRequest<v1::RotateRequest, v1::RotateResponse>(context);
+  if (owned != nullptr && IsInlineRotate(*request)) {
+    auto* call = new UnaryCall(Rpc::kRotate, gate_, metrics_, options_.max_message_bytes);
+    if (call->Admit(*request)) call->FinishWith(AnswerRotate(engine_, owned, response), response);
+    return call;
+  }
   return ServeUnary(Rpc::kRotate, context, *request, response, [this, owned, response] {
     if (owned == nullptr) {
       return absl::InternalError("Rotate: the owning message allocator is not installed");

@@ -33,7 +33,18 @@ struct ServiceOptions {
   // The server's limit on one message each way; replies over it are refused
   // with RESOURCE_EXHAUSTED. Reported by GetServerInfo.
   int64_t max_message_bytes = kDefaultMaxMessageBytes;
+  // A Rotate request of at most this many bytes whose table is cheap to
+  // build (explicit fields, max_len <= kInlineRotateMaxLen), on a backend
+  // whose calls never wait (Backend::CallsNeverWait: the CPU), is answered on
+  // the gRPC thread that received it, as Echo is: its arithmetic (a few
+  // microseconds) costs less than handing it to the work queue and back
+  // (bench/results/service_bench.md). 0 sends every call to the queue.
+  int64_t inline_rotate_max_bytes = 64 << 10;
 };
+
+// The largest max_len of an inline Rotate: on a table-cache miss the gRPC
+// thread builds at most this many rows (about a millisecond at head_dim 128).
+inline constexpr uint32_t kInlineRotateMaxLen = 32768;
 
 class RopeServiceImpl final : public v1::RopeService::CallbackService {
  public:
@@ -60,6 +71,10 @@ class RopeServiceImpl final : public v1::RopeService::CallbackService {
 
  private:
   class RotateStreamReactor;
+
+  // Whether a Rotate is answered on the receiving gRPC thread
+  // (ServiceOptions::inline_rotate_max_bytes).
+  bool IsInlineRotate(const v1::RotateRequest& request) const;
 
   // The skeleton of Rotate, AttentionScores and GetTable: admits the call,
   // then on the work queue runs `answer` (() -> absl::Status, filling

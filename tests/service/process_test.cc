@@ -392,6 +392,7 @@ TEST(ProcessTest, HelpListsEveryFlag) {
   const std::string output = RunToExit({"--help"}, &exit_code);
   for (const char* flag :
        {"--listen", "--backend", "--cpu_threads", "--cpu_simd", "--work_threads",
+        "--inline_rotate_max_bytes",
         "--max_message_bytes",
         "--table_cache_bytes", "--max_len_cap", "--max_elements_per_request",
         "--max_concurrent_calls", "--metrics_port", "--metrics_host", "--shutdown_grace_period",
