@@ -39,7 +39,7 @@ trap cleanup EXIT
 
 start_ropeserve "$ROPESERVE" --backend=cpu
 rope_target=$ROPESERVE_TARGET
-client/python/generate_stubs.sh "$work/stubs" >/dev/null
+/usr/bin/python3 client/python/build_proto.py --out "$work/stubs" --proto-dir proto >/dev/null
 /usr/bin/python3 bench/torch_server/torch_rope_server.py --stubs="$work/stubs" \
   >"$work/torch.log" 2>&1 &
 torch_pid=$!

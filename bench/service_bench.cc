@@ -18,6 +18,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "rope/bench/v1/echo.grpc.pb.h"
@@ -27,6 +28,12 @@ ABSL_FLAG(std::string, target, "127.0.0.1:50051", "ropeserve address (started wi
 ABSL_FLAG(std::string, out, "", "write results as JSON to this file");
 ABSL_FLAG(double, seconds_per_case, 3.0, "time cap of each measured case");
 ABSL_FLAG(int, concurrency, 4, "calls in flight for the throughput cases");
+ABSL_FLAG(std::vector<std::string>, sizes, std::vector<std::string>({"16KiB", "4MiB", "64MiB"}),
+          "payload sizes to measure (a subset of 16KiB,4MiB,64MiB); RotateStream runs with 16KiB");
+ABSL_FLAG(std::vector<std::string>, rpcs, std::vector<std::string>({"Echo", "Rotate"}),
+          "unary RPCs to measure (a subset of Echo,Rotate), e.g. one at a time under a profiler");
+ABSL_FLAG(bool, sequential, true,
+          "measure each unary case with 1 call in flight too, besides --concurrency");
 
 namespace {
 
@@ -146,7 +153,15 @@ int main(int argc, char** argv) {
     int64_t max_calls;
   };
   // 16 KiB, 4 MiB, 64 MiB of float32 q [1, seq, 32, 128].
+  const std::vector<std::string> sizes = absl::GetFlag(FLAGS_sizes);
+  const std::vector<std::string> rpcs = absl::GetFlag(FLAGS_rpcs);
+  auto wanted = [](const std::vector<std::string>& list, const std::string& name) {
+    return absl::c_linear_search(list, name);
+  };
+  std::vector<int> in_flight = {conc};
+  if (absl::GetFlag(FLAGS_sequential) && conc != 1) in_flight.insert(in_flight.begin(), 1);
   for (const Size& size : {Size{"16KiB", 1, 20000}, Size{"4MiB", 256, 2000}, Size{"64MiB", 4096, 60}}) {
+    if (!wanted(sizes, size.label)) continue;
     const rope::v1::RotateRequest rotate = MakeRotate(size.seq);
     const rope::bench::v1::EchoRequest echo = MakeEcho(rotate);
     const int64_t payload = static_cast<int64_t>(rotate.q().data().size());
@@ -161,16 +176,20 @@ int main(int argc, char** argv) {
       return rope_stub->Rotate(&ctx, rotate, &resp).ok() &&
              resp.q().data().size() == rotate.q().data().size();
     };
-    for (int c : {1, conc}) {
-      results.push_back(Measure(absl::StrCat("Echo/", size.label), payload, c, size.max_calls, do_echo));
-      results.push_back(Measure(absl::StrCat("Rotate/", size.label), payload, c, size.max_calls, do_rotate));
+    for (int c : in_flight) {
+      if (wanted(rpcs, "Echo")) {
+        results.push_back(Measure(absl::StrCat("Echo/", size.label), payload, c, size.max_calls, do_echo));
+      }
+      if (wanted(rpcs, "Rotate")) {
+        results.push_back(Measure(absl::StrCat("Rotate/", size.label), payload, c, size.max_calls, do_rotate));
+      }
     }
   }
 
   // RotateStream vs unary at the small size: N requests on one stream, each
   // reply read before the next write (so latency per message is comparable),
   // then the same N as unary calls.
-  {
+  if (wanted(sizes, "16KiB") && wanted(rpcs, "Rotate")) {
     const rope::v1::RotateRequest rotate = MakeRotate(1);
     const int64_t payload = static_cast<int64_t>(rotate.q().data().size());
     const int64_t n = 5000;

@@ -53,6 +53,10 @@ ABSL_FLAG(std::string, cpu_simd, "",
           "variable, else auto");
 ABSL_FLAG(int32_t, work_threads, 0,
           "threads running calls (validation, then the backend); 0: one per hardware thread");
+ABSL_FLAG(int64_t, inline_rotate_max_bytes, 64 << 10,
+          "Rotate requests of at most this many bytes (explicit config fields, max_len <= 32768) "
+          "are answered on the gRPC thread that received them, skipping the hand-off to a work "
+          "thread; 0: every call goes to the work threads");
 ABSL_FLAG(int64_t, max_message_bytes, rope::kDefaultMaxMessageBytes,
           "largest request or reply message, in bytes (at most 2147483647)");
 ABSL_FLAG(int64_t, table_cache_bytes, int64_t{1} << 30,
@@ -442,6 +446,7 @@ int RunServer() {
   options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   options.max_concurrent_calls = absl::GetFlag(FLAGS_max_concurrent_calls);
   options.work_threads = absl::GetFlag(FLAGS_work_threads);
+  options.inline_rotate_max_bytes = absl::GetFlag(FLAGS_inline_rotate_max_bytes);
   if (absl::GetFlag(FLAGS_metrics_port) != 0) {
     options.metrics_address =
         absl::StrCat(absl::GetFlag(FLAGS_metrics_host), ":", absl::GetFlag(FLAGS_metrics_port));

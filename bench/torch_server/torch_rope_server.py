@@ -9,6 +9,8 @@ per config as ropeserve does; not a production server (it checks little).
 Usage:
   /usr/bin/python3 bench/torch_server/torch_rope_server.py [--listen=127.0.0.1:0]
       [--torch_threads=N] [--workers=N] [--stubs=DIR]
+(--stubs: a directory holding ropeserve/proto/, as client/python/build_proto.py
+writes it; generated into a temporary directory when absent)
 Prints "torch_rope_server listening on HOST:PORT" once serving; stops on
 SIGTERM / SIGINT.
 
@@ -46,10 +48,13 @@ def load_stubs(stubs_dir):
     if stubs_dir is None:
         stubs_dir = tempfile.mkdtemp(prefix="torch-rope-stubs-")
         atexit.register(shutil.rmtree, stubs_dir, ignore_errors=True)
-        subprocess.run([os.path.join(REPO, "client", "python", "generate_stubs.sh"), stubs_dir],
+        subprocess.run([sys.executable, os.path.join(REPO, "client", "python", "build_proto.py"),
+                        "--out", stubs_dir, "--proto-dir", os.path.join(REPO, "proto")],
                        check=True, stdout=subprocess.DEVNULL, timeout=120)
     sys.path.insert(0, stubs_dir)
-    from rope.v1 import rope_pb2, rope_pb2_grpc  # pylint: disable=import-outside-toplevel
+    # ropeserve.proto alone (build_proto.py writes no ropeserve/__init__.py):
+    # the messages and stubs the Python client uses, without the client.
+    from ropeserve.proto import rope_pb2, rope_pb2_grpc  # pylint: disable=import-outside-toplevel
     return rope_pb2, rope_pb2_grpc
 
 
@@ -249,7 +254,7 @@ def main():
                         help="torch intra-op threads (0: torch's default)")
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 2,
                         help="gRPC worker threads")
-    parser.add_argument("--stubs", default=None, help="rope.v1 stubs dir (generated if absent)")
+    parser.add_argument("--stubs", default=None, help="directory holding ropeserve/proto/ (generated if absent)")
     args = parser.parse_args()
     if args.torch_threads > 0:
         torch.set_num_threads(args.torch_threads)

@@ -96,6 +96,12 @@ class Backend {
   // Fills args.scores (and args.output when args.v is set).
   virtual absl::Status AttentionScores(const RopeTable& table, const AttentionArgs& args) = 0;
 
+  // True when a call only computes on the calling thread and the backend's
+  // own pool: it never waits for a device, a free context or another call,
+  // so the service may run a small call on a gRPC I/O thread
+  // (ServiceOptions::inline_rotate_max_bytes). The CPU backend's answer.
+  virtual bool CallsNeverWait() const { return false; }
+
   // Runs fill(begin, end) over [0, rows) on the backend's threads; used to
   // build tables in parallel. The default runs it on the calling thread.
   virtual void ParallelRows(int64_t rows, const std::function<void(int64_t, int64_t)>& fill) {

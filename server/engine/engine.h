@@ -117,6 +117,8 @@ class Engine {
 
   const EngineLimits& limits() const { return limits_; }
   BackendInfo backend_info() const { return backend_->info(); }
+  // Backend::CallsNeverWait of this engine's backend.
+  bool backend_calls_never_wait() const { return backend_->CallsNeverWait(); }
   TableCacheStats cache_stats() const { return cache_.stats(); }
   HfConfigCache::Stats hf_config_cache_stats() const { return hf_configs_.stats(); }
 

@@ -118,7 +118,7 @@ RopeServer::RopeServer(std::unique_ptr<Engine> engine, const ServerOptions& opti
       service_(*engine_, gate_, budget_, metrics_, work_,
                ServiceOptions{options.max_message_bytes, options.max_inflight_bytes,
                               /*tokens_verified=*/!options.security.bearer_tokens.empty(),
-                              &shm_}) {}
+                              &shm_, options.inline_rotate_max_bytes}) {}
 
 absl::StatusOr<std::unique_ptr<RopeServer>> RopeServer::Start(std::unique_ptr<Engine> engine,
                                                               const ServerOptions& options) {

@@ -71,6 +71,9 @@ struct ServerOptions {
   int64_t max_calls_per_client = 0;
   // Threads running the calls' work; <= 0: one per hardware thread.
   int work_threads = 0;
+  // Rotate requests up to this size are answered on the gRPC thread instead
+  // of the work queue (ServiceOptions::inline_rotate_max_bytes); <= 0: none.
+  int64_t inline_rotate_max_bytes = 64 << 10;
   // host:port of the Prometheus /metrics endpoint; empty: none. Port 0 picks
   // a free port (see RopeServer::metrics_port()).
   std::string metrics_address;

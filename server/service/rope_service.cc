@@ -246,6 +246,13 @@ void RopeServiceImpl::FillServerInfo(v1::ServerInfo* info) const {
   }
 }
 
+bool RopeServiceImpl::IsInlineRotate(const v1::RotateRequest& request) const {
+  return options_.inline_rotate_max_bytes > 0 && engine_.backend_calls_never_wait() &&
+         !UsesSharedMemory(request) && request.config().hf_config_json().empty() &&
+         request.config().max_len() <= kInlineRotateMaxLen &&
+         static_cast<int64_t>(request.ByteSizeLong()) <= options_.inline_rotate_max_bytes;
+}
+
 grpc::ServerUnaryReactor* RopeServiceImpl::Rotate(grpc::CallbackServerContext* context,
                                                   const v1::RotateRequest* request,
                                                   v1::RotateResponse* response) {
@@ -253,6 +260,17 @@ grpc::ServerUnaryReactor* RopeServiceImpl::Rotate(grpc::CallbackServerContext* c
   // installed in the constructor: rotated in place, its bytes moved into the
   // reply.
   v1::RotateRequest* owned = MutableRequest<v1::RotateRequest, v1::RotateResponse>(context);
+  if (owned != nullptr && IsInlineRotate(*request)) {
+    // Admitted and charged like every call; answered on this thread (or, if
+    // it had to wait for bytes, on the thread that freed them).
+    auto* call = new UnaryCall(Rpc::kRotate, gate_, metrics_, options_.max_message_bytes);
+    if (!call->Admit(*request, ClientOf(*context))) return call;
+    call->ReserveBytes(budget_, RotateReplyBytes(*request), absl::FromChrono(context->deadline()),
+                       [this, call, owned, response]() mutable {
+                         call->FinishWith(AnswerRotate(engine_, owned, response), response);
+                       });
+    return call;
+  }
   // The reply takes over the request's bytes; gRPC then serializes it (a
   // second copy, freed once sent). Tensors in shared memory are not counted:
   // they are mapped, not held by the process.

@@ -46,7 +46,18 @@ struct ServiceOptions {
   // Shared-memory regions (owned by the server); null: the region RPCs and
   // references answer FAILED_PRECONDITION.
   ShmRegistry* shm = nullptr;
+  // A Rotate request of at most this many bytes whose table is cheap to
+  // build (explicit fields, max_len <= kInlineRotateMaxLen), on a backend
+  // whose calls never wait (Backend::CallsNeverWait: the CPU), is answered on
+  // the gRPC thread that received it, as Echo is: its arithmetic (a few
+  // microseconds) costs less than handing it to the work queue and back
+  // (bench/results/service_bench.md). 0 sends every call to the queue.
+  int64_t inline_rotate_max_bytes = 64 << 10;
 };
+
+// The largest max_len of an inline Rotate: on a table-cache miss the gRPC
+// thread builds at most this many rows (about a millisecond at head_dim 128).
+inline constexpr uint32_t kInlineRotateMaxLen = 32768;
 
 class RopeServiceImpl final : public v1::RopeService::CallbackService {
  public:
@@ -83,6 +94,10 @@ class RopeServiceImpl final : public v1::RopeService::CallbackService {
 
  private:
   class RotateStreamReactor;
+
+  // Whether a Rotate is answered on the receiving gRPC thread
+  // (ServiceOptions::inline_rotate_max_bytes).
+  bool IsInlineRotate(const v1::RotateRequest& request) const;
 
   // The skeleton of Rotate, AttentionScores and GetTable: admits the call,
   // charges its request's bytes plus `more_bytes` (what its reply allocates)

@@ -34,6 +34,12 @@ class FaultBackend final : public Backend {
   bool WaitForHeld(int count, absl::Duration timeout);
 
   BackendInfo info() const override { return base_->info(); }
+  // The base backend's, except while holding: a held call waits, so it
+  // must not be run on a gRPC thread. (Tests hold before sending.)
+  bool CallsNeverWait() const override {
+    absl::MutexLock lock(&mu_);
+    return !holding_ && base_->CallsNeverWait();
+  }
   absl::Status Rotate(const RopeTable& table, const RotateArgs& args) override;
   absl::Status AttentionScores(const RopeTable& table, const AttentionArgs& args) override;
   void ParallelRows(int64_t rows, const std::function<void(int64_t, int64_t)>& fill) override {
@@ -45,7 +51,7 @@ class FaultBackend final : public Backend {
   absl::Status Enter();
 
   const std::unique_ptr<Backend> base_;
-  absl::Mutex mu_;
+  mutable absl::Mutex mu_;
   absl::Status injected_ ABSL_GUARDED_BY(mu_);
   bool holding_ ABSL_GUARDED_BY(mu_) = false;
   int held_ ABSL_GUARDED_BY(mu_) = 0;

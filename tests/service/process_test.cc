@@ -429,7 +429,8 @@ TEST(ProcessTest, HelpListsEveryFlagAndExitsZeroWithoutASourcePath) {
     const std::string output = RunToExit({help}, &exit_code);
     EXPECT_EQ(exit_code, 0) << help;
     for (const char* flag :
-         {"--listen", "--backend", "--cpu_threads", "--cpu_simd", "--work_threads", "--max_message_bytes",
+         {"--listen", "--backend", "--cpu_threads", "--cpu_simd", "--inline_rotate_max_bytes",
+          "--work_threads", "--max_message_bytes",
           "--table_cache_bytes", "--max_len_cap", "--max_elements_per_request",
           "--max_concurrent_calls", "--metrics_port", "--metrics_host", "--shutdown_grace_period",
           "--max_connection_age", "--enable_echo", "--reuse_port", "--teardown_timeout",

@@ -96,6 +96,42 @@ INSTANTIATE_TEST_SUITE_P(
                        ::testing::Values(v1::INTERLEAVED, v1::HALF), ::testing::Values(0u, 8u)),
     RotateCaseName);
 
+// A small Rotate is answered on the gRPC thread that received it
+// (ServerOptions::inline_rotate_max_bytes), a large one on a work thread:
+// the replies are the same bytes either way, and with inlining off.
+TEST_F(ServiceTest, RotateRepliesAreTheSameInlineAndOnTheWorkQueue) {
+  std::mt19937 rng(11);
+  std::vector<v1::RotateRequest> requests;
+  for (int64_t seq : {int64_t{3}, int64_t{600}}) {  // 1.5 KiB and 300 KiB of q
+    v1::RotateRequest request;
+    *request.mutable_config() = MakeConfig(16, 1024, v1::HALF);
+    *request.mutable_q() = ToProto(
+        Encode(DType::kBFloat16, {1, seq, 16, 16}, RandomValues(DType::kBFloat16, seq * 256, &rng)));
+    request.set_start_pos(5);
+    requests.push_back(request);
+  }
+  ASSERT_LE(requests[0].ByteSizeLong(), static_cast<size_t>(DefaultOptions().inline_rotate_max_bytes));
+  ASSERT_GT(requests[1].ByteSizeLong(), static_cast<size_t>(DefaultOptions().inline_rotate_max_bytes));
+  auto rotate_all = [&] {
+    std::vector<std::string> replies;
+    for (const v1::RotateRequest& request : requests) {
+      v1::RotateResponse response;
+      grpc::ClientContext context;
+      SetDeadline(&context);
+      EXPECT_TRUE(GrpcStatusIs(stub_->Rotate(&context, request, &response), grpc::StatusCode::OK, ""));
+      EXPECT_NE(response.q().data(), request.q().data());
+      replies.push_back(response.q().data());
+    }
+    return replies;
+  };
+  const std::vector<std::string> inline_replies = rotate_all();
+  TearDown();
+  ServerOptions queued = DefaultOptions();
+  queued.inline_rotate_max_bytes = 0;
+  ASSERT_NO_FATAL_FAILURE(StartServer(queued));
+  EXPECT_EQ(rotate_all(), inline_replies);
+}
+
 TEST_F(ServiceTest, RotateUsesExplicitPerRowPositionsAndRank3) {
   const uint32_t head_dim = 8;
   std::mt19937 rng(3);

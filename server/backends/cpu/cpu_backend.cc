@@ -22,6 +22,10 @@ class CpuBackend final : public Backend {
     openblas_set_num_threads(1);
   }
 
+  // Small calls run on the calling thread (ThreadPool::ParallelFor runs one
+  // chunk inline), larger ones also on the pool, whose caller takes part.
+  bool CallsNeverWait() const override { return true; }
+
   BackendInfo info() const override {
     BackendInfo info;
     info.name = "cpu";
