@@ -442,7 +442,7 @@ int RunServer() {
   ServerOptions options;
   options.security = *std::move(security);
   absl::Status listen_ok = ApplyListenAndShmFlags(&options);
-  if (!listen_ok.ok()) return Fail(listen_ok);
+  if (!listen_ok.ok()) return Fail(listen_ok, kExitUsage);
   options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   options.max_concurrent_calls = absl::GetFlag(FLAGS_max_concurrent_calls);
   options.work_threads = absl::GetFlag(FLAGS_work_threads);
