@@ -1,6 +1,7 @@
 #include "server/service/rope_server.h"
 
 #include <sys/stat.h>
+#include <sys/un.h>
 
 #include <algorithm>
 #include <climits>
@@ -47,10 +48,18 @@ absl::Status CheckOptions(const ServerOptions& options) {
   if (options.listen_address.empty() && options.unix_socket_paths.empty()) {
     return absl::InvalidArgumentError("no listen address: give a host:port or a Unix socket");
   }
+  // The kernel keeps a socket's path in sockaddr_un::sun_path (108 bytes with its NUL); gRPC
+  // refuses a longer one only at bind time, with a message that names no address.
+  constexpr size_t kMaxUnixPathBytes = sizeof(sockaddr_un{}.sun_path) - 1;
   for (const std::string& path : options.unix_socket_paths) {
     if (path.empty() || path[0] != '/') {
       return absl::InvalidArgumentError(
           absl::StrCat("Unix socket path is \"", path, "\": expected an absolute path"));
+    }
+    if (path.size() > kMaxUnixPathBytes) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("Unix socket path \"", path, "\" is ", path.size(),
+                       " bytes: a Unix socket path holds at most ", kMaxUnixPathBytes));
     }
   }
   if (!options.listen_address.empty() && options.listen_address.rfind(':') == std::string::npos) {

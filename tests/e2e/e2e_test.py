@@ -19,7 +19,7 @@ import shutil
 import subprocess
 import sys
 
-from ropeserve_process import RopeServe, StartError
+from ropeserve_process import RopeServe, StartError, unix_socket_path
 
 try:
     import numpy as np
@@ -40,8 +40,9 @@ def check(condition, message):
 
 
 class Driver:
-    def __init__(self, args, server, reference):
+    def __init__(self, args, server, reference, socket):
         self.ropectl = args.ropectl
+        self.socket = socket
         self.example = args.example
         self.work = args.workdir
         self.target = "--target=" + server.address
@@ -139,7 +140,7 @@ class Driver:
         k = rng.standard_normal((1, 5, 2, 16)).astype(np.float32)
         np.save(self.path("sq.npy"), q)
         np.save(self.path("sk.npy"), k)
-        cmd = [self.ropectl, "rotate", "--target=unix://" + self.path("rope.sock"), "--deadline=20s",
+        cmd = [self.ropectl, "rotate", "--target=unix://" + self.socket, "--deadline=20s",
                "--shm", "--q=" + self.path("sq.npy"), "--k=" + self.path("sk.npy"), "--start_pos=4",
                "--layout=half", "--max_len=64", "--out_q=" + self.path("sq_rot.npy"),
                "--out_k=" + self.path("sk_rot.npy")]
@@ -300,16 +301,20 @@ def main():
     shutil.rmtree(args.workdir, ignore_errors=True)
     os.makedirs(args.workdir)
     reference = load_reference(args.example)
+    with unix_socket_path() as socket:
+        return run(args, reference, socket)
 
+
+def run(args, reference, socket):
     try:
         server = RopeServe(args.ropeserve, ["--backend=cpu", "--cpu_threads=1", "--work_threads=2",
                                             "--shutdown_grace_period=5s"],
-                           listen="127.0.0.1:0,unix://" + os.path.join(args.workdir, "rope.sock"))
+                           listen="127.0.0.1:0,unix://" + socket)
     except StartError as e:
         print("FAIL  %s" % e)
         return 1
     print("ropeserve at %s (pid %d)" % (server.address, server.proc.pid))
-    driver = Driver(args, server, reference)
+    driver = Driver(args, server, reference, socket)
     try:
         driver.health_and_info()
         driver.rotate_npy()

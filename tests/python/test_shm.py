@@ -81,9 +81,9 @@ def test_region_errors_are_specific(client, server):
         client.rotate_shm(np.zeros((1, 2, 1, 16), np.float32), config=CONFIG)
 
 
-def test_unix_socket_serves_the_client_and_shared_memory(tmp_path):
-    path = str(tmp_path / "rope.sock")
-    with _unix_server(path) as server:
+def test_unix_socket_serves_the_client_and_shared_memory():
+    from ropeserve_process import unix_socket_path
+    with unix_socket_path() as path, _unix_server(path) as server:
         assert oct(os.stat(path).st_mode & 0o777) == "0o600"
         with ropeserve.Client("unix://" + path) as client, \
                 ropeserve.SharedRegion("py-unix", 4096) as region:

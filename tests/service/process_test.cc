@@ -418,6 +418,16 @@ TEST(ProcessTest, ListenTakesTcpAndUnixSocketsAndRefusesBadLists) {
   EXPECT_EQ(exit_code, 2);
   EXPECT_NE(output.find("write Unix sockets as unix:///absolute/path"), std::string::npos)
       << output;
+  output = RunToExit({"--listen=unix://relative.sock"}, &exit_code);
+  EXPECT_EQ(exit_code, 2);
+  EXPECT_NE(output.find("\"relative.sock\": expected an absolute path"), std::string::npos)
+      << output;
+  output = RunToExit({absl::StrCat("--listen=unix:///tmp/", std::string(120, 'x'), ".sock")},
+                     &exit_code);
+  EXPECT_EQ(exit_code, 2);
+  EXPECT_NE(output.find("is 130 bytes: a Unix socket path holds at most 107"),
+            std::string::npos)
+      << output;
   output = RunToExit({"--listen=127.0.0.1:0", "--unix_socket_mode=0999"}, &exit_code);
   EXPECT_EQ(exit_code, 2);
   EXPECT_NE(output.find("--unix_socket_mode is \"0999\""), std::string::npos) << output;

@@ -16,12 +16,15 @@ and bench/drain.sh does the same. The C++ twin is
 tests/support/server_process.h.
 """
 
+import contextlib
 import os
 import re
 import select
 import signal
+import shutil
 import socket
 import subprocess
+import tempfile
 import time
 import urllib.request
 
@@ -44,6 +47,21 @@ def free_port(host="127.0.0.1"):
     with socket.socket() as s:
         s.bind((host, 0))
         return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def unix_socket_path(name="rope.sock"):
+    """A Unix socket path in a fresh directory under /tmp, removed on exit.
+
+    A socket's path holds at most 107 bytes (sockaddr_un), and a build tree's
+    path (a CI checkout, pytest's basetemp) can be longer than that, so tests
+    put their sockets here rather than in their work directories.
+    """
+    directory = tempfile.mkdtemp(prefix="rope-", dir="/tmp")
+    try:
+        yield os.path.join(directory, name)
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 class RopeServe:
