@@ -92,21 +92,49 @@ double MedianUs(int calls, const std::function<void()>& fn) {
   return us[us.size() / 2];
 }
 
+// A table's blocks on the device, and the device block-pointer arrays the
+// kernels index through (TableRows), as the backend's DeviceTableCache and
+// UploadTableRows make them.
 struct DeviceTableCopy {
-  float* cos = nullptr;
-  float* sin = nullptr;
+  std::vector<void*> allocations;
+  TableRows rows;
   ~DeviceTableCopy() {
-    cudaFree(cos);
-    cudaFree(sin);
+    for (void* p : allocations) cudaFree(p);
   }
 };
 
 bool Upload(const RopeTable& table, DeviceTableCopy* d) {
-  const size_t bytes = static_cast<size_t>(table.byte_size() / 2);
-  return Check(cudaMalloc(&d->cos, bytes), "cudaMalloc table") &&
-         Check(cudaMalloc(&d->sin, bytes), "cudaMalloc table") &&
-         Check(cudaMemcpy(d->cos, table.cos_data(), bytes, cudaMemcpyHostToDevice), "upload") &&
-         Check(cudaMemcpy(d->sin, table.sin_data(), bytes, cudaMemcpyHostToDevice), "upload");
+  const int64_t slots = table.block_slots();
+  std::vector<const float*> pointers(2 * slots, nullptr);
+  for (int64_t i = 0; i < slots; ++i) {
+    const TableBlock& block = *table.block(i);
+    const size_t bytes = static_cast<size_t>(block.byte_size() / 2);
+    float *cos = nullptr, *sin = nullptr;
+    if (!Check(cudaMalloc(&cos, bytes), "cudaMalloc table block")) return false;
+    d->allocations.push_back(cos);
+    if (!Check(cudaMalloc(&sin, bytes), "cudaMalloc table block")) return false;
+    d->allocations.push_back(sin);
+    if (!Check(cudaMemcpy(cos, block.cos(), bytes, cudaMemcpyHostToDevice), "upload") ||
+        !Check(cudaMemcpy(sin, block.sin(), bytes, cudaMemcpyHostToDevice), "upload")) {
+      return false;
+    }
+    pointers[i] = cos;
+    pointers[slots + i] = sin;
+  }
+  void* device_pointers = nullptr;
+  const size_t pointer_bytes = pointers.size() * sizeof(const float*);
+  if (!Check(cudaMalloc(&device_pointers, pointer_bytes), "cudaMalloc block pointers")) {
+    return false;
+  }
+  d->allocations.push_back(device_pointers);
+  if (!Check(cudaMemcpy(device_pointers, pointers.data(), pointer_bytes, cudaMemcpyHostToDevice),
+             "upload block pointers")) {
+    return false;
+  }
+  d->rows = table.rows();
+  d->rows.cos_blocks = static_cast<const float* const*>(device_pointers);
+  d->rows.sin_blocks = static_cast<const float* const*>(device_pointers) + slots;
+  return true;
 }
 
 std::shared_ptr<const RopeTable> Table(uint32_t rotary_dim, uint32_t max_len) {
@@ -141,8 +169,7 @@ void RotateBandwidth(kernels::Storage storage, const char* tag, int64_t max_bloc
   p.tokens = seq;
   p.head_dim = static_cast<int>(d);
   p.rotary_dim = static_cast<int>(d);
-  p.cos = dt.cos;
-  p.sin = dt.sin;
+  p.table = dt.rows;
   p.positions.seq = seq;
   kernels::LaunchConfig launch;
   launch.stream = stream;
@@ -196,8 +223,7 @@ void DecodeLatency(int64_t max_blocks, cudaStream_t stream) {
   p.tokens = batch;
   p.head_dim = static_cast<int>(d);
   p.rotary_dim = static_cast<int>(d);
-  p.cos = dt.cos;
-  p.sin = dt.sin;
+  p.table = dt.rows;
   p.positions.seq = 1;
   p.positions.count = batch;  // one position per sequence (decode)
   p.positions.explicit_positions = positions;
@@ -287,8 +313,7 @@ void Attention(int64_t max_blocks, cudaStream_t stream) {
   kernels::RotatedCopyParams copy;
   copy.head_dim = 128;
   copy.rotary_dim = 128;
-  copy.cos = dt.cos;
-  copy.sin = dt.sin;
+  copy.table = dt.rows;
   kernels::MaskSoftmaxParams mask;
   mask.scores = scores;
   mask.batch = dims.batch;

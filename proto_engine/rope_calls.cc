@@ -65,11 +65,14 @@ absl::Status AnswerGetTable(Engine& engine, const v1::GetTableRequest& request,
   const std::vector<int64_t> shape = {slice.count, half};
   SetFloatTensor(shape, reply->mutable_cos());
   SetFloatTensor(shape, reply->mutable_sin());
-  reply->mutable_cos()->mutable_data()->assign(
-      reinterpret_cast<const char*>(table.cos_row(slice.start)), bytes_each);
-  reply->mutable_sin()->mutable_data()->assign(
-      reinterpret_cast<const char*>(table.sin_row(slice.start)), bytes_each);
-  reply->mutable_inv_freq()->Assign(table.inv_freq().begin(), table.inv_freq().end());
+  std::string* cos = reply->mutable_cos()->mutable_data();
+  std::string* sin = reply->mutable_sin()->mutable_data();
+  cos->resize(bytes_each);
+  sin->resize(bytes_each);
+  table.CopyRows(slice.start, slice.count, reinterpret_cast<float*>(cos->data()),
+                 reinterpret_cast<float*>(sin->data()));
+  const std::vector<double> inv_freq = table.inv_freq();
+  reply->mutable_inv_freq()->Assign(inv_freq.begin(), inv_freq.end());
   reply->set_attention_factor(table.attention_factor());
   reply->set_start(slice.start);
   return absl::OkStatus();

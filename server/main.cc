@@ -62,7 +62,12 @@ ABSL_FLAG(int64_t, max_message_bytes, rope::kDefaultMaxMessageBytes,
 ABSL_FLAG(int64_t, table_cache_bytes, int64_t{1} << 30,
           "byte budget of the cos/sin table cache (least recently used tables are evicted); "
           "the CUDA backend's device-resident cache has the same budget");
-ABSL_FLAG(uint32_t, max_len_cap, 1u << 20, "largest RopeConfig.max_len accepted");
+ABSL_FLAG(uint32_t, max_len_cap, 1u << 24,
+          "largest RopeConfig.max_len accepted (tables are paged: a call builds only the "
+          "4096-row blocks its positions touch)");
+ABSL_FLAG(int64_t, max_table_blocks_per_call, 256,
+          "most distinct 4096-row table blocks one call's positions may touch (more: "
+          "RESOURCE_EXHAUSTED)");
 ABSL_FLAG(int64_t, max_elements_per_request, int64_t{1} << 28,
           "most tensor elements per request (q + k + v + scores)");
 ABSL_FLAG(int64_t, max_concurrent_calls, 64,
@@ -193,6 +198,11 @@ absl::Status CheckFlags() {
   if (absl::GetFlag(FLAGS_table_cache_bytes) <= 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--table_cache_bytes is ", absl::GetFlag(FLAGS_table_cache_bytes), ": must be > 0"));
+  }
+  if (absl::GetFlag(FLAGS_max_table_blocks_per_call) <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat("--max_table_blocks_per_call is ",
+                                                   absl::GetFlag(FLAGS_max_table_blocks_per_call),
+                                                   ": must be > 0"));
   }
   if (absl::GetFlag(FLAGS_max_elements_per_request) <= 0) {
     return absl::InvalidArgumentError(absl::StrCat("--max_elements_per_request is ",
@@ -436,6 +446,7 @@ int RunServer() {
   limits.max_len_cap = absl::GetFlag(FLAGS_max_len_cap);
   limits.table_cache_bytes = absl::GetFlag(FLAGS_table_cache_bytes);
   limits.max_elements_per_request = absl::GetFlag(FLAGS_max_elements_per_request);
+  limits.max_table_blocks_per_call = absl::GetFlag(FLAGS_max_table_blocks_per_call);
   auto engine = std::make_unique<Engine>(*std::move(backend), limits);
   const BackendInfo info = engine->backend_info();
 

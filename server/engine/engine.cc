@@ -2,12 +2,14 @@
 
 #include <algorithm>
 #include <array>
+#include <functional>
 #include <new>
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "server/engine/hf_config.h"
+#include "server/engine/table_blocks_touched.h"
 #include "server/engine/validation.h"
 
 namespace rope {
@@ -15,11 +17,12 @@ namespace rope {
 Engine::Engine(std::unique_ptr<Backend> backend, EngineLimits limits)
     : backend_(std::move(backend)),
       limits_(limits),
-      cache_(limits.table_cache_bytes, [b = backend_.get()](const TableKey& key) {
-        return RopeTable::Build(key, [b](int64_t rows, const auto& fill) {
-          b->ParallelRows(rows, fill);
-        });
-      }),
+      cache_(limits.table_cache_bytes,
+             [b = backend_.get()](const TableKey& key, int64_t block) {
+               return TableBlock::Build(key, block, [b](int64_t rows, const auto& fill) {
+                 b->ParallelRows(rows, fill);
+               });
+             }),
       hf_configs_(limits.hf_config_cache_bytes, limits.hf_config_cache_entries) {}
 
 namespace {
@@ -61,16 +64,28 @@ absl::StatusOr<RopeConfig> Engine::ExplicitConfig(const RopeConfig& config) {
   return explicit_config;
 }
 
-absl::StatusOr<std::shared_ptr<const RopeTable>> Engine::TableFor(const RopeConfig& config,
-                                                                 int64_t max_position) {
-  return cache_.Get(MakeTableKey(config, max_position));
+absl::StatusOr<std::shared_ptr<const RopeTable>> Engine::TableFor(
+    const RopeConfig& config, int64_t max_position,
+    const std::function<void(BlocksTouched&)>& touch) {
+  const TableKey key = MakeTableKey(config, max_position);
+  BlocksTouched touched(TableBlockShift(key), limits_.max_table_blocks_per_call);
+  touch(touched);
+  ROPE_ASSIGN_OR_RETURN(const std::vector<int64_t> blocks, touched.Sorted());
+  return cache_.Get(key, blocks);
 }
 
 absl::Status Engine::Rotate(const RotateParams& params) {
   ROPE_ASSIGN_OR_RETURN(const RopeConfig config, ExplicitConfig(params.config));
   ROPE_ASSIGN_OR_RETURN(ResolvedRotate resolved, ResolveRotate(params, config, limits_));
-  ROPE_ASSIGN_OR_RETURN(const std::shared_ptr<const RopeTable> table,
-                        TableFor(config, resolved.max_position));
+  ROPE_ASSIGN_OR_RETURN(
+      const std::shared_ptr<const RopeTable> table,
+      TableFor(config, resolved.max_position, [&resolved](BlocksTouched& touched) {
+        if (resolved.mrope_positions != nullptr) {
+          touched.AddList(resolved.mrope_positions, kMropeAxes * resolved.mrope_rows);
+        } else {
+          touched.AddPositions(resolved.args.positions);
+        }
+      }));
   if (resolved.mrope_positions == nullptr) return backend_->Rotate(*table, resolved.args);
 
   // M-RoPE: a per-request table whose row r holds token r's frequencies,
@@ -114,9 +129,13 @@ absl::Status Engine::AttentionScores(const AttentionParams& params, AttentionOut
   }
   AttentionArgs& args = resolved.args;
   args.interrupt = params.interrupt;
-  ROPE_ASSIGN_OR_RETURN(const std::shared_ptr<const RopeTable> table,
-                        TableFor(config, std::max(MaxPosition(args.q_positions),
-                                                         MaxPosition(args.k_positions))));
+  ROPE_ASSIGN_OR_RETURN(
+      const std::shared_ptr<const RopeTable> table,
+      TableFor(config, std::max(MaxPosition(args.q_positions), MaxPosition(args.k_positions)),
+               [&args](BlocksTouched& touched) {
+                 touched.AddPositions(args.q_positions);
+                 touched.AddPositions(args.k_positions);
+               }));
 
   int64_t score_elements = 1;
   for (int64_t d : resolved.scores_shape) score_elements *= d;
@@ -161,7 +180,9 @@ absl::StatusOr<TableSlice> Engine::GetTable(const RopeConfig& requested, int64_t
         "max_elements_per_request limit of ", limits_.max_elements_per_request));
   }
   ROPE_ASSIGN_OR_RETURN(std::shared_ptr<const RopeTable> table,
-                        TableFor(config, start + count - 1));
+                        TableFor(config, start + count - 1, [start, count](BlocksTouched& touched) {
+                          touched.AddRange(start, count);
+                        }));
   TableSlice slice;
   slice.table = std::move(table);
   slice.start = start;

@@ -7,6 +7,7 @@
 #define ROPE_ENGINE_ENGINE_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -16,14 +17,18 @@
 #include "server/engine/backend.h"
 #include "server/engine/hf_config_cache.h"
 #include "server/engine/rope_config.h"
+#include "server/engine/table_blocks_touched.h"
 #include "server/engine/table_cache.h"
 #include "server/engine/tensor.h"
 
 namespace rope {
 
 struct EngineLimits {
-  uint32_t max_len_cap = 1u << 20;          // largest RopeConfig.max_len accepted
+  uint32_t max_len_cap = 1u << 24;          // largest RopeConfig.max_len accepted
   int64_t table_cache_bytes = 1ll << 30;    // budget of the table cache
+  // Most distinct table blocks (table_block.h: 4096 rows) one call's
+  // positions may touch; 256 blocks are 1,048,576 rows.
+  int64_t max_table_blocks_per_call = 256;
   int64_t max_elements_per_request = 1ll << 28;  // q + k + v (+ scores) elements
   int64_t max_hf_config_json_bytes = 4ll << 20;  // RopeConfig.hf_config_json
   int64_t hf_config_cache_bytes = 16ll << 20;    // parsed config.json texts kept
@@ -123,10 +128,12 @@ class Engine {
   HfConfigCache::Stats hf_config_cache_stats() const { return hf_configs_.stats(); }
 
  private:
-  // The table for a validated config and the largest position the request
-  // uses (dynamic NTK's base depends on it).
-  absl::StatusOr<std::shared_ptr<const RopeTable>> TableFor(const RopeConfig& config,
-                                                           int64_t max_position);
+  // The rows of the table for a validated config and the largest position
+  // the request uses (dynamic NTK's base depends on it) that `touch` adds:
+  // the blocks they fall in, built if missing, held by the returned view.
+  absl::StatusOr<std::shared_ptr<const RopeTable>> TableFor(
+      const RopeConfig& config, int64_t max_position,
+      const std::function<void(BlocksTouched&)>& touch);
 
   std::unique_ptr<Backend> backend_;
   const EngineLimits limits_;

@@ -1,7 +1,8 @@
-// KeyedLruCache<Value>: a byte-bounded LRU cache of immutable values keyed by
-// TableKey, each built at most once at a time. The host table cache
-// (TableCache, RopeTables in host memory) and the CUDA backend's device table
-// cache (tables uploaded to device memory) are both this one policy.
+// KeyedLruCache<Key, Value>: a byte-bounded LRU cache of immutable values,
+// each built at most once at a time. The host table cache (TableCache, table
+// blocks in host memory) and the CUDA backend's device table cache (blocks
+// uploaded to device memory) are both this one policy, keyed by
+// TableBlockKey. Key is hashable with absl::Hash and has DebugString().
 //
 // Thread-safe. Concurrent lookups of the same missing key build the value
 // once: the first caller builds (outside the lock), the others wait for it.
@@ -27,20 +28,20 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "server/engine/rope_config.h"
 
 namespace rope {
 
 struct TableCacheStats {
   int64_t hits = 0;       // lookups answered from the cache (or a build in flight)
   int64_t misses = 0;     // lookups that built a value
+  int64_t built = 0;      // builds that succeeded (misses less failed builds)
   int64_t evictions = 0;  // values dropped to stay within the budget
   int64_t entries = 0;    // values cached now
   int64_t bytes = 0;      // bytes of cached values now (<= budget_bytes)
   int64_t budget_bytes = 0;
 };
 
-template <typename Value>
+template <typename Key, typename Value>
 class KeyedLruCache {
  public:
   // Makes the value of one key; called without the cache's lock held. An
@@ -59,12 +60,12 @@ class KeyedLruCache {
   // recently used values to make room for its `bytes`. RESOURCE_EXHAUSTED,
   // naming the sizes, when `bytes` alone exceeds the whole budget; the
   // builder's own error when it fails; INTERNAL when it returns null.
-  absl::StatusOr<std::shared_ptr<const Value>> Get(const TableKey& key, int64_t bytes,
+  absl::StatusOr<std::shared_ptr<const Value>> Get(const Key& key, int64_t bytes,
                                                    const Builder& build) {
     if (bytes > budget_bytes_) {
-      return absl::ResourceExhaustedError(absl::StrCat("table for ", key.DebugString(), " needs ",
-                                                       bytes, " bytes: over the ", name_,
-                                                       " budget of ", budget_bytes_, " bytes"));
+      return absl::ResourceExhaustedError(absl::StrCat(key.DebugString(), " needs ", bytes,
+                                                       " bytes: over the ", name_, " budget of ",
+                                                       budget_bytes_, " bytes"));
     }
     {
       absl::MutexLock lock(&mu_);
@@ -91,7 +92,7 @@ class KeyedLruCache {
     absl::StatusOr<std::shared_ptr<const Value>> built = build();
     if (built.ok() && *built == nullptr) {
       built = absl::InternalError(
-          absl::StrCat(name_, " builder returned no table for ", key.DebugString()));
+          absl::StrCat(name_, " builder returned nothing for ", key.DebugString()));
     }
 
     // Declared before the lock, so destroyed after it is released.
@@ -101,6 +102,7 @@ class KeyedLruCache {
       entries_.erase(key);  // waiters wake and retry the build themselves
       return built.status();
     }
+    ++built_;
     EvictUntilFits(bytes, &evicted);
     lru_.push_front(key);
     Entry& entry = entries_[key];
@@ -116,6 +118,7 @@ class KeyedLruCache {
     TableCacheStats s;
     s.hits = hits_;
     s.misses = misses_;
+    s.built = built_;
     s.evictions = evictions_;
     s.entries = static_cast<int64_t>(lru_.size());
     s.bytes = bytes_;
@@ -127,7 +130,7 @@ class KeyedLruCache {
   struct Entry {
     std::shared_ptr<const Value> value;  // null while being built
     int64_t bytes = 0;
-    std::list<TableKey>::iterator lru_pos;  // valid once built
+    typename std::list<Key>::iterator lru_pos;  // valid once built
   };
 
   // Moves the cache's references to evicted values into `evicted`, for the
@@ -148,11 +151,12 @@ class KeyedLruCache {
   const std::string name_;
 
   mutable absl::Mutex mu_;
-  absl::flat_hash_map<TableKey, Entry> entries_ ABSL_GUARDED_BY(mu_);
-  std::list<TableKey> lru_ ABSL_GUARDED_BY(mu_);  // front = most recent
+  absl::flat_hash_map<Key, Entry> entries_ ABSL_GUARDED_BY(mu_);
+  std::list<Key> lru_ ABSL_GUARDED_BY(mu_);  // front = most recent
   int64_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t hits_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t misses_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t built_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t evictions_ ABSL_GUARDED_BY(mu_) = 0;
 };
 

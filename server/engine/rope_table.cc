@@ -1,147 +1,35 @@
 #include "server/engine/rope_table.h"
 
-#include <sys/mman.h>
-
 #include <algorithm>
-#include <cmath>
-#include <cstdint>
-#include <cstdlib>
-#include <new>
+#include <cstring>
+#include <utility>
 
 namespace rope {
-namespace {
 
-// Rows between exact re-evaluations of cos/sin. In between, rows advance by
-// the angle-addition recurrence in double, whose error grows by a few
-// ulp(double) per step: after kResyncRows steps it is ~1e-12, five orders of
-// magnitude below float32 rounding (6e-8), while the exact sin/cos calls
-// (slow for large angles: glibc reduces them exactly) drop to 1/kResyncRows.
-constexpr int64_t kResyncRows = 1024;
-
-constexpr size_t kHugePage = size_t{2} << 20;
-constexpr size_t kPage = 4096;
-// Arrays at least this large get a mapping of their own; smaller ones come
-// from the heap (a mapping per 1 KiB array would waste most of a page).
-constexpr size_t kMapThreshold = size_t{64} << 10;
-
-size_t RoundUp(size_t n, size_t multiple) { return (n + multiple - 1) / multiple * multiple; }
-
-}  // namespace
-
-// Tables are the server's large, long-lived allocations, and the cache
-// budget counts their exact bytes, so their storage occupies no more than
-// that (plus under a page per array) and goes back to the system when a
-// table is evicted:
-//   - an array of at least kMapThreshold bytes is a private mapping of its
-//     size rounded up to 4 KiB pages, unmapped with the table. From
-//     kHugePage up it starts on a 2 MiB boundary with MADV_HUGEPAGE, so that
-//     first-touch page faults on 4 KiB pages (three times the arithmetic of
-//     a build) become one per 2 MiB. It is not rounded up to whole huge
-//     pages: with transparent huge pages on, touching a 2 MiB-aligned block
-//     makes all of it resident, so a 64 KiB array would cost 2 MiB. Nor is
-//     it on the heap, where tables outliving the request buffers around them
-//     keep freed memory from going back (the resident size then grows far
-//     past the budget under table churn: bench/results/soak.md);
-//   - a smaller array comes from aligned_alloc (64-byte aligned).
-RopeTable::Storage RopeTable::AllocateStorage(size_t count) {
-  const size_t bytes = std::max<size_t>(count * sizeof(float), sizeof(float));
-  if (bytes < kMapThreshold) {
-    void* p = std::aligned_alloc(64, RoundUp(bytes, 64));
-    if (p == nullptr) throw std::bad_alloc();
-    return Storage(static_cast<float*>(p), StorageFree{0});
+RopeTable::RopeTable(const TableKey& key, int64_t first_block,
+                     std::vector<std::shared_ptr<const TableBlock>> blocks)
+    : key_(key), blocks_(std::move(blocks)) {
+  cos_blocks_.resize(blocks_.size(), nullptr);
+  sin_blocks_.resize(blocks_.size(), nullptr);
+  for (size_t i = 0; i < blocks_.size(); ++i) {
+    if (blocks_[i] == nullptr) continue;
+    cos_blocks_[i] = blocks_[i]->cos();
+    sin_blocks_[i] = blocks_[i]->sin();
   }
-  const size_t length = RoundUp(bytes, kPage);
-  const size_t slack = length >= kHugePage ? kHugePage : 0;  // room to align the start
-  void* mapped = mmap(nullptr, length + slack, PROT_READ | PROT_WRITE,
-                      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (mapped == MAP_FAILED) throw std::bad_alloc();
-  char* start = static_cast<char*>(mapped);
-  if (slack > 0) {
-    const uintptr_t base = reinterpret_cast<uintptr_t>(mapped);
-    char* aligned = start + (RoundUp(base, kHugePage) - base);
-    // Give back the unaligned head and the unused tail of the slack.
-    if (aligned > start) munmap(start, static_cast<size_t>(aligned - start));
-    char* end = aligned + length;
-    char* mapped_end = start + length + slack;
-    if (mapped_end > end) munmap(end, static_cast<size_t>(mapped_end - end));
-    start = aligned;
-    madvise(start, length, MADV_HUGEPAGE);  // a hint; failure is harmless
-  }
-  return Storage(reinterpret_cast<float*>(start), StorageFree{length});
-}
-
-void RopeTable::StorageFree::operator()(float* p) const {
-  if (mapped_bytes > 0) {
-    munmap(p, mapped_bytes);
-  } else {
-    std::free(p);
-  }
-}
-
-std::vector<double> ComputeInvFreq(const TableKey& key) {
-  return ScaledInvFreq(key.scaling, key.theta, key.rotary_dim, key.long_factor);
-}
-
-double ComputeAttentionFactor(const TableKey& key) {
-  return ScaledAttentionFactor(key.scaling, key.max_len);
-}
-
-void FillTableRows(const std::vector<double>& inv_freq, double factor, int64_t first_pos,
-                   int64_t count, float* cos_out, float* sin_out) {
-  const int64_t half = static_cast<int64_t>(inv_freq.size());
-  if (half == 0 || count <= 0) return;
-  // One-step rotation per frequency, and the running cos/sin of the current row.
-  std::vector<double> step_cos(half), step_sin(half), c(half), s(half);
-  for (int64_t i = 0; i < half; ++i) {
-    step_cos[i] = std::cos(inv_freq[i]);
-    step_sin[i] = std::sin(inv_freq[i]);
-  }
-  for (int64_t row = 0; row < count; ++row) {
-    float* cos_row = cos_out + row * half;
-    float* sin_row = sin_out + row * half;
-    if (row % kResyncRows == 0) {
-      const double pos = static_cast<double>(first_pos + row);
-      for (int64_t i = 0; i < half; ++i) {
-        const double angle = pos * inv_freq[i];
-        c[i] = std::cos(angle);
-        s[i] = std::sin(angle);
-      }
-    } else {
-      for (int64_t i = 0; i < half; ++i) {
-        const double next_c = c[i] * step_cos[i] - s[i] * step_sin[i];
-        const double next_s = s[i] * step_cos[i] + c[i] * step_sin[i];
-        c[i] = next_c;
-        s[i] = next_s;
-      }
-    }
-    for (int64_t i = 0; i < half; ++i) {
-      cos_row[i] = static_cast<float>(factor * c[i]);
-      sin_row[i] = static_cast<float>(factor * s[i]);
-    }
-  }
+  rows_.cos_blocks = cos_blocks_.data();
+  rows_.sin_blocks = sin_blocks_.data();
+  rows_.first_block = first_block;
+  rows_.block_shift = TableBlockShift(key);
+  rows_.half = half();
 }
 
 std::shared_ptr<const RopeTable> RopeTable::Build(const TableKey& key,
                                                   const ParallelFill& parallel_fill) {
-  std::shared_ptr<RopeTable> table(new RopeTable(key));
-  table->inv_freq_ = ComputeInvFreq(key);
-  table->attention_factor_ = ComputeAttentionFactor(key);
-  const int64_t rows = key.max_len;
-  const int64_t half = key.rotary_dim / 2;
-  // Uninitialised: every element is written by the fill below.
-  table->cos_ = AllocateStorage(rows * half);
-  table->sin_ = AllocateStorage(rows * half);
-  RopeTable* t = table.get();
-  auto fill = [t, half](int64_t begin, int64_t end) {
-    FillTableRows(t->inv_freq_, t->attention_factor_, begin, end - begin,
-                  t->cos_.get() + begin * half, t->sin_.get() + begin * half);
-  };
-  if (parallel_fill) {
-    parallel_fill(rows, fill);
-  } else {
-    fill(0, rows);
+  std::vector<std::shared_ptr<const TableBlock>> blocks(TableBlockCount(key));
+  for (int64_t b = 0; b < static_cast<int64_t>(blocks.size()); ++b) {
+    blocks[b] = TableBlock::Build(key, b, parallel_fill);
   }
-  return table;
+  return std::make_shared<const RopeTable>(key, 0, std::move(blocks));
 }
 
 std::shared_ptr<const RopeTable> RopeTable::Gather(
@@ -149,23 +37,61 @@ std::shared_ptr<const RopeTable> RopeTable::Gather(
     const std::vector<uint8_t>& axis_of_frequency) {
   TableKey key = source.key();
   key.max_len = static_cast<uint32_t>(rows);
-  std::shared_ptr<RopeTable> table(new RopeTable(key));
-  table->inv_freq_ = source.inv_freq_;
-  table->attention_factor_ = source.attention_factor_;
-  table->per_request_ = true;
-  const int64_t half = source.half();
-  table->cos_ = AllocateStorage(rows * half);
-  table->sin_ = AllocateStorage(rows * half);
+  const int half = source.half();
+  // One block of all `rows` rows (its shift is not TableBlockShift(key),
+  // which caps blocks at 4096 rows: the rows are the request's, not a
+  // table's, and live exactly as long as the request).
+  std::shared_ptr<TableBlock> block = TableBlock::Allocate(0, rows, half);
   for (int64_t r = 0; r < rows; ++r) {
-    float* cos_out = table->cos_.get() + r * half;
-    float* sin_out = table->sin_.get() + r * half;
-    for (int64_t i = 0; i < half; ++i) {
+    float* cos_out = block->mutable_cos() + r * half;
+    float* sin_out = block->mutable_sin() + r * half;
+    for (int i = 0; i < half; ++i) {
       const int64_t pos = positions[axis_of_frequency[i]][r];
       cos_out[i] = source.cos_row(pos)[i];
       sin_out[i] = source.sin_row(pos)[i];
     }
   }
+  std::vector<std::shared_ptr<const TableBlock>> blocks = {std::move(block)};
+  auto table = std::make_shared<RopeTable>(key, 0, std::move(blocks));
+  table->per_request_ = true;
+  int shift = 0;
+  while ((int64_t{1} << shift) < rows) ++shift;
+  table->rows_.block_shift = shift;
   return table;
+}
+
+void RopeTable::CopyRows(int64_t first, int64_t count, float* cos_out, float* sin_out) const {
+  const int64_t block_rows = int64_t{1} << block_shift();
+  const int64_t row_values = half();
+  while (count > 0) {
+    // The run of rows from `first` to the end of its block (or of the range).
+    const int64_t run = std::min(count, block_rows - (first & (block_rows - 1)));
+    std::memcpy(cos_out, cos_row(first), run * row_values * sizeof(float));
+    std::memcpy(sin_out, sin_row(first), run * row_values * sizeof(float));
+    cos_out += run * row_values;
+    sin_out += run * row_values;
+    first += run;
+    count -= run;
+  }
+}
+
+bool RopeTable::HoldsRows(int64_t first, int64_t count) const {
+  if (count <= 0) return true;
+  const int64_t last = first + count - 1;
+  if (first < 0 || last >= max_len()) return false;
+  for (int64_t b = first >> block_shift(); b <= last >> block_shift(); ++b) {
+    const int64_t slot = b - first_block();
+    if (slot < 0 || slot >= block_slots() || blocks_[slot] == nullptr) return false;
+  }
+  return true;
+}
+
+int64_t RopeTable::byte_size() const {
+  int64_t bytes = 0;
+  for (const auto& block : blocks_) {
+    if (block != nullptr) bytes += block->byte_size();
+  }
+  return bytes;
 }
 
 }  // namespace rope

@@ -1,10 +1,12 @@
-// TableCache: a byte-bounded LRU cache of host RopeTables keyed by TableKey
-// (the KeyedLruCache policy, with RopeTable::Build as the default builder).
+// TableCache: a byte-bounded LRU cache of host table blocks (table_block.h),
+// keyed by TableBlockKey, that hands each call a RopeTable view of the blocks
+// its positions touch (the KeyedLruCache policy; TableBlock::Build is the
+// default builder).
 //
-// Thread-safe. Concurrent lookups of the same missing key build the table
-// once: the first caller builds (outside the lock), the others wait for it.
-// A table that is evicted while requests still hold it stays alive until
-// they drop their shared_ptr; only cached bytes count against the budget.
+// Thread-safe. Concurrent lookups of the same missing block build it once:
+// the first caller builds (outside the lock), the others wait for it. A block
+// evicted while a call's view still holds it stays alive until the view is
+// dropped (the call "pins" it); only cached bytes count against the budget.
 #ifndef ROPE_ENGINE_TABLE_CACHE_H_
 #define ROPE_ENGINE_TABLE_CACHE_H_
 
@@ -13,32 +15,41 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "server/engine/keyed_lru_cache.h"
 #include "server/engine/rope_table.h"
+#include "server/engine/table_block.h"
 
 namespace rope {
 
 class TableCache {
  public:
-  using Builder = std::function<std::shared_ptr<const RopeTable>(const TableKey&)>;
+  // Makes block `block` of `key`'s table (TableBlock::Build by default).
+  using Builder =
+      std::function<std::shared_ptr<const TableBlock>(const TableKey& key, int64_t block)>;
 
-  // `budget_bytes` bounds the bytes of cached tables. `builder` makes a table
-  // for a key (RopeTable::Build by default).
+  // `budget_bytes` bounds the bytes of cached blocks.
   explicit TableCache(int64_t budget_bytes, Builder builder = nullptr);
   TableCache(const TableCache&) = delete;
   TableCache& operator=(const TableCache&) = delete;
 
-  // Returns the table for `key`, building it on a miss and evicting least
-  // recently used tables to make room. RESOURCE_EXHAUSTED, naming the sizes,
-  // when the table alone is larger than the whole budget or memory runs out
-  // while building it.
+  // A view of `key`'s table holding `blocks` (sorted, distinct, each <
+  // TableBlockCount(key)), building the missing ones and evicting least
+  // recently used blocks to make room. RESOURCE_EXHAUSTED, naming the sizes,
+  // when the blocks together are larger than the whole budget or memory runs
+  // out while building one.
+  absl::StatusOr<std::shared_ptr<const RopeTable>> Get(const TableKey& key,
+                                                       absl::Span<const int64_t> blocks);
+  // Every block of the table.
   absl::StatusOr<std::shared_ptr<const RopeTable>> Get(const TableKey& key);
 
+  // Counters in blocks: a miss is a block built, an entry a block resident.
   TableCacheStats stats() const { return cache_.stats(); }
 
  private:
   const Builder builder_;
-  KeyedLruCache<RopeTable> cache_;
+  const int64_t budget_bytes_;
+  KeyedLruCache<TableBlockKey, TableBlock> cache_;
 };
 
 }  // namespace rope

@@ -15,6 +15,7 @@
 #include "common/retry_metadata.h"
 #include "server/service/client_identity.h"
 #include "proto_engine/shm_calls.h"
+#include "server/engine/table_block.h"
 #include "server/service/status_conversion.h"
 #include "server/service/unary_call.h"
 
@@ -47,6 +48,20 @@ void EchoPreviousAttempts(grpc::CallbackServerContext* context) {
   if (it == metadata.end()) return;
   context->AddTrailingMetadata(kPreviousAttemptsTrailer,
                                std::string(it->second.data(), it->second.size()));
+}
+
+// A table cache's counters, in blocks (TableCacheStats in rope.proto).
+void SetTableCacheStats(const TableCacheStats& stats, v1::TableCacheStats* out) {
+  out->set_hits(stats.hits);
+  out->set_misses(stats.misses);
+  out->set_evictions(stats.evictions);
+  out->set_entries(stats.entries);
+  out->set_bytes(stats.bytes);
+  out->set_budget_bytes(stats.budget_bytes);
+  out->set_blocks_built(stats.built);
+  out->set_blocks_resident(stats.entries);
+  out->set_blocks_evicted(stats.evictions);
+  out->set_block_rows(int64_t{1} << kMaxTableBlockShift);
 }
 
 }  // namespace
@@ -210,6 +225,7 @@ void RopeServiceImpl::FillServerInfo(v1::ServerInfo* info) const {
   limits->set_max_elements_per_request(engine_limits.max_elements_per_request);
   limits->set_max_concurrent_calls(gate_.max_in_flight());
   limits->set_table_cache_bytes(engine_limits.table_cache_bytes);
+  limits->set_max_table_blocks_per_call(engine_limits.max_table_blocks_per_call);
   limits->set_max_inflight_bytes(std::max<int64_t>(options_.max_inflight_bytes, 0));
   v1::InflightBytesStats* inflight = info->mutable_inflight_bytes();
   inflight->set_budget_bytes(std::max<int64_t>(budget_.budget_bytes(), 0));
@@ -217,26 +233,13 @@ void RopeServiceImpl::FillServerInfo(v1::ServerInfo* info) const {
   inflight->set_waiters(budget_.waiters());
   inflight->set_refusals(budget_.refusals());
 
-  const TableCacheStats stats = engine_.cache_stats();
-  v1::TableCacheStats* cache = info->mutable_table_cache();
-  cache->set_hits(stats.hits);
-  cache->set_misses(stats.misses);
-  cache->set_evictions(stats.evictions);
-  cache->set_entries(stats.entries);
-  cache->set_bytes(stats.bytes);
-  cache->set_budget_bytes(stats.budget_bytes);
+  SetTableCacheStats(engine_.cache_stats(), info->mutable_table_cache());
 
   info->set_device_memory_total_bytes(backend.device_memory_total_bytes);
   info->set_device_memory_used_bytes(backend.device_memory_used_bytes);
   if (backend.device_table_cache.has_value()) {
     const TableCacheStats& device = *backend.device_table_cache;
-    v1::TableCacheStats* device_cache = info->mutable_device_table_cache();
-    device_cache->set_hits(device.hits);
-    device_cache->set_misses(device.misses);
-    device_cache->set_evictions(device.evictions);
-    device_cache->set_entries(device.entries);
-    device_cache->set_bytes(device.bytes);
-    device_cache->set_budget_bytes(device.budget_bytes);
+    SetTableCacheStats(device, info->mutable_device_table_cache());
   }
 
   FillShmInfo(info);

@@ -130,17 +130,27 @@ class StateCollector final : public prometheus::Collectable {
                            MetricType::Gauge, static_cast<double>(gate_->max_in_flight())));
     out.push_back(OneValue("rope_draining", "1 while the server drains before exiting.",
                            MetricType::Gauge, gate_->draining() ? 1.0 : 0.0));
-    out.push_back(OneValue("rope_table_cache_hits_total", "Table lookups answered by the cache.",
-                           MetricType::Counter, static_cast<double>(cache.hits)));
-    out.push_back(OneValue("rope_table_cache_misses_total", "Table lookups that built a table.",
+    // Tables are paged: the cache's unit is a block of table rows.
+    out.push_back(OneValue("rope_table_cache_hits_total",
+                           "Table blocks calls needed that the cache held.", MetricType::Counter,
+                           static_cast<double>(cache.hits)));
+    out.push_back(OneValue("rope_table_cache_misses_total",
+                           "Table blocks calls needed that the cache had to build.",
                            MetricType::Counter, static_cast<double>(cache.misses)));
     out.push_back(OneValue("rope_table_cache_evictions_total",
-                           "Tables evicted to stay within the budget.", MetricType::Counter,
+                           "Table blocks evicted to stay within the budget.", MetricType::Counter,
                            static_cast<double>(cache.evictions)));
-    out.push_back(OneValue("rope_table_cache_entries", "Tables cached now.", MetricType::Gauge,
-                           static_cast<double>(cache.entries)));
-    out.push_back(OneValue("rope_table_cache_bytes", "Bytes of cached tables now.",
+    out.push_back(OneValue("rope_table_cache_entries", "Table blocks cached now.",
+                           MetricType::Gauge, static_cast<double>(cache.entries)));
+    out.push_back(OneValue("rope_table_cache_bytes", "Bytes of cached table blocks now.",
                            MetricType::Gauge, static_cast<double>(cache.bytes)));
+    out.push_back(OneValue("rope_table_blocks_built_total", "Table blocks built so far.",
+                           MetricType::Counter, static_cast<double>(cache.built)));
+    out.push_back(OneValue("rope_table_blocks_resident", "Table blocks cached now.",
+                           MetricType::Gauge, static_cast<double>(cache.entries)));
+    out.push_back(OneValue("rope_table_blocks_evicted_total",
+                           "Table blocks evicted so far.", MetricType::Counter,
+                           static_cast<double>(cache.evictions)));
     out.push_back(OneValue("rope_table_cache_budget_bytes", "Byte budget of the table cache.",
                            MetricType::Gauge, static_cast<double>(cache.budget_bytes)));
     const BackendInfo backend = engine_->backend_info();
@@ -158,18 +168,22 @@ class StateCollector final : public prometheus::Collectable {
                              "Memory in use on the device (every process).", MetricType::Gauge,
                              static_cast<double>(backend.device_memory_used_bytes)));
       out.push_back(OneValue("rope_device_table_cache_hits_total",
-                             "Device table lookups answered by the device cache.",
+                             "Device table block lookups answered by the device cache.",
                              MetricType::Counter, static_cast<double>(device.hits)));
       out.push_back(OneValue("rope_device_table_cache_misses_total",
-                             "Device table lookups that uploaded a table.", MetricType::Counter,
+                             "Device table block lookups that uploaded a block.", MetricType::Counter,
                              static_cast<double>(device.misses)));
       out.push_back(OneValue("rope_device_table_cache_evictions_total",
-                             "Tables evicted from device memory to stay within the budget.",
+                             "Table blocks evicted from device memory to stay within the budget.",
                              MetricType::Counter, static_cast<double>(device.evictions)));
-      out.push_back(OneValue("rope_device_table_cache_entries", "Tables resident on the device.",
-                             MetricType::Gauge, static_cast<double>(device.entries)));
+      out.push_back(OneValue("rope_device_table_cache_entries",
+                             "Table blocks resident on the device.", MetricType::Gauge,
+                             static_cast<double>(device.entries)));
+      out.push_back(OneValue("rope_device_table_blocks_built_total",
+                             "Table blocks uploaded to the device so far.", MetricType::Counter,
+                             static_cast<double>(device.built)));
       out.push_back(OneValue("rope_device_table_cache_bytes",
-                             "Bytes of tables resident on the device.", MetricType::Gauge,
+                             "Bytes of table blocks resident on the device.", MetricType::Gauge,
                              static_cast<double>(device.bytes)));
       out.push_back(OneValue("rope_device_table_cache_budget_bytes",
                              "Byte budget of the device table cache.", MetricType::Gauge,

@@ -95,8 +95,7 @@ void AttentionOnHost(const RopeTable& table, const AttentionArgs& a, double chun
   kernels::RotatedCopyParams copy;
   copy.head_dim = static_cast<int>(a.head_dim);
   copy.rotary_dim = static_cast<int>(a.rotary_dim);
-  copy.cos = table.cos_data();
-  copy.sin = table.sin_data();
+  copy.table = table.rows();
   copy.in = a.q;
   copy.out = qf.data();
   copy.tokens = a.batch * a.q_seq;

@@ -304,9 +304,10 @@ TEST_F(CudaBackendTest, DeviceCacheUploadsATableOnceAndCountsLikeTheHostCache) {
 }
 
 TEST_F(CudaBackendTest, DeviceCacheEvictsTheLeastRecentlyUsedTableWithinItsBudget) {
+  // One block each (4096 rows), of three tables.
   const std::shared_ptr<const RopeTable> a = test::PlainTable(16, 4096);
-  const std::shared_ptr<const RopeTable> b = test::PlainTable(16, 4097);
-  const std::shared_ptr<const RopeTable> c = test::PlainTable(16, 4098);
+  const std::shared_ptr<const RopeTable> b = test::PlainTable(32, 4096);
+  const std::shared_ptr<const RopeTable> c = test::PlainTable(8, 4096);
   CudaBackendOptions options;
   options.table_cache_bytes = a->byte_size() + b->byte_size() + 100;  // room for two
   std::unique_ptr<Backend> cuda = MakeBackend(options);

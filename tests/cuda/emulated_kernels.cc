@@ -45,26 +45,31 @@ cudaError_t Launch(cudaStream_t stream, std::function<void()> body) {
 
 bool Live(const void* p, int64_t bytes) { return RopeFakeCudaCheckAccess(p, bytes) != 0; }
 
-// Checks the explicit positions (if any), then returns through `max_pos`
-// the largest position of tokens [first, first + tokens).
-bool PositionsLive(const math::PositionSpec& positions, int64_t first, int64_t tokens,
-                   int64_t* max_pos) {
-  if (positions.count > 0 && !Live(positions.explicit_positions,
-                                   positions.count * static_cast<int64_t>(sizeof(int64_t)))) {
-    return false;
-  }
-  *max_pos = -1;
-  for (int64_t t = first; t < first + tokens; ++t) {
-    const int64_t b = t / positions.seq;
-    *max_pos = std::max(*max_pos, positions.At(b, t - b * positions.seq));
-  }
-  return true;
+// Checks the explicit positions (if any), then, for every token of
+// [first, first + tokens), the table's block pointers for its position and
+// the cos and sin rows they lead to (rotary_dim / 2 floats each): as a real
+// kernel would, this reads device memory only.
+bool ExplicitPositionsLive(const math::PositionSpec& positions) {
+  return positions.count == 0 ||
+         Live(positions.explicit_positions,
+              positions.count * static_cast<int64_t>(sizeof(int64_t)));
 }
 
-// The cos and sin rows up to `max_pos` (rotary_dim / 2 floats each).
-bool TableLive(const float* cos, const float* sin, int rotary_dim, int64_t max_pos) {
-  const int64_t bytes = (max_pos + 1) * (rotary_dim / 2) * static_cast<int64_t>(sizeof(float));
-  return Live(cos, bytes) && Live(sin, bytes);
+bool PositionsAndTableLive(const math::PositionSpec& positions, int64_t first, int64_t tokens,
+                           const TableRows& table, int rotary_dim) {
+  if (!ExplicitPositionsLive(positions)) return false;
+  const int64_t row_bytes = (rotary_dim / 2) * static_cast<int64_t>(sizeof(float));
+  for (int64_t t = first; t < first + tokens; ++t) {
+    const int64_t b = t / positions.seq;
+    const int64_t pos = positions.At(b, t - b * positions.seq);
+    const int64_t slot = (pos >> table.block_shift) - table.first_block;
+    if (slot < 0 || !Live(table.cos_blocks + slot, sizeof(const float*)) ||
+        !Live(table.sin_blocks + slot, sizeof(const float*)) || !Live(table.Cos(pos), row_bytes) ||
+        !Live(table.Sin(pos), row_bytes)) {
+      return false;
+    }
+  }
+  return true;
 }
 
 }  // namespace
@@ -87,11 +92,10 @@ cudaError_t Rotate(const RotateKernelParams& params, Storage storage, bool inter
           const int64_t blocks = BlocksFor(items, kRotateBlock, launch.max_blocks);
           body = [params, blocks, elem]() {
             const RotateKernelParams& p = params;
-            int64_t max_pos = 0;
             if (!Live(p.q, p.tokens * p.q_heads * p.head_dim * elem) ||
                 (p.k != nullptr && !Live(p.k, p.tokens * p.k_heads * p.head_dim * elem)) ||
-                !PositionsLive(p.positions, p.first_token, p.tokens, &max_pos) ||
-                !TableLive(p.cos, p.sin, p.rotary_dim, max_pos)) {
+                !PositionsAndTableLive(p.positions, p.first_token, p.tokens, p.table,
+                                       p.rotary_dim)) {
               return;
             }
             test::RunGridOnHost(blocks, kRotateBlock, [&p](int64_t b, int t, int bd, int64_t gd) {
@@ -114,13 +118,12 @@ cudaError_t RotatedCopy(const RotatedCopyParams& params, Storage storage, bool i
       storage, Tag, {ROPE_DISPATCH_BOOL(interleaved, kInterleaved, {
         body = [params, blocks, elem, items]() {
           const RotatedCopyParams& p = params;
-          int64_t max_pos = 0;
           if (!Live(p.in, items * elem) ||
               !Live(p.out, items * static_cast<int64_t>(sizeof(float)))) {
             return;
           }
-          if (p.rotary_dim > 0 && (!PositionsLive(p.positions, 0, p.tokens, &max_pos) ||
-                                   !TableLive(p.cos, p.sin, p.rotary_dim, max_pos))) {
+          if (p.rotary_dim > 0 &&
+              !PositionsAndTableLive(p.positions, 0, p.tokens, p.table, p.rotary_dim)) {
             return;
           }
           test::RunGridOnHost(blocks, kRotateBlock, [&p](int64_t b, int t, int bd, int64_t gd) {
@@ -140,10 +143,8 @@ cudaError_t MaskSoftmax(const MaskSoftmaxParams& params, const LaunchConfig& lau
   return Launch(launch.stream, [params, block_dim, grid]() {
     const MaskSoftmaxParams& p = params;
     const int64_t all = p.batch * p.heads * p.q_seq * p.k_seq * static_cast<int64_t>(sizeof(float));
-    int64_t unused = 0;
     if (!Live(p.scores, all) || (p.probs != nullptr && !Live(p.probs, all)) ||
-        !PositionsLive(p.q_positions, 0, 0, &unused) ||
-        !PositionsLive(p.k_positions, 0, 0, &unused)) {
+        !ExplicitPositionsLive(p.q_positions) || !ExplicitPositionsLive(p.k_positions)) {
       return;
     }
     // attention_kernels.cuh, one block after another, each phase for every

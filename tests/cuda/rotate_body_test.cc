@@ -43,8 +43,7 @@ void RunRotateBody(const RotateCase& c, const RopeTable& table, RotateData* d, i
     p.first_token = first;
     p.head_dim = static_cast<int>(c.head_dim);
     p.rotary_dim = static_cast<int>(c.rotary_dim);
-    p.cos = table.cos_data();
-    p.sin = table.sin_data();
+    p.table = table.rows();
     p.positions = args.positions;
     p.inverse = c.inverse;
     const int64_t items = kernels::RotateItems<Tag, kInterleaved, kVector>(p);

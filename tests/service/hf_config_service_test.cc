@@ -3,32 +3,21 @@
 // with the explicit fields (the existing scaling variants, and the published
 // configs of tests/fixtures/hf_configs with their M-RoPE positions).
 #include <cmath>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "gtest/gtest.h"
 #include "tests/support/grpc_test_util.h"
+#include "tests/service/hf_fixtures.h"
 #include "tests/service/service_fixture.h"
 #include "tests/unit/reference_scaling.h"
-
-#ifndef ROPE_HF_CONFIGS_DIR
-#error "ROPE_HF_CONFIGS_DIR must name tests/fixtures/hf_configs"
-#endif
 
 namespace rope {
 namespace test {
 namespace {
 
-std::string Fixture(const std::string& name) {
-  std::ifstream in(std::string(ROPE_HF_CONFIGS_DIR) + "/" + name + ".json");
-  EXPECT_TRUE(in.good()) << name;
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
+std::string Fixture(const std::string& name) { return HfConfigFixture(name); }
 
 const char* const kFixtures[] = {"Llama-3.1-8B-Instruct", "Llama-4-Scout-17B-16E-Instruct",
                                  "gemma-3-12b-it",        "DeepSeek-V3",

@@ -402,6 +402,10 @@ TEST_F(ServiceTest, GetServerInfoReportsVersionBackendLimitsAndCache) {
   EXPECT_EQ(info.table_cache().entries(), 1);
   EXPECT_EQ(info.table_cache().bytes(), 128 * 4 * 2 * 4);  // max_len x half x (cos, sin) x float
   EXPECT_EQ(info.table_cache().budget_bytes(), defaults.table_cache_bytes);
+  EXPECT_EQ(info.table_cache().blocks_built(), 1);  // 128 rows: one block
+  EXPECT_EQ(info.table_cache().blocks_resident(), 1);
+  EXPECT_EQ(info.table_cache().block_rows(), 4096);
+  EXPECT_EQ(info.limits().max_table_blocks_per_call(), defaults.max_table_blocks_per_call);
   EXPECT_EQ(
       std::vector<std::string>(info.supported_scalings().begin(), info.supported_scalings().end()),
       (std::vector<std::string>{"none", "linear", "dynamic", "yarn", "llama3", "longrope"}));

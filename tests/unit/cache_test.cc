@@ -39,9 +39,9 @@ TableKey SmallKey(uint32_t max_len, double theta = 10000) {
 struct CountingBuilder {
   std::atomic<int> builds{0};
   TableCache::Builder Fn() {
-    return [this](const TableKey& key) {
+    return [this](const TableKey& key, int64_t block) {
       builds.fetch_add(1);
-      return RopeTable::Build(key);
+      return TableBlock::Build(key, block);
     };
   }
 };
@@ -63,7 +63,7 @@ TEST(TableCacheTest, SecondLookupIsAHitOnTheSameTable) {
   auto second = cache.Get(SmallKey(64));
   ASSERT_TRUE(first.ok()) << first.status();
   ASSERT_TRUE(second.ok()) << second.status();
-  EXPECT_EQ(first->get(), second->get());
+  EXPECT_EQ((*first)->block(0), (*second)->block(0));  // the same block, built once
   EXPECT_TRUE((*first)->key() == SmallKey(64));
   EXPECT_EQ(builder.builds.load(), 1);
   ExpectStats(cache, /*hits=*/1, /*misses=*/1, /*evictions=*/0, /*entries=*/1, /*bytes=*/512);
@@ -157,7 +157,7 @@ TEST(TableCacheTest, EvictedTableStaysValidWhileHeld) {
 struct LockCheckedValue;
 
 struct LockCheck {
-  const KeyedLruCache<LockCheckedValue>* cache = nullptr;
+  const KeyedLruCache<TableKey, LockCheckedValue>* cache = nullptr;
   absl::Notification stats_returned;
   bool destroyed_under_lock = false;
 };
@@ -181,7 +181,7 @@ struct LockCheckedValue {
 // evicted value (unmapping a host table, freeing device memory) must not
 // hold up every other lookup.
 TEST(KeyedLruCacheTest, EvictedValueIsDestroyedAfterTheLockIsReleased) {
-  KeyedLruCache<LockCheckedValue> cache(/*budget_bytes=*/100, "test cache");
+  KeyedLruCache<TableKey, LockCheckedValue> cache(/*budget_bytes=*/100, "test cache");
   LockCheck check;
   check.cache = &cache;
   auto first =
@@ -206,10 +206,11 @@ TEST(KeyedLruCacheTest, EvictedValueIsDestroyedAfterTheLockIsReleased) {
 
 TEST(TableCacheTest, FailedBuildIsReportedAndRetried) {
   std::atomic<int> calls{0};
-  TableCache cache(1 << 20, [&](const TableKey& key) -> std::shared_ptr<const RopeTable> {
-    if (calls.fetch_add(1) == 0) return nullptr;
-    return RopeTable::Build(key);
-  });
+  TableCache cache(1 << 20,
+                   [&](const TableKey& key, int64_t block) -> std::shared_ptr<const TableBlock> {
+                     if (calls.fetch_add(1) == 0) return nullptr;
+                     return TableBlock::Build(key, block);
+                   });
   auto first = cache.Get(SmallKey(10));
   EXPECT_TRUE(StatusIs(first.status(), absl::StatusCode::kInternal, "max_len=10"));
   auto second = cache.Get(SmallKey(10));
@@ -264,7 +265,7 @@ TEST(TableCacheTest, RandomChurnStaysWithinBudgetAndMatchesLruModel) {
     auto table = cache.Get(keys[i]);
     ASSERT_TRUE(table.ok()) << table.status();
     ASSERT_TRUE((*table)->key() == keys[i]) << "step " << step;
-    model.Get(i, RopeTable::ByteSizeFor(keys[i]));
+    model.Get(i, TableBytes(keys[i]));
     const TableCacheStats s = cache.stats();
     ASSERT_LE(s.bytes, kBudget) << "step " << step;
     ASSERT_EQ(s.bytes, model.bytes) << "step " << step;
@@ -284,13 +285,13 @@ TEST(TableCacheTest, ConcurrentMissesOfOneKeyBuildOnce) {
   std::atomic<int> builds{0};
   absl::Notification first_build_started;
   absl::Notification release;
-  TableCache cache(1 << 20, [&](const TableKey& key) {
+  TableCache cache(1 << 20, [&](const TableKey& key, int64_t block) {
     if (builds.fetch_add(1) == 0) first_build_started.Notify();
     // Hold every build until the other threads have had time to pile up on
     // the same keys. Correctness does not depend on the wait; it only makes
     // duplicate builds likely if the cache allowed them.
     release.WaitForNotificationWithTimeout(absl::Seconds(10));
-    return RopeTable::Build(key);
+    return TableBlock::Build(key, block);
   });
 
   std::vector<std::shared_ptr<const RopeTable>> got(2 * kThreadsPerKey);
@@ -312,7 +313,7 @@ TEST(TableCacheTest, ConcurrentMissesOfOneKeyBuildOnce) {
   for (int t = 0; t < 2 * kThreadsPerKey; ++t) {
     EXPECT_TRUE(status[t].ok()) << status[t];
     ASSERT_NE(got[t], nullptr);
-    EXPECT_EQ(got[t], got[t % 2]) << "thread " << t;
+    EXPECT_EQ(got[t]->block(0), got[t % 2]->block(0)) << "thread " << t;
     EXPECT_TRUE(got[t]->key() == keys[t % 2]);
   }
   ExpectStats(cache, /*hits=*/2 * kThreadsPerKey - 2, /*misses=*/2, 0, 2, 2 * 256 * 8);

@@ -124,6 +124,28 @@ std::vector<long double> InvFreqLong(long double theta, int rotary_dim) {
   return out;
 }
 
+MaxError CompareRows(long double theta, int rotary_dim, long double factor, int64_t first_pos,
+                     int64_t count, const float* cos, const float* sin) {
+  const std::vector<long double> inv_freq = reference::InvFreqLong(theta, rotary_dim);
+  const int half = rotary_dim / 2;
+  MaxError worst;
+  for (int64_t r = 0; r < count; ++r) {
+    const long double pos = static_cast<long double>(first_pos + r);
+    for (int i = 0; i < half; ++i) {
+      const long double angle = pos * inv_freq[i];
+      const double err_cos = static_cast<double>(
+          std::fabs(static_cast<long double>(cos[r * half + i]) - factor * std::cos(angle)));
+      const double err_sin = static_cast<double>(
+          std::fabs(static_cast<long double>(sin[r * half + i]) - factor * std::sin(angle)));
+      const double err = std::max(err_cos, err_sin);
+      if (!(err <= worst.value) || worst.pos < 0) {  // NaN counts as worst
+        worst = {err, first_pos + r, i};
+      }
+    }
+  }
+  return worst;
+}
+
 void Pair(const Rope& rope, int i, int* f0, int* f1) {
   if (rope.interleaved) {
     *f0 = 2 * i;

@@ -35,6 +35,19 @@ double BFloat16Ulp(double value);
 std::vector<double> InvFreq(double theta, int rotary_dim);
 std::vector<long double> InvFreqLong(long double theta, int rotary_dim);
 
+// ---- Tables ---------------------------------------------------------------------
+
+// Largest |table - exact| (long double) over rows [first_pos, first_pos +
+// count) of a float32 cos/sin table (values times `factor`), where row r of
+// cos/sin holds rotary_dim/2 values: the value, and where it is.
+struct MaxError {
+  double value = 0;
+  int64_t pos = -1;
+  int index = -1;
+};
+MaxError CompareRows(long double theta, int rotary_dim, long double factor, int64_t first_pos,
+                     int64_t count, const float* cos, const float* sin);
+
 // ---- Rotation -------------------------------------------------------------------
 
 struct Rope {

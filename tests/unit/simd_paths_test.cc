@@ -162,8 +162,8 @@ void RotateScalar(const cpu::RotateParams& p, int64_t tokens) {
   const int64_t half = p.rotary_dim / 2;
   for (int64_t t = 0; t < tokens; ++t) {
     const int64_t pos = p.positions.At(t / p.seq, t % p.seq);
-    const float* c = p.table.cos + pos * half;
-    const float* s = p.table.sin + pos * half;
+    const float* c = p.table.Cos(pos);
+    const float* s = p.table.Sin(pos);
     for (int tensor = 0; tensor < 2; ++tensor) {
       void* base = tensor == 0 ? p.q : p.k;
       const int64_t heads = tensor == 0 ? p.q_heads : p.k_heads;
@@ -291,7 +291,7 @@ TEST_P(SimdPathTest, RotatesBitForBitLikeScalarMath) {
                 p.head_dim = head_dim;
                 p.rotary_dim = rotary;
                 p.seq = seq;
-                p.table = {table->cos_data(), table->sin_data()};
+                p.table = table->rows();
                 p.positions.seq = seq;
                 if (explicit_positions) {
                   p.positions.explicit_positions = positions.data();
@@ -350,7 +350,7 @@ TEST_P(SimdPathTest, LargeCallsRotateBitForBitLikeScalarMath) {
         p.head_dim = head_dim;
         p.rotary_dim = rotary;
         p.seq = seq;
-        p.table = {table->cos_data(), table->sin_data()};
+        p.table = table->rows();
         p.positions.seq = seq;
         p.positions.start_pos = 1000;
         p.q = q_want.data();
@@ -395,7 +395,7 @@ TEST_P(SimdPathTest, RotatedCopiesAreBitForBitScalarMath) {
         p.head_dim = head_dim;
         p.rotary_dim = rotary;
         p.seq = seq;
-        p.table = {table->cos_data(), table->sin_data()};
+        p.table = table->rows();
         p.positions.seq = seq;
         p.positions.start_pos = 40;
         kernels_->rotate_copy(p, 0, seq);

@@ -26,35 +26,8 @@ TableKey Key(double theta, uint32_t rotary_dim, uint32_t max_len) {
   return key;
 }
 
-// Largest |table - exact| over rows [first_pos, first_pos + count), where
-// row r of cos/sin holds `half` values.
-struct MaxError {
-  double value = 0;
-  int64_t pos = -1;
-  int index = -1;
-};
-
-MaxError CompareRows(long double theta, int rotary_dim, long double factor, int64_t first_pos,
-                     int64_t count, const float* cos, const float* sin) {
-  const std::vector<long double> inv_freq = reference::InvFreqLong(theta, rotary_dim);
-  const int half = rotary_dim / 2;
-  MaxError worst;
-  for (int64_t r = 0; r < count; ++r) {
-    const long double pos = static_cast<long double>(first_pos + r);
-    for (int i = 0; i < half; ++i) {
-      const long double angle = pos * inv_freq[i];
-      const double err_cos = static_cast<double>(
-          std::fabs(static_cast<long double>(cos[r * half + i]) - factor * std::cos(angle)));
-      const double err_sin = static_cast<double>(
-          std::fabs(static_cast<long double>(sin[r * half + i]) - factor * std::sin(angle)));
-      const double err = std::max(err_cos, err_sin);
-      if (!(err <= worst.value) || worst.pos < 0) {  // NaN counts as worst
-        worst = {err, first_pos + r, i};
-      }
-    }
-  }
-  return worst;
-}
+using reference::CompareRows;
+using reference::MaxError;
 
 TEST(InvFreqTest, DerivationNoteVector) {
   // theta = 100, head_dim = 4: inv_freq = (100^0, 100^(-1/2)) = (1, 0.1).
@@ -166,11 +139,13 @@ TEST(RopeTableTest, BuildDescribesItsKeyAndSize) {
   EXPECT_EQ(table->max_len(), 512);
   EXPECT_EQ(table->half(), 32);
   EXPECT_EQ(table->byte_size(), 512 * 32 * 2 * 4);
-  EXPECT_EQ(RopeTable::ByteSizeFor(key), 512 * 32 * 2 * 4);
+  EXPECT_EQ(TableBytes(key), 512 * 32 * 2 * 4);
   EXPECT_EQ(table->attention_factor(), 1.0);
   EXPECT_EQ(table->inv_freq(), ComputeInvFreq(key));
-  EXPECT_EQ(table->cos_row(3), table->cos_data() + 3 * 32);
-  EXPECT_EQ(table->sin_row(3), table->sin_data() + 3 * 32);
+  // One block (512 rows < 4096).
+  ASSERT_EQ(table->block_slots(), 1);
+  EXPECT_EQ(table->cos_row(3), table->block(0)->cos() + 3 * 32);
+  EXPECT_EQ(table->sin_row(3), table->block(0)->sin() + 3 * 32);
 }
 
 TEST(RopeTableTest, PositionZeroIsTheIdentity) {
@@ -185,7 +160,7 @@ TEST(RopeTableTest, EveryRowMatchesReference) {
   const TableKey key = Key(500000, 64, 3000);
   const auto table = RopeTable::Build(key);
   const MaxError err =
-      CompareRows(500000, 64, 1.0L, 0, 3000, table->cos_data(), table->sin_data());
+      CompareRows(500000, 64, 1.0L, 0, 3000, table->block(0)->cos(), table->block(0)->sin());
   EXPECT_LE(err.value, kTableTolerance) << "at position " << err.pos << ", pair " << err.index;
 }
 
@@ -207,7 +182,7 @@ TEST(RopeTableTest, ParallelFillCoversEveryRow) {
   EXPECT_EQ(rows_seen, 1001);
   EXPECT_EQ(chunks, 5);
   const MaxError err =
-      CompareRows(10000, 32, 1.0L, 0, 1001, table->cos_data(), table->sin_data());
+      CompareRows(10000, 32, 1.0L, 0, 1001, table->block(0)->cos(), table->block(0)->sin());
   EXPECT_LE(err.value, kTableTolerance) << "at position " << err.pos << ", pair " << err.index;
 }
 

@@ -105,7 +105,7 @@ absl::Status CpuAttentionScores(const cpu::CpuKernels& kernels, const RopeTable&
   const int64_t d = args.head_dim, dv = args.v_dim;
   const int64_t sq = args.q_seq, sk = args.k_seq, hq = args.q_heads, hk = args.k_heads;
   const int64_t group = hq / hk;
-  const cpu::TableRows rows{table.cos_data(), table.sin_data()};
+  const TableRows& rows = table.rows();
 
   // Rotated float32 keys, [Hkv][B][Sk][D]: each key head is one contiguous
   // panel for the GEMMs.

@@ -21,15 +21,10 @@
 
 #include "server/engine/dtype.h"
 #include "server/engine/rope_math.h"
+#include "server/engine/table_rows.h"
 
 namespace rope {
 namespace cpu {
-
-// The cos/sin table: row `pos` is cos + pos * rotary_dim / 2.
-struct TableRows {
-  const float* cos = nullptr;
-  const float* sin = nullptr;
-};
 
 // Rotates tokens of q (and k) in place: token t = b * seq + s of q is
 // q_heads head vectors of head_dim elements at q + t * q_heads * head_dim

@@ -22,7 +22,7 @@ void CpuRotate(const cpu::CpuKernels& kernels, const RopeTable& table, const Rot
   p.head_dim = args.head_dim;
   p.rotary_dim = args.rotary_dim;
   p.seq = args.seq;
-  p.table = {table.cos_data(), table.sin_data()};
+  p.table = table.rows();
   p.positions = args.positions;
   pool->ParallelFor(args.batch * args.seq, kMinTokensPerTask,
                     [&](int64_t begin, int64_t end) { kernels.rotate(p, begin, end); });

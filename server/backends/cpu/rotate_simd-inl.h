@@ -401,7 +401,6 @@ constexpr int64_t kCachedCallBytes = int64_t{1} << 20;
 template <class Io, bool kInterleaved>
 void RotateTokens(const RotateParams& p, int64_t begin, int64_t end) {
   using T = typename Io::T;
-  const int64_t half = p.rotary_dim / 2;
   const int64_t heads_per_token = p.q_heads + (p.k != nullptr ? p.k_heads : 0);
   const bool head_by_head = (end - begin) * heads_per_token * p.head_dim *
                                 static_cast<int64_t>(sizeof(T)) > kCachedCallBytes;
@@ -411,7 +410,7 @@ void RotateTokens(const RotateParams& p, int64_t begin, int64_t end) {
     const int64_t pos = p.positions.At(b, s);
     if (++s == p.seq) s = 0, ++b;
     const TokenRow row = PrepareRow<Io, kInterleaved>(
-        p.table.cos + pos * half, p.table.sin + pos * half, p.inverse, p.rotary_dim,
+        p.table.Cos(pos), p.table.Sin(pos), p.inverse, p.rotary_dim,
         scratch.data());
     for (int tensor = 0; tensor < 2; ++tensor) {
       void* base = tensor == 0 ? p.q : p.k;
@@ -496,12 +495,11 @@ void Narrow(DType dtype, const float* src, int64_t n, void* dst) {
 template <class Io, bool kInterleaved>
 void RotateCopyTokens(const RotateCopyParams& p, int64_t begin, int64_t end) {
   using T = typename Io::T;
-  const int64_t half = p.rotary_dim / 2;
   RowScratch scratch(p.rotary_dim);
   for (int64_t t = begin; t < end; ++t) {
     const int64_t pos = p.positions.At(t / p.seq, t % p.seq);
     const TokenRow row = PrepareRow<F32Io, kInterleaved>(
-        p.table.cos + pos * half, p.table.sin + pos * half, false, p.rotary_dim, scratch.data());
+        p.table.Cos(pos), p.table.Sin(pos), false, p.rotary_dim, scratch.data());
     const T* src = static_cast<const T*>(p.src) + t * p.src_token_stride;
     float* dst = p.dst + (t - p.dst_first_token) * p.dst_token_stride;
     for (int64_t h = 0; h < p.heads; ++h) {

@@ -92,8 +92,7 @@ absl::Status CudaAttentionScores(WorkerContext& context, const DeviceTable& tabl
   kernels::RotatedCopyParams copy;
   copy.head_dim = static_cast<int>(args.head_dim);
   copy.rotary_dim = static_cast<int>(args.rotary_dim);
-  copy.cos = table.cos_data();
-  copy.sin = table.sin_data();
+  ROPE_ASSIGN_OR_RETURN(copy.table, UploadTableRows(context, table));
   copy.in = context.q_in.data();
   copy.out = qf;
   copy.tokens = args.batch * args.q_seq;

@@ -64,25 +64,25 @@ class CudaBackend final : public Backend {
     return info;
   }
 
-  // The device table is declared before the lease, so it is released after
-  // it: when a call returns early (an error, a cancelled caller) with work
-  // still enqueued, the lease's Quiesce first waits for the kernels that
-  // read the table; only then may its memory be freed (if it was evicted
-  // meanwhile, this is the last reference).
+  // The device table (the call's blocks) is declared before the lease, so
+  // it is released after it: when a call returns early (an error, a
+  // cancelled caller) with work still enqueued, the lease's Quiesce first
+  // waits for the kernels that read the blocks; only then may their memory
+  // be freed (if they were evicted meanwhile, this is the last reference).
   absl::Status Rotate(const RopeTable& table, const RotateArgs& args) override {
-    std::shared_ptr<const DeviceTable> device_table;
+    DeviceTable device_table;
     ROPE_ASSIGN_OR_RETURN(ContextPool::Lease context, contexts_.Acquire());
     SampleMemory(/*force=*/false);
     ROPE_ASSIGN_OR_RETURN(device_table, table_cache_.Get(table));
-    return CudaRotate(*context, *device_table, args, max_blocks_);
+    return CudaRotate(*context, device_table, args, max_blocks_);
   }
 
   absl::Status AttentionScores(const RopeTable& table, const AttentionArgs& args) override {
-    std::shared_ptr<const DeviceTable> device_table;
+    DeviceTable device_table;
     ROPE_ASSIGN_OR_RETURN(ContextPool::Lease context, contexts_.Acquire());
     SampleMemory(/*force=*/false);
     ROPE_ASSIGN_OR_RETURN(device_table, table_cache_.Get(table));
-    return CudaAttentionScores(*context, *device_table, args, max_blocks_, attention_chunk_work_);
+    return CudaAttentionScores(*context, device_table, args, max_blocks_, attention_chunk_work_);
   }
 
   // Host tables are built (in double precision) on host threads before

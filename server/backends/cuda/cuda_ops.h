@@ -8,10 +8,12 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "server/backends/cuda/device_table_cache.h"
 #include "server/backends/cuda/kernel_common.h"
 #include "server/backends/cuda/worker_context.h"
 #include "server/engine/backend.h"
+#include "server/engine/table_rows.h"
 
 namespace rope {
 
@@ -37,6 +39,11 @@ absl::Status CudaAttentionScores(WorkerContext& context, const DeviceTable& tabl
 // specs whose explicit_positions point there; ready for work enqueued on
 // any of the context's streams afterwards.
 absl::Status UploadPositions(WorkerContext& context, math::PositionSpec* specs, int count);
+
+// Copies `table`'s block pointers to the device and returns the row lookup
+// the kernels take; ready for work enqueued on any of the context's streams
+// afterwards.
+absl::StatusOr<TableRows> UploadTableRows(WorkerContext& context, const DeviceTable& table);
 
 }  // namespace rope
 

@@ -52,6 +52,31 @@ absl::Status UploadPositions(WorkerContext& context, math::PositionSpec* specs, 
   return context.SlotsWaitForCompute();
 }
 
+absl::StatusOr<TableRows> UploadTableRows(WorkerContext& context, const DeviceTable& table) {
+  const int64_t slots = static_cast<int64_t>(table.cos_blocks.size());
+  const int64_t bytes = 2 * slots * static_cast<int64_t>(sizeof(const float*));
+  TableRows rows;
+  rows.first_block = table.first_block;
+  rows.block_shift = table.block_shift;
+  rows.half = table.half;
+  if (slots == 0) return rows;
+  ROPE_RETURN_IF_ERROR(context.table_rows_host.Reserve(bytes, "table block pointers"));
+  ROPE_RETURN_IF_ERROR(
+      context.table_rows.Reserve(bytes, "table block pointers", context.compute_stream()));
+  const float** host = reinterpret_cast<const float**>(context.table_rows_host.data());
+  std::memcpy(host, table.cos_blocks.data(), slots * sizeof(const float*));
+  std::memcpy(host + slots, table.sin_blocks.data(), slots * sizeof(const float*));
+  const float** device = static_cast<const float**>(context.table_rows.data());
+  ROPE_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(device, host, bytes, cudaMemcpyHostToDevice, context.compute_stream()),
+      "copying the table's block pointers to the device");
+  rows.cos_blocks = device;
+  rows.sin_blocks = device + slots;
+  // The other slot's stream runs kernels that read them too.
+  ROPE_RETURN_IF_ERROR(context.SlotsWaitForCompute());
+  return rows;
+}
+
 absl::Status CudaRotate(WorkerContext& context, const DeviceTable& table, const RotateArgs& args,
                         int64_t max_blocks) {
   const int64_t elem = static_cast<int64_t>(DTypeSize(args.dtype));
@@ -76,8 +101,7 @@ absl::Status CudaRotate(WorkerContext& context, const DeviceTable& table, const 
   p.k_heads = static_cast<int>(args.k_heads);
   p.head_dim = static_cast<int>(args.head_dim);
   p.rotary_dim = static_cast<int>(args.rotary_dim);
-  p.cos = table.cos_data();
-  p.sin = table.sin_data();
+  ROPE_ASSIGN_OR_RETURN(p.table, UploadTableRows(context, table));
   p.positions = positions;
   p.inverse = args.inverse;
   const kernels::Storage storage = StorageOf(args.dtype);

@@ -14,6 +14,7 @@
 
 #include "server/backends/cuda/kernel_common.h"
 #include "server/engine/rope_math.h"
+#include "server/engine/table_rows.h"
 
 namespace rope {
 namespace kernels {
@@ -21,9 +22,10 @@ namespace kernels {
 // In-place rotation of q [tokens, q_heads, head_dim] and, when k is set,
 // k [tokens, k_heads, head_dim] in one launch. Token t of this launch is
 // token first_token + t = b * positions.seq + s of the request, whose
-// position is positions.At(b, s). cos/sin are the table's [max_len, half]
-// float32 rows, half = rotary_dim / 2. Features rotary_dim.. are not touched.
-// On the device every pointer (explicit positions included) is device memory.
+// position is positions.At(b, s). `table` finds the float32 cos/sin row of a
+// position (half = rotary_dim / 2 values). Features rotary_dim.. are not
+// touched. On the device every pointer (explicit positions and the table's
+// block pointers included) is device memory.
 struct RotateKernelParams {
   void* q = nullptr;
   int q_heads = 0;
@@ -33,8 +35,7 @@ struct RotateKernelParams {
   int64_t first_token = 0;
   int head_dim = 0;
   int rotary_dim = 0;
-  const float* cos = nullptr;
-  const float* sin = nullptr;
+  TableRows table;
   math::PositionSpec positions;
   bool inverse = false;
 };
@@ -98,8 +99,8 @@ ROPE_HOST_DEVICE void RotateItem(const RotateKernelParams& p, int64_t item) {
   const int64_t b = IndexDiv(t, p.positions.seq);
   const int64_t pos = p.positions.At(b, t - b * p.positions.seq);
   const int first_pair = group * kPairs;
-  const float* cos_row = p.cos + pos * half + first_pair;
-  const float* sin_row = p.sin + pos * half + first_pair;
+  const float* cos_row = p.table.Cos(pos) + first_pair;
+  const float* sin_row = p.table.Sin(pos) + first_pair;
   const float sign = p.inverse ? -1.0f : 1.0f;
 
   float x0[kPairs], x1[kPairs];
@@ -149,8 +150,7 @@ struct RotatedCopyParams {
   int heads = 0;
   int head_dim = 0;
   int rotary_dim = 0;
-  const float* cos = nullptr;
-  const float* sin = nullptr;
+  TableRows table;
   math::PositionSpec positions;
 };
 
@@ -180,7 +180,7 @@ ROPE_HOST_DEVICE void RotatedCopyItem(const RotatedCopyParams& p, int64_t item) 
   const int64_t pos = p.positions.At(b, token - b * p.positions.seq);
   float y0, y1;
   math::RotatePair(math::Load<Tag>(x + f0), math::Load<Tag>(x + f1),
-                   LoadTable(p.cos + pos * half + pair), LoadTable(p.sin + pos * half + pair), &y0,
+                   LoadTable(p.table.Cos(pos) + pair), LoadTable(p.table.Sin(pos) + pair), &y0,
                    &y1);
   p.out[item] = second ? y1 : y0;
 }

@@ -22,8 +22,8 @@ WorkerContext::~WorkerContext() {
 }
 
 std::vector<DeviceBuffer*> WorkerContext::DeviceBuffers() {
-  std::vector<DeviceBuffer*> buffers = {&q_in, &k_in,   &v_in,  &qf,     &kf,
-                                        &vf,   &scores, &probs, &output, &positions};
+  std::vector<DeviceBuffer*> buffers = {&q_in,   &k_in,  &v_in,   &qf,        &kf,        &vf,
+                                        &scores, &probs, &output, &positions, &table_rows};
   for (Slot& slot : slots_) buffers.push_back(&slot.device);
   return buffers;
 }
@@ -171,10 +171,11 @@ absl::Status WorkerContext::Quiesce() {
   }
   if (!status.ok()) return status;  // the device is lost: free nothing more on it
   for (DeviceBuffer* buffer :
-       {&q_in, &k_in, &v_in, &qf, &kf, &vf, &scores, &probs, &output, &positions}) {
+       {&q_in, &k_in, &v_in, &qf, &kf, &vf, &scores, &probs, &output, &positions, &table_rows}) {
     buffer->ShrinkTo(keep_workspace_bytes_);
   }
   if (positions_host.capacity() > keep_workspace_bytes_) positions_host.Release();
+  if (table_rows_host.capacity() > keep_workspace_bytes_) table_rows_host.Release();
   // A call larger than a staging chunk (one Rotate token that did not fit)
   // grew the slots; give the memory back rather than pin it for good. The
   // device half is reserved again by the next call that needs it; the

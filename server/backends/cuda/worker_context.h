@@ -121,6 +121,9 @@ class WorkerContext {
   // Device workspaces of the attention path (grown on demand).
   DeviceBuffer q_in, k_in, v_in, qf, kf, vf, scores, probs, output, positions;
   PinnedBuffer positions_host;
+  // The call's table block pointers (UploadTableRows): cos's, then sin's.
+  DeviceBuffer table_rows;
+  PinnedBuffer table_rows_host;
 
  private:
   WorkerContext(const CudaBackendOptions& options, const CublasApi& cublas);
