@@ -2,6 +2,7 @@
 # Builds the concurrency tests with ThreadSanitizer (g++) in
 # ${TSAN_BUILD_DIR:-build-tsan} and runs them:
 #   rope_unit_cache_test        table cache: one build per key under concurrent misses
+#   rope_unit_paged_table_test  paged tables: one build per block under overlapping calls
 #   rope_unit_thread_pool_test  common/'s ThreadPool: ParallelFor from many callers
 #   rope_unit_rotate_test       CPU backend: rows split across threads, concurrent calls
 #   rope_unit_attention_test    CPU backend: attention split across threads
@@ -42,7 +43,7 @@ ROOT=$PWD
 
 BUILD_DIR=${TSAN_BUILD_DIR:-build-tsan}
 DEPS_DIR=${TSAN_DEPS_DIR:-build-tsan-deps}
-TESTS=${TSAN_TESTS:-rope_unit_cache_test rope_unit_thread_pool_test rope_unit_rotate_test rope_unit_attention_test rope_service_sync_test}
+TESTS=${TSAN_TESTS:-rope_unit_cache_test rope_unit_paged_table_test rope_unit_thread_pool_test rope_unit_rotate_test rope_unit_attention_test rope_service_sync_test}
 CXX=${CXX:-g++}
 JOBS=$(nproc)
 mkdir -p "$DEPS_DIR"

@@ -32,10 +32,12 @@ absl::Status RunInfo(const FlagSet& flags, std::ostream& out) {
       << " max_len_cap=" << limits.max_len_cap()
       << " max_elements_per_request=" << limits.max_elements_per_request()
       << " max_concurrent_calls=" << limits.max_concurrent_calls()
-      << " table_cache_bytes=" << limits.table_cache_bytes() << "\n"
-      << "  table cache: entries=" << cache.entries() << " bytes=" << cache.bytes() << "/"
-      << cache.budget_bytes() << " hits=" << cache.hits() << " misses=" << cache.misses()
-      << " evictions=" << cache.evictions() << "\n"
+      << " table_cache_bytes=" << limits.table_cache_bytes()
+      << " max_table_blocks_per_call=" << limits.max_table_blocks_per_call() << "\n"
+      << "  table cache: blocks of " << cache.block_rows() << " rows, resident="
+      << cache.blocks_resident() << " bytes=" << cache.bytes() << "/" << cache.budget_bytes()
+      << " built=" << cache.blocks_built() << " hits=" << cache.hits()
+      << " misses=" << cache.misses() << " evicted=" << cache.blocks_evicted() << "\n"
       << "  elapsed " << FormatMillis(elapsed) << "\n";
   return absl::OkStatus();
 }

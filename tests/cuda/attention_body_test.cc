@@ -216,7 +216,8 @@ class AttentionBodyTest
 
 TEST_P(AttentionBodyTest, MatchesCpuBackend) {
   const AttentionCase& c = std::get<0>(GetParam());
-  const std::shared_ptr<const RopeTable> table = test::PlainTable(c.rotary_dim, 4096);
+  const std::shared_ptr<const RopeTable> table =
+      test::PlainTable(c.rotary_dim, test::kAttentionGridMaxLen);
   AttentionData want = test::MakeAttentionData(c, 11);
   ASSERT_TRUE(test::CpuBackend().AttentionScores(*table, want.Args(c)).ok());
   AttentionData got = test::MakeAttentionData(c, 11);

@@ -200,10 +200,12 @@ std::vector<AttentionCase> AttentionGrid() {
   };
   // Prefill (q and k aligned), decode (one query at the end), a query block
   // that starts before the keys (its first rows are fully masked), MQA and
-  // GQA, partial rotary, and a batch that takes the by-batch GEMM plan.
+  // GQA, partial rotary, a batch that takes the by-batch GEMM plan, and
+  // positions across a table-block edge (kAttentionGridMaxLen).
   const Shape shapes[] = {
       {1, 7, 7, 4, 4, 16, 16, 0, 0},    {2, 1, 9, 4, 2, 16, 16, 8, 0}, {1, 5, 6, 2, 1, 8, 4, 3, 5},
       {1, 4, 40, 6, 3, 12, 8, 100, 70}, {3, 3, 5, 2, 2, 8, 8, 2, 0},
+      {1, 6, 8, 2, 1, 16, 16, 4093, 4090},  // across the first table-block edge
   };
   for (const Shape& s : shapes) {
     for (DType dtype : {DType::kFloat32, DType::kBFloat16}) {

@@ -76,6 +76,9 @@ AttentionData MakeAttentionData(const AttentionCase& c, uint32_t seed);
 // A grid of attention cases: mask x softmax x v x GQA x dtype x layout,
 // fully masked rows included.
 std::vector<AttentionCase> AttentionGrid();
+// The table length AttentionGrid's cases are run with: four 4096-row table
+// blocks, so that the case straddling row 4096 reads two of them.
+constexpr uint32_t kAttentionGridMaxLen = 3 * 4096 + 100;
 
 // Attention results against the CPU backend's: -inf and 0 must match
 // exactly (masking, fully masked rows), other values within

@@ -204,7 +204,8 @@ TEST_F(CudaBackendTest, AttentionMatchesCpuBackendOverTheGrid) {
   ASSERT_NE(cuda, nullptr);
   for (const AttentionCase& c : test::AttentionGrid()) {
     SCOPED_TRACE(c.Name());
-    const std::shared_ptr<const RopeTable> table = test::PlainTable(c.rotary_dim, 4096);
+    const std::shared_ptr<const RopeTable> table =
+        test::PlainTable(c.rotary_dim, test::kAttentionGridMaxLen);
     AttentionData want = test::MakeAttentionData(c, 5);
     AttentionData got = test::MakeAttentionData(c, 5);
     ASSERT_TRUE(test::CpuBackend().AttentionScores(*table, want.Args(c)).ok());
@@ -395,7 +396,8 @@ TEST_F(CudaBackendTest, AttentionInChunksMatchesCpuBackendOverTheGrid) {
     ASSERT_NE(cuda, nullptr);
     for (const AttentionCase& c : test::AttentionGrid()) {
       SCOPED_TRACE(c.Name());
-      const std::shared_ptr<const RopeTable> table = test::PlainTable(c.rotary_dim, 4096);
+      const std::shared_ptr<const RopeTable> table =
+          test::PlainTable(c.rotary_dim, test::kAttentionGridMaxLen);
       AttentionData want = test::MakeAttentionData(c, 5);
       AttentionData got = test::MakeAttentionData(c, 5);
       ASSERT_TRUE(test::CpuBackend().AttentionScores(*table, want.Args(c)).ok());

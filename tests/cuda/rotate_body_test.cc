@@ -115,30 +115,36 @@ class RotateBodyTest : public ::testing::TestWithParam<RotateCase> {};
 TEST_P(RotateBodyTest, MatchesCpuBackendBitForBit) {
   // Whole grid in one chunk; a tiny grid that strides; odd token chunks.
   const Launch launches[] = {{1 << 20, 256, 1 << 20}, {1 << 20, 32, 3}, {3, 64, 2}};
-  for (test::PositionMode mode :
-       {test::PositionMode::kStart, test::PositionMode::kPerSeq, test::PositionMode::kPerToken}) {
-    for (bool inverse : {false, true}) {
-      RotateCase c = GetParam();
-      c.positions = mode;
-      c.inverse = inverse;
-      SCOPED_TRACE(c.Name());
-      const std::shared_ptr<const RopeTable> table = test::PlainTable(c.rotary_dim, c.max_len);
-      RotateData want = test::MakeRotateData(c, 7);
-      ASSERT_TRUE(test::CpuBackend().Rotate(*table, want.Args(c)).ok());
-      for (bool vector : {false, true}) {
-        if (vector && !ShapeAllowsVectors(c)) continue;
-        for (const Launch& l : launches) {
-          SCOPED_TRACE(testing::Message()
-                       << (vector ? "16-byte" : "one-pair") << " path, chunk " << l.chunk_tokens
-                       << ", block " << l.block_dim << ", max blocks " << l.max_blocks);
-          RotateData got = test::MakeRotateData(c, 7);
-          if (vector) {
-            RunBody<true>(c, *table, &got, l.chunk_tokens, l.block_dim, l.max_blocks);
-          } else {
-            RunBody<false>(c, *table, &got, l.chunk_tokens, l.block_dim, l.max_blocks);
+  // A table of one block, and one of four (4096-row blocks): random
+  // per-token positions then read rows through every block pointer.
+  for (uint32_t max_len : {4096u, 3 * 4096u + 100}) {
+    for (test::PositionMode mode :
+         {test::PositionMode::kStart, test::PositionMode::kPerSeq, test::PositionMode::kPerToken}) {
+      for (bool inverse : {false, true}) {
+        RotateCase c = GetParam();
+        c.positions = mode;
+        c.inverse = inverse;
+        c.max_len = max_len;
+        SCOPED_TRACE(c.Name());
+        SCOPED_TRACE(testing::Message() << "max_len " << max_len);
+        const std::shared_ptr<const RopeTable> table = test::PlainTable(c.rotary_dim, c.max_len);
+        RotateData want = test::MakeRotateData(c, 7);
+        ASSERT_TRUE(test::CpuBackend().Rotate(*table, want.Args(c)).ok());
+        for (bool vector : {false, true}) {
+          if (vector && !ShapeAllowsVectors(c)) continue;
+          for (const Launch& l : launches) {
+            SCOPED_TRACE(testing::Message()
+                         << (vector ? "16-byte" : "one-pair") << " path, chunk " << l.chunk_tokens
+                         << ", block " << l.block_dim << ", max blocks " << l.max_blocks);
+            RotateData got = test::MakeRotateData(c, 7);
+            if (vector) {
+              RunBody<true>(c, *table, &got, l.chunk_tokens, l.block_dim, l.max_blocks);
+            } else {
+              RunBody<false>(c, *table, &got, l.chunk_tokens, l.block_dim, l.max_blocks);
+            }
+            EXPECT_EQ(FirstDifference(got.q, want.q), -1) << "q differs";
+            EXPECT_EQ(FirstDifference(got.k, want.k), -1) << "k differs";
           }
-          EXPECT_EQ(FirstDifference(got.q, want.q), -1) << "q differs";
-          EXPECT_EQ(FirstDifference(got.k, want.k), -1) << "k differs";
         }
       }
     }
