@@ -111,7 +111,7 @@ class RopeServiceImpl::RotateStreamReactor final
                                  return;
                                }
                                bytes_charged_ = held_bytes + more_bytes;
-                               service_.work_.Schedule([this] { RotateCurrent(); });
+                               service_.work_.Schedule([this] { RotateCurrent(); }, client_);
                              });
   }
 
@@ -195,17 +195,21 @@ grpc::ServerUnaryReactor* RopeServiceImpl::ServeUnary(Rpc rpc, grpc::CallbackSer
                                                       Response* response, Answer answer) {
   EchoPreviousAttempts(context);
   auto* call = new UnaryCall(rpc, gate_, metrics_, options_.max_message_bytes);
-  if (!call->Admit(request, ClientOf(*context))) return call;
+  std::string client = ClientOf(*context);
+  if (!call->Admit(request, client)) return call;
   call->ReserveBytes(
       budget_, more_bytes, absl::FromChrono(context->deadline()),
-      [this, call, rpc, context, response, answer = std::move(answer)]() mutable {
-        work_.Schedule([call, rpc, context, response, answer = std::move(answer)] {
-          if (context->IsCancelled()) {
-            call->FinishWith(CancelledBeforeRun(rpc), nullptr);
-            return;
-          }
-          call->FinishWith(answer(), response);
-        });
+      [this, call, rpc, context, response, client = std::move(client),
+       answer = std::move(answer)]() mutable {
+        work_.Schedule(
+            [call, rpc, context, response, answer = std::move(answer)] {
+              if (context->IsCancelled()) {
+                call->FinishWith(CancelledBeforeRun(rpc), nullptr);
+                return;
+              }
+              call->FinishWith(answer(), response);
+            },
+            client);
       });
   return call;
 }

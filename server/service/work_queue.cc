@@ -19,23 +19,35 @@ WorkQueue::~WorkQueue() {
   for (std::thread& t : threads_) t.join();
 }
 
-void WorkQueue::Schedule(absl::AnyInvocable<void() &&> task) {
+void WorkQueue::Schedule(Task task, const std::string& client) {
   absl::MutexLock lock(&mu_);
-  tasks_.push_back(std::move(task));
+  std::deque<Task>& tasks = queued_[client];
+  if (tasks.empty()) turns_.push_back(client);  // joins the round
+  tasks.push_back(std::move(task));
 }
 
 void WorkQueue::ThreadMain() {
   for (;;) {
-    absl::AnyInvocable<void() &&> task;
+    Task task;
     {
       absl::MutexLock lock(&mu_);
       auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return stopping_ || !tasks_.empty();
+        return stopping_ || !turns_.empty();
       };
       mu_.Await(absl::Condition(&ready));
-      if (tasks_.empty()) return;  // stopping, and nothing left to run
-      task = std::move(tasks_.front());
-      tasks_.pop_front();
+      if (turns_.empty()) return;  // stopping, and nothing left to run
+      // The client whose turn it is gives its oldest task, then goes to the
+      // back of the round if it has more.
+      std::string client = std::move(turns_.front());
+      turns_.pop_front();
+      auto it = queued_.find(client);
+      task = std::move(it->second.front());
+      it->second.pop_front();
+      if (it->second.empty()) {
+        queued_.erase(it);
+      } else {
+        turns_.push_back(std::move(client));
+      }
     }
     std::move(task)();
   }

@@ -1,9 +1,10 @@
 // server/service/work_queue.h: every task runs exactly once whoever schedules
-// it, in FIFO order on one thread, and the destructor runs what is still
-// queued. Built into scripts/tsan.sh's ThreadSanitizer run as well.
+// it, in FIFO order on one thread (per client), clients take turns, and the
+// destructor runs what is still queued. Built into scripts/tsan.sh's ThreadSanitizer run as well.
 #include "server/service/work_queue.h"
 
 #include <algorithm>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -70,6 +71,36 @@ TEST(WorkQueueTest, DestructorRunsTasksQueuedBehindABusyThread) {
   }
   absl::MutexLock lock(&mu);
   EXPECT_EQ(ran, 11);
+}
+
+// A client that queued a backlog first does not make another client's
+// tasks wait behind all of it: free threads take one task per client in
+// turn, and each client's own tasks stay in order.
+TEST(WorkQueueTest, ClientsTakeTurnsAndEachKeepsItsOrder) {
+  absl::Notification started, release;
+  std::vector<std::string> order;  // touched only by the queue's one thread until joined
+  {
+    WorkQueue queue(1);
+    queue.Schedule(
+        [&] {
+          started.Notify();
+          release.WaitForNotificationWithTimeout(absl::Seconds(30));
+        },
+        "flood");
+    ASSERT_TRUE(started.WaitForNotificationWithTimeout(absl::Seconds(30)));
+    // Queued while the only thread is busy: flood's backlog first.
+    for (int i = 0; i < 5; ++i) {
+      queue.Schedule([&order, i] { order.push_back("flood" + std::to_string(i)); }, "flood");
+    }
+    for (int i = 0; i < 2; ++i) {
+      queue.Schedule([&order, i] { order.push_back("steady" + std::to_string(i)); }, "steady");
+    }
+    queue.Schedule([&order] { order.push_back("anonymous"); });
+    release.Notify();
+  }
+  // Turns in the order the clients queued: flood, steady, anonymous, ...
+  EXPECT_EQ(order, (std::vector<std::string>{"flood0", "steady0", "anonymous", "flood1",
+                                             "steady1", "flood2", "flood3", "flood4"}));
 }
 
 TEST(WorkQueueTest, NonPositiveThreadCountMeansOnePerHardwareThread) {
