@@ -38,11 +38,14 @@ int64_t Elements(const v1::Tensor& tensor) {
   return elements;
 }
 
+// A tensor sent by shared-memory reference (Tensor.shm) has no data bytes:
+// its reference's byte_size stands for them.
 bool ShapeMatchesData(const v1::Tensor& tensor) {
   const int64_t elements = Elements(tensor);
   const int64_t element_bytes = tensor.dtype() == v1::FLOAT32 ? 4 : 2;
-  return tensor.shape_size() > 0 &&
-         Mul(elements, element_bytes) == static_cast<int64_t>(tensor.data().size());
+  const uint64_t bytes = tensor.has_shm() ? tensor.shm().byte_size() : tensor.data().size();
+  return tensor.shape_size() > 0 && bytes <= static_cast<uint64_t>(kMax) &&
+         Mul(elements, element_bytes) == static_cast<int64_t>(bytes);
 }
 
 }  // namespace

@@ -18,7 +18,9 @@ namespace rope {
 int64_t RotateReplyBytes(const v1::RotateRequest& request);
 
 // float32 scores [B, Hq, Sq, Sk], plus float32 output [B, Sq, Hq, Dv] when v
-// is given, plus the engine's float32 working copies of q and k.
+// is given, plus the engine's float32 working copies of q and k. Tensors sent
+// by shared-memory reference count by their shapes: the engine computes
+// into server memory before copying into the caller's region.
 int64_t AttentionScoresReplyBytes(const v1::AttentionScoresRequest& request);
 
 // float32 cos and sin, rows x rotary_dim / 2 each: rows = count, or max_len -

@@ -299,8 +299,12 @@ grpc::ServerBidiReactor<v1::RotateRequest, v1::RotateResponse>* RopeServiceImpl:
 grpc::ServerUnaryReactor* RopeServiceImpl::AttentionScores(
     grpc::CallbackServerContext* context, const v1::AttentionScoresRequest* request,
     v1::AttentionScoresResponse* response) {
+  // Results written into the caller's shared memory (scores_out) leave no
+  // serialized copy in the reply.
   const int64_t reply_bytes = AttentionScoresReplyBytes(*request);
-  return ServeUnary(Rpc::kAttentionScores, context, *request, WithSerializedCopy(reply_bytes), response,
+  const int64_t held_bytes =
+      request->has_scores_out() ? reply_bytes : WithSerializedCopy(reply_bytes);
+  return ServeUnary(Rpc::kAttentionScores, context, *request, held_bytes, response,
                     [this, context, request, response] {
                       // The longest call there is: let the backend stop when the
                       // client cancels or its deadline passes (gRPC marks the call

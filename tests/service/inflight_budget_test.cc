@@ -5,11 +5,13 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
+#include "proto_engine/reply_size.h"
 #include "tests/service/service_fixture.h"
 
 namespace rope {
@@ -217,6 +219,43 @@ TEST_F(InflightMetricsTest, MetricsReportTheBudgetAndItsRefusals) {
   EXPECT_EQ(MetricValue(page, "rope_inflight_refusals_total"), 1.0);
   EXPECT_EQ(MetricValue(page, "rope_inflight_waiters"), 0.0);
   EXPECT_GE(MetricValue(page, "rope_inflight_bytes"), 0.0);
+}
+
+// An AttentionScores by shared-memory reference (issue 16's Tensor.shm)
+// computes into server memory as one by value does: the budget charges it by
+// its shapes, not as the 0 bytes its empty data fields would say.
+v1::Tensor ZeroFloat32Tensor(std::vector<int64_t> shape) {
+  v1::Tensor tensor;
+  tensor.set_dtype(v1::FLOAT32);
+  int64_t elements = 1;
+  for (int64_t d : shape) {
+    tensor.add_shape(d);
+    elements *= d;
+  }
+  tensor.mutable_data()->assign(elements * sizeof(float), '\0');
+  return tensor;
+}
+
+TEST(ReplySizeTest, TensorsByReferenceCountByTheirShapes) {
+  v1::AttentionScoresRequest by_value;
+  *by_value.mutable_q() = ZeroFloat32Tensor({1, 4, 2, 8});
+  *by_value.mutable_k() = ZeroFloat32Tensor({1, 6, 1, 8});
+  *by_value.mutable_v() = ZeroFloat32Tensor({1, 6, 1, 3});
+  v1::AttentionScoresRequest by_reference = by_value;
+  for (v1::Tensor* t : {by_reference.mutable_q(), by_reference.mutable_k(),
+                        by_reference.mutable_v()}) {
+    const uint64_t bytes = t->data().size();
+    t->clear_data();
+    t->mutable_shm()->set_region("r");
+    t->mutable_shm()->set_byte_size(bytes);
+  }
+  // scores 1x2x4x6, output 1x4x2x3, working copies of q (64) and k (48): floats.
+  const int64_t want = (48 + 24 + 64 + 48) * 4;
+  EXPECT_EQ(AttentionScoresReplyBytes(by_value), want);
+  EXPECT_EQ(AttentionScoresReplyBytes(by_reference), want);
+  // A reference whose size does not match its shape is left to validation.
+  by_reference.mutable_q()->mutable_shm()->set_byte_size(4);
+  EXPECT_EQ(AttentionScoresReplyBytes(by_reference), 0);
 }
 
 }  // namespace
