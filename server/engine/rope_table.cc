@@ -32,9 +32,9 @@ std::shared_ptr<const RopeTable> RopeTable::Build(const TableKey& key,
   return std::make_shared<const RopeTable>(key, 0, std::move(blocks));
 }
 
-std::shared_ptr<const RopeTable> RopeTable::Gather(
-    const RopeTable& source, int64_t rows, const std::array<const int64_t*, 3>& positions,
-    const std::vector<uint8_t>& axis_of_frequency) {
+std::shared_ptr<const RopeTable> RopeTable::Gather(const RopeTable& source, int64_t rows,
+                                                   const std::array<const int64_t*, 3>& positions,
+                                                   const std::vector<uint8_t>& axis_of_frequency) {
   TableKey key = source.key();
   key.max_len = static_cast<uint32_t>(rows);
   const int half = source.half();

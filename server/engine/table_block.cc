@@ -38,12 +38,11 @@ size_t RoundUp(size_t n, size_t multiple) { return (n + multiple - 1) / multiple
 //     size rounded up to 4 KiB pages, unmapped with the block. From
 //     kHugePage up it starts on a 2 MiB boundary with MADV_HUGEPAGE, so that
 //     first-touch page faults on 4 KiB pages (three times the arithmetic of
-//     a build) become one per 2 MiB (a 4096-row block at rotary_dim 256). It is not rounded up to whole huge
-//     pages: with transparent huge pages on, touching a 2 MiB-aligned block
-//     makes all of it resident, so a 64 KiB array would cost 2 MiB. Nor is
-//     it on the heap, where blocks outliving the request buffers around them
-//     keep freed memory from going back (the resident size then grows far
-//     past the budget under table churn: bench/results/soak.md);
+//     a build) become one per 2 MiB (a 4096-row block at rotary_dim 256). It is not rounded up to
+//     whole huge pages: with transparent huge pages on, touching a 2 MiB-aligned block makes all of
+//     it resident, so a 64 KiB array would cost 2 MiB. Nor is it on the heap, where blocks
+//     outliving the request buffers around them keep freed memory from going back (the resident
+//     size then grows far past the budget under table churn: bench/results/soak.md);
 //   - a smaller array comes from aligned_alloc (64-byte aligned).
 TableBlock::Storage TableBlock::AllocateStorage(size_t count) {
   const size_t bytes = std::max<size_t>(count * sizeof(float), sizeof(float));
@@ -54,8 +53,8 @@ TableBlock::Storage TableBlock::AllocateStorage(size_t count) {
   }
   const size_t length = RoundUp(bytes, kPage);
   const size_t slack = length >= kHugePage ? kHugePage : 0;  // room to align the start
-  void* mapped = mmap(nullptr, length + slack, PROT_READ | PROT_WRITE,
-                      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  void* mapped =
+      mmap(nullptr, length + slack, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (mapped == MAP_FAILED) throw std::bad_alloc();
   char* start = static_cast<char*>(mapped);
   if (slack > 0) {

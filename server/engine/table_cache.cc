@@ -16,18 +16,20 @@ TableCache::TableCache(int64_t budget_bytes, Builder builder)
       budget_bytes_(budget_bytes),
       cache_(budget_bytes, "table-cache") {}
 
-absl::StatusOr<std::shared_ptr<const RopeTable>> TableCache::Get(
-    const TableKey& key, absl::Span<const int64_t> blocks) {
-  if (blocks.empty()) return std::make_shared<const RopeTable>(key, 0, std::vector<std::shared_ptr<const TableBlock>>());
+absl::StatusOr<std::shared_ptr<const RopeTable>> TableCache::Get(const TableKey& key,
+                                                                 absl::Span<const int64_t> blocks) {
+  if (blocks.empty())
+    return std::make_shared<const RopeTable>(key, 0,
+                                             std::vector<std::shared_ptr<const TableBlock>>());
   // The call holds every block it touches at once, so together they must fit
   // the budget (one block's own check is in KeyedLruCache::Get).
   int64_t bytes = 0;
   for (int64_t b : blocks) bytes += TableBlockBytes(key, b);
   if (blocks.size() > 1 && bytes > budget_bytes_) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "table for ", key.DebugString(), ": the ", blocks.size(),
-        " blocks of rows this call touches need ", bytes, " bytes: over the table-cache budget of ",
-        budget_bytes_, " bytes"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("table for ", key.DebugString(), ": the ", blocks.size(),
+                     " blocks of rows this call touches need ", bytes,
+                     " bytes: over the table-cache budget of ", budget_bytes_, " bytes"));
   }
   const int64_t first = blocks.front();
   std::vector<std::shared_ptr<const TableBlock>> held(blocks.back() - first + 1);

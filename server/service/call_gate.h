@@ -38,7 +38,7 @@ class CallGate {
   // UNAVAILABLE ("server is draining") after BeginDrain(); RESOURCE_EXHAUSTED
   // naming the limit when max_in_flight calls are already in flight. The
   // caller holds nothing on error.
-  // `client` (client_identity.h; empty: not limited per client) is checked
+  // `client` (caller_identity.h; empty: not limited per client) is checked
   // against its share first: RESOURCE_EXHAUSTED naming max_calls_per_client.
   // Leave() must name the same client.
   absl::Status TryEnter(absl::string_view client = "");

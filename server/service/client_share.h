@@ -2,7 +2,7 @@
 // flooding the server cannot take every slot of --max_concurrent_calls from
 // the others (issue 19: fairness).
 //
-// A client is named by a short identity string (client_identity.h: its
+// A client is named by a short identity string (caller_identity.h: its
 // bearer token's fingerprint, else its certificate's subject, else its peer
 // address). Each may hold at most `max_per_client` calls at once; a call
 // beyond that is refused at once with RESOURCE_EXHAUSTED naming the limit,

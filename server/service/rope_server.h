@@ -66,7 +66,7 @@ struct ServerOptions {
   // Longest a call waits for room in max_inflight_bytes when its deadline is
   // later (or it has none); then RESOURCE_EXHAUSTED.
   absl::Duration max_inflight_wait = absl::Seconds(10);
-  // Calls in flight per client (client_identity.h) ; <= 0: no per-client
+  // Calls in flight per client (caller_identity.h) ; <= 0: no per-client
   // share.
   int64_t max_calls_per_client = 0;
   // Threads running the calls' work; <= 0: one per hardware thread.

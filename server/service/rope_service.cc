@@ -9,13 +9,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "common/retry_metadata.h"
 #include "proto_engine/reply_size.h"
 #include "proto_engine/request_conversion.h"
 #include "proto_engine/rope_calls.h"
-#include "common/retry_metadata.h"
-#include "server/service/client_identity.h"
 #include "proto_engine/shm_calls.h"
 #include "server/engine/table_block.h"
+#include "server/service/caller_identity.h"
 #include "server/service/status_conversion.h"
 #include "server/service/unary_call.h"
 
@@ -35,9 +35,8 @@ absl::Status CancelledBeforeRun(Rpc rpc) {
 // `reply_bytes` plus the serialized copy gRPC makes of the reply (held until
 // it is sent), saturating.
 int64_t WithSerializedCopy(int64_t reply_bytes) {
-  return reply_bytes > std::numeric_limits<int64_t>::max() / 2
-             ? std::numeric_limits<int64_t>::max()
-             : 2 * reply_bytes;
+  return reply_bytes > std::numeric_limits<int64_t>::max() / 2 ? std::numeric_limits<int64_t>::max()
+                                                               : 2 * reply_bytes;
 }
 
 // Echoes the attempt number gRPC's retries send to the server back to the
@@ -143,11 +142,10 @@ class RopeServiceImpl::RotateStreamReactor final
 
   void RotateCurrent() {
     const int64_t bytes_in = static_cast<int64_t>(request_.ByteSizeLong());
-    absl::Status status =
-        context_->IsCancelled() ? CancelledBeforeRun(Rpc::kRotateStream)
-        : UsesSharedMemory(request_)
-            ? service_.AnswerRotateByReference(context_, &request_, &response_)
-            : AnswerRotate(service_.engine_, &request_, &response_);
+    absl::Status status = context_->IsCancelled() ? CancelledBeforeRun(Rpc::kRotateStream)
+                          : UsesSharedMemory(request_)
+                              ? service_.AnswerRotateByReference(context_, &request_, &response_)
+                              : AnswerRotate(service_.engine_, &request_, &response_);
     if (!status.ok()) {
       bytes_in_ = bytes_in;
       FinishStream(status);
@@ -192,24 +190,28 @@ RopeServiceImpl::RopeServiceImpl(Engine& engine, CallGate& gate, ByteBudget& bud
 template <typename Request, typename Response, typename Answer>
 grpc::ServerUnaryReactor* RopeServiceImpl::ServeUnary(Rpc rpc, grpc::CallbackServerContext* context,
                                                       const Request& request, int64_t more_bytes,
-                                                      Response* response, Answer answer) {
+                                                      Response* response, Answer answer,
+                                                      RunOn run_on) {
   EchoPreviousAttempts(context);
   auto* call = new UnaryCall(rpc, gate_, metrics_, options_.max_message_bytes);
   std::string client = ClientOf(*context);
   if (!call->Admit(request, client)) return call;
   call->ReserveBytes(
       budget_, more_bytes, absl::FromChrono(context->deadline()),
-      [this, call, rpc, context, response, client = std::move(client),
+      [this, call, rpc, context, response, run_on, client = std::move(client),
        answer = std::move(answer)]() mutable {
-        work_.Schedule(
-            [call, rpc, context, response, answer = std::move(answer)] {
-              if (context->IsCancelled()) {
-                call->FinishWith(CancelledBeforeRun(rpc), nullptr);
-                return;
-              }
-              call->FinishWith(answer(), response);
-            },
-            client);
+        auto run = [call, rpc, context, response, answer = std::move(answer)]() mutable {
+          if (context->IsCancelled()) {
+            call->FinishWith(CancelledBeforeRun(rpc), nullptr);
+            return;
+          }
+          call->FinishWith(answer(), response);
+        };
+        if (run_on == RunOn::kThisThread) {
+          run();
+        } else {
+          work_.Schedule(std::move(run), client);
+        }
       });
   return call;
 }
@@ -270,25 +272,23 @@ grpc::ServerUnaryReactor* RopeServiceImpl::Rotate(grpc::CallbackServerContext* c
   if (owned != nullptr && IsInlineRotate(*request)) {
     // Admitted and charged like every call; answered on this thread (or, if
     // it had to wait for bytes, on the thread that freed them).
-    auto* call = new UnaryCall(Rpc::kRotate, gate_, metrics_, options_.max_message_bytes);
-    if (!call->Admit(*request, ClientOf(*context))) return call;
-    call->ReserveBytes(budget_, RotateReplyBytes(*request), absl::FromChrono(context->deadline()),
-                       [this, call, owned, response]() mutable {
-                         call->FinishWith(AnswerRotate(engine_, owned, response), response);
-                       });
-    return call;
+    return ServeUnary(
+        Rpc::kRotate, context, *request, RotateReplyBytes(*request), response,
+        [this, owned, response] { return AnswerRotate(engine_, owned, response); },
+        RunOn::kThisThread);
   }
   // The reply takes over the request's bytes; gRPC then serializes it (a
   // second copy, freed once sent). Tensors in shared memory are not counted:
   // they are mapped, not held by the process.
-  return ServeUnary(Rpc::kRotate, context, *request, RotateReplyBytes(*request), response,
-                    [this, context, owned, response] {
-    if (owned == nullptr) {
-      return absl::InternalError("Rotate: the owning message allocator is not installed");
-    }
-    if (UsesSharedMemory(*owned)) return AnswerRotateByReference(context, owned, response);
-    return AnswerRotate(engine_, owned, response);
-  });
+  return ServeUnary(
+      Rpc::kRotate, context, *request, RotateReplyBytes(*request), response,
+      [this, context, owned, response] {
+        if (owned == nullptr) {
+          return absl::InternalError("Rotate: the owning message allocator is not installed");
+        }
+        if (UsesSharedMemory(*owned)) return AnswerRotateByReference(context, owned, response);
+        return AnswerRotate(engine_, owned, response);
+      });
 }
 
 grpc::ServerBidiReactor<v1::RotateRequest, v1::RotateResponse>* RopeServiceImpl::RotateStream(
@@ -312,8 +312,7 @@ grpc::ServerUnaryReactor* RopeServiceImpl::AttentionScores(
                       const Interrupt interrupt([context] { return context->IsCancelled(); },
                                                 absl::FromChrono(context->deadline()));
                       if (UsesSharedMemory(*request)) {
-                        return AnswerAttentionByReference(context, *request, response,
-                                                          &interrupt);
+                        return AnswerAttentionByReference(context, *request, response, &interrupt);
                       }
                       return AnswerAttentionScores(engine_, *request, response, &interrupt);
                     });
@@ -323,12 +322,13 @@ grpc::ServerUnaryReactor* RopeServiceImpl::GetTable(grpc::CallbackServerContext*
                                                     const v1::GetTableRequest* request,
                                                     v1::GetTableResponse* response) {
   // A miss builds a whole table: off gRPC's threads too.
-  const int64_t reply_bytes = GetTableReplyBytes(*request, engine_.limits().max_len_cap,
-                                                 options_.max_message_bytes);
+  const int64_t reply_bytes =
+      GetTableReplyBytes(*request, engine_.limits().max_len_cap, options_.max_message_bytes);
   return ServeUnary(Rpc::kGetTable, context, *request, WithSerializedCopy(reply_bytes), response,
                     [this, request, response] {
-    return AnswerGetTable(engine_, *request, options_.max_message_bytes, response);
-  });
+                      return AnswerGetTable(engine_, *request, options_.max_message_bytes,
+                                            response);
+                    });
 }
 
 grpc::ServerUnaryReactor* RopeServiceImpl::ResolveConfig(grpc::CallbackServerContext* context,
@@ -337,15 +337,15 @@ grpc::ServerUnaryReactor* RopeServiceImpl::ResolveConfig(grpc::CallbackServerCon
   // A miss parses a config.json: off gRPC's threads too.
   // The reply is about the size of the config it resolves (and its copy).
   const int64_t reply_bytes = static_cast<int64_t>(request->ByteSizeLong()) + 4096;
-  return ServeUnary(Rpc::kResolveConfig, context, *request, WithSerializedCopy(reply_bytes), response,
-                    [this, request, response] {
-    return AnswerResolveConfig(engine_, *request, response);
-  });
+  return ServeUnary(
+      Rpc::kResolveConfig, context, *request, WithSerializedCopy(reply_bytes), response,
+      [this, request, response] { return AnswerResolveConfig(engine_, *request, response); });
 }
 
 std::string RopeServiceImpl::ClientOf(const grpc::CallbackServerContext& context) const {
-  return gate_.max_per_client() > 0 ? ClientIdentity(context, options_.tokens_verified)
-                                    : std::string();
+  return gate_.max_per_client() > 0
+             ? CallerIdentity(context, options_.tokens_verified, IdentityUse::kShare)
+             : std::string();
 }
 
 grpc::ServerUnaryReactor* RopeServiceImpl::GetServerInfo(grpc::CallbackServerContext* context,

@@ -41,7 +41,7 @@ struct ServiceOptions {
   // --max_inflight_bytes (both halves; 0: none). Reported by GetServerInfo.
   int64_t max_inflight_bytes = 0;
   // Whether every call's bearer token was checked (token_auth.h), so that
-  // it may name the client for the per-client share (client_identity.h).
+  // it may name the client for the per-client share (caller_identity.h).
   bool tokens_verified = false;
   // Shared-memory regions (owned by the server); null: the region RPCs and
   // references answer FAILED_PRECONDITION.
@@ -99,20 +99,28 @@ class RopeServiceImpl final : public v1::RopeService::CallbackService {
   // (ServiceOptions::inline_rotate_max_bytes).
   bool IsInlineRotate(const v1::RotateRequest& request) const;
 
-  // The skeleton of Rotate, AttentionScores and GetTable: admits the call,
-  // charges its request's bytes plus `more_bytes` (what its reply allocates)
-  // to the byte budget (waiting until the call's deadline at most), then on
-  // the work queue runs `answer` (() -> absl::Status, filling
+  // Where an admitted call's answer runs: on the work queue (in its
+  // client's turn), or on the thread that admitted it (a small CPU-backend
+  // Rotate, ServiceOptions::inline_rotate_max_bytes).
+  enum class RunOn { kWorkQueue, kThisThread };
+  // The skeleton of Rotate, AttentionScores, GetTable and ResolveConfig:
+  // admits the call, charges its request's bytes plus `more_bytes` (what its
+  // reply allocates) to the byte budget (waiting until the call's deadline at
+  // most), then (`run_on`) runs `answer` (() -> absl::Status, filling
   // `response`) unless the call was cancelled or its deadline passed while it
   // waited, and finishes the call with the status and the reply.
   template <typename Request, typename Response, typename Answer>
   grpc::ServerUnaryReactor* ServeUnary(Rpc rpc, grpc::CallbackServerContext* context,
                                        const Request& request, int64_t more_bytes,
-                                       Response* response, Answer answer);
+                                       Response* response, Answer answer,
+                                       RunOn run_on = RunOn::kWorkQueue);
   void FillServerInfo(v1::ServerInfo* info) const;
-  // The caller's identity for the gate's per-client share (client_identity.h),
+  // The caller's identity for the gate's per-client share (caller_identity.h),
   // or "" when there is no share (nothing to compute).
   std::string ClientOf(const grpc::CallbackServerContext& context) const;
+  // The caller's identity as the owner of shared-memory regions
+  // (caller_identity.h, IdentityUse::kOwnership).
+  std::string OwnerOf(const grpc::CallbackServerContext& context) const;
   // Rotate / AttentionScores for requests that reference shared memory
   // (rope_service_shm.cc).
   absl::Status AnswerRotateByReference(grpc::CallbackServerContext* context,

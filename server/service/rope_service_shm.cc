@@ -42,15 +42,20 @@ absl::Status RopeServiceImpl::AnswerRotateByReference(grpc::CallbackServerContex
                                                       v1::RotateRequest* request,
                                                       v1::RotateResponse* response) {
   if (options_.shm == nullptr) return NoShm();
-  return AnswerRotateShared(engine_, *options_.shm, CallerIdentity(*context, options_.tokens_verified), request, response);
+  return AnswerRotateShared(engine_, *options_.shm, OwnerOf(*context), request, response);
 }
 
-absl::Status RopeServiceImpl::AnswerAttentionByReference(
-    grpc::CallbackServerContext* context, const v1::AttentionScoresRequest& request,
-    v1::AttentionScoresResponse* response, const Interrupt* interrupt) {
+absl::Status RopeServiceImpl::AnswerAttentionByReference(grpc::CallbackServerContext* context,
+                                                         const v1::AttentionScoresRequest& request,
+                                                         v1::AttentionScoresResponse* response,
+                                                         const Interrupt* interrupt) {
   if (options_.shm == nullptr) return NoShm();
-  return AnswerAttentionScoresShared(engine_, *options_.shm, CallerIdentity(*context, options_.tokens_verified), request,
-                                     response, interrupt);
+  return AnswerAttentionScoresShared(engine_, *options_.shm, OwnerOf(*context), request, response,
+                                     interrupt);
+}
+
+std::string RopeServiceImpl::OwnerOf(const grpc::CallbackServerContext& context) const {
+  return CallerIdentity(context, options_.tokens_verified, IdentityUse::kOwnership);
 }
 
 void RopeServiceImpl::FillShmInfo(v1::ServerInfo* info) const {
@@ -65,39 +70,40 @@ void RopeServiceImpl::FillShmInfo(v1::ServerInfo* info) const {
 grpc::ServerUnaryReactor* RopeServiceImpl::RegisterSharedMemory(
     grpc::CallbackServerContext* context, const v1::RegisterSharedMemoryRequest* request,
     v1::RegisterSharedMemoryResponse* response) {
-  return ServeRegionCall(Rpc::kRegisterSharedMemory, gate_, metrics_, work_, options_.max_message_bytes, context, *request, response,
-                    [this, context, request]() -> absl::Status {
-                      if (options_.shm == nullptr) return NoShm();
-                      if (!IsLocalPeer(context->peer())) {
-                        return absl::PermissionDeniedError(absl::StrCat(
-                            "shared memory is for clients on the server's host (a Unix socket "
-                            "or loopback); this call comes from ", context->peer()));
-                      }
-                      return AnswerRegisterSharedMemory(*options_.shm, CallerIdentity(*context, options_.tokens_verified),
-                                                        *request);
-                    });
+  return ServeRegionCall(
+      Rpc::kRegisterSharedMemory, gate_, metrics_, work_, options_.max_message_bytes, context,
+      *request, response, [this, context, request]() -> absl::Status {
+        if (options_.shm == nullptr) return NoShm();
+        if (!IsLocalPeer(context->peer())) {
+          return absl::PermissionDeniedError(
+              absl::StrCat("shared memory is for clients on the server's host (a Unix socket "
+                           "or loopback); this call comes from ",
+                           context->peer()));
+        }
+        return AnswerRegisterSharedMemory(*options_.shm, OwnerOf(*context), *request);
+      });
 }
 
 grpc::ServerUnaryReactor* RopeServiceImpl::UnregisterSharedMemory(
     grpc::CallbackServerContext* context, const v1::UnregisterSharedMemoryRequest* request,
     v1::UnregisterSharedMemoryResponse* response) {
-  return ServeRegionCall(Rpc::kUnregisterSharedMemory, gate_, metrics_, work_, options_.max_message_bytes, context, *request, response,
-                    [this, context, request]() -> absl::Status {
-                      if (options_.shm == nullptr) return NoShm();
-                      return AnswerUnregisterSharedMemory(*options_.shm, CallerIdentity(*context, options_.tokens_verified),
-                                                          *request);
-                    });
+  return ServeRegionCall(
+      Rpc::kUnregisterSharedMemory, gate_, metrics_, work_, options_.max_message_bytes, context,
+      *request, response, [this, context, request]() -> absl::Status {
+        if (options_.shm == nullptr) return NoShm();
+        return AnswerUnregisterSharedMemory(*options_.shm, OwnerOf(*context), *request);
+      });
 }
 
 grpc::ServerUnaryReactor* RopeServiceImpl::SharedMemoryStatus(
     grpc::CallbackServerContext* context, const v1::SharedMemoryStatusRequest* request,
     v1::SharedMemoryStatusResponse* response) {
-  return ServeRegionCall(Rpc::kSharedMemoryStatus, gate_, metrics_, work_, options_.max_message_bytes, context, *request, response,
-                    [this, context, request, response]() -> absl::Status {
-                      if (options_.shm == nullptr) return NoShm();
-                      return AnswerSharedMemoryStatus(*options_.shm, CallerIdentity(*context, options_.tokens_verified),
-                                                      *request, response);
-                    });
+  return ServeRegionCall(
+      Rpc::kSharedMemoryStatus, gate_, metrics_, work_, options_.max_message_bytes, context,
+      *request, response, [this, context, request, response]() -> absl::Status {
+        if (options_.shm == nullptr) return NoShm();
+        return AnswerSharedMemoryStatus(*options_.shm, OwnerOf(*context), *request, response);
+      });
 }
 
 }  // namespace rope

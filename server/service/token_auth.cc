@@ -123,7 +123,7 @@ grpc::Status BearerTokenProcessor::Process(const InputMetadata& auth_metadata,
     return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "bearer token not accepted");
   }
   // The header is passed on (not consumed): the service names the client
-  // by the token's fingerprint for the per-client share (client_identity.h).
+  // by the token's fingerprint for the per-client share (caller_identity.h).
   // Nothing per call may be stored in `context`: gRPC shares it between
   // the calls of a connection.
   return grpc::Status::OK;

@@ -75,7 +75,7 @@ class BearerTokenProcessor final : public grpc::AuthMetadataProcessor {
   // OK when the call is to grpc.health.v1.Health or carries
   // "authorization: Bearer <token>" with an accepted token (the header then
   // goes on to the service, which uses only the token's fingerprint, to name
-  // the client: client_identity.h). Otherwise UNAUTHENTICATED,
+  // the client: caller_identity.h). Otherwise UNAUTHENTICATED,
   // saying whether the token was missing or not accepted (never echoing it).
   grpc::Status Process(const InputMetadata& auth_metadata, grpc::AuthContext* context,
                        OutputMetadata* consumed_auth_metadata,

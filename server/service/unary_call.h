@@ -29,7 +29,7 @@ class UnaryCall final : public grpc::ServerUnaryReactor {
   // Takes a gate slot. On refusal finishes the call with the gate's status
   // (UNAVAILABLE or RESOURCE_EXHAUSTED) and returns false; the handler must
   // then only return the reactor. `request` is measured for the metrics.
-  // `client` (client_identity.h; empty: none) is held to its per-client
+  // `client` (caller_identity.h; empty: none) is held to its per-client
   // share of the gate.
   bool Admit(const google::protobuf::Message& request, std::string client = "");
 

@@ -5,7 +5,7 @@
 // call, hand its work here, and return at once; the task finishes the call.
 //
 // Fair between clients: each task is scheduled for a client (the caller's
-// identity, client_identity.h; "" when the server tells none apart), each
+// identity, caller_identity.h; "" when the server tells none apart), each
 // client's tasks wait in a FIFO of their own, and free threads take one task
 // from each client with work in turn (round robin). A client that queues
 // many calls therefore delays another client's call by at most one of its

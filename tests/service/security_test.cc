@@ -20,7 +20,7 @@
 #include "grpcpp/security/credentials.h"
 #include "gtest/gtest.h"
 #include "server/backends/cpu/cpu_backend.h"
-#include "server/service/client_identity.h"
+#include "server/service/caller_identity.h"
 #include "server/service/rope_server.h"
 #include "tests/support/grpc_test_util.h"
 #include "tests/support/test_certs.h"
@@ -546,9 +546,11 @@ TEST_F(SecurityTest, RotatesCertificateAndTokensUnderLoadWithoutAFailedCall) {
   std::string first_failure;
   absl::Mutex failure_mu;
   std::vector<std::thread> workers;
+  // Written once, before the workers read it (WithToken rewrites the file).
+  const ChannelSecurityFiles next_token = WithToken(kNextToken);
   for (int w = 0; w < 3; ++w) {
     workers.emplace_back([&, w] {
-      std::unique_ptr<RopeClient> steady = Client(WithToken(kNextToken));
+      std::unique_ptr<RopeClient> steady = Client(next_token);
       while (!stop.load()) {
         std::unique_ptr<RopeClient> fresh;
         RopeClient* c = steady.get();
@@ -557,7 +559,7 @@ TEST_F(SecurityTest, RotatesCertificateAndTokensUnderLoadWithoutAFailedCall) {
           o.deadline = absl::Seconds(10);
           o.retry_max_attempts = 1;
           o.own_connections = true;
-          ASSERT_TRUE(client::ApplyChannelSecurity(WithToken(kNextToken), &o).ok());
+          ASSERT_TRUE(client::ApplyChannelSecurity(next_token, &o).ok());
           fresh = *RopeClient::Create(absl::StrCat("127.0.0.1:", server_->port()), o);
           c = fresh.get();
         }
