@@ -37,29 +37,23 @@ constexpr double kTableTolerance = 1.2e-7;
 constexpr int64_t kBlockRows = int64_t{1} << kMaxTableBlockShift;
 constexpr uint32_t kMaxLen24 = uint32_t{1} << 24;
 
-TableKey Key(double theta, uint32_t rotary_dim, uint32_t max_len) {
-  TableKey key;
-  key.theta = theta;
-  key.rotary_dim = rotary_dim;
-  key.max_len = max_len;
-  return key;
-}
+using test::PlainTableKey;
 
 TEST(TableBlockTest, ShortTablesAreOneBlockAndLongOnesAreCutIn4096Rows) {
   EXPECT_EQ(kBlockRows, 4096);
-  const TableKey small = Key(10000, 64, 100);
+  const TableKey small = PlainTableKey(10000, 64, 100);
   EXPECT_EQ(TableBlockShift(small), 7);
   EXPECT_EQ(TableBlockCount(small), 1);
   EXPECT_EQ(TableBlockRows(small, 0), 100);
   EXPECT_EQ(TableBlockBytes(small, 0), 100 * 32 * 2 * 4);
 
-  const TableKey one_more = Key(10000, 64, 4097);
+  const TableKey one_more = PlainTableKey(10000, 64, 4097);
   EXPECT_EQ(TableBlockShift(one_more), 12);
   EXPECT_EQ(TableBlockCount(one_more), 2);
   EXPECT_EQ(TableBlockRows(one_more, 1), 1);
   EXPECT_EQ(TableBytes(one_more), TableBlockBytes(one_more, 0) + TableBlockBytes(one_more, 1));
 
-  const TableKey longest = Key(500000, 128, kMaxLen24);
+  const TableKey longest = PlainTableKey(500000, 128, kMaxLen24);
   EXPECT_EQ(TableBlockCount(longest), 4096);
   EXPECT_EQ(TableBlockRows(longest, 4095), 4096);
   EXPECT_EQ(TableBytes(longest), int64_t{kMaxLen24} * 64 * 2 * 4);  // 8 GiB, never built whole
@@ -69,7 +63,7 @@ TEST(TableBlockTest, ShortTablesAreOneBlockAndLongOnesAreCutIn4096Rows) {
 // 2^24 - 1 (the cap's last row), every row of each against long double.
 TEST(TableBlockTest, FarBlocksAreWithinFloat32RoundingOfTheExactValues) {
   for (int rotary_dim : {128, 64}) {
-    const TableKey key = Key(500000, rotary_dim, kMaxLen24);
+    const TableKey key = PlainTableKey(500000, rotary_dim, kMaxLen24);
     for (int64_t pos : {int64_t{1} << 20, int64_t{10485759}, (int64_t{1} << 24) - 1}) {
       const int64_t block = pos >> kMaxTableBlockShift;
       const std::shared_ptr<const TableBlock> built = TableBlock::Build(key, block);
@@ -88,7 +82,7 @@ TEST(TableBlockTest, FarBlocksAreWithinFloat32RoundingOfTheExactValues) {
 // Rows on both sides of each block edge are the rows of one fill from row 0
 // (the recurrence re-anchors every 1024 rows, and blocks start on 4096).
 TEST(TableBlockTest, RowsAtBlockEdgesAreThoseOfATableFilledWhole) {
-  const TableKey key = Key(10000, 32, 3 * 4096 + 5);
+  const TableKey key = PlainTableKey(10000, 32, 3 * 4096 + 5);
   const std::vector<double> inv_freq = ComputeInvFreq(key);
   std::vector<float> cos(key.max_len * 16), sin(key.max_len * 16);
   FillTableRows(inv_freq, 1.0, 0, key.max_len, cos.data(), sin.data());
@@ -107,7 +101,7 @@ TEST(TableBlockTest, RowsAtBlockEdgesAreThoseOfATableFilledWhole) {
 
 TEST(PagedCacheTest, AViewBuildsAndHoldsOnlyTheBlocksItTouches) {
   TableCache cache(64 << 20);
-  const TableKey key = Key(500000, 128, 10485760);
+  const TableKey key = PlainTableKey(500000, 128, 10485760);
   absl::StatusOr<std::shared_ptr<const RopeTable>> view = cache.Get(key, {10000000 >> 12});
   ASSERT_TRUE(view.ok()) << view.status();
   EXPECT_TRUE((*view)->HoldsRows(10000000, 1));
@@ -120,7 +114,7 @@ TEST(PagedCacheTest, AViewBuildsAndHoldsOnlyTheBlocksItTouches) {
 }
 
 TEST(PagedCacheTest, BlocksEvictedWhileAViewHoldsThemStayReadable) {
-  const TableKey key = Key(10000, 16, 3 * 4096);
+  const TableKey key = PlainTableKey(10000, 16, 3 * 4096);
   TableCache cache(/*budget_bytes=*/TableBlockBytes(key, 0));  // room for one block
   absl::StatusOr<std::shared_ptr<const RopeTable>> held = cache.Get(key, {0});
   ASSERT_TRUE(held.ok()) << held.status();
@@ -137,7 +131,7 @@ TEST(PagedCacheTest, BlocksEvictedWhileAViewHoldsThemStayReadable) {
 
 TEST(PagedCacheTest, ConcurrentCallsBuildEachMissingBlockOnce) {
   constexpr int kThreads = 8;
-  const TableKey key = Key(10000, 16, 10 * 4096);
+  const TableKey key = PlainTableKey(10000, 16, 10 * 4096);
   std::atomic<int> builds{0};
   absl::Notification release;
   TableCache cache(64 << 20, [&](const TableKey& k, int64_t block) {
@@ -169,7 +163,7 @@ TEST(PagedCacheTest, ConcurrentCallsBuildEachMissingBlockOnce) {
 }
 
 TEST(PagedCacheTest, BlocksTogetherLargerThanTheBudgetAreResourceExhausted) {
-  const TableKey key = Key(10000, 16, 4 * 4096);
+  const TableKey key = PlainTableKey(10000, 16, 4 * 4096);
   TableCache cache(/*budget_bytes=*/2 * TableBlockBytes(key, 0));
   EXPECT_TRUE(cache.Get(key, {0, 3}).ok());
   EXPECT_TRUE(StatusIs(cache.Get(key, {0, 1, 2}).status(), StatusCode::kResourceExhausted,

@@ -15,6 +15,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
+#include "tests/unit/test_util.h"
 #include "server/engine/rope_table.h"
 #include "server/engine/table_cache.h"
 
@@ -57,13 +58,7 @@ int64_t ResidentBytes() {
   return -1;
 }
 
-TableKey Key(double theta, uint32_t rotary_dim, uint32_t max_len) {
-  TableKey key;
-  key.theta = theta;
-  key.rotary_dim = rotary_dim;
-  key.max_len = max_len;
-  return key;
-}
+using test::PlainTableKey;
 
 TEST(TableMemoryTest, CachedTablesOccupyAboutTheirAccountedBytes) {
   SKIP_UNDER_ASAN();
@@ -75,7 +70,7 @@ TEST(TableMemoryTest, CachedTablesOccupyAboutTheirAccountedBytes) {
   // GetTable-like (64 KiB arrays) and scores-like (256 KiB arrays) tables:
   // each array once sat on a whole 2 MiB page.
   for (int i = 0; i < 64; ++i) {
-    const TableKey key = i % 2 == 0 ? Key(10000 + i, 32, 1024) : Key(10000 + i, 64, 2048);
+    const TableKey key = i % 2 == 0 ? PlainTableKey(10000 + i, 32, 1024) : PlainTableKey(10000 + i, 64, 2048);
     absl::StatusOr<std::shared_ptr<const RopeTable>> table = cache.Get(key);
     ASSERT_TRUE(table.ok()) << table.status();
     accounted += (*table)->byte_size();
@@ -100,7 +95,7 @@ TEST(TableMemoryTest, EvictedTablesGiveTheirMemoryBack) {
     for (int i = 0; i < 200; ++i) {
       auto request = std::make_unique<std::vector<char>>(4 * kMiB + i * 4096, 'x');
       absl::StatusOr<std::shared_ptr<const RopeTable>> table =
-          cache.Get(Key(500000 + i, 128, 4096));
+          cache.Get(PlainTableKey(500000 + i, 128, 4096));
       ASSERT_TRUE(table.ok()) << table.status();
       EXPECT_LE(cache.stats().bytes, budget);
     }
@@ -119,7 +114,7 @@ TEST(TableMemoryTest, LargeArraysStartOnA2MiBBoundary) {
   // 4096 rows x 256 floats x 4 bytes = 4 MiB per array; and an odd size.
   // A table of 4100 rows is a full block and a block of 4 rows (a small
   // array, from the heap).
-  for (const TableKey& key : {Key(10000, 512, 4096), Key(10000, 512, 4100)}) {
+  for (const TableKey& key : {PlainTableKey(10000, 512, 4096), PlainTableKey(10000, 512, 4100)}) {
     std::shared_ptr<const RopeTable> table = RopeTable::Build(key);
     const TableBlock& first = *table->block(0);
     EXPECT_EQ(reinterpret_cast<uintptr_t>(first.cos()) % (2 * kMiB), 0u) << key.max_len;

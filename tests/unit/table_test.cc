@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/unit/test_util.h"
 #include "tests/unit/reference_rope.h"
 
 namespace rope {
@@ -18,20 +19,14 @@ namespace {
 // The contract in rope_table.h.
 constexpr double kTableTolerance = 1.2e-7;
 
-TableKey Key(double theta, uint32_t rotary_dim, uint32_t max_len) {
-  TableKey key;
-  key.theta = theta;
-  key.rotary_dim = rotary_dim;
-  key.max_len = max_len;
-  return key;
-}
+using test::PlainTableKey;
 
 using reference::CompareRows;
 using reference::MaxError;
 
 TEST(InvFreqTest, DerivationNoteVector) {
   // theta = 100, head_dim = 4: inv_freq = (100^0, 100^(-1/2)) = (1, 0.1).
-  const std::vector<double> inv = ComputeInvFreq(Key(100, 4, 8));
+  const std::vector<double> inv = ComputeInvFreq(PlainTableKey(100, 4, 8));
   ASSERT_EQ(inv.size(), 2u);
   EXPECT_EQ(inv[0], 1.0);
   EXPECT_NEAR(inv[1], 0.1, 1e-16);
@@ -40,7 +35,7 @@ TEST(InvFreqTest, DerivationNoteVector) {
 TEST(InvFreqTest, MatchesLongDoubleReference) {
   for (double theta : {10000.0, 500000.0, 100.0, 1e6}) {
     for (int rotary_dim : {2, 6, 64, 128}) {
-      const std::vector<double> got = ComputeInvFreq(Key(theta, rotary_dim, 16));
+      const std::vector<double> got = ComputeInvFreq(PlainTableKey(theta, rotary_dim, 16));
       const std::vector<long double> want = reference::InvFreqLong(theta, rotary_dim);
       ASSERT_EQ(got.size(), want.size()) << theta << " " << rotary_dim;
       for (size_t i = 0; i < got.size(); ++i) {
@@ -57,7 +52,7 @@ TEST(InvFreqTest, MatchesLongDoubleReference) {
 }
 
 TEST(AttentionFactorTest, PlainRopeHasNoFactor) {
-  EXPECT_EQ(ComputeAttentionFactor(Key(10000, 64, 16)), 1.0);
+  EXPECT_EQ(ComputeAttentionFactor(PlainTableKey(10000, 64, 16)), 1.0);
 }
 
 // Rows far from 0 are where float32 angle arithmetic (Llama's table) falls
@@ -73,7 +68,7 @@ class FarRowsTest : public ::testing::TestWithParam<FarRowsCase> {};
 
 TEST_P(FarRowsTest, WithinFloatRoundingOfExact) {
   const FarRowsCase& c = GetParam();
-  const TableKey key = Key(c.theta, c.rotary_dim, 1);
+  const TableKey key = PlainTableKey(c.theta, c.rotary_dim, 1);
   const std::vector<double> inv_freq = ComputeInvFreq(key);
   const int half = c.rotary_dim / 2;
   std::vector<float> cos(c.count * half, -7.0f), sin(c.count * half, -7.0f);
@@ -108,7 +103,7 @@ INSTANTIATE_TEST_SUITE_P(Positions, FarRowsTest, ::testing::ValuesIn(FarRowsCase
                          FarRowsName);
 
 TEST(FillTableRowsTest, FactorScalesEveryValue) {
-  const TableKey key = Key(10000, 16, 1);
+  const TableKey key = PlainTableKey(10000, 16, 1);
   const std::vector<double> inv_freq = ComputeInvFreq(key);
   std::vector<float> cos(100 * 8), sin(100 * 8);
   FillTableRows(inv_freq, 0.75, 1000, 100, cos.data(), sin.data());
@@ -119,7 +114,7 @@ TEST(FillTableRowsTest, FactorScalesEveryValue) {
 TEST(FillTableRowsTest, RowsDoNotDependOnWhereTheFillStarts) {
   // A row filled as part of a range starting at 0 and one filled on its own
   // both satisfy the contract (they need not be bit-identical).
-  const TableKey key = Key(500000, 128, 1);
+  const TableKey key = PlainTableKey(500000, 128, 1);
   const std::vector<double> inv_freq = ComputeInvFreq(key);
   std::vector<float> cos(300 * 64), sin(300 * 64);
   FillTableRows(inv_freq, 1.0, 0, 300, cos.data(), sin.data());
@@ -132,7 +127,7 @@ TEST(FillTableRowsTest, RowsDoNotDependOnWhereTheFillStarts) {
 }
 
 TEST(RopeTableTest, BuildDescribesItsKeyAndSize) {
-  const TableKey key = Key(10000, 64, 512);
+  const TableKey key = PlainTableKey(10000, 64, 512);
   const auto table = RopeTable::Build(key);
   ASSERT_NE(table, nullptr);
   EXPECT_TRUE(table->key() == key);
@@ -149,7 +144,7 @@ TEST(RopeTableTest, BuildDescribesItsKeyAndSize) {
 }
 
 TEST(RopeTableTest, PositionZeroIsTheIdentity) {
-  const auto table = RopeTable::Build(Key(10000, 8, 4));
+  const auto table = RopeTable::Build(PlainTableKey(10000, 8, 4));
   for (int i = 0; i < 4; ++i) {
     EXPECT_EQ(table->cos_row(0)[i], 1.0f);
     EXPECT_EQ(table->sin_row(0)[i], 0.0f);
@@ -157,7 +152,7 @@ TEST(RopeTableTest, PositionZeroIsTheIdentity) {
 }
 
 TEST(RopeTableTest, EveryRowMatchesReference) {
-  const TableKey key = Key(500000, 64, 3000);
+  const TableKey key = PlainTableKey(500000, 64, 3000);
   const auto table = RopeTable::Build(key);
   const MaxError err =
       CompareRows(500000, 64, 1.0L, 0, 3000, table->block(0)->cos(), table->block(0)->sin());
@@ -167,7 +162,7 @@ TEST(RopeTableTest, EveryRowMatchesReference) {
 TEST(RopeTableTest, ParallelFillCoversEveryRow) {
   // A fill split into uneven chunks run out of order must give a table that
   // is as good as a serial one in every row.
-  const TableKey key = Key(10000, 32, 1001);
+  const TableKey key = PlainTableKey(10000, 32, 1001);
   int64_t rows_seen = -1;
   int chunks = 0;
   const auto table = RopeTable::Build(

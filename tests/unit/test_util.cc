@@ -9,6 +9,14 @@
 namespace rope {
 namespace test {
 
+TableKey PlainTableKey(double theta, uint32_t rotary_dim, uint32_t max_len) {
+  TableKey key;
+  key.theta = theta;
+  key.rotary_dim = rotary_dim;
+  key.max_len = max_len;
+  return key;
+}
+
 int64_t HostTensor::elements() const {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;

@@ -13,10 +13,14 @@
 #include "absl/strings/string_view.h"
 #include "gtest/gtest.h"
 #include "server/engine/dtype.h"
+#include "server/engine/rope_config.h"
 #include "server/engine/tensor.h"
 
 namespace rope {
 namespace test {
+
+// The key of a plain RoPE table (no scaling).
+TableKey PlainTableKey(double theta, uint32_t rotary_dim, uint32_t max_len);
 
 // A dense C-order tensor owning little-endian bytes of `dtype`.
 struct HostTensor {
