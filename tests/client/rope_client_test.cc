@@ -33,10 +33,16 @@ using ::testing::Not;
 constexpr absl::Duration kStartTimeout = absl::Seconds(30);
 constexpr absl::Duration kStopTimeout = absl::Seconds(30);
 
-absl::StatusOr<std::unique_ptr<ServerProcess>> StartServer() {
+// `host`: TwoServerTest's servers take 127.0.0.4: its client keeps
+// reconnecting to the port of the server it stops, and a server of another
+// test given that port by the kernel would answer it (and count calls that
+// are not its own).
+absl::StatusOr<std::unique_ptr<ServerProcess>> StartServer(
+    const std::string& host = "127.0.0.1") {
   return ServerProcess::Start(ROPESERVE_PATH,
-                              {"--listen=127.0.0.1:0", "--backend=cpu", "--cpu_threads=1",
-                               "--work_threads=2", "--shutdown_grace_period=5s"},
+                              {absl::StrCat("--listen=", host, ":0"), "--backend=cpu",
+                               "--cpu_threads=1", "--work_threads=2",
+                               "--shutdown_grace_period=5s"},
                               kStartTimeout);
 }
 
@@ -468,7 +474,7 @@ class TwoServerTest : public ::testing::Test {
  protected:
   void SetUp() override {
     for (int i = 0; i < 2; ++i) {
-      absl::StatusOr<std::unique_ptr<ServerProcess>> server = StartServer();
+      absl::StatusOr<std::unique_ptr<ServerProcess>> server = StartServer("127.0.0.4");
       ASSERT_TRUE(server.ok()) << server.status();
       servers_[i] = *std::move(server);
       direct_[i] = MustCreate(servers_[i]->address());

@@ -45,9 +45,12 @@ struct Replica {
   int metrics_port = 0;
 };
 
-// A replica on 127.0.0.1 with its gRPC port chosen by the kernel and its
+// A replica on 127.0.0.2 with its gRPC port chosen by the kernel and its
 // metrics on a port picked just before; a start that loses the metrics port
-// to another process is retried with a new one (at most 3 tries).
+// to another process is retried with a new one (at most 3 tries). Its own
+// loopback address, not 127.0.0.1: the client keeps reconnecting to the port
+// of a replica a test stops, and a server of another test given that port by
+// the kernel would answer it (and count calls that are not its own).
 absl::StatusOr<Replica> StartReplica() {
   absl::Status last = absl::UnknownError("no attempt");
   for (int attempt = 0; attempt < 3; ++attempt) {
@@ -55,7 +58,7 @@ absl::StatusOr<Replica> StartReplica() {
     if (!port.ok()) return port.status();
     absl::StatusOr<std::unique_ptr<ServerProcess>> process = ServerProcess::Start(
         ROPESERVE_PATH,
-        {"--listen=127.0.0.1:0", "--backend=cpu", "--cpu_threads=1", "--work_threads=2",
+        {"--listen=127.0.0.2:0", "--backend=cpu", "--cpu_threads=1", "--work_threads=2",
          "--metrics_host=127.0.0.1", absl::StrCat("--metrics_port=", *port),
          "--shutdown_grace_period=10s"},
         kStartTimeout);
