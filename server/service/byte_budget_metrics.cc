@@ -8,26 +8,11 @@
 #include "prometheus/collectable.h"
 #include "prometheus/metric_family.h"
 #include "prometheus/metric_type.h"
+#include "server/service/one_value_metric.h"
 
 namespace rope {
 
 namespace {
-
-prometheus::MetricFamily Value(std::string name, std::string help, prometheus::MetricType type,
-                               double value) {
-  prometheus::MetricFamily family;
-  family.name = std::move(name);
-  family.help = std::move(help);
-  family.type = type;
-  prometheus::ClientMetric metric;
-  if (type == prometheus::MetricType::Counter) {
-    metric.counter.value = value;
-  } else {
-    metric.gauge.value = value;
-  }
-  family.metric.push_back(std::move(metric));
-  return family;
-}
 
 class ByteBudgetCollector final : public prometheus::Collectable {
  public:
@@ -36,16 +21,16 @@ class ByteBudgetCollector final : public prometheus::Collectable {
   std::vector<prometheus::MetricFamily> Collect() const override {
     using prometheus::MetricType;
     std::vector<prometheus::MetricFamily> out;
-    out.push_back(Value("rope_inflight_budget_bytes",
-                        "Budget of request and reply bytes in flight (0: none).",
-                        MetricType::Gauge, static_cast<double>(budget_->budget_bytes())));
-    out.push_back(Value("rope_inflight_bytes", "Request and reply bytes charged to calls now.",
-                        MetricType::Gauge, static_cast<double>(budget_->in_use_bytes())));
-    out.push_back(Value("rope_inflight_waiters", "Calls waiting for room in the budget now.",
-                        MetricType::Gauge, static_cast<double>(budget_->waiters())));
-    out.push_back(Value("rope_inflight_refusals_total",
-                        "Calls refused RESOURCE_EXHAUSTED for lack of room in the budget.",
-                        MetricType::Counter, static_cast<double>(budget_->refusals())));
+    out.push_back(OneValue("rope_inflight_budget_bytes",
+                           "Budget of request and reply bytes in flight (0: none).",
+                           MetricType::Gauge, static_cast<double>(budget_->budget_bytes())));
+    out.push_back(OneValue("rope_inflight_bytes", "Request and reply bytes charged to calls now.",
+                           MetricType::Gauge, static_cast<double>(budget_->in_use_bytes())));
+    out.push_back(OneValue("rope_inflight_waiters", "Calls waiting for room in the budget now.",
+                           MetricType::Gauge, static_cast<double>(budget_->waiters())));
+    out.push_back(OneValue("rope_inflight_refusals_total",
+                           "Calls refused RESOURCE_EXHAUSTED for lack of room in the budget.",
+                           MetricType::Counter, static_cast<double>(budget_->refusals())));
     return out;
   }
 

@@ -11,6 +11,7 @@
 #include "prometheus/histogram.h"
 #include "prometheus/metric_family.h"
 #include "prometheus/registry.h"
+#include "server/service/one_value_metric.h"
 
 namespace rope {
 
@@ -96,22 +97,6 @@ const std::vector<double>& DurationBuckets() {
       new std::vector<double>{5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2,
                               5e-2, 0.1,  0.25,   0.5,  1,    2.5,    5,    10};
   return *buckets;
-}
-
-prometheus::MetricFamily OneValue(std::string name, std::string help, prometheus::MetricType type,
-                                  double value) {
-  prometheus::MetricFamily family;
-  family.name = std::move(name);
-  family.help = std::move(help);
-  family.type = type;
-  prometheus::ClientMetric metric;
-  if (type == prometheus::MetricType::Counter) {
-    metric.counter.value = value;
-  } else {
-    metric.gauge.value = value;
-  }
-  family.metric.push_back(std::move(metric));
-  return family;
 }
 
 // Reads values owned elsewhere (the gate's count, the engine's cache stats)
