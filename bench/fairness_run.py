@@ -25,10 +25,22 @@ from throwaway_pki import make_certs
 
 MAX_CONCURRENT = 32
 SHARE = 8
-STEADY_RPS = 20
-STEADY_S = 8
+STEADY_RPS = 50
+STEADY_S = 16
 PAYLOAD = ["--random_q_shape=1,16,8,128", "--random_k_shape=1,16,2,128", "--dtype=bfloat16",
            "--theta=500000", "--max_len=8192", "--start_pos=100"]
+
+
+def cpu_list(text):
+    return {int(c) for c in text.split(",")} if text else None
+
+
+def pinned(cpus):
+    """A preexec_fn that pins the child to `cpus` (None: any CPU)."""
+    def pin():
+        if cpus:
+            os.sched_setaffinity(0, cpus)
+    return pin
 
 
 def ropeload(args, server, d, token, flags, name):
@@ -37,7 +49,7 @@ def ropeload(args, server, d, token, flags, name):
            "--tls_ca_file=%s/ca.pem" % d, "--token_file=%s/%s" % (d, token),
            "--json=" + json_path, "--max_error_rate=1"] + PAYLOAD + flags
     return json_path, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                       text=True)
+                                       text=True, preexec_fn=pinned(cpu_list(args.client_cpus)))
 
 
 def summary(json_path):
@@ -50,11 +62,15 @@ def summary(json_path):
 
 
 def scenario(args, d, share):
+    everywhere = os.sched_getaffinity(0)
+    if args.server_cpus:  # the server inherits this process's affinity
+        os.sched_setaffinity(0, cpu_list(args.server_cpus))
     server = RopeServe(args.ropeserve, [
         "--backend=cpu", "--max_concurrent_calls=%d" % MAX_CONCURRENT,
         "--max_calls_per_client=%d" % share, "--tls_cert_file=%s/server.pem" % d,
         "--tls_key_file=%s/server.key" % d, "--auth_token_file=%s/tokens" % d,
-        "--shutdown_grace_period=2s"])
+        "--shutdown_grace_period=2s"] + args.server_flag)
+    os.sched_setaffinity(0, everywhere)
     steady_flags = ["--rps=%d" % STEADY_RPS, "-z", "%ds" % STEADY_S, "--warmup=1s"]
     try:
         path, alone = ropeload(args, server, d, "token_b", steady_flags, "alone_%d" % share)
@@ -113,6 +129,13 @@ def main():
     parser.add_argument("--ropeserve", required=True)
     parser.add_argument("--ropeload", required=True)
     parser.add_argument("--prefix", required=True)
+    parser.add_argument("--server_cpus", default="",
+                        help="CPUs for the server, e.g. 0 (default: any)")
+    parser.add_argument("--client_cpus", default="",
+                        help="CPUs for both ropeloads, e.g. 1, standing in for client "
+                        "machines (default: any)")
+    parser.add_argument("--server_flag", action="append", default=[],
+                        help="one more ropeserve flag (repeatable)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as d:
         make_certs(d)

@@ -114,6 +114,10 @@ InflightShares SplitInflightBytes(int64_t max_inflight_bytes) {
   return InflightShares{std::max<int64_t>(max_inflight_bytes - calls, 1), calls};
 }
 
+int64_t InlineRotateMaxBytes(const ServerOptions& options) {
+  return options.max_calls_per_client > 0 ? 0 : options.inline_rotate_max_bytes;
+}
+
 RopeServer::RopeServer(std::unique_ptr<Engine> engine, const ServerOptions& options)
     : options_(options),
       engine_(std::move(engine)),
@@ -127,7 +131,7 @@ RopeServer::RopeServer(std::unique_ptr<Engine> engine, const ServerOptions& opti
       service_(*engine_, gate_, budget_, metrics_, work_,
                ServiceOptions{options.max_message_bytes, options.max_inflight_bytes,
                               /*tokens_verified=*/!options.security.bearer_tokens.empty(),
-                              &shm_, options.inline_rotate_max_bytes}) {}
+                              &shm_, InlineRotateMaxBytes(options)}) {}
 
 absl::StatusOr<std::unique_ptr<RopeServer>> RopeServer::Start(std::unique_ptr<Engine> engine,
                                                               const ServerOptions& options) {

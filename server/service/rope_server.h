@@ -73,6 +73,7 @@ struct ServerOptions {
   int work_threads = 0;
   // Rotate requests up to this size are answered on the gRPC thread instead
   // of the work queue (ServiceOptions::inline_rotate_max_bytes); <= 0: none.
+  // Ignored while max_calls_per_client is set (InlineRotateMaxBytes).
   int64_t inline_rotate_max_bytes = 64 << 10;
   // host:port of the Prometheus /metrics endpoint; empty: none. Port 0 picks
   // a free port (see RopeServer::metrics_port()).
@@ -116,6 +117,14 @@ struct InflightShares {
   int64_t calls = 0;
 };
 InflightShares SplitInflightBytes(int64_t max_inflight_bytes);
+
+// The inline Rotate limit the service gets: 0 (every call through the work
+// queue) when per-client shares are on. gRPC's threads read and would answer
+// inline calls first come, first served, so a client flooding small calls
+// would be served in arrival order however the queue takes turns, and its
+// share would never bind (bench/results/fairness.md); otherwise
+// options.inline_rotate_max_bytes.
+int64_t InlineRotateMaxBytes(const ServerOptions& options);
 
 class RopeServer {
  public:

@@ -132,6 +132,20 @@ TEST_F(ServiceTest, RotateRepliesAreTheSameInlineAndOnTheWorkQueue) {
   EXPECT_EQ(rotate_all(), inline_replies);
 }
 
+// Per-client shares send every call through the work queue's turns (a
+// flooding client's small calls would otherwise be answered in arrival
+// order on gRPC's threads, bench/results/fairness.md).
+TEST(InlineRotateMaxBytesTest, IsOffWhilePerClientSharesAreOn) {
+  ServerOptions options;
+  options.inline_rotate_max_bytes = 4096;
+  EXPECT_EQ(InlineRotateMaxBytes(options), 4096);
+  options.max_calls_per_client = 4;
+  EXPECT_EQ(InlineRotateMaxBytes(options), 0);
+  options.max_calls_per_client = 0;
+  options.inline_rotate_max_bytes = 0;
+  EXPECT_EQ(InlineRotateMaxBytes(options), 0);
+}
+
 TEST_F(ServiceTest, RotateUsesExplicitPerRowPositionsAndRank3) {
   const uint32_t head_dim = 8;
   std::mt19937 rng(3);
