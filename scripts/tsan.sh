@@ -136,6 +136,7 @@ fi
 # instrumented Abseil; Debian's GTest, protobuf and prometheus-cpp use none.
 CXX=$CXX cmake -S . -B "$BUILD_DIR" \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" \
   -DROPE_SANITIZE=thread \
   -DROPE_ENABLE_CUDA=OFF \
   -DROPE_BUILD_BENCHMARKS=OFF \

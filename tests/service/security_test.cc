@@ -401,17 +401,9 @@ TEST_F(SecurityTest, ClientSecurityNamesTheFlagOfAMissingFile) {
 
 // ---- Per-client share of calls in flight (client_share.h) -----------------
 
-// An AttentionScores call of ~2 GFLOP: long enough (on one CPU thread) to be
-// seen in flight.
-v1::AttentionScoresRequest SlowScoresRequest() {
-  v1::AttentionScoresRequest request;
-  *request.mutable_config() = MakeConfig(128, 2048);
-  *request.mutable_q() = MakeRotateRequest(1, 1024, 8, 128, 2048, 0, 1).q();
-  *request.mutable_k() = MakeRotateRequest(1, 1024, 8, 128, 2048, 0, 2).q();
-  request.set_causal(true);
-  return request;
-}
-
+// The flooding client holds its two calls in flight with two open
+// RotateStreams (a stream holds one call slot for its whole life, so no
+// timing is involved: a slow call could finish before the check under load).
 TEST_F(SecurityTest, AClientOverItsShareIsRefusedWhileOthersAreServed) {
   Start(TlsWithTokens(), /*metrics=*/false, /*health_listen=*/"", /*max_calls_per_client=*/2);
   std::unique_ptr<RopeClient> flood = Client(WithToken(kToken));
@@ -419,17 +411,18 @@ TEST_F(SecurityTest, AClientOverItsShareIsRefusedWhileOthersAreServed) {
   ASSERT_NE(flood, nullptr);
   ASSERT_NE(steady, nullptr);
   const std::string flood_id = TokenFingerprint(kToken);
-  std::vector<std::thread> slow;
-  std::atomic<int> slow_ok{0};
+  // The flood's channel carries its token (composite channel credentials).
+  std::unique_ptr<v1::RopeService::Stub> flood_stub = v1::RopeService::NewStub(flood->channel());
+  grpc::ClientContext held_context[2];
+  std::unique_ptr<grpc::ClientReaderWriter<v1::RotateRequest, v1::RotateResponse>> held[2];
   for (int i = 0; i < 2; ++i) {
-    slow.emplace_back([&] {
-      if (flood->AttentionScores(SlowScoresRequest()).ok()) ++slow_ok;
-    });
+    SetDeadline(&held_context[i]);
+    held[i] = flood_stub->RotateStream(&held_context[i]);
   }
-  for (int i = 0; i < 2000 && server_->gate().in_flight_of(flood_id) < 2; ++i) {
+  for (int i = 0; i < 10000 && server_->gate().in_flight_of(flood_id) < 2; ++i) {
     absl::SleepFor(absl::Milliseconds(1));
   }
-  ASSERT_EQ(server_->gate().in_flight_of(flood_id), 2);
+  EXPECT_EQ(server_->gate().in_flight_of(flood_id), 2);
   // The flooding client's third call is over its share...
   const absl::Status over = RotateThrough(flood.get());
   EXPECT_EQ(over.code(), absl::StatusCode::kResourceExhausted) << over;
@@ -439,8 +432,14 @@ TEST_F(SecurityTest, AClientOverItsShareIsRefusedWhileOthersAreServed) {
   // ... while another client is served.
   EXPECT_TRUE(RotateThrough(steady.get()).ok());
   EXPECT_TRUE(RotateThrough(steady.get()).ok());
-  for (std::thread& t : slow) t.join();
-  EXPECT_EQ(slow_ok.load(), 2);
+  for (auto& stream : held) {
+    stream->WritesDone();
+    const grpc::Status closed = stream->Finish();
+    EXPECT_TRUE(closed.ok()) << closed.error_message();
+  }
+  for (int i = 0; i < 10000 && server_->gate().in_flight_of(flood_id) > 0; ++i) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
   EXPECT_EQ(server_->gate().in_flight_of(flood_id), 0);
   EXPECT_TRUE(RotateThrough(flood.get()).ok());  // its share is free again
 }
