@@ -37,6 +37,7 @@
 #include "server/backends/cpu/cpu_simd.h"
 #include "server/backends/cuda/cuda_backend.h"
 #include "server/engine/engine.h"
+#include "server/service/cpu_limit.h"
 #include "server/service/memory_limit.h"
 #include "server/service/rope_server.h"
 #include "server/service/server_security.h"
@@ -46,13 +47,16 @@ ABSL_FLAG(std::string, listen, absl::StrCat("0.0.0.0:", rope::kDefaultPort),
           "free port, printed on start) and any number of unix:///absolute/path sockets");
 ABSL_FLAG(std::string, backend, "auto",
           "where the arithmetic runs: auto (CUDA when available, else CPU), cpu or cuda");
-ABSL_FLAG(int32_t, cpu_threads, 0, "threads of the CPU backend; 0: one per hardware thread");
+ABSL_FLAG(int32_t, cpu_threads, 0,
+          "threads of the CPU backend; 0: one per CPU the process may use (its affinity mask, "
+          "lowered to its cgroup's CPU quota: a pod's limits.cpu)");
 ABSL_FLAG(std::string, cpu_simd, "",
           "SIMD path of the CPU backend: auto (the best this CPU runs) or one of avx512, avx2, "
           "sse4, sse2 (neon, ... on Arm) to force it; empty: the ROPE_CPU_SIMD environment "
           "variable, else auto");
 ABSL_FLAG(int32_t, work_threads, 0,
-          "threads running calls (validation, then the backend); 0: one per hardware thread");
+          "threads running calls (validation, then the backend); 0: one per CPU the process may "
+          "use, as --cpu_threads");
 ABSL_FLAG(int64_t, inline_rotate_max_bytes, 64 << 10,
           "Rotate requests of at most this many bytes (explicit config fields, max_len <= 32768) "
           "are answered on the gRPC thread that received them, skipping the hand-off to a work "
@@ -145,13 +149,23 @@ ABSL_FLAG(absl::Duration, teardown_timeout, absl::Seconds(5),
 namespace rope {
 namespace {
 
+// The CPUs this process may use (cpu_limit.h), read once: the default of
+// --work_threads and --cpu_threads, and the malloc arena cap.
+const CpuLimit& ProcessCpus() {
+  static const CpuLimit* const cpus = new CpuLimit(ProcessCpuLimit());
+  return *cpus;
+}
+
+// A thread-count flag's value, its 0 meaning one per usable CPU.
+int ThreadsOr(int flag_value) { return flag_value > 0 ? flag_value : ProcessCpus().cpus; }
+
 // --backend=auto takes the CUDA backend when cudaGetDeviceCount finds a
 // device (and the backend starts), else the CPU, and says which and why;
 // --backend=cuda without a usable device is an error, not a silent downgrade.
 // The CPU backend of --cpu_threads and --cpu_simd (else ROPE_CPU_SIMD).
 absl::StatusOr<std::unique_ptr<Backend>> MakeCpuBackend() {
   CpuBackendOptions options;
-  options.threads = absl::GetFlag(FLAGS_cpu_threads);
+  options.threads = ThreadsOr(absl::GetFlag(FLAGS_cpu_threads));
   options.simd = absl::GetFlag(FLAGS_cpu_simd);
   options.simd_origin = "--cpu_simd";
   if (options.simd.empty()) {
@@ -306,8 +320,7 @@ std::string DescribeSecurity(const ServerSecurity& security) {
 // same throughput with 2 arenas). Cap them, unless MALLOC_ARENA_MAX is set.
 void LimitMallocArenas() {
   if (std::getenv("MALLOC_ARENA_MAX") != nullptr) return;
-  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-  mallopt(M_ARENA_MAX, static_cast<int>(std::clamp(cores / 4, 2u, 8u)));
+  mallopt(M_ARENA_MAX, std::clamp(ProcessCpus().cpus / 4, 2, 8));
 }
 
 // Exit status (docs/operations.md): 0 after a drain; 1 a runtime failure
@@ -439,6 +452,11 @@ int RunServer() {
   absl::Status signals_ok = InstallStopSignalPipe();
   if (!signals_ok.ok()) return Fail(signals_ok, kExitRuntime);
 
+  if (absl::GetFlag(FLAGS_work_threads) <= 0 || absl::GetFlag(FLAGS_cpu_threads) <= 0) {
+    std::fprintf(stdout, "ropeserve: %d CPUs to use (%s): the default thread counts\n",
+                 ProcessCpus().cpus, ProcessCpus().source.c_str());
+    std::fflush(stdout);
+  }
   absl::StatusOr<std::unique_ptr<Backend>> backend = MakeBackend(absl::GetFlag(FLAGS_backend));
   if (!backend.ok()) return Fail(backend.status(), kExitRuntime);
 
@@ -456,7 +474,7 @@ int RunServer() {
   if (!listen_ok.ok()) return Fail(listen_ok, kExitUsage);
   options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   options.max_concurrent_calls = absl::GetFlag(FLAGS_max_concurrent_calls);
-  options.work_threads = absl::GetFlag(FLAGS_work_threads);
+  options.work_threads = ThreadsOr(absl::GetFlag(FLAGS_work_threads));
   options.inline_rotate_max_bytes = absl::GetFlag(FLAGS_inline_rotate_max_bytes);
   if (absl::GetFlag(FLAGS_metrics_port) != 0) {
     options.metrics_address =

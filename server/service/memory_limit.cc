@@ -3,14 +3,12 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <fstream>
-#include <sstream>
 #include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "server/service/cgroup_files.h"
 
 namespace rope {
 
@@ -19,17 +17,9 @@ namespace {
 // v1 reports "no limit" as INT64_MAX rounded down to a page.
 constexpr int64_t kNoLimitAbove = int64_t{1} << 62;
 
-std::optional<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return std::nullopt;
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
 // A limit file's value; nullopt for "max", no file, or no limit.
 std::optional<int64_t> ReadLimit(const std::string& path) {
-  std::optional<std::string> text = ReadFile(path);
+  std::optional<std::string> text = ReadWholeFile(path);
   if (!text.has_value()) return std::nullopt;
   int64_t value = 0;
   if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(*text), &value)) return std::nullopt;
@@ -37,22 +27,8 @@ std::optional<int64_t> ReadLimit(const std::string& path) {
   return value;
 }
 
-// "/a/b" -> {"/a/b", "/a", ""}: the cgroup and its ancestors, as suffixes of
-// the mount point.
-std::vector<std::string> SelfAndAncestors(std::string path) {
-  while (!path.empty() && path.back() == '/') path.pop_back();
-  std::vector<std::string> out;
-  while (true) {
-    out.push_back(path);
-    if (path.empty()) break;
-    path = path.substr(0, path.rfind('/'));
-  }
-  return out;
-}
-
 // The tightest limit named `file` in `mount` over the cgroup `path` and its
-// ancestors. Inside a container the process's path may not exist under the
-// mount (the container's cgroup is mounted as the root): the root counts.
+// ancestors (SelfAndAncestors).
 std::optional<MemoryLimit> TightestLimit(const std::string& mount, const std::string& path,
                                          const std::string& file, const std::string& kind) {
   std::optional<MemoryLimit> best;
@@ -70,30 +46,22 @@ std::optional<MemoryLimit> TightestLimit(const std::string& mount, const std::st
 
 std::optional<MemoryLimit> CgroupMemoryLimit(const std::string& proc_self_cgroup,
                                              const std::string& cgroup_root) {
-  std::optional<std::string> v2_path, v1_path;
-  for (absl::string_view line : absl::StrSplit(proc_self_cgroup, '\n', absl::SkipEmpty())) {
-    std::vector<std::string> parts = absl::StrSplit(line, absl::MaxSplits(':', 2));
-    if (parts.size() != 3) continue;
-    if (parts[0] == "0" && parts[1].empty()) v2_path = parts[2];
-    for (absl::string_view controller : absl::StrSplit(parts[1], ',')) {
-      if (controller == "memory") v1_path = parts[2];
-    }
-  }
-  if (v2_path.has_value()) {
-    for (const std::string& mount : {cgroup_root, absl::StrCat(cgroup_root, "/unified")}) {
-      std::optional<MemoryLimit> limit = TightestLimit(mount, *v2_path, "memory.max", "cgroup v2");
+  const CgroupPaths paths = ParseProcSelfCgroup(proc_self_cgroup, "memory");
+  if (paths.v2.has_value()) {
+    for (const std::string& mount : V2Mounts(cgroup_root)) {
+      std::optional<MemoryLimit> limit = TightestLimit(mount, *paths.v2, "memory.max", "cgroup v2");
       if (limit.has_value()) return limit;
     }
   }
-  if (v1_path.has_value()) {
-    return TightestLimit(absl::StrCat(cgroup_root, "/memory"), *v1_path,
+  if (paths.v1.has_value()) {
+    return TightestLimit(absl::StrCat(cgroup_root, "/memory"), *paths.v1,
                          "memory.limit_in_bytes", "cgroup v1");
   }
   return std::nullopt;
 }
 
 MemoryLimit ProcessMemoryLimit() {
-  std::optional<std::string> cgroup = ReadFile("/proc/self/cgroup");
+  std::optional<std::string> cgroup = ReadWholeFile("/proc/self/cgroup");
   if (cgroup.has_value()) {
     std::optional<MemoryLimit> limit = CgroupMemoryLimit(*cgroup, "/sys/fs/cgroup");
     if (limit.has_value()) return *limit;

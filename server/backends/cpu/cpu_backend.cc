@@ -30,7 +30,8 @@ class CpuBackend final : public Backend {
     BackendInfo info;
     info.name = "cpu";
     info.device = absl::StrCat("cpu (", std::thread::hardware_concurrency(),
-                               " hardware threads, SIMD ", kernels_.name, ", OpenBLAS ",
+                               " hardware threads, ", pool_.threads(), " in use, SIMD ",
+                               kernels_.name, ", OpenBLAS ",
                                openblas_get_corename(), ")");
     info.threads = pool_.threads();
     info.cpu_simd = kernels_.name;
