@@ -1,6 +1,7 @@
 // The built ropeserve binary as a child process: SIGTERM drain, server
 // reflection, and the command line. This binary does not link the server (nor
 // grpc++_reflection), so it may carry its own reflection client stubs.
+#include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -375,6 +376,35 @@ TEST(ProcessTest, DefaultCpuSimdIsNamedInTheLogAndServerInfo) {
   EXPECT_FALSE(simd.empty());
   EXPECT_NE(server.process->Output().find("SIMD " + simd), std::string::npos)
       << server.process->Output();
+  StopServer(&server);
+}
+
+// --work_threads and --cpu_threads at 0 follow the CPUs the process may use
+// (server/service/cpu_limit.h), here its affinity mask of one CPU, which the
+// child inherits from this thread.
+TEST(ProcessTest, DefaultThreadCountsFollowTheAffinityMask) {
+  cpu_set_t mine;
+  CPU_ZERO(&mine);
+  ASSERT_EQ(sched_getaffinity(0, sizeof(mine), &mine), 0);
+  int first = 0;
+  while (!CPU_ISSET(first, &mine)) ++first;
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(first, &one);
+  ASSERT_EQ(sched_setaffinity(0, sizeof(one), &one), 0);
+  Server server;
+  StartServer({"--backend=cpu"}, &server);
+  ASSERT_EQ(sched_setaffinity(0, sizeof(mine), &mine), 0);
+  ASSERT_NE(server.process, nullptr);
+  EXPECT_NE(server.process->Output().find("ropeserve: 1 CPUs to use (affinity mask)"),
+            std::string::npos)
+      << server.process->Output();
+  auto stub = v1::RopeService::NewStub(server.channel);
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  v1::ServerInfo info;
+  ASSERT_TRUE(stub->GetServerInfo(&context, v1::GetServerInfoRequest(), &info).ok());
+  EXPECT_EQ(info.threads(), 1);
   StopServer(&server);
 }
 
