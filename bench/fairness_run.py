@@ -6,10 +6,11 @@ One ropeserve (CPU backend, TLS + two bearer tokens, --max_concurrent_calls
 32) on 127.0.0.1. A well-behaved client (token B) runs an open loop at a
 steady rate, first alone, then beside a flooding client (token A) that keeps
 10x its share of calls in flight (a closed loop of 10 x --max_calls_per_client
-workers). Criteria with --max_calls_per_client=8: the well-behaved client's
-p99 beside the flood is within 2x of its p99 alone, and it sees 0 errors. The
-same run without a per-client share (--max_calls_per_client=0) is recorded
-for contrast. Writes PREFIX.json and PREFIX.md; exit 0 when the criteria hold.
+workers on one connection). Criteria with --max_calls_per_client=8 and
+--max_streams_per_connection=8: the well-behaved client's p99 beside the
+flood is within 2x of its p99 alone, and it sees 0 errors. The same run with
+the share alone, and with neither, are recorded for contrast. Writes
+PREFIX.json and PREFIX.md; exit 0 when the criteria hold.
 """
 
 import argparse
@@ -61,13 +62,14 @@ def summary(json_path):
             "errors_by_code": {e["code"]: e["count"] for e in step["errors_by_code"]}}
 
 
-def scenario(args, d, share):
+def scenario(args, d, share, streams=0):
     everywhere = os.sched_getaffinity(0)
     if args.server_cpus:  # the server inherits this process's affinity
         os.sched_setaffinity(0, cpu_list(args.server_cpus))
     server = RopeServe(args.ropeserve, [
         "--backend=cpu", "--max_concurrent_calls=%d" % MAX_CONCURRENT,
-        "--max_calls_per_client=%d" % share, "--tls_cert_file=%s/server.pem" % d,
+        "--max_calls_per_client=%d" % share, "--max_streams_per_connection=%d" % streams,
+        "--tls_cert_file=%s/server.pem" % d,
         "--tls_key_file=%s/server.key" % d, "--auth_token_file=%s/tokens" % d,
         "--shutdown_grace_period=2s"] + args.server_flag)
     os.sched_setaffinity(0, everywhere)
@@ -75,7 +77,7 @@ def scenario(args, d, share):
     try:
         path, alone = ropeload(args, server, d, "token_b", steady_flags, "alone_%d" % share)
         alone.communicate(timeout=STEADY_S + 60)
-        result = {"share": share, "alone": summary(path)}
+        result = {"share": share, "streams": streams, "alone": summary(path)}
         flood_path, flood = ropeload(args, server, d, "token_a",
                                      ["-c", str(10 * SHARE), "-z", "%ds" % (STEADY_S + 4)],
                                      "flood_%d" % share)
@@ -103,23 +105,27 @@ def markdown(runs):
            "two bearer tokens, `--max_concurrent_calls=%d`) on 127.0.0.1. The well-behaved "
            "client (token B): ropeload open loop, %d req/s for %d s after 1 s of warm-up, "
            "payload `%s`; first alone, then beside the flooding client (token A): a closed "
-           "loop of %d workers, 10x the share of %d calls in flight. Criteria (with "
-           "`--max_calls_per_client=%d`): the well-behaved client's p99 beside the flood "
-           "within 2x of its p99 alone, and 0 errors. The run without a share "
-           "(`--max_calls_per_client=0`) is for contrast.\n"
-           % (MAX_CONCURRENT, STEADY_RPS, STEADY_S, " ".join(PAYLOAD), 10 * SHARE, SHARE, SHARE),
-           "Machine: shared 2-core machine (other agents compiled C++ in parallel; the two "
-           "ropeload processes and the server share the same 2 cores); 1-minute load average "
-           "%.2f at the start.\n" % os.getloadavg()[0],
-           "| --max_calls_per_client | steady alone p50 / p99 ms | steady beside flood p50 / "
-           "p99 ms | p99 ratio | steady errors beside flood | flood OK / refused | verdict |",
-           "|---|---|---|---|---|---|---|"]
+           "loop of %d workers on one connection, 10x the share of %d calls in flight. "
+           "Criteria (with `--max_calls_per_client=%d --max_streams_per_connection=%d`, "
+           "the first row): the well-behaved client's p99 beside the flood within 2x of its "
+           "p99 alone, and 0 errors. The other rows are for contrast: the share alone (the "
+           "flood's calls past it are refused, each refusal costing the server a stream), "
+           "and neither.\n"
+           % (MAX_CONCURRENT, STEADY_RPS, STEADY_S, " ".join(PAYLOAD), 10 * SHARE, SHARE, SHARE,
+              SHARE),
+           "Machine: 2 cores (the two ropeload processes and the server share them unless "
+           "pinned with --server_cpus/--client_cpus); 1-minute load average %.2f at the "
+           "start.\n" % os.getloadavg()[0],
+           "| --max_calls_per_client | --max_streams_per_connection | steady alone p50 / p99 ms "
+           "| steady beside flood p50 / p99 ms | p99 ratio | steady errors beside flood | "
+           "flood OK / refused | verdict |",
+           "|---|---|---|---|---|---|---|---|"]
     for r in runs:
         a, b, f = r["alone"], r["beside_flood"], r["flood"]
-        out.append("| %d | %s / %s | %s / %s | %s | %s | %d / %s | %s |" % (
-            r["share"], a["p50_ms"], a["p99_ms"], b["p50_ms"], b["p99_ms"], r["p99_ratio"],
-            b["errors_by_code"] or 0, f["ok"], f["errors_by_code"] or 0,
-            ("PASS" if r["pass"] else "FAIL") if r["share"] else "(contrast)"))
+        out.append("| %d | %d | %s / %s | %s / %s | %s | %s | %d / %s | %s |" % (
+            r["share"], r["streams"], a["p50_ms"], a["p99_ms"], b["p50_ms"], b["p99_ms"],
+            r["p99_ratio"], b["errors_by_code"] or 0, f["ok"], f["errors_by_code"] or 0,
+            ("PASS" if r["pass"] else "FAIL") if r is runs[0] else "(contrast)"))
     out.append("")
     return "\n".join(out)
 
@@ -144,7 +150,7 @@ def main():
                 f.write(token + "\n")
         with open(os.path.join(d, "tokens"), "w") as f:
             f.write("fairness-flood-a1\nfairness-steady-b2\n")
-        runs = [scenario(args, d, SHARE), scenario(args, d, 0)]
+        runs = [scenario(args, d, SHARE, SHARE), scenario(args, d, SHARE), scenario(args, d, 0)]
     for r in runs:
         print(json.dumps(r), flush=True)
     with open(args.prefix + ".json", "w") as f:

@@ -138,6 +138,9 @@ ABSL_FLAG(int64_t, max_calls_per_client, 0,
           "its address): a client over this share gets RESOURCE_EXHAUSTED while others are "
           "served; 0: no per-client share (e.g. a quarter of --max_concurrent_calls lets four "
           "clients fill the server)");
+ABSL_FLAG(int64_t, max_streams_per_connection, 0,
+          "calls one connection may have open at once (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS): "
+          "a client past it queues its own calls, at no cost to the server; 0: no limit");
 ABSL_FLAG(absl::Duration, security_reload_interval, absl::Seconds(10),
           "how often the certificate, key, client-CA and token files are checked for new "
           "contents, taken without a restart (a malformed set keeps the current credentials, "
@@ -487,6 +490,7 @@ int RunServer() {
   options.max_inflight_wait = absl::GetFlag(FLAGS_max_inflight_wait);
   options.reuse_port = absl::GetFlag(FLAGS_reuse_port);
   options.max_calls_per_client = absl::GetFlag(FLAGS_max_calls_per_client);
+  options.max_streams_per_connection = absl::GetFlag(FLAGS_max_streams_per_connection);
   options.security_files = security_files;
   options.security_reload_interval = absl::GetFlag(FLAGS_security_reload_interval);
   if (const char* tmp = std::getenv("TMPDIR"); tmp != nullptr) options.security_staging_dir = tmp;

@@ -69,6 +69,10 @@ struct ServerOptions {
   // Calls in flight per client (caller_identity.h) ; <= 0: no per-client
   // share.
   int64_t max_calls_per_client = 0;
+  // Streams (calls) one HTTP/2 connection may have open at once, announced
+  // in SETTINGS_MAX_CONCURRENT_STREAMS: a client past it queues its calls
+  // itself, costing the server nothing; <= 0: gRPC's default (no limit).
+  int64_t max_streams_per_connection = 0;
   // Threads running the calls' work; <= 0: one per hardware thread.
   int work_threads = 0;
   // Rotate requests up to this size are answered on the gRPC thread instead

@@ -146,6 +146,53 @@ TEST(InlineRotateMaxBytesTest, IsOffWhilePerClientSharesAreOn) {
   EXPECT_EQ(InlineRotateMaxBytes(options), 0);
 }
 
+// --max_streams_per_connection is announced to clients (HTTP/2
+// SETTINGS_MAX_CONCURRENT_STREAMS): a call past it waits in the client,
+// never reaching the server, and goes through once a stream closes.
+TEST_F(ServiceTest, CallsPastTheStreamCapWaitInTheClient) {
+  TearDown();
+  ServerOptions options = DefaultOptions();
+  options.max_streams_per_connection = 2;
+  ASSERT_NO_FATAL_FAILURE(StartServer(options));
+  v1::RotateRequest small;
+  *small.mutable_config() = MakeConfig(16, 64, v1::HALF);
+  *small.mutable_q() = ToProto(Encode(DType::kFloat32, {1, 2, 1, 16}, std::vector<double>(32, 1.0)));
+  {  // the first call on the connection learns the server's settings
+    v1::RotateResponse response;
+    grpc::ClientContext context;
+    SetDeadline(&context);
+    ASSERT_TRUE(stub_->Rotate(&context, small, &response).ok());
+  }
+  grpc::ClientContext held_context[2];
+  std::unique_ptr<grpc::ClientReaderWriter<v1::RotateRequest, v1::RotateResponse>> held[2];
+  for (int i = 0; i < 2; ++i) {
+    SetDeadline(&held_context[i]);
+    held[i] = stub_->RotateStream(&held_context[i]);
+  }
+  for (int i = 0; i < 10000 && server_->gate().in_flight() < 2; ++i) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  ASSERT_EQ(server_->gate().in_flight(), 2);
+  {
+    v1::RotateResponse response;
+    grpc::ClientContext context;
+    SetDeadline(&context, absl::Milliseconds(500));
+    const grpc::Status waited = stub_->Rotate(&context, small, &response);
+    EXPECT_EQ(waited.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << waited.error_message();
+  }
+  EXPECT_EQ(server_->gate().in_flight(), 2);  // it never reached the server
+  held[0]->WritesDone();
+  EXPECT_TRUE(held[0]->Finish().ok());
+  {
+    v1::RotateResponse response;
+    grpc::ClientContext context;
+    SetDeadline(&context);
+    EXPECT_TRUE(stub_->Rotate(&context, small, &response).ok());
+  }
+  held[1]->WritesDone();
+  EXPECT_TRUE(held[1]->Finish().ok());
+}
+
 TEST_F(ServiceTest, RotateUsesExplicitPerRowPositionsAndRank3) {
   const uint32_t head_dim = 8;
   std::mt19937 rng(3);
