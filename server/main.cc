@@ -60,7 +60,8 @@ ABSL_FLAG(int32_t, work_threads, 0,
 ABSL_FLAG(int64_t, inline_rotate_max_bytes, 64 << 10,
           "Rotate requests of at most this many bytes (explicit config fields, max_len <= 32768) "
           "are answered on the gRPC thread that received them, skipping the hand-off to a work "
-          "thread while the work threads are idle; 0: every call goes to the work threads");
+          "thread; 0, or --max_calls_per_client set: every call goes to the work threads (then "
+          "calls take turns by client)");
 ABSL_FLAG(int64_t, max_message_bytes, rope::kDefaultMaxMessageBytes,
           "largest request or reply message, in bytes (at most 2147483647)");
 ABSL_FLAG(int64_t, table_cache_bytes, int64_t{1} << 30,

@@ -3,40 +3,17 @@
 #include "server/service/cpu_limit.h"
 
 #include <sched.h>
-#include <unistd.h>
 
-#include <filesystem>
-#include <fstream>
 #include <string>
 
 #include "gtest/gtest.h"
+#include "tests/service/fake_cgroup_tree.h"
 
 namespace rope {
 namespace {
 
-namespace fs = std::filesystem;
-
-class FakeCpuCgroupTree : public ::testing::Test {
- protected:
-  void SetUp() override {
-    root_ = fs::path(::testing::TempDir()) /
-            ("cpu_cgroup_" + std::to_string(getpid()) + "_" +
-             ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(root_);
-    fs::create_directories(root_);
-  }
-  void TearDown() override { fs::remove_all(root_); }
-
-  void Write(const std::string& relative, const std::string& text) {
-    const fs::path path = root_ / relative;
-    fs::create_directories(path.parent_path());
-    std::ofstream(path) << text;
-  }
-  std::string root() const { return root_.string(); }
-
- private:
-  fs::path root_;
-};
+// The same fake mount, its tests under their own suite name.
+class FakeCpuCgroupTree : public FakeCgroupTree {};
 
 TEST_F(FakeCpuCgroupTree, ReadsTheV2QuotaRoundedUpToWholeCpus) {
   Write("pod/ctr/cpu.max", "150000 100000\n");  // limits.cpu: 1500m

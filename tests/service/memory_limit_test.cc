@@ -2,41 +2,16 @@
 // fake cgroup tree) and the default in-flight budget derived from it.
 #include "server/service/memory_limit.h"
 
-#include <unistd.h>
 
 #include <cstdint>
-#include <filesystem>
-#include <fstream>
 #include <string>
 
 #include "gtest/gtest.h"
+#include "tests/service/fake_cgroup_tree.h"
 
 namespace rope {
 namespace {
 
-namespace fs = std::filesystem;
-
-class FakeCgroupTree : public ::testing::Test {
- protected:
-  void SetUp() override {
-    root_ = fs::path(::testing::TempDir()) /
-            ("cgroup_" + std::to_string(getpid()) + "_" +
-             ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(root_);
-    fs::create_directories(root_);
-  }
-  void TearDown() override { fs::remove_all(root_); }
-
-  void Write(const std::string& relative, const std::string& text) {
-    const fs::path path = root_ / relative;
-    fs::create_directories(path.parent_path());
-    std::ofstream(path) << text;
-  }
-  std::string root() const { return root_.string(); }
-
- private:
-  fs::path root_;
-};
 
 TEST_F(FakeCgroupTree, ReadsTheV2LimitOfTheProcesssCgroup) {
   Write("pod/ctr/memory.max", "3221225472\n");
