@@ -9,7 +9,46 @@
 //     RopeFakeCudaSetDeviceMemory bytes (1 GiB by default). Device and
 //     pinned allocations are host allocations (posix_memalign), tracked, so
 //     that every copy, kernel and GEMM is checked against live allocations
-//     and AddressSanitizer sees every byte the "device" touches.
+//     and AddressSanitizer sees every byte the "device" touches. Except
+//     cudaMalloc's (which the backend never calls; tests and IPC exporters
+//     do): a memfd each (MFD_CLOEXEC), mapped MAP_SHARED and page aligned,
+//     so that another process can map it (CUDA IPC, below); AddressSanitizer
+//     does not see past their ends within the last page.
+//   - CUDA IPC: cudaIpcGetMemHandle exports a cudaMalloc allocation (its
+//     start only; anything else is cudaErrorInvalidValue) as a handle naming
+//     the exporting process and the memfd's descriptor there. Its 64 bytes,
+//     in the host's byte order:
+//        0  char[8]  magic "RopeIPC1"
+//        8  int32    the exporter's pid
+//       12  int32    the memfd's descriptor in the exporter
+//       16  int64    the allocation's size in bytes
+//       24  int32    the allocation's device
+//       28  zero
+//     cudaIpcOpenMemHandle (flags must be cudaIpcMemLazyEnablePeerAccess)
+//     opens /proc/<pid>/fd/<fd> read-write and maps it: the exporter must
+//     still be running and have the allocation (else
+//     cudaErrorMapBufferObjectFailed), and this process must be allowed to
+//     open its descriptors (same user, ptrace read access). A handle of
+//     another kind (its magic) or one this process exported itself is
+//     cudaErrorInvalidValue: the real runtime refuses to open a handle in
+//     the process that exported it too, so an exporter for tests must be
+//     another process (tests/cuda/ipc_exporter.h). The mapping is device
+//     memory of the handle's device to copies, kernels and
+//     RopeFakeCudaCheckAccess, not counted in RopeFakeCudaDeviceBytes (it
+//     is the exporter's). Opening a handle to memory this process has open
+//     already (the same memfd) returns the same pointer and counts one more
+//     open; cudaIpcCloseMemHandle closes one, unmapping at the last. The
+//     exporter's cudaFree leaves open mappings valid (the file lives on).
+//   - cudaPointerGetAttributes: cudaMemoryTypeDevice inside device memory
+//     (imported too), cudaMemoryTypeHost inside pinned memory, else
+//     cudaMemoryTypeUnregistered (device cudaInvalidDeviceId) and success,
+//     as since CUDA 11.
+//   - cudaGetDriverEntryPointByVersion knows one driver function,
+//     "cuMemGetAddressRange" (the _v2 signature): the base and size of the
+//     device allocation (cudaMalloc, cudaMallocAsync or imported) holding
+//     an address, else CUDA_ERROR_NOT_FOUND. It is counted and faulted as
+//     "cuMemGetAddressRange" (an injected code is a CUresult). Any other
+//     symbol is cudaErrorSymbolNotFound (cudaDriverEntryPointSymbolNotFound).
 //   - Streams are queues. Work enqueued on a stream (copies, kernels, event
 //     records, waits for events, stream-ordered frees) runs when something
 //     waits for it: cudaStreamSynchronize, cudaEventSynchronize,
@@ -41,8 +80,9 @@
 // "kernel:1:cudaErrorIllegalAddress"; ROPE_FAKE_CUDA_DEVICES sets the
 // device count.
 //
-// Misuse (an unknown or destroyed stream, event or pointer, a double free)
-// is counted (RopeFakeCudaMisuses) and printed to stderr, so that tests can
+// Misuse (an unknown or destroyed stream, event or pointer, a double free,
+// cudaFree of imported memory, cudaIpcCloseMemHandle of memory that is not
+// open) is counted (RopeFakeCudaMisuses) and printed to stderr, so that tests can
 // require none.
 //
 // Thread-safe: one lock serialises the fake device; queued work runs on the
@@ -74,6 +114,10 @@ int64_t RopeFakeCudaCalls(const char* function);
 int64_t RopeFakeCudaDeviceBytes();
 int64_t RopeFakeCudaPinnedBytes();
 
+// Imported mappings (cudaIpcOpenMemHandle) open now, each counted once
+// however many times it was opened: 0 once every open was closed.
+int64_t RopeFakeCudaImportedMappings();
+
 void RopeFakeCudaSetDeviceMemory(int64_t bytes);
 void RopeFakeCudaSetPinnedMemory(int64_t bytes);
 void RopeFakeCudaSetDeviceCount(int count);
@@ -87,7 +131,8 @@ int RopeFakeCudaStickyError();
 // Misuses since the last reset (see above).
 int64_t RopeFakeCudaMisuses();
 
-// Whether [p, p + bytes) lies inside one live device or pinned allocation.
+// Whether [p, p + bytes) lies inside one live device (imported too) or
+// pinned allocation.
 // Called by host-emulated kernels when they run: false also raises
 // cudaErrorIllegalAddress (sticky), as the access would on a device.
 int RopeFakeCudaCheckAccess(const void* p, int64_t bytes);

@@ -1,6 +1,9 @@
 // The CUDA runtime API of the fake libcudart.so.13 (fake_cuda_control.h has
 // the model), over the state in fake_device.h, and the control functions.
+#include <cuda.h>
 #include <cuda_runtime_api.h>
+#include <fcntl.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstring>
@@ -147,6 +150,73 @@ cudaError_t LaunchOnStream(cudaStream_t handle, void (*run)(void*, int), void* d
   return cudaSuccess;
 }
 
+// ---- CUDA IPC --------------------------------------------------------------------
+
+// What a cudaIpcMemHandle_t holds (the format is in fake_cuda_control.h).
+struct IpcHandle {
+  char magic[8];
+  int32_t pid;
+  int32_t fd;
+  int64_t bytes;
+  int32_t device;
+};
+static_assert(sizeof(IpcHandle) <= sizeof(cudaIpcMemHandle_t), "an IPC handle has 64 bytes");
+constexpr char kIpcMagic[8] = {'R', 'o', 'p', 'e', 'I', 'P', 'C', '1'};
+
+cudaIpcMemHandle_t EncodeIpcHandle(const IpcHandle& fields) {
+  cudaIpcMemHandle_t handle;
+  std::memset(&handle, 0, sizeof(handle));
+  std::memcpy(&handle, &fields, sizeof(fields));
+  return handle;
+}
+
+// False when `handle` is not one of the fake's (its magic).
+bool DecodeIpcHandle(const cudaIpcMemHandle_t& handle, IpcHandle* fields) {
+  std::memcpy(fields, &handle, sizeof(*fields));
+  return std::memcmp(fields->magic, kIpcMagic, sizeof(kIpcMagic)) == 0 && fields->bytes >= 0;
+}
+
+// The exporter's memfd, opened read-write through /proc/<pid>/fd/<fd>; -1
+// when that fails (the exporter exited or closed it) or is no cudaMalloc
+// memfd (the number was reused for something else).
+int OpenExported(const IpcHandle& h) {
+  const std::string path = "/proc/" + std::to_string(h.pid) + "/fd/" + std::to_string(h.fd);
+  const int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
+  if (fd < 0) return -1;
+  char target[256] = {};
+  const std::string self = "/proc/self/fd/" + std::to_string(fd);
+  const ssize_t length = readlink(self.c_str(), target, sizeof(target) - 1);
+  const std::string want = std::string("/memfd:") + rope::fake_cuda::kExportedMemoryName;
+  if (length < 0 || std::string(target, static_cast<size_t>(length)).rfind(want, 0) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// The driver's cuMemGetAddressRange (_v2), over the fake's device memory:
+// what cudaGetDriverEntryPointByVersion hands out for it. Counted and
+// faulted as "cuMemGetAddressRange" (an injected code is a CUresult).
+CUresult FakeCuMemGetAddressRange(CUdeviceptr* base, size_t* size, CUdeviceptr dptr) {
+  Guard lock(rope::fake_cuda::Lock());
+  if (const int injected = rope::fake_cuda::TakeInjected("cuMemGetAddressRange")) {
+    return static_cast<CUresult>(injected);
+  }
+  // The sticky errors have the same values in the driver's API.
+  if (rope::fake_cuda::Sticky() != cudaSuccess) {
+    return static_cast<CUresult>(rope::fake_cuda::Sticky());
+  }
+  uintptr_t start = 0;
+  const rope::fake_cuda::Allocation* allocation =
+      rope::fake_cuda::FindContaining(reinterpret_cast<const void*>(dptr), &start);
+  if (allocation == nullptr || allocation->kind == MemoryKind::kPinned) {
+    return CUDA_ERROR_NOT_FOUND;
+  }
+  if (base != nullptr) *base = static_cast<CUdeviceptr>(start);
+  if (size != nullptr) *size = static_cast<size_t>(allocation->bytes);
+  return CUDA_SUCCESS;
+}
+
 struct LaunchConfiguration {
   dim3 grid, block;
   size_t shared_memory = 0;
@@ -184,6 +254,11 @@ int64_t RopeFakeCudaDeviceBytes() {
 int64_t RopeFakeCudaPinnedBytes() {
   Guard lock(rope::fake_cuda::Lock());
   return rope::fake_cuda::BytesInUse(MemoryKind::kPinned);
+}
+
+int64_t RopeFakeCudaImportedMappings() {
+  Guard lock(rope::fake_cuda::Lock());
+  return rope::fake_cuda::ImportedMappings();
 }
 
 void RopeFakeCudaSetDeviceMemory(int64_t bytes) {
@@ -369,7 +444,7 @@ cudaError_t cudaMalloc(void** p, size_t bytes) {
   Guard lock(rope::fake_cuda::Lock());
   *p = nullptr;
   if (const cudaError_t e = Enter("cudaMalloc"); e != cudaSuccess) return e;
-  return Fail(rope::fake_cuda::Allocate(MemoryKind::kDevice, static_cast<int64_t>(bytes), p));
+  return Fail(rope::fake_cuda::AllocateExportable(static_cast<int64_t>(bytes), current_device, p));
 }
 
 cudaError_t cudaMallocAsync(void** p, size_t bytes, cudaStream_t stream) {
@@ -377,14 +452,16 @@ cudaError_t cudaMallocAsync(void** p, size_t bytes, cudaStream_t stream) {
   *p = nullptr;
   if (const cudaError_t e = Enter("cudaMallocAsync"); e != cudaSuccess) return e;
   if (StreamOrFail(stream) == nullptr) return cudaErrorInvalidResourceHandle;
-  return Fail(rope::fake_cuda::Allocate(MemoryKind::kDevice, static_cast<int64_t>(bytes), p));
+  return Fail(rope::fake_cuda::Allocate(MemoryKind::kDevice, static_cast<int64_t>(bytes),
+                                        current_device, p));
 }
 
 cudaError_t cudaMallocHost(void** p, size_t bytes) {
   Guard lock(rope::fake_cuda::Lock());
   *p = nullptr;
   if (const cudaError_t e = Enter("cudaMallocHost"); e != cudaSuccess) return e;
-  return Fail(rope::fake_cuda::Allocate(MemoryKind::kPinned, static_cast<int64_t>(bytes), p));
+  return Fail(rope::fake_cuda::Allocate(MemoryKind::kPinned, static_cast<int64_t>(bytes),
+                                        current_device, p));
 }
 
 // Frees go through even in a poisoned context (returning its error), so
@@ -448,6 +525,99 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
   std::shared_ptr<Stream> stream = StreamOrFail(stream_handle);
   if (stream == nullptr) return cudaErrorInvalidResourceHandle;
   return EnqueueCopy(dst, src, bytes, kind, *stream);
+}
+
+cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* attributes, const void* p) {
+  Guard lock(rope::fake_cuda::Lock());
+  if (const cudaError_t e = Enter("cudaPointerGetAttributes"); e != cudaSuccess) return e;
+  if (attributes == nullptr) return Fail(cudaErrorInvalidValue);
+  std::memset(attributes, 0, sizeof(*attributes));
+  uintptr_t base = 0;
+  const rope::fake_cuda::Allocation* allocation = rope::fake_cuda::FindContaining(p, &base);
+  if (allocation == nullptr) {
+    // Not CUDA's: an error before CUDA 11, this since.
+    attributes->type = cudaMemoryTypeUnregistered;
+    attributes->device = cudaInvalidDeviceId;
+    attributes->hostPointer = const_cast<void*>(p);
+    return cudaSuccess;
+  }
+  attributes->device = allocation->device;
+  attributes->devicePointer = const_cast<void*>(p);
+  if (allocation->kind == MemoryKind::kPinned) {
+    attributes->type = cudaMemoryTypeHost;
+    attributes->hostPointer = const_cast<void*>(p);
+  } else {
+    attributes->type = cudaMemoryTypeDevice;
+  }
+  return cudaSuccess;
+}
+
+// ---- CUDA IPC ----------------------------------------------------------------------
+
+cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t* handle, void* p) {
+  Guard lock(rope::fake_cuda::Lock());
+  if (const cudaError_t e = Enter("cudaIpcGetMemHandle"); e != cudaSuccess) return e;
+  const rope::fake_cuda::Allocation* allocation = rope::fake_cuda::FindStart(p);
+  if (handle == nullptr || allocation == nullptr || allocation->memfd < 0) {
+    return Fail(cudaErrorInvalidValue);  // not the start of a cudaMalloc allocation
+  }
+  IpcHandle fields;
+  std::memcpy(fields.magic, kIpcMagic, sizeof(kIpcMagic));
+  fields.pid = static_cast<int32_t>(getpid());
+  fields.fd = allocation->memfd;
+  fields.bytes = allocation->bytes;
+  fields.device = allocation->device;
+  *handle = EncodeIpcHandle(fields);
+  return cudaSuccess;
+}
+
+cudaError_t cudaIpcOpenMemHandle(void** p, cudaIpcMemHandle_t handle, unsigned int flags) {
+  Guard lock(rope::fake_cuda::Lock());
+  *p = nullptr;
+  if (const cudaError_t e = Enter("cudaIpcOpenMemHandle"); e != cudaSuccess) return e;
+  IpcHandle fields;
+  if (flags != cudaIpcMemLazyEnablePeerAccess || !DecodeIpcHandle(handle, &fields)) {
+    return Fail(cudaErrorInvalidValue);
+  }
+  if (fields.pid == static_cast<int32_t>(getpid())) {
+    return Fail(cudaErrorInvalidValue);  // the real runtime refuses it too
+  }
+  const int fd = OpenExported(fields);
+  if (fd < 0) return Fail(cudaErrorMapBufferObjectFailed);
+  return Fail(rope::fake_cuda::Import(fd, fields.bytes, fields.device, p));
+}
+
+// Goes through even in a poisoned context (returning its error), as frees
+// do.
+cudaError_t cudaIpcCloseMemHandle(void* p) {
+  Guard lock(rope::fake_cuda::Lock());
+  const cudaError_t entered = Enter("cudaIpcCloseMemHandle");
+  if (entered != cudaSuccess && entered != rope::fake_cuda::Sticky()) return entered;
+  const cudaError_t closed = rope::fake_cuda::CloseImport(p);
+  return entered != cudaSuccess ? entered : Fail(closed);
+}
+
+// ---- Driver entry points -----------------------------------------------------------
+
+cudaError_t cudaGetDriverEntryPointByVersion(const char* symbol, void** function,
+                                             unsigned int cuda_version, unsigned long long flags,
+                                             cudaDriverEntryPointQueryResult* status) {
+  Guard lock(rope::fake_cuda::Lock());
+  if (const cudaError_t e = Enter("cudaGetDriverEntryPointByVersion"); e != cudaSuccess) return e;
+  if (symbol == nullptr || function == nullptr) return Fail(cudaErrorInvalidValue);
+  const bool found = std::strcmp(symbol, "cuMemGetAddressRange") == 0;
+  *function = found ? reinterpret_cast<void*>(&FakeCuMemGetAddressRange) : nullptr;
+  if (status != nullptr) {
+    *status = found ? cudaDriverEntryPointSuccess : cudaDriverEntryPointSymbolNotFound;
+  }
+  return found ? cudaSuccess : Fail(cudaErrorSymbolNotFound);
+}
+
+cudaError_t cudaGetDriverEntryPointByVersion_ptsz(const char* symbol, void** function,
+                                                  unsigned int cuda_version,
+                                                  unsigned long long flags,
+                                                  cudaDriverEntryPointQueryResult* status) {
+  return cudaGetDriverEntryPointByVersion(symbol, function, cuda_version, flags, status);
 }
 
 // ---- Streams -----------------------------------------------------------------------

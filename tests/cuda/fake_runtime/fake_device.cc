@@ -1,6 +1,9 @@
 #include "tests/cuda/fake_runtime/fake_device.h"
 
 #include <stdlib.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -30,7 +33,7 @@ struct State {
   std::unordered_map<std::string, int64_t> calls;
   std::unordered_multimap<std::string, Injected> injected;
   std::map<uintptr_t, Allocation> allocations;
-  int64_t bytes_in_use[2] = {0, 0};
+  int64_t bytes_in_use[3] = {0, 0, 0};  // by MemoryKind
   std::shared_ptr<Stream> legacy = std::make_shared<Stream>();
   std::unordered_map<cudaStream_t, std::shared_ptr<Stream>> streams;
   std::vector<std::weak_ptr<Stream>> per_thread_streams;
@@ -190,19 +193,76 @@ void ConfigureFromEnvironment() {
 
 // ---- Memory -------------------------------------------------------------------
 
-cudaError_t Allocate(MemoryKind kind, int64_t bytes, void** p) {
-  State& s = S();
-  const int k = static_cast<int>(kind);
+namespace {
+
+// What an allocation of `bytes` occupies: at least one byte, so that every
+// allocation has its own address.
+size_t Footprint(int64_t bytes) { return static_cast<size_t>(bytes > 0 ? bytes : 1); }
+
+// Whether `bytes` more of `kind` fit under its limit (kImported has none).
+bool Fits(MemoryKind kind, int64_t bytes) {
+  const State& s = S();
+  if (bytes < 0) return false;
+  if (kind == MemoryKind::kImported) return true;
   const int64_t limit = kind == MemoryKind::kDevice ? s.limits.device_bytes : s.limits.pinned_bytes;
-  if (bytes < 0 || bytes > limit - s.bytes_in_use[k]) return cudaErrorMemoryAllocation;
+  return bytes <= limit - s.bytes_in_use[static_cast<int>(kind)];
+}
+
+void Track(void* p, const Allocation& allocation) {
+  S().allocations[reinterpret_cast<uintptr_t>(p)] = allocation;
+  S().bytes_in_use[static_cast<int>(allocation.kind)] += allocation.bytes;
+}
+
+// Untracks the allocation at `it` and gives its memory back.
+void Release(std::map<uintptr_t, Allocation>::iterator it) {
+  State& s = S();
+  const Allocation a = it->second;
+  void* const p = reinterpret_cast<void*>(it->first);
+  s.bytes_in_use[static_cast<int>(a.kind)] -= a.bytes;
+  s.allocations.erase(it);
+  if (a.kind == MemoryKind::kImported || a.memfd >= 0) {
+    munmap(p, Footprint(a.bytes));
+    if (a.memfd >= 0) close(a.memfd);
+  } else {
+    std::free(p);
+  }
+}
+
+}  // namespace
+
+cudaError_t Allocate(MemoryKind kind, int64_t bytes, int device, void** p) {
+  if (kind == MemoryKind::kImported || !Fits(kind, bytes)) return cudaErrorMemoryAllocation;
   void* memory = nullptr;
-  // At least one byte, so that every allocation has its own address.
-  if (posix_memalign(&memory, kind == MemoryKind::kDevice ? 256 : 4096,
-                     static_cast<size_t>(bytes > 0 ? bytes : 1)) != 0) {
+  if (posix_memalign(&memory, kind == MemoryKind::kDevice ? 256 : 4096, Footprint(bytes)) != 0) {
     return cudaErrorMemoryAllocation;
   }
-  s.allocations[reinterpret_cast<uintptr_t>(memory)] = Allocation{bytes, kind};
-  s.bytes_in_use[k] += bytes;
+  Allocation allocation;
+  allocation.bytes = bytes;
+  allocation.kind = kind;
+  allocation.device = device;
+  Track(memory, allocation);
+  *p = memory;
+  return cudaSuccess;
+}
+
+cudaError_t AllocateExportable(int64_t bytes, int device, void** p) {
+  if (!Fits(MemoryKind::kDevice, bytes)) return cudaErrorMemoryAllocation;
+  const int memfd = memfd_create(kExportedMemoryName, MFD_CLOEXEC);
+  if (memfd < 0) return cudaErrorMemoryAllocation;
+  void* memory = MAP_FAILED;
+  if (ftruncate(memfd, static_cast<off_t>(Footprint(bytes))) == 0) {
+    memory = mmap(nullptr, Footprint(bytes), PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
+  }
+  if (memory == MAP_FAILED) {
+    close(memfd);
+    return cudaErrorMemoryAllocation;
+  }
+  Allocation allocation;
+  allocation.bytes = bytes;
+  allocation.kind = MemoryKind::kDevice;
+  allocation.device = device;
+  allocation.memfd = memfd;
+  Track(memory, allocation);
   *p = memory;
   return cudaSuccess;
 }
@@ -211,14 +271,16 @@ cudaError_t Free(MemoryKind kind, void* p) {
   if (p == nullptr) return cudaSuccess;
   State& s = S();
   auto it = s.allocations.find(reinterpret_cast<uintptr_t>(p));
+  if (it != s.allocations.end() && it->second.kind == MemoryKind::kImported) {
+    Misuse("freeing memory opened by cudaIpcOpenMemHandle (close it with cudaIpcCloseMemHandle)");
+    return cudaErrorInvalidValue;
+  }
   if (it == s.allocations.end() || it->second.kind != kind) {
     Misuse(kind == MemoryKind::kDevice ? "freeing an address that is no live device allocation"
                                        : "freeing an address that is no live pinned allocation");
     return cudaErrorInvalidValue;
   }
-  s.bytes_in_use[static_cast<int>(kind)] -= it->second.bytes;
-  s.allocations.erase(it);
-  std::free(p);
+  Release(it);
   return cudaSuccess;
 }
 
@@ -239,12 +301,75 @@ const Allocation* FindStart(const void* p) {
   return it == S().allocations.end() ? nullptr : &it->second;
 }
 
+const Allocation* FindContaining(const void* p, uintptr_t* base) {
+  State& s = S();
+  const uintptr_t address = reinterpret_cast<uintptr_t>(p);
+  auto it = s.allocations.upper_bound(address);
+  if (it == s.allocations.begin()) return nullptr;
+  --it;
+  if (address - it->first >= Footprint(it->second.bytes)) return nullptr;
+  *base = it->first;
+  return &it->second;
+}
+
 bool IsPinned(const void* p) {
   const Allocation* a = Find(p, 0);
   return a != nullptr && a->kind == MemoryKind::kPinned;
 }
 
 int64_t BytesInUse(MemoryKind kind) { return S().bytes_in_use[static_cast<int>(kind)]; }
+
+// ---- CUDA IPC (imported memory) ----------------------------------------------
+
+cudaError_t Import(int fd, int64_t bytes, int device, void** p) {
+  State& s = S();
+  struct stat file;
+  if (bytes < 0 || fstat(fd, &file) != 0 || file.st_size < static_cast<off_t>(bytes)) {
+    close(fd);
+    return cudaErrorMapBufferObjectFailed;
+  }
+  for (auto& [address, a] : s.allocations) {
+    if (a.kind == MemoryKind::kImported && a.file_device == file.st_dev &&
+        a.file_inode == file.st_ino) {
+      close(fd);  // open already: the same mapping, one more open of it
+      ++a.opens;
+      *p = reinterpret_cast<void*>(address);
+      return cudaSuccess;
+    }
+  }
+  void* memory = mmap(nullptr, Footprint(bytes), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);  // the mapping holds the file
+  if (memory == MAP_FAILED) return cudaErrorMapBufferObjectFailed;
+  Allocation allocation;
+  allocation.bytes = bytes;
+  allocation.kind = MemoryKind::kImported;
+  allocation.device = device;
+  allocation.file_device = file.st_dev;
+  allocation.file_inode = file.st_ino;
+  allocation.opens = 1;
+  Track(memory, allocation);
+  *p = memory;
+  return cudaSuccess;
+}
+
+cudaError_t CloseImport(void* p) {
+  State& s = S();
+  auto it = s.allocations.find(reinterpret_cast<uintptr_t>(p));
+  if (it == s.allocations.end() || it->second.kind != MemoryKind::kImported) {
+    Misuse("cudaIpcCloseMemHandle of an address that is no open imported mapping");
+    return cudaErrorInvalidValue;
+  }
+  if (--it->second.opens == 0) Release(it);
+  return cudaSuccess;
+}
+
+int64_t ImportedMappings() {
+  int64_t mappings = 0;
+  for (const auto& [address, a] : S().allocations) {
+    if (a.kind == MemoryKind::kImported) ++mappings;
+  }
+  return mappings;
+}
 
 // ---- Streams and events -------------------------------------------------------
 

@@ -44,11 +44,22 @@ struct Event {
   uint64_t point = 0;              // complete once stream->executed reaches it
 };
 
-enum class MemoryKind { kDevice, kPinned };
+// kImported: another process's cudaMalloc allocation, mapped here by
+// cudaIpcOpenMemHandle. Device memory to copies and kernels, but not this
+// process's: not counted in BytesInUse(kDevice), not freed by cudaFree.
+enum class MemoryKind { kDevice, kPinned, kImported };
 
 struct Allocation {
   int64_t bytes = 0;
   MemoryKind kind = MemoryKind::kDevice;
+  int device = 0;  // current when allocated; imported: the exporter's
+  // cudaMalloc (kDevice): the memfd backing it, mapped MAP_SHARED, that
+  // cudaIpcGetMemHandle exports; -1 for memory from posix_memalign.
+  int memfd = -1;
+  // kImported: the mapped file (memfd) and the opens not yet closed.
+  uint64_t file_device = 0;
+  uint64_t file_inode = 0;
+  int64_t opens = 0;
 };
 
 struct Limits {
@@ -92,18 +103,44 @@ int ErrorByName(const std::string& name);
 
 // ---- Memory -------------------------------------------------------------------
 
-// Allocates `bytes` (aligned to 256 for the device, 4096 for pinned);
-// cudaErrorMemoryAllocation beyond the limit or when the host has none.
-cudaError_t Allocate(MemoryKind kind, int64_t bytes, void** p);
-// Frees a live allocation of `kind` at exactly `p` (null: nothing);
-// cudaErrorInvalidValue (and a misuse) otherwise.
+// Allocates `bytes` (aligned to 256 for the device, 4096 for pinned) of
+// kDevice or kPinned memory, on `device`; cudaErrorMemoryAllocation beyond
+// the limit or when the host has none.
+cudaError_t Allocate(MemoryKind kind, int64_t bytes, int device, void** p);
+// The same for kDevice, backed by a memfd (memfd_create, MFD_CLOEXEC)
+// mapped MAP_SHARED, page aligned, so that another process can map it too
+// (cudaIpcGetMemHandle): what cudaMalloc allocates.
+cudaError_t AllocateExportable(int64_t bytes, int device, void** p);
+// Frees a live kDevice or kPinned allocation of `kind` at exactly `p`
+// (null: nothing); cudaErrorInvalidValue (and a misuse) otherwise.
 cudaError_t Free(MemoryKind kind, void* p);
 // The live allocation holding [p, p + bytes), or null.
 const Allocation* Find(const void* p, int64_t bytes);
 // The live allocation starting exactly at `p`, or null.
 const Allocation* FindStart(const void* p);
+// The live allocation whose bytes include `p` (a zero-byte one: its start),
+// with its start in `*base`; null when none does.
+const Allocation* FindContaining(const void* p, uintptr_t* base);
 bool IsPinned(const void* p);
 int64_t BytesInUse(MemoryKind kind);
+
+// ---- CUDA IPC (imported memory) ----------------------------------------------
+
+// The name of the memfds of cudaMalloc: /proc/<pid>/fd/<fd> links to
+// "/memfd:" kExportedMemoryName " (deleted)".
+constexpr char kExportedMemoryName[] = "rope-fake-cuda-ipc";
+
+// Maps `fd` (an exporter's memfd, opened through /proc; taken: closed
+// whatever happens) as kImported memory of `device`. When this process has
+// that file mapped already, counts one more open of it and returns the same
+// pointer. cudaErrorMapBufferObjectFailed when the file is smaller than
+// `bytes` or cannot be mapped.
+cudaError_t Import(int fd, int64_t bytes, int device, void** p);
+// Closes one open of the imported mapping at exactly `p`, unmapping it at
+// the last; cudaErrorInvalidValue (and a misuse) when `p` is none.
+cudaError_t CloseImport(void* p);
+// Imported mappings now (each counted once, however many opens).
+int64_t ImportedMappings();
 
 // ---- Streams and events -------------------------------------------------------
 
