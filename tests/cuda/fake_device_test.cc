@@ -4,11 +4,16 @@
 // every call site, sticky errors at every call site, a table evicted while
 // a cancelled call's kernels still read it, recoverable errors left in the
 // thread's last-error slot, the pool of worker contexts after a fault, and
-// memory that is stream-ordered and given back. Every test also requires
-// that the backend never misused the runtime (unknown handles, bad frees).
+// memory that is stream-ordered and given back. And the fake's own CUDA IPC
+// (exported by a child process, tests/cuda/ipc_exporter.h), pointer
+// attributes and driver entry point. Every test also requires that the
+// backend never misused the runtime (unknown handles, bad frees).
+#include <cuda.h>
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -29,6 +34,7 @@
 #include "tests/cuda/backend_cases.h"
 #include "tests/cuda/device_under_test.h"
 #include "tests/cuda/fake_runtime/fake_cuda_control.h"
+#include "tests/cuda/ipc_exporter.h"
 
 namespace rope {
 namespace {
@@ -498,6 +504,348 @@ TEST_F(FakeCudaTest, AllocationFailureWhileStartingIsResourceExhaustedAndLeaksNo
       EXPECT_EQ(RopeFakeCudaPinnedBytes(), 0);
     }
   }
+}
+
+// ---- CUDA IPC ---------------------------------------------------------------------
+
+using test::IpcExporter;
+
+std::vector<uint8_t> RandomBytes(size_t size, unsigned seed) {
+  std::vector<uint8_t> bytes(size);
+  std::mt19937 random(seed);
+  for (uint8_t& byte : bytes) byte = static_cast<uint8_t>(random());
+  return bytes;
+}
+
+cudaIpcMemHandle_t HandleOf(const std::string& bytes) {
+  cudaIpcMemHandle_t handle;
+  EXPECT_EQ(bytes.size(), sizeof(handle));
+  std::memset(&handle, 0, sizeof(handle));
+  std::memcpy(&handle, bytes.data(), std::min(bytes.size(), sizeof(handle)));
+  return handle;
+}
+
+std::vector<uint8_t> Download(const void* p, size_t size) {
+  std::vector<uint8_t> bytes(size);
+  EXPECT_EQ(cudaMemcpy(bytes.data(), p, size, cudaMemcpyDeviceToHost), cudaSuccess);
+  return bytes;
+}
+
+std::unique_ptr<IpcExporter> StartExporter(const std::vector<uint8_t>& contents, int device = 0) {
+  absl::StatusOr<std::unique_ptr<IpcExporter>> exporter = IpcExporter::Start(contents, device);
+  EXPECT_TRUE(exporter.ok()) << exporter.status();
+  return exporter.ok() ? *std::move(exporter) : nullptr;
+}
+
+class FakeCudaIpcTest : public FakeCudaTest {
+ protected:
+  void TearDown() override {
+    EXPECT_EQ(RopeFakeCudaImportedMappings(), 0) << "an imported mapping was left open";
+    FakeCudaTest::TearDown();
+  }
+};
+
+TEST_F(FakeCudaIpcTest, HandleFromAnotherProcessOpensItsAllocationBothWays) {
+  const std::vector<uint8_t> contents = RandomBytes(10000, 1);
+  std::unique_ptr<IpcExporter> exporter = StartExporter(contents);
+  ASSERT_NE(exporter, nullptr);
+  EXPECT_EQ(exporter->handle().size(), 64u);
+  void* p = nullptr;
+  ASSERT_EQ(cudaIpcOpenMemHandle(&p, HandleOf(exporter->handle()), cudaIpcMemLazyEnablePeerAccess),
+            cudaSuccess);
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(RopeFakeCudaImportedMappings(), 1);
+  EXPECT_EQ(RopeFakeCudaDeviceBytes(), 0) << "imported memory is the exporter's";
+  EXPECT_TRUE(Download(p, contents.size()) == contents);
+  EXPECT_EQ(RopeFakeCudaCheckAccess(p, static_cast<int64_t>(contents.size())), 1);
+
+  // A write through the mapping is the exporter's allocation.
+  std::vector<uint8_t> want = contents;
+  const std::vector<uint8_t> patch = RandomBytes(300, 2);
+  std::copy(patch.begin(), patch.end(), want.begin() + 4000);
+  ASSERT_EQ(
+      cudaMemcpy(static_cast<char*>(p) + 4000, patch.data(), patch.size(), cudaMemcpyHostToDevice),
+      cudaSuccess);
+  const absl::StatusOr<std::vector<uint8_t>> read_back = exporter->ReadBack();
+  ASSERT_TRUE(read_back.ok()) << read_back.status();
+  EXPECT_TRUE(*read_back == want);
+
+  EXPECT_EQ(cudaIpcCloseMemHandle(p), cudaSuccess);
+  EXPECT_EQ(RopeFakeCudaImportedMappings(), 0);
+  EXPECT_TRUE(exporter->Stop().ok());
+  EXPECT_EQ(RopeFakeCudaCalls("cudaIpcOpenMemHandle"), 1);
+  EXPECT_EQ(RopeFakeCudaCalls("cudaIpcCloseMemHandle"), 1);
+}
+
+TEST_F(FakeCudaIpcTest, OpeningAHandleTwiceGivesTheSamePointerUntilClosedTwice) {
+  const std::vector<uint8_t> contents = RandomBytes(4096, 3);
+  std::unique_ptr<IpcExporter> exporter = StartExporter(contents);
+  ASSERT_NE(exporter, nullptr);
+  const cudaIpcMemHandle_t handle = HandleOf(exporter->handle());
+  void* first = nullptr;
+  void* second = nullptr;
+  ASSERT_EQ(cudaIpcOpenMemHandle(&first, handle, cudaIpcMemLazyEnablePeerAccess), cudaSuccess);
+  ASSERT_EQ(cudaIpcOpenMemHandle(&second, handle, cudaIpcMemLazyEnablePeerAccess), cudaSuccess);
+  EXPECT_EQ(first, second);
+  EXPECT_EQ(RopeFakeCudaImportedMappings(), 1);
+  EXPECT_EQ(cudaIpcCloseMemHandle(first), cudaSuccess);
+  EXPECT_EQ(RopeFakeCudaImportedMappings(), 1);
+  EXPECT_TRUE(Download(second, contents.size()) == contents) << "closed at the first close";
+  EXPECT_EQ(cudaIpcCloseMemHandle(second), cudaSuccess);
+  EXPECT_EQ(RopeFakeCudaImportedMappings(), 0);
+}
+
+// As the real runtime does: a process cannot open its own handle.
+TEST_F(FakeCudaIpcTest, OnlyTheStartOfACudaMallocAllocationExportsAndNotToItself) {
+  void* p = nullptr;
+  ASSERT_EQ(cudaMalloc(&p, 1000), cudaSuccess);
+  EXPECT_EQ(RopeFakeCudaDeviceBytes(), 1000);
+  cudaIpcMemHandle_t handle;
+  ASSERT_EQ(cudaIpcGetMemHandle(&handle, p), cudaSuccess);
+  void* opened = reinterpret_cast<void*>(1);
+  EXPECT_EQ(cudaIpcOpenMemHandle(&opened, handle, cudaIpcMemLazyEnablePeerAccess),
+            cudaErrorInvalidValue);
+  EXPECT_EQ(opened, nullptr);
+  EXPECT_EQ(cudaIpcGetMemHandle(&handle, static_cast<char*>(p) + 256), cudaErrorInvalidValue);
+
+  void* async = nullptr;
+  ASSERT_EQ(cudaMallocAsync(&async, 1000, nullptr), cudaSuccess);
+  EXPECT_EQ(cudaIpcGetMemHandle(&handle, async), cudaErrorInvalidValue) << "stream-ordered";
+  void* pinned = nullptr;
+  ASSERT_EQ(cudaMallocHost(&pinned, 1000), cudaSuccess);
+  EXPECT_EQ(cudaIpcGetMemHandle(&handle, pinned), cudaErrorInvalidValue) << "pinned";
+  EXPECT_EQ(cudaGetLastError(), cudaErrorInvalidValue);
+
+  EXPECT_EQ(cudaFreeAsync(async, nullptr), cudaSuccess);
+  EXPECT_EQ(cudaFreeHost(pinned), cudaSuccess);
+  EXPECT_EQ(cudaFree(p), cudaSuccess);
+  EXPECT_EQ(RopeFakeCudaDeviceBytes(), 0);
+}
+
+TEST_F(FakeCudaIpcTest, HandlesOfAnotherKindAndFlagsOtherThanLazyPeerAccessAreRefused) {
+  std::unique_ptr<IpcExporter> exporter = StartExporter(RandomBytes(100, 4));
+  ASSERT_NE(exporter, nullptr);
+  void* p = nullptr;
+  std::string bad_magic = exporter->handle();
+  bad_magic[0] ^= 1;
+  EXPECT_EQ(cudaIpcOpenMemHandle(&p, HandleOf(bad_magic), cudaIpcMemLazyEnablePeerAccess),
+            cudaErrorInvalidValue);
+  EXPECT_EQ(
+      cudaIpcOpenMemHandle(&p, HandleOf(std::string(64, '\0')), cudaIpcMemLazyEnablePeerAccess),
+      cudaErrorInvalidValue);
+  EXPECT_EQ(cudaIpcOpenMemHandle(&p, HandleOf(exporter->handle()), 0), cudaErrorInvalidValue);
+  EXPECT_EQ(cudaIpcOpenMemHandle(&p, HandleOf(exporter->handle()), 2), cudaErrorInvalidValue);
+  EXPECT_EQ(p, nullptr);
+  EXPECT_EQ(RopeFakeCudaImportedMappings(), 0);
+}
+
+// An open mapping outlives the exporter; its handle cannot be opened again.
+TEST_F(FakeCudaIpcTest, HandleOfAnExporterThatExitedFailsToMap) {
+  const std::vector<uint8_t> contents = RandomBytes(5000, 5);
+  std::unique_ptr<IpcExporter> exporter = StartExporter(contents);
+  ASSERT_NE(exporter, nullptr);
+  const cudaIpcMemHandle_t handle = HandleOf(exporter->handle());
+  void* p = nullptr;
+  ASSERT_EQ(cudaIpcOpenMemHandle(&p, handle, cudaIpcMemLazyEnablePeerAccess), cudaSuccess);
+  EXPECT_TRUE(exporter->Stop().ok());
+  EXPECT_TRUE(Download(p, contents.size()) == contents);
+  void* again = nullptr;
+  EXPECT_EQ(cudaIpcOpenMemHandle(&again, handle, cudaIpcMemLazyEnablePeerAccess),
+            cudaErrorMapBufferObjectFailed);
+  EXPECT_EQ(again, nullptr);
+  EXPECT_EQ(cudaIpcCloseMemHandle(p), cudaSuccess);
+  EXPECT_EQ(cudaIpcOpenMemHandle(&again, handle, cudaIpcMemLazyEnablePeerAccess),
+            cudaErrorMapBufferObjectFailed);
+  EXPECT_EQ(RopeFakeCudaImportedMappings(), 0);
+}
+
+TEST_F(FakeCudaIpcTest, FaultInjectedIntoAnOpenFailsThatOpenOnlyAndAStickyOneStillCloses) {
+  std::unique_ptr<IpcExporter> exporter = StartExporter(RandomBytes(100, 6));
+  ASSERT_NE(exporter, nullptr);
+  const cudaIpcMemHandle_t handle = HandleOf(exporter->handle());
+  void* p = nullptr;
+  RopeFakeCudaFailCall("cudaIpcOpenMemHandle", 1, cudaErrorMemoryAllocation);
+  EXPECT_EQ(cudaIpcOpenMemHandle(&p, handle, cudaIpcMemLazyEnablePeerAccess),
+            cudaErrorMemoryAllocation);
+  EXPECT_EQ(p, nullptr);
+  EXPECT_EQ(RopeFakeCudaImportedMappings(), 0);
+  ASSERT_EQ(cudaIpcOpenMemHandle(&p, handle, cudaIpcMemLazyEnablePeerAccess), cudaSuccess);
+  EXPECT_EQ(RopeFakeCudaCalls("cudaIpcOpenMemHandle"), 2);
+
+  RopeFakeCudaFailCall("cudaIpcOpenMemHandle", 1, cudaErrorIllegalAddress);
+  void* again = nullptr;
+  EXPECT_EQ(cudaIpcOpenMemHandle(&again, handle, cudaIpcMemLazyEnablePeerAccess),
+            cudaErrorIllegalAddress);
+  EXPECT_EQ(RopeFakeCudaStickyError(), cudaErrorIllegalAddress);
+  EXPECT_EQ(RopeFakeCudaImportedMappings(), 1);
+  EXPECT_EQ(cudaIpcCloseMemHandle(p), cudaErrorIllegalAddress) << "the context's error";
+  EXPECT_EQ(RopeFakeCudaImportedMappings(), 0) << "closed all the same";
+  RopeFakeCudaReset();
+}
+
+TEST_F(FakeCudaIpcTest, FreeingImportedMemoryOrClosingWhatIsNotOpenIsAMisuse) {
+  std::unique_ptr<IpcExporter> exporter = StartExporter(RandomBytes(100, 7));
+  ASSERT_NE(exporter, nullptr);
+  void* p = nullptr;
+  ASSERT_EQ(cudaIpcOpenMemHandle(&p, HandleOf(exporter->handle()), cudaIpcMemLazyEnablePeerAccess),
+            cudaSuccess);
+  EXPECT_EQ(cudaFree(p), cudaErrorInvalidValue);
+  EXPECT_EQ(RopeFakeCudaImportedMappings(), 1) << "cudaFree does not close it";
+  void* own = nullptr;
+  ASSERT_EQ(cudaMalloc(&own, 100), cudaSuccess);
+  EXPECT_EQ(cudaIpcCloseMemHandle(own), cudaErrorInvalidValue);
+  EXPECT_EQ(cudaIpcCloseMemHandle(static_cast<char*>(p) + 1), cudaErrorInvalidValue);
+  EXPECT_EQ(RopeFakeCudaMisuses(), 3);
+  EXPECT_EQ(cudaFree(own), cudaSuccess);
+  EXPECT_EQ(cudaIpcCloseMemHandle(p), cudaSuccess);
+  RopeFakeCudaReset();  // the misuses were the test's
+}
+
+TEST_F(FakeCudaIpcTest, ExporterOnAnotherDeviceAndExporterErrors) {
+  EXPECT_EQ(IpcExporter::Start({}).status().code(), absl::StatusCode::kInvalidArgument);
+  // The child is another process: its fake runtime has one device.
+  const absl::StatusOr<std::unique_ptr<IpcExporter>> missing = IpcExporter::Start({1, 2, 3}, 1);
+  EXPECT_TRUE(StatusIs(missing.status(), absl::StatusCode::kInternal,
+                       "cudaSetDevice: cudaErrorInvalidDevice"));
+
+  ASSERT_EQ(setenv("ROPE_FAKE_CUDA_DEVICES", "2", 1), 0);
+  std::unique_ptr<IpcExporter> exporter = StartExporter({1, 2, 3}, 1);
+  unsetenv("ROPE_FAKE_CUDA_DEVICES");
+  ASSERT_NE(exporter, nullptr);
+  EXPECT_EQ(exporter->device(), 1);
+  void* p = nullptr;
+  ASSERT_EQ(cudaIpcOpenMemHandle(&p, HandleOf(exporter->handle()), cudaIpcMemLazyEnablePeerAccess),
+            cudaSuccess);
+  cudaPointerAttributes attributes;
+  ASSERT_EQ(cudaPointerGetAttributes(&attributes, static_cast<char*>(p) + 2), cudaSuccess);
+  EXPECT_EQ(attributes.type, cudaMemoryTypeDevice);
+  EXPECT_EQ(attributes.device, 1) << "the handle's device";
+  EXPECT_EQ(attributes.devicePointer, static_cast<char*>(p) + 2);
+  EXPECT_EQ(attributes.hostPointer, nullptr);
+  EXPECT_EQ(cudaIpcCloseMemHandle(p), cudaSuccess);
+  EXPECT_TRUE(exporter->Stop().ok());
+  EXPECT_TRUE(exporter->Stop().ok()) << "the same answer again";
+  EXPECT_EQ(exporter->ReadBack().status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(FakeCudaIpcTest, PointerAttributesByKindOfMemory) {
+  RopeFakeCudaSetDeviceCount(2);
+  ASSERT_EQ(cudaSetDevice(1), cudaSuccess);
+  void* device = nullptr;
+  void* async = nullptr;
+  void* pinned = nullptr;
+  ASSERT_EQ(cudaMalloc(&device, 1000), cudaSuccess);
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  ASSERT_EQ(cudaMallocAsync(&async, 1000, nullptr), cudaSuccess);
+  ASSERT_EQ(cudaMallocHost(&pinned, 1000), cudaSuccess);
+  cudaPointerAttributes a;
+  ASSERT_EQ(cudaPointerGetAttributes(&a, static_cast<char*>(device) + 999), cudaSuccess);
+  EXPECT_EQ(a.type, cudaMemoryTypeDevice);
+  EXPECT_EQ(a.device, 1);
+  EXPECT_EQ(a.devicePointer, static_cast<char*>(device) + 999);
+  EXPECT_EQ(a.hostPointer, nullptr);
+  ASSERT_EQ(cudaPointerGetAttributes(&a, async), cudaSuccess);
+  EXPECT_EQ(a.type, cudaMemoryTypeDevice);
+  EXPECT_EQ(a.device, 0);
+  ASSERT_EQ(cudaPointerGetAttributes(&a, static_cast<char*>(pinned) + 10), cudaSuccess);
+  EXPECT_EQ(a.type, cudaMemoryTypeHost);
+  EXPECT_EQ(a.hostPointer, static_cast<char*>(pinned) + 10);
+  int on_the_stack = 0;
+  ASSERT_EQ(cudaPointerGetAttributes(&a, &on_the_stack), cudaSuccess);
+  EXPECT_EQ(a.type, cudaMemoryTypeUnregistered);
+  EXPECT_EQ(a.devicePointer, nullptr);
+  EXPECT_EQ(cudaFree(device), cudaSuccess);
+  ASSERT_EQ(cudaPointerGetAttributes(&a, device), cudaSuccess);
+  EXPECT_EQ(a.type, cudaMemoryTypeUnregistered) << "freed";
+  EXPECT_EQ(cudaFreeAsync(async, nullptr), cudaSuccess);
+  EXPECT_EQ(cudaFreeHost(pinned), cudaSuccess);
+}
+
+using GetAddressRange = CUresult (*)(CUdeviceptr* base, size_t* size, CUdeviceptr dptr);
+
+// How the backend gets it (without linking libcuda).
+GetAddressRange DriverGetAddressRange() {
+  void* function = nullptr;
+  cudaDriverEntryPointQueryResult status = cudaDriverEntryPointSymbolNotFound;
+  EXPECT_EQ(cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &function, 12000,
+                                             cudaEnableDefault, &status),
+            cudaSuccess);
+  EXPECT_EQ(status, cudaDriverEntryPointSuccess);
+  return reinterpret_cast<GetAddressRange>(function);
+}
+
+CUdeviceptr Address(const void* p, size_t offset = 0) {
+  return static_cast<CUdeviceptr>(reinterpret_cast<uintptr_t>(p) + offset);
+}
+
+TEST_F(FakeCudaIpcTest, DriverGetAddressRangeFindsTheDeviceAllocationHoldingAnAddress) {
+  const GetAddressRange get_address_range = DriverGetAddressRange();
+  ASSERT_NE(get_address_range, nullptr);
+  std::unique_ptr<IpcExporter> exporter = StartExporter(RandomBytes(3000, 8));
+  ASSERT_NE(exporter, nullptr);
+  void* imported = nullptr;
+  ASSERT_EQ(
+      cudaIpcOpenMemHandle(&imported, HandleOf(exporter->handle()), cudaIpcMemLazyEnablePeerAccess),
+      cudaSuccess);
+  void* device = nullptr;
+  void* async = nullptr;
+  void* pinned = nullptr;
+  ASSERT_EQ(cudaMalloc(&device, 1000), cudaSuccess);
+  ASSERT_EQ(cudaMallocAsync(&async, 2000, nullptr), cudaSuccess);
+  ASSERT_EQ(cudaMallocHost(&pinned, 1000), cudaSuccess);
+
+  struct Case {
+    void* base;
+    size_t size;
+  };
+  for (const Case& c : {Case{device, 1000}, Case{async, 2000}, Case{imported, 3000}}) {
+    for (size_t offset : {size_t{0}, size_t{1}, c.size / 2, c.size - 1}) {
+      SCOPED_TRACE(absl::StrCat("size ", c.size, " offset ", offset));
+      CUdeviceptr base = 0;
+      size_t size = 0;
+      ASSERT_EQ(get_address_range(&base, &size, Address(c.base, offset)), CUDA_SUCCESS);
+      EXPECT_EQ(base, Address(c.base));
+      EXPECT_EQ(size, c.size);
+    }
+    EXPECT_EQ(get_address_range(nullptr, nullptr, Address(c.base, 1)), CUDA_SUCCESS);
+    CUdeviceptr base = 0;
+    size_t size = 0;
+    EXPECT_EQ(get_address_range(&base, &size, Address(c.base, c.size)), CUDA_ERROR_NOT_FOUND);
+  }
+  CUdeviceptr base = 0;
+  size_t size = 0;
+  int on_the_stack = 0;
+  EXPECT_EQ(get_address_range(&base, &size, Address(&on_the_stack)), CUDA_ERROR_NOT_FOUND);
+  EXPECT_EQ(get_address_range(&base, &size, Address(pinned)), CUDA_ERROR_NOT_FOUND) << "pinned";
+  EXPECT_EQ(get_address_range(&base, &size, 0), CUDA_ERROR_NOT_FOUND);
+  // Counted and faulted like the runtime's functions.
+  RopeFakeCudaFailCall("cuMemGetAddressRange", 1, CUDA_ERROR_INVALID_CONTEXT);
+  EXPECT_EQ(get_address_range(&base, &size, Address(device)), CUDA_ERROR_INVALID_CONTEXT);
+  EXPECT_EQ(get_address_range(&base, &size, Address(device)), CUDA_SUCCESS);
+  EXPECT_EQ(RopeFakeCudaCalls("cuMemGetAddressRange"), 23);
+
+  EXPECT_EQ(cudaFree(device), cudaSuccess);
+  EXPECT_EQ(get_address_range(&base, &size, Address(device)), CUDA_ERROR_NOT_FOUND) << "freed";
+  EXPECT_EQ(cudaFreeAsync(async, nullptr), cudaSuccess);
+  EXPECT_EQ(cudaFreeHost(pinned), cudaSuccess);
+  EXPECT_EQ(cudaIpcCloseMemHandle(imported), cudaSuccess);
+  EXPECT_EQ(get_address_range(&base, &size, Address(imported)), CUDA_ERROR_NOT_FOUND) << "closed";
+}
+
+TEST_F(FakeCudaIpcTest, DriverEntryPointOfAnotherSymbolIsNotFound) {
+  void* function = reinterpret_cast<void*>(1);
+  cudaDriverEntryPointQueryResult status = cudaDriverEntryPointSuccess;
+  EXPECT_EQ(
+      cudaGetDriverEntryPointByVersion("cuMemAlloc", &function, 12000, cudaEnableDefault, &status),
+      cudaErrorSymbolNotFound);
+  EXPECT_EQ(function, nullptr);
+  EXPECT_EQ(status, cudaDriverEntryPointSymbolNotFound);
+  EXPECT_EQ(cudaGetLastError(), cudaErrorSymbolNotFound);
+  RopeFakeCudaFailCall("cudaGetDriverEntryPointByVersion", 1, cudaErrorNotSupported);
+  EXPECT_EQ(cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &function, 12000,
+                                             cudaEnableDefault, &status),
+            cudaErrorNotSupported);
+  EXPECT_EQ(RopeFakeCudaCalls("cudaGetDriverEntryPointByVersion"), 2);
 }
 
 }  // namespace
