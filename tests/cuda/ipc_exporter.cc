@@ -332,7 +332,11 @@ absl::Status IpcExporter::Stop() {
     }
   }
   const absl::Status exited = Reap();
-  stop_status_ = told.ok() ? exited : told;
+  stop_status_ = exited;
+  if (!told.ok()) {
+    stop_status_ =
+        absl::Status(told.code(), absl::StrCat(told.message(), " (", exited.ToString(), ")"));
+  }
   return stop_status_;
 }
 
