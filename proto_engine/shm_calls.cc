@@ -41,8 +41,8 @@ class ShmCallScope {
           region->offset(), ")"));
     }
     ROPE_RETURN_IF_ERROR(region->Check());
-    ranges_.push_back(
-        {region.get(), ref.offset(), ref.offset() + ref.byte_size(), field, output, tensor});
+    ranges_.push_back({region.get(), ref.offset(), ref.offset() + ref.byte_size(), field, output,
+                       tensor, region->is_device()});
     leases_.push_back(std::move(region));
     return address;
   }
@@ -90,6 +90,17 @@ class ShmCallScope {
     return absl::OkStatus();
   }
 
+  // The first reference resolved into a region that is (device) or is not
+  // (!device) CUDA device memory, as "field (region \"name\")"; empty if none.
+  std::string FirstIn(bool device) const {
+    for (const Range& range : ranges_) {
+      if (range.device == device) {
+        return absl::StrCat(range.field, " (region \"", range.region->name(), "\")");
+      }
+    }
+    return "";
+  }
+
   // FAILED_PRECONDITION when a region's backing object shrank during the call.
   absl::Status CheckAfter() const {
     for (const auto& region : leases_) {
@@ -106,6 +117,7 @@ class ShmCallScope {
     std::string field;
     bool output;
     int tensor;
+    bool device;  // the region is CUDA device memory
   };
   const Range* Find(const std::string& field) const {
     for (const Range& range : ranges_) {
@@ -229,11 +241,32 @@ absl::Status AnswerRotateShared(Engine& engine, const ShmRegistry& registry,
                                                         slot.id));
   }
   ROPE_RETURN_IF_ERROR(scope.CheckOverlaps());
+  const std::string device_field = scope.FirstIn(/*device=*/true);
+  if (!device_field.empty()) {
+    // The backend rotates device memory where it is: every tensor of the
+    // call must be there (a bytes tensor or a host region cannot join).
+    std::string host_field = scope.FirstIn(/*device=*/false);
+    for (const Slot& slot : slots) {
+      if (!slot.tensor->has_shm()) host_field = absl::StrCat(slot.name, " (bytes)");
+    }
+    if (!host_field.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          device_field, " is CUDA device memory but ", host_field,
+          " is not: one call's tensors are all in CUDA regions or none"));
+    }
+    params.on_device = true;
+  }
 
   for (size_t i = 0; i < slots.size(); ++i) {
     if (out_address[i] == nullptr) continue;
     TensorView& view = *slots[i].view;
-    if (out_address[i] != view.data) std::memcpy(out_address[i], view.data, view.byte_size);
+    if (out_address[i] != view.data) {
+      if (params.on_device) {
+        ROPE_RETURN_IF_ERROR(engine.CopyOnDevice(out_address[i], view.data, view.byte_size));
+      } else {
+        std::memcpy(out_address[i], view.data, view.byte_size);
+      }
+    }
     view.data = out_address[i];
   }
   ROPE_RETURN_IF_ERROR(engine.Rotate(params));
@@ -291,6 +324,13 @@ absl::Status AnswerAttentionScoresShared(Engine& engine, const ShmRegistry& regi
                           scope.Resolve(request.output_out(), "output_out", 4, true, kOutput));
   }
   ROPE_RETURN_IF_ERROR(scope.CheckOverlaps());
+  const std::string device_field = scope.FirstIn(/*device=*/true);
+  if (!device_field.empty()) {
+    return absl::UnimplementedError(absl::StrCat(
+        device_field,
+        " is CUDA device memory: AttentionScores takes tensors as bytes or in host regions; "
+        "CUDA regions serve Rotate"));
+  }
 
   AttentionOutputs outputs;
   outputs.scores = reply->mutable_scores()->mutable_data();
@@ -330,10 +370,44 @@ absl::Status AnswerAttentionScoresShared(Engine& engine, const ShmRegistry& regi
   return absl::OkStatus();
 }
 
-absl::Status AnswerRegisterSharedMemory(ShmRegistry& registry, const std::string& owner,
+absl::Status AnswerRegisterSharedMemory(Engine& engine, ShmRegistry& registry,
+                                        const std::string& owner,
                                         const v1::RegisterSharedMemoryRequest& request) {
-  return registry.Register(owner, request.name(), request.key(), request.offset(),
-                           request.byte_size());
+  if (request.cuda_ipc_handle().empty()) {
+    if (request.cuda_device() != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "cuda_device is ", request.cuda_device(),
+          " but cuda_ipc_handle is empty: cuda_device only goes with a CUDA region"));
+    }
+    return registry.Register(owner, request.name(), request.key(), request.offset(),
+                             request.byte_size());
+  }
+  if (!request.key().empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "key is \"", request.key(),
+        "\" and cuda_ipc_handle is set: a region is a shared-memory object or CUDA memory, "
+        "not both"));
+  }
+  if (request.offset() != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "offset is ", request.offset(),
+        " and cuda_ipc_handle is set: a CUDA region starts at its allocation's first byte "
+        "(references carry the offsets)"));
+  }
+  if (request.cuda_ipc_handle().size() != kCudaIpcHandleBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("cuda_ipc_handle is ",
+                                                   request.cuda_ipc_handle().size(),
+                                                   " bytes: a cudaIpcMemHandle_t is ",
+                                                   kCudaIpcHandleBytes));
+  }
+  if (request.cuda_device() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cuda_device is ", request.cuda_device(), ": must be >= 0"));
+  }
+  return registry.RegisterDevice(owner, request.name(), request.byte_size(), [&] {
+    return engine.OpenCudaIpcMemory(request.cuda_ipc_handle(), request.cuda_device(),
+                                    request.byte_size());
+  });
 }
 
 absl::Status AnswerUnregisterSharedMemory(ShmRegistry& registry, const std::string& owner,
@@ -351,6 +425,8 @@ absl::Status AnswerSharedMemoryStatus(const ShmRegistry& registry, const std::st
     status->set_key(info.key);
     status->set_offset(info.offset);
     status->set_byte_size(info.byte_size);
+    status->set_cuda_ipc(info.cuda_ipc);
+    status->set_cuda_device(info.cuda_device);
   }
   return absl::OkStatus();
 }

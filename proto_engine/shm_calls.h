@@ -15,6 +15,7 @@
 #ifndef ROPE_PROTO_ENGINE_SHM_CALLS_H_
 #define ROPE_PROTO_ENGINE_SHM_CALLS_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -49,7 +50,18 @@ absl::Status AnswerAttentionScoresShared(Engine& engine, const ShmRegistry& regi
                                          v1::AttentionScoresResponse* reply,
                                          const Interrupt* interrupt = nullptr);
 
-absl::Status AnswerRegisterSharedMemory(ShmRegistry& registry, const std::string& owner,
+// sizeof(cudaIpcMemHandle_t): the size of RegisterSharedMemoryRequest's
+// cuda_ipc_handle (this layer does not include CUDA's headers; the CUDA
+// backend checks it against the real type).
+inline constexpr size_t kCudaIpcHandleBytes = 64;
+
+// A host region (key, offset) through `registry`, or, with cuda_ipc_handle
+// set, a CUDA region that `engine`'s backend opens (FAILED_PRECONDITION on a
+// backend without device memory). CUDA regions serve Rotate, whose tensors
+// must then all be in CUDA regions (INVALID_ARGUMENT otherwise);
+// AttentionScores naming one is UNIMPLEMENTED.
+absl::Status AnswerRegisterSharedMemory(Engine& engine, ShmRegistry& registry,
+                                        const std::string& owner,
                                         const v1::RegisterSharedMemoryRequest& request);
 absl::Status AnswerUnregisterSharedMemory(ShmRegistry& registry, const std::string& owner,
                                           const v1::UnregisterSharedMemoryRequest& request);

@@ -86,6 +86,7 @@ MappedRegion::~MappedRegion() {
 }
 
 absl::Status MappedRegion::Check() const {
+  if (is_device()) return absl::OkStatus();  // the backend checked its size at opening
   if (Faulted()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "shared-memory region \"", name_, "\": its backing object \"", key_,
@@ -111,8 +112,9 @@ ShmRegistry::ShmRegistry(ShmLimits limits) : limits_(std::move(limits)) {}
 
 ShmRegistry::~ShmRegistry() { Clear(); }
 
-absl::Status ShmRegistry::Register(const std::string& owner, const std::string& name,
-                                   const std::string& key, uint64_t offset, uint64_t byte_size) {
+absl::Status ShmRegistry::CheckRoom(const std::string& owner, const std::string& name,
+                                    uint64_t offset, uint64_t byte_size,
+                                    uint64_t host_bytes) const {
   if (limits_.max_mapped_bytes <= 0) {
     return absl::FailedPreconditionError(
         "shared memory is off on this server (--shm_max_mapped_bytes=0)");
@@ -122,36 +124,71 @@ absl::Status ShmRegistry::Register(const std::string& owner, const std::string& 
         "name is \"", name, "\": expected 1-128 characters of [A-Za-z0-9._-]"));
   }
   if (byte_size == 0) {
-    return absl::InvalidArgumentError(absl::StrCat("byte_size is 0 (region \"", name, "\"): must be > 0"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("byte_size is 0 (region \"", name, "\"): must be > 0"));
   }
   if (offset > UINT64_MAX - byte_size) {
     return absl::InvalidArgumentError(absl::StrCat("offset ", offset, " + byte_size ", byte_size,
                                                    " overflows (region \"", name, "\")"));
   }
-  if (byte_size > static_cast<uint64_t>(limits_.max_mapped_bytes)) {
+  if (host_bytes > static_cast<uint64_t>(limits_.max_mapped_bytes)) {
     return absl::ResourceExhaustedError(
         absl::StrCat("byte_size ", byte_size, " of region \"", name,
                      "\" is over the server's --shm_max_mapped_bytes ", limits_.max_mapped_bytes));
   }
-  {
-    absl::MutexLock lock(&mu_);
-    if (regions_.count({owner, name}) != 0) {
-      return absl::AlreadyExistsError(absl::StrCat(
-          "region \"", name, "\" is already registered by this client; unregister it first"));
-    }
-    auto it = per_owner_.find(owner);
-    if (it != per_owner_.end() && it->second >= limits_.max_regions_per_client) {
+  absl::MutexLock lock(&mu_);
+  if (regions_.count({owner, name}) != 0) {
+    return absl::AlreadyExistsError(absl::StrCat(
+        "region \"", name, "\" is already registered by this client; unregister it first"));
+  }
+  auto it = per_owner_.find(owner);
+  if (it != per_owner_.end() && it->second >= limits_.max_regions_per_client) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "this client holds ", it->second, " regions: at the server's "
+        "--shm_max_regions_per_client ", limits_.max_regions_per_client,
+        "; unregister one first"));
+  }
+  if (mapped_bytes_ + static_cast<int64_t>(host_bytes) > limits_.max_mapped_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "region \"", name, "\" of ", byte_size, " bytes would bring the mapped total to ",
+        mapped_bytes_ + static_cast<int64_t>(host_bytes), ": over the server's "
+        "--shm_max_mapped_bytes ", limits_.max_mapped_bytes));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ShmRegistry::Add(const std::string& owner, const std::string& name,
+                              std::shared_ptr<MappedRegion> region, uint64_t host_bytes) {
+  absl::MutexLock lock(&mu_);
+  // Checked again: another registration may have won the race meanwhile.
+  // (A refused region is released by the caller, outside the lock.)
+  if (regions_.count({owner, name}) != 0) {
+    return absl::AlreadyExistsError(absl::StrCat(
+        "region \"", name, "\" is already registered by this client; unregister it first"));
+  }
+  if (per_owner_[owner] >= limits_.max_regions_per_client ||
+      mapped_bytes_ + static_cast<int64_t>(host_bytes) > limits_.max_mapped_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "region \"", name, "\": a concurrent registration reached --shm_max_regions_per_client ",
+        limits_.max_regions_per_client, " or --shm_max_mapped_bytes ", limits_.max_mapped_bytes));
+  }
+  if (!region->is_device()) {
+    region->guard_slot_ = GuardShmRange(region->map_base_, region->map_length_);
+    if (region->guard_slot_ < 0) {
       return absl::ResourceExhaustedError(absl::StrCat(
-          "this client holds ", it->second, " regions: at the server's "
-          "--shm_max_regions_per_client ", limits_.max_regions_per_client,
-          "; unregister one first"));
+          "the server maps ", kShmGuardSlots, " regions already: its most; unregister some"));
     }
-    if (mapped_bytes_ + static_cast<int64_t>(byte_size) > limits_.max_mapped_bytes) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "region \"", name, "\" of ", byte_size, " bytes would bring the mapped total to ",
-          mapped_bytes_ + static_cast<int64_t>(byte_size), ": over the server's "
-          "--shm_max_mapped_bytes ", limits_.max_mapped_bytes));
-    }
+  }
+  regions_[{owner, name}] = std::move(region);
+  ++per_owner_[owner];
+  mapped_bytes_ += static_cast<int64_t>(host_bytes);
+  return absl::OkStatus();
+}
+
+absl::Status ShmRegistry::Register(const std::string& owner, const std::string& name,
+                                   const std::string& key, uint64_t offset, uint64_t byte_size) {
+  if (const absl::Status room = CheckRoom(owner, name, offset, byte_size, byte_size); !room.ok()) {
+    return room;
   }
 
   absl::StatusOr<int> fd = OpenKey(key, limits_.allowed_dir);
@@ -180,28 +217,20 @@ absl::Status ShmRegistry::Register(const std::string& owner, const std::string& 
   }
   region->map_base_ = base;
   region->data_ = static_cast<char*>(base) + (offset - map_offset);
+  return Add(owner, name, std::move(region), byte_size);
+}
 
-  absl::MutexLock lock(&mu_);
-  // Checked again: another registration may have won the race meanwhile.
-  if (regions_.count({owner, name}) != 0) {
-    return absl::AlreadyExistsError(absl::StrCat(
-        "region \"", name, "\" is already registered by this client; unregister it first"));
-  }
-  if (per_owner_[owner] >= limits_.max_regions_per_client ||
-      mapped_bytes_ + static_cast<int64_t>(byte_size) > limits_.max_mapped_bytes) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "region \"", name, "\": a concurrent registration reached --shm_max_regions_per_client ",
-        limits_.max_regions_per_client, " or --shm_max_mapped_bytes ", limits_.max_mapped_bytes));
-  }
-  region->guard_slot_ = GuardShmRange(region->map_base_, region->map_length_);
-  if (region->guard_slot_ < 0) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "the server maps ", kShmGuardSlots, " regions already: its most; unregister some"));
-  }
-  regions_[{owner, name}] = std::move(region);
-  ++per_owner_[owner];
-  mapped_bytes_ += static_cast<int64_t>(byte_size);
-  return absl::OkStatus();
+absl::Status ShmRegistry::RegisterDevice(const std::string& owner, const std::string& name,
+                                         uint64_t byte_size, const DeviceMemoryOpener& open) {
+  if (const absl::Status room = CheckRoom(owner, name, 0, byte_size, 0); !room.ok()) return room;
+  absl::StatusOr<std::shared_ptr<DeviceMemoryLease>> memory = open();
+  if (!memory.ok()) return memory.status();
+  std::shared_ptr<MappedRegion> region(new MappedRegion());
+  region->name_ = name;
+  region->byte_size_ = byte_size;
+  region->data_ = static_cast<char*>((*memory)->data());
+  region->device_memory_ = *std::move(memory);
+  return Add(owner, name, std::move(region), 0);
 }
 
 absl::Status ShmRegistry::Unregister(const std::string& owner, const std::string& name) {
@@ -215,7 +244,7 @@ absl::Status ShmRegistry::Unregister(const std::string& owner, const std::string
   auto last = name.empty() ? first : std::next(first);
   while (name.empty() && last != regions_.end() && last->first.first == owner) ++last;
   for (auto it = first; it != last;) {
-    mapped_bytes_ -= static_cast<int64_t>(it->second->byte_size());
+    if (!it->second->is_device()) mapped_bytes_ -= static_cast<int64_t>(it->second->byte_size());
     if (--per_owner_[owner] == 0) per_owner_.erase(owner);
     released.push_back(std::move(it->second));
     it = regions_.erase(it);
@@ -231,7 +260,8 @@ absl::StatusOr<std::vector<ShmRegionInfo>> ShmRegistry::Status(const std::string
        ++it) {
     if (!name.empty() && it->first.second != name) break;
     const MappedRegion& region = *it->second;
-    out.push_back({region.name(), region.key(), region.offset(), region.byte_size()});
+    out.push_back({region.name(), region.key(), region.offset(), region.byte_size(),
+                   region.is_device(), region.cuda_device()});
   }
   if (!name.empty() && out.empty()) {
     return absl::NotFoundError(

@@ -9,10 +9,13 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "server/engine/dtype.h"
 #include "server/engine/interrupt.h"
 #include "server/engine/keyed_lru_cache.h"
@@ -33,6 +36,23 @@ struct RotateArgs {
   void* k = nullptr;  // optional
   int64_t k_heads = 0;
   math::PositionSpec positions;
+  // q and k are device memory of this backend (CUDA shared memory opened by
+  // OpenCudaIpcMemory), not host memory: rotated there, no copies. Only a
+  // backend that opened them is ever handed such arguments.
+  bool on_device = false;
+};
+
+// Device memory of another process, opened from a CUDA IPC handle
+// (Backend::OpenCudaIpcMemory), mapped while this object lives; the
+// destructor closes the mapping. data() is a device pointer: the host must
+// not dereference it.
+class DeviceMemoryLease {
+ public:
+  virtual ~DeviceMemoryLease() = default;
+  virtual void* data() const = 0;
+  // Bytes of the allocation the handle names (>= the bytes asked for).
+  virtual uint64_t allocation_bytes() const = 0;
+  virtual int device() const = 0;
 };
 
 // Scores [batch, q_heads, q_seq, k_seq] float32 of rotated q against rotated
@@ -101,6 +121,21 @@ class Backend {
   // so the service may run a small call on a gRPC I/O thread
   // (ServiceOptions::inline_rotate_max_bytes). The CPU backend's answer.
   virtual bool CallsNeverWait() const { return false; }
+
+  // Opens the device allocation that a client process exported with
+  // cudaIpcGetMemHandle (`handle`: the cudaIpcMemHandle_t's bytes) on CUDA
+  // device `device`, and checks that it has at least `byte_size` bytes.
+  // INVALID_ARGUMENT naming cuda_ipc_handle / cuda_device / byte_size when
+  // the handle cannot be opened, the device is not this backend's or the
+  // allocation is smaller; FAILED_PRECONDITION from a backend without
+  // device memory (the default).
+  virtual absl::StatusOr<std::shared_ptr<DeviceMemoryLease>> OpenCudaIpcMemory(
+      std::string_view handle, int device, uint64_t byte_size);
+
+  // Copies `bytes` between two places in device memory that this backend
+  // opened (OpenCudaIpcMemory); returns after the copy. The default:
+  // FAILED_PRECONDITION.
+  virtual absl::Status CopyOnDevice(void* destination, const void* source, uint64_t bytes);
 
   // Runs fill(begin, end) over [0, rows) on the backend's threads; used to
   // build tables in parallel. The default runs it on the calling thread.

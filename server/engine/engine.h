@@ -10,6 +10,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -45,6 +46,9 @@ struct RotateParams {
   // config.mrope: 3*S or 3*B*S, ordered [axis][b][s] (axes t, h, w).
   std::vector<int64_t> positions;
   bool inverse = false;
+  // q.data and k.data are device memory the backend opened
+  // (OpenCudaIpcMemory), not host memory; see RotateArgs::on_device.
+  bool on_device = false;
 };
 
 struct AttentionParams {
@@ -119,6 +123,17 @@ class Engine {
   // INVALID_ARGUMENT for an unusable JSON or a conflicting field;
   // RESOURCE_EXHAUSTED for a JSON over limits.max_hf_config_json_bytes.
   absl::StatusOr<RopeConfig> ExplicitConfig(const RopeConfig& config);
+
+  // The backend's Backend::OpenCudaIpcMemory and CopyOnDevice (CUDA shared
+  // memory; FAILED_PRECONDITION on a backend without device memory).
+  absl::StatusOr<std::shared_ptr<DeviceMemoryLease>> OpenCudaIpcMemory(std::string_view handle,
+                                                                       int device,
+                                                                       uint64_t byte_size) {
+    return backend_->OpenCudaIpcMemory(handle, device, byte_size);
+  }
+  absl::Status CopyOnDevice(void* destination, const void* source, uint64_t bytes) {
+    return backend_->CopyOnDevice(destination, source, bytes);
+  }
 
   const EngineLimits& limits() const { return limits_; }
   BackendInfo backend_info() const { return backend_->info(); }

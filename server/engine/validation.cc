@@ -212,6 +212,7 @@ absl::StatusOr<ResolvedRotate> ResolveRotate(const RotateParams& params, const R
   args.dtype = params.q.dtype;
   args.layout = config.layout;
   args.inverse = params.inverse;
+  args.on_device = params.on_device;
   args.batch = q.batch;
   args.seq = q.seq;
   args.head_dim = config.head_dim;

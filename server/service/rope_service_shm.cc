@@ -80,7 +80,7 @@ grpc::ServerUnaryReactor* RopeServiceImpl::RegisterSharedMemory(
                            "or loopback); this call comes from ",
                            context->peer()));
         }
-        return AnswerRegisterSharedMemory(*options_.shm, OwnerOf(*context), *request);
+        return AnswerRegisterSharedMemory(engine_, *options_.shm, OwnerOf(*context), *request);
       });
 }
 

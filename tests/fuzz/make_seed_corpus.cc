@@ -301,6 +301,28 @@ std::vector<std::pair<std::string, v1::RopeConfig>> ResolveSeeds() {
   return seeds;
 }
 
+// Registrations: a POSIX object that does not exist, and a CUDA IPC handle
+// (refused by the CPU engine after the request's checks).
+std::vector<std::pair<std::string, v1::RegisterSharedMemoryRequest>> RegisterSeeds() {
+  std::vector<std::pair<std::string, v1::RegisterSharedMemoryRequest>> seeds;
+  v1::RegisterSharedMemoryRequest r;
+  r.set_name("seed");
+  r.set_key("/rope-fuzz-seed-absent");
+  r.set_offset(4096);
+  r.set_byte_size(4096);
+  seeds.emplace_back("register_host_region", r);
+
+  r = v1::RegisterSharedMemoryRequest();
+  r.set_name("seed.cuda");
+  std::string handle(64, '\0');
+  for (size_t i = 0; i < handle.size(); ++i) handle[i] = static_cast<char>(i * 37 + 11);
+  r.set_cuda_ipc_handle(handle);
+  r.set_cuda_device(0);
+  r.set_byte_size(1 << 20);
+  seeds.emplace_back("register_cuda_ipc_region", r);
+  return seeds;
+}
+
 }  // namespace
 }  // namespace fuzz
 }  // namespace rope
@@ -328,6 +350,10 @@ int main(int argc, char** argv) {
   }
   for (const auto& [name, m] : ResolveSeeds()) {
     ok = ok && Write(dir, name, RequestKind::kResolveConfig, m);
+    ++written;
+  }
+  for (const auto& [name, m] : RegisterSeeds()) {
+    ok = ok && Write(dir, name, RequestKind::kRegisterSharedMemory, m);
     ++written;
   }
   if (!ok) {

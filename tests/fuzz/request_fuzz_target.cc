@@ -163,6 +163,31 @@ void RunResolveConfig(const uint8_t* data, size_t size) {
   }
 }
 
+// Registrations go to a registry of their own (small limits; file keys
+// refused) and are unregistered at once, so inputs cannot pile up
+// mappings; the request's checks and the engine's CUDA refusal run.
+void RunRegisterSharedMemory(const uint8_t* data, size_t size) {
+  v1::RegisterSharedMemoryRequest request;
+  if (!request.ParseFromArray(data, static_cast<int>(size))) return;
+  static ShmRegistry* registry = [] {
+    ShmLimits limits;
+    limits.max_regions_per_client = 2;
+    limits.max_mapped_bytes = 1 << 20;
+    return new ShmRegistry(limits);
+  }();
+  constexpr char kOwner[] = "fuzzer-register";
+  const absl::Status status = AnswerRegisterSharedMemory(SharedEngine(), *registry, kOwner, request);
+  CheckRejection(status);
+  if (!status.ok()) return;
+  v1::SharedMemoryStatusRequest ask;
+  ask.set_name(request.name());
+  v1::SharedMemoryStatusResponse regions;
+  CheckRejection(AnswerSharedMemoryStatus(*registry, kOwner, ask, &regions));
+  v1::UnregisterSharedMemoryRequest unregister;
+  unregister.set_name(request.name());
+  CheckRejection(AnswerUnregisterSharedMemory(*registry, kOwner, unregister));
+}
+
 }  // namespace
 }  // namespace fuzz
 }  // namespace rope
@@ -184,6 +209,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       break;
     case RequestKind::kResolveConfig:
       rope::fuzz::RunResolveConfig(message, message_size);
+      break;
+    case RequestKind::kRegisterSharedMemory:
+      rope::fuzz::RunRegisterSharedMemory(message, message_size);
       break;
   }
   return 0;

@@ -2,8 +2,10 @@
 // CPU engine, shared by the libFuzzer binary (rope_request_fuzzer), the
 // corpus replay test (rope_fuzz_replay) and the seed corpus generator.
 //
-// Input format: byte 0 picks the RPC (value % 4: 0 RotateRequest,
-// 1 AttentionScoresRequest, 2 GetTableRequest, 3 ResolveConfig's RopeConfig);
+// Input format: byte 0 picks the RPC (value % 5: 0 RotateRequest,
+// 1 AttentionScoresRequest, 2 GetTableRequest, 3 ResolveConfig's RopeConfig,
+// 4 RegisterSharedMemoryRequest: host regions and CUDA IPC handles, which
+// the CPU engine refuses after the request's own checks);
 // the remaining bytes are that message in protobuf wire format. Every
 // RopeConfig may carry hf_config_json, so the config.json parser is fuzzed
 // through all four.
@@ -16,8 +18,14 @@
 namespace rope {
 namespace fuzz {
 
-enum class RequestKind : uint8_t { kRotate = 0, kAttention = 1, kGetTable = 2, kResolveConfig = 3 };
-inline constexpr int kRequestKinds = 4;
+enum class RequestKind : uint8_t {
+  kRotate = 0,
+  kAttention = 1,
+  kGetTable = 2,
+  kResolveConfig = 3,
+  kRegisterSharedMemory = 4,
+};
+inline constexpr int kRequestKinds = 5;
 
 }  // namespace fuzz
 }  // namespace rope

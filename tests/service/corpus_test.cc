@@ -7,8 +7,13 @@
 //
 // Also here: the documented behaviour for non-finite tensor data (accepted,
 // not scanned; IEEE-754 propagation), see Tensor.data in rope.proto.
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <limits>
@@ -17,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "tests/service/service_fixture.h"
 #include "tests/unit/reference_rope.h"
@@ -35,11 +41,29 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 //   rotate:    q [2,3,4,8] and k [2,3,2,8] float32, head_dim 8, max_len 64, start_pos 5
 //   attention: q [1,4,4,8], k [1,6,2,8], v [1,6,2,3] float32, head_dim 8, max_len 64
 //   table:     head_dim 8, max_len 64, rows [0, 4)
+//   region:    RegisterSharedMemory of a 4 KiB POSIX shared-memory object
 struct Requests {
   v1::RotateRequest rotate;
   v1::AttentionScoresRequest attention;
   v1::GetTableRequest table;
+  v1::RegisterSharedMemoryRequest region;
 };
+
+// A 4 KiB POSIX shared-memory object for the region case, made once for the
+// process and unlinked when it exits.
+const std::string& CorpusShmKey() {
+  struct Object {
+    std::string key = absl::StrCat("/rope-corpus-", getpid());
+    Object() {
+      const int fd = shm_open(key.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0600);
+      if (fd < 0 || ftruncate(fd, 4096) != 0) std::abort();
+      close(fd);
+    }
+    ~Object() { shm_unlink(key.c_str()); }
+  };
+  static const Object object;
+  return object.key;
+}
 
 v1::Tensor RandomTensor(DType dtype, std::vector<int64_t> shape, unsigned seed) {
   std::mt19937 rng(seed);
@@ -64,10 +88,14 @@ Requests ValidRequests() {
 
   *r.table.mutable_config() = MakeConfig(8, 64);
   r.table.set_count(4);
+
+  r.region.set_name("corpus");
+  r.region.set_key(CorpusShmKey());
+  r.region.set_byte_size(4096);
   return r;
 }
 
-enum class Rpc { kRotate, kAttention, kGetTable };
+enum class Rpc { kRotate, kAttention, kGetTable, kRegister };
 
 struct MalformedCase {
   std::string name;  // test name suffix: letters and digits only
@@ -94,6 +122,22 @@ grpc::Status Call(v1::RopeService::Stub* stub, Rpc rpc, const Requests& r) {
     case Rpc::kGetTable: {
       v1::GetTableResponse response;
       return stub->GetTable(&context, r.table, &response);
+    }
+    case Rpc::kRegister: {
+      // Registered, then unregistered at once: every case starts clean.
+      v1::RegisterSharedMemoryResponse response;
+      const grpc::Status status = stub->RegisterSharedMemory(&context, r.region, &response);
+      if (status.ok()) {
+        grpc::ClientContext unregister_context;
+        SetDeadline(&unregister_context);
+        v1::UnregisterSharedMemoryRequest unregister;
+        unregister.set_name(r.region.name());
+        v1::UnregisterSharedMemoryResponse unregistered;
+        const grpc::Status gone =
+            stub->UnregisterSharedMemory(&unregister_context, unregister, &unregistered);
+        if (!gone.ok()) return gone;
+      }
+      return status;
     }
   }
   return grpc::Status(grpc::StatusCode::INTERNAL, "unknown rpc");
@@ -133,6 +177,7 @@ using grpc::StatusCode;
 
 std::vector<MalformedCase> Cases() {
   const StatusCode kInvalid = StatusCode::INVALID_ARGUMENT;
+  const Rpc kRegister = Rpc::kRegister;
   const StatusCode kOutOfRange = StatusCode::OUT_OF_RANGE;
   const StatusCode kExhausted = StatusCode::RESOURCE_EXHAUSTED;
   const StatusCode kOk = StatusCode::OK;
@@ -641,6 +686,49 @@ std::vector<MalformedCase> Cases() {
       {"AttentionVShmAndData", kAttention,
        [](Requests* r) { r->attention.mutable_v()->mutable_shm()->set_region("x"); }, kInvalid,
        "v has both data"},
+      // RegisterSharedMemory, host regions and CUDA IPC handles (this server's
+      // backend is the CPU's: a well-formed CUDA region is refused for it).
+      {"RegionZeroByteSize", kRegister, [](Requests* r) { r->region.set_byte_size(0); }, kInvalid,
+       "byte_size is 0 (region \"corpus\")"},
+      {"RegionPastTheObjectsEnd", kRegister, [](Requests* r) { r->region.set_offset(8); },
+       kInvalid, "offset 8 + byte_size 4096 is past the end"},
+      {"RegionOverflowingOffset", kRegister,
+       [](Requests* r) { r->region.set_offset(~uint64_t{0}); }, kInvalid, "overflows"},
+      {"RegionBadName", kRegister, [](Requests* r) { r->region.set_name("a/b"); }, kInvalid,
+       "name is \"a/b\""},
+      {"RegionRelativeKey", kRegister, [](Requests* r) { r->region.set_key("relative"); },
+       kInvalid, "key is \"relative\""},
+      {"CudaRegionOnTheCpuBackend", kRegister,
+       [](Requests* r) {
+         r->region.clear_key();
+         r->region.set_cuda_ipc_handle(std::string(64, 'h'));
+       },
+       StatusCode::FAILED_PRECONDITION, "cuda_ipc_handle: this server's backend is cpu"},
+      {"CudaHandleOf63Bytes", kRegister,
+       [](Requests* r) {
+         r->region.clear_key();
+         r->region.set_cuda_ipc_handle(std::string(63, 'h'));
+       },
+       kInvalid, "cuda_ipc_handle is 63 bytes: a cudaIpcMemHandle_t is 64"},
+      {"CudaHandleAndKey", kRegister,
+       [](Requests* r) { r->region.set_cuda_ipc_handle(std::string(64, 'h')); }, kInvalid,
+       "and cuda_ipc_handle is set: a region is a shared-memory object or CUDA memory"},
+      {"CudaHandleAndOffset", kRegister,
+       [](Requests* r) {
+         r->region.clear_key();
+         r->region.set_offset(256);
+         r->region.set_cuda_ipc_handle(std::string(64, 'h'));
+       },
+       kInvalid, "offset is 256 and cuda_ipc_handle is set"},
+      {"CudaNegativeDevice", kRegister,
+       [](Requests* r) {
+         r->region.clear_key();
+         r->region.set_cuda_device(-1);
+         r->region.set_cuda_ipc_handle(std::string(64, 'h'));
+       },
+       kInvalid, "cuda_device is -1: must be >= 0"},
+      {"CudaDeviceWithoutHandle", kRegister, [](Requests* r) { r->region.set_cuda_device(2); },
+       kInvalid, "cuda_device is 2 but cuda_ipc_handle is empty"},
   };
 }
 

@@ -39,6 +39,10 @@ class CpuBackend final : public Backend {
   }
 
   absl::Status Rotate(const RopeTable& table, const RotateArgs& args) override {
+    if (args.on_device) {
+      // Never reached: only a backend that opened device memory is handed it.
+      return absl::InternalError("the cpu backend was handed device memory to rotate");
+    }
     CpuRotate(kernels_, table, args, &pool_);
     return absl::OkStatus();
   }

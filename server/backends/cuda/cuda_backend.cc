@@ -12,6 +12,7 @@
 #include "common/thread_pool.h"
 #include "server/backends/cuda/cublas_api.h"
 #include "server/backends/cuda/cuda_ops.h"
+#include "server/backends/cuda/cuda_ipc.h"
 #include "server/backends/cuda/cuda_status.h"
 #include "server/backends/cuda/device_table_cache.h"
 #include "server/backends/cuda/kernel_launchers.h"
@@ -74,7 +75,23 @@ class CudaBackend final : public Backend {
     ROPE_ASSIGN_OR_RETURN(ContextPool::Lease context, contexts_.Acquire());
     SampleMemory(/*force=*/false);
     ROPE_ASSIGN_OR_RETURN(device_table, table_cache_.Get(table));
+    if (args.on_device) return CudaRotateOnDevice(*context, device_table, args, max_blocks_);
     return CudaRotate(*context, device_table, args, max_blocks_);
+  }
+
+  absl::StatusOr<std::shared_ptr<DeviceMemoryLease>> OpenCudaIpcMemory(
+      std::string_view handle, int device, uint64_t byte_size) override {
+    return OpenCudaIpcHandle(device_, handle, device, byte_size);
+  }
+
+  absl::Status CopyOnDevice(void* destination, const void* source, uint64_t bytes) override {
+    ROPE_ASSIGN_OR_RETURN(ContextPool::Lease context, contexts_.Acquire());
+    ROPE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(destination, source, bytes, cudaMemcpyDeviceToDevice,
+                                              context->compute_stream()),
+                              "copying within CUDA shared memory");
+    ROPE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(context->compute_stream()),
+                              "copying within CUDA shared memory");
+    return absl::OkStatus();
   }
 
   absl::Status AttentionScores(const RopeTable& table, const AttentionArgs& args) override {

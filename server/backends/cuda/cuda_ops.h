@@ -25,6 +25,12 @@ kernels::Storage StorageOf(DType dtype);
 absl::Status CudaRotate(WorkerContext& context, const DeviceTable& table, const RotateArgs& args,
                         int64_t max_blocks);
 
+// Rotates args.q (and args.k) in place where they are, in device memory
+// (args.on_device: CUDA shared memory): one kernel launch on the compute
+// stream, no staging; returns after the kernel has finished.
+absl::Status CudaRotateOnDevice(WorkerContext& context, const DeviceTable& table,
+                                const RotateArgs& args, int64_t max_blocks);
+
 // Fills args.scores (and args.output): rotated float32 copies of q and k on
 // the device, cuBLAS GEMMs, the mask/softmax kernel, the optional P.V GEMMs,
 // in chunks of about `chunk_work` float32 operations (attention_chunks.h).

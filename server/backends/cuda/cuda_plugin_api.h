@@ -41,7 +41,8 @@ struct CudaPluginApi {
 
 // 2: AttentionArgs::interrupt, CudaBackendOptions::attention_chunk_work.
 // 3: BackendInfo::fault.
-constexpr int kCudaPluginAbi = 3;
+// 4: Backend::OpenCudaIpcMemory and CopyOnDevice, RotateArgs::on_device.
+constexpr int kCudaPluginAbi = 4;
 
 // The plugin's one exported symbol.
 #define ROPE_CUDA_PLUGIN_ENTRY "RopeCudaPluginApi"

@@ -77,6 +77,48 @@ absl::StatusOr<TableRows> UploadTableRows(WorkerContext& context, const DeviceTa
   return rows;
 }
 
+namespace {
+
+// The kernel's parameters for args (everything but q, k and the tokens),
+// with positions and table rows uploaded on the context's compute stream.
+absl::StatusOr<kernels::RotateKernelParams> RotateParamsOnDevice(WorkerContext& context,
+                                                                 const DeviceTable& table,
+                                                                 const RotateArgs& args) {
+  math::PositionSpec positions = args.positions;
+  ROPE_RETURN_IF_ERROR(UploadPositions(context, &positions, 1));
+  kernels::RotateKernelParams p;
+  p.q_heads = static_cast<int>(args.q_heads);
+  p.k_heads = static_cast<int>(args.k_heads);
+  p.head_dim = static_cast<int>(args.head_dim);
+  p.rotary_dim = static_cast<int>(args.rotary_dim);
+  ROPE_ASSIGN_OR_RETURN(p.table, UploadTableRows(context, table));
+  p.positions = positions;
+  p.inverse = args.inverse;
+  return p;
+}
+
+}  // namespace
+
+absl::Status CudaRotateOnDevice(WorkerContext& context, const DeviceTable& table,
+                                const RotateArgs& args, int64_t max_blocks) {
+  const int64_t tokens = args.batch * args.seq;
+  if (tokens == 0) return absl::OkStatus();
+  ROPE_ASSIGN_OR_RETURN(kernels::RotateKernelParams p, RotateParamsOnDevice(context, table, args));
+  p.q = args.q;
+  p.k = args.k;
+  p.tokens = tokens;
+  p.first_token = 0;
+  kernels::LaunchConfig launch;
+  launch.stream = context.compute_stream();
+  launch.max_blocks = max_blocks;
+  ROPE_CUDA_RETURN_IF_ERROR(
+      kernels::Rotate(p, StorageOf(args.dtype), args.layout == Layout::kInterleaved, launch),
+      "launching the rotate kernel on CUDA shared memory");
+  ROPE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(context.compute_stream()),
+                            "rotating CUDA shared memory");
+  return absl::OkStatus();
+}
+
 absl::Status CudaRotate(WorkerContext& context, const DeviceTable& table, const RotateArgs& args,
                         int64_t max_blocks) {
   const int64_t elem = static_cast<int64_t>(DTypeSize(args.dtype));
@@ -93,17 +135,7 @@ absl::Status CudaRotate(WorkerContext& context, const DeviceTable& table, const 
   auto slot_bytes = [&](int64_t n) { return AlignUp(n * q_token) + n * k_token; };
   ROPE_RETURN_IF_ERROR(context.ReserveSlots(slot_bytes(chunk)));
 
-  math::PositionSpec positions = args.positions;
-  ROPE_RETURN_IF_ERROR(UploadPositions(context, &positions, 1));
-
-  kernels::RotateKernelParams p;
-  p.q_heads = static_cast<int>(args.q_heads);
-  p.k_heads = static_cast<int>(args.k_heads);
-  p.head_dim = static_cast<int>(args.head_dim);
-  p.rotary_dim = static_cast<int>(args.rotary_dim);
-  ROPE_ASSIGN_OR_RETURN(p.table, UploadTableRows(context, table));
-  p.positions = positions;
-  p.inverse = args.inverse;
+  ROPE_ASSIGN_OR_RETURN(kernels::RotateKernelParams p, RotateParamsOnDevice(context, table, args));
   const kernels::Storage storage = StorageOf(args.dtype);
   const bool interleaved = args.layout == Layout::kInterleaved;
 
