@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 
@@ -73,6 +74,34 @@ v1::RegisterSharedMemoryRequest SharedRegion::RegisterRequest() const {
   request.set_key(key_);
   request.set_offset(0);
   request.set_byte_size(byte_size_);
+  return request;
+}
+
+absl::StatusOr<v1::RegisterSharedMemoryRequest> CudaRegionRequest(std::string name,
+                                                                  std::string_view ipc_handle,
+                                                                  int cuda_device,
+                                                                  uint64_t byte_size) {
+  if (name.empty()) {
+    return absl::InvalidArgumentError("CUDA region: needs a name");
+  }
+  if (ipc_handle.size() != kCudaIpcHandleSize) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("CUDA region \"", name, "\": cuda_ipc_handle is ", ipc_handle.size(),
+                     " bytes; a cudaIpcMemHandle_t is ", kCudaIpcHandleSize));
+  }
+  if (cuda_device < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("CUDA region \"", name, "\": cuda_device is ",
+                                                   cuda_device, "; expected >= 0"));
+  }
+  if (byte_size == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("CUDA region \"", name, "\": byte_size is 0; expected > 0"));
+  }
+  v1::RegisterSharedMemoryRequest request;
+  request.set_name(std::move(name));
+  request.set_cuda_ipc_handle(ipc_handle.data(), ipc_handle.size());
+  request.set_cuda_device(cuda_device);
+  request.set_byte_size(byte_size);
   return request;
 }
 

@@ -11,6 +11,11 @@
 // mapping stays valid until it is unregistered). Not thread-safe to create
 // or destroy concurrently with use; the bytes are the caller's to
 // synchronize with calls in flight.
+//
+// CudaRegionRequest builds the registration of device memory instead (a
+// CUDA IPC handle; the server needs --backend=cuda). There is no class for
+// it: the allocation is the caller's, and references to it are plain
+// v1::SharedMemoryRef{region, offset, byte_size}.
 #ifndef ROPE_CLIENT_SHARED_REGION_H_
 #define ROPE_CLIENT_SHARED_REGION_H_
 
@@ -18,6 +23,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
@@ -68,6 +74,27 @@ class SharedRegion {
   int fd_ = -1;
   char* data_ = nullptr;
 };
+
+// sizeof(cudaIpcMemHandle_t): the length RegisterSharedMemoryRequest's
+// cuda_ipc_handle must have.
+inline constexpr size_t kCudaIpcHandleSize = 64;
+
+// The registration of a CUDA device allocation of this process as region
+// `name`: `ipc_handle` is the cudaIpcMemHandle_t that cudaIpcGetMemHandle
+// exported for it, as bytes
+//   std::string_view(reinterpret_cast<const char*>(&handle), sizeof(handle))
+// `cuda_device` the server's ordinal of the device it lives on, and the
+// region its first `byte_size` bytes. Key and offset stay empty / 0. Pass it
+// to RopeClient::RegisterSharedMemory on the channel that will use the
+// region (regions belong to the registering client identity). Keep the
+// allocation alive until the region is unregistered, and synchronize the
+// stream that writes it before each call. INVALID_ARGUMENT, before any
+// call, for an empty name, a handle that is not kCudaIpcHandleSize bytes, a
+// negative device or byte_size 0.
+absl::StatusOr<v1::RegisterSharedMemoryRequest> CudaRegionRequest(std::string name,
+                                                                  std::string_view ipc_handle,
+                                                                  int cuda_device,
+                                                                  uint64_t byte_size);
 
 }  // namespace client
 }  // namespace rope

@@ -16,6 +16,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/cli/commands.h"
+#include "client/shared_region.h"
 #include "client/tensor_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -407,6 +408,19 @@ TEST_F(RopeClientTest, ServerErrorsKeepTheirCodeAndMessage) {
   past.set_count(10);
   absl::StatusOr<v1::GetTableResponse> c = client_->GetTable(past);
   EXPECT_EQ(c.status().code(), absl::StatusCode::kOutOfRange);
+}
+
+TEST_F(RopeClientTest, CpuServerRefusesACudaRegion) {
+  absl::StatusOr<v1::RegisterSharedMemoryRequest> request =
+      CudaRegionRequest("cuda-kv", std::string(kCudaIpcHandleSize, '\x5a'), 0, 4096);
+  ASSERT_TRUE(request.ok()) << request.status();
+  absl::Status registered = client_->RegisterSharedMemory(*request);
+  EXPECT_EQ(registered.code(), absl::StatusCode::kFailedPrecondition) << registered;
+  EXPECT_THAT(std::string(registered.message()), HasSubstr("cuda_ipc_handle"));
+  EXPECT_THAT(std::string(registered.message()), HasSubstr("--backend=cuda"));
+  absl::StatusOr<v1::SharedMemoryStatusResponse> status = client_->SharedMemoryStatus();
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_EQ(status->regions_size(), 0);
 }
 
 TEST_F(RopeClientTest, PastDeadlineIsDeadlineExceeded) {
