@@ -17,7 +17,7 @@ ropeserve.proto.rope_pb2 and ropeserve.proto.rope_pb2_grpc.
 from . import aio
 from ._calls import Resolved, RotateRequest, Scores, Table
 from .client import Client
-from .shm import SharedRegion
+from .shm import CudaRegion, SharedRegion
 from .config import (DynamicNtkScaling, Layout, Llama3Scaling, LinearScaling, LongRopeScaling,
                      Mrope, RopeConfig, YarnScaling)
 from .errors import (Aborted, AlreadyExists, Cancelled, DataLoss, DeadlineExceeded, FailedPrecondition,
@@ -33,5 +33,5 @@ __all__ = [
     "RopeError", "Cancelled", "Unknown", "InvalidArgument", "DeadlineExceeded", "NotFound",
     "AlreadyExists", "PermissionDenied", "ResourceExhausted", "FailedPrecondition", "Aborted",
     "OutOfRange", "Unimplemented", "Internal", "Unavailable", "DataLoss", "Unauthenticated",
-    "HAS_HF_CONFIG", "HAS_RESOLVE", "SharedRegion",
+    "HAS_HF_CONFIG", "HAS_RESOLVE", "SharedRegion", "CudaRegion",
 ]

@@ -1,7 +1,7 @@
-"""Rotate by reference: the request message for Client.rotate_shm."""
+"""Shared memory calls' request messages: register_shm's and rotate_shm's."""
 
 from . import _proto, _tensors
-from .shm import reference_tensor
+from .shm import CudaRegion, SharedRegion, reference_tensor
 
 pb = _proto.pb
 
@@ -10,8 +10,16 @@ def _region_of(regions, name, tensor):
     for region in regions.values():
         if region.contains(tensor):
             return region
-    raise ValueError("%s does not view a SharedRegion registered through this client "
-                     "(register_shm first)" % name)
+    raise ValueError("%s does not view a region registered through this client (a SharedRegion, "
+                     "or a CudaRegion with a base_address; register_shm first)" % name)
+
+
+def register_request(region):
+    """The RegisterSharedMemoryRequest of a SharedRegion or CudaRegion."""
+    if not isinstance(region, (SharedRegion, CudaRegion)):
+        raise TypeError("region is a %s: expected a ropeserve.SharedRegion or ropeserve.CudaRegion"
+                        % type(region).__name__)
+    return region.register_request()
 
 
 def rotate_request(regions, q, k=None, *, config, start_pos=0, positions=None, inverse=False,

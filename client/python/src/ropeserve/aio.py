@@ -34,7 +34,7 @@ class Client:
             self._channel = grpc.aio.secure_channel(target, credentials, options=options)
         self.target = target
         self._methods, self._rotate_stream = _channel.methods(self._channel)
-        self._regions = {}  # name -> SharedRegion registered through this client
+        self._regions = {}  # name -> SharedRegion / CudaRegion registered through this client
 
     @property
     def channel(self):
@@ -81,8 +81,9 @@ class Client:
 
     async def register_shm(self, region):
         """See ropeserve.Client.register_shm."""
+        request = _shm_calls.register_request(region)
+        await self._call_message("RegisterSharedMemory", request)
         self._regions[region.name] = region
-        await self._call_message("RegisterSharedMemory", region.register_request())
 
     async def unregister_shm(self, name=""):
         """See ropeserve.Client.unregister_shm."""

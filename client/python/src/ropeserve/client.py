@@ -44,7 +44,7 @@ class Client:
             self._channel = grpc.secure_channel(target, credentials, options=options)
         self.target = target
         self._methods, self._rotate_stream = _channel.methods(self._channel)
-        self._regions = {}  # name -> SharedRegion registered through this client
+        self._regions = {}  # name -> SharedRegion / CudaRegion registered through this client
 
     @property
     def channel(self):
@@ -105,9 +105,16 @@ class Client:
     # ---- Shared memory (same host; see ropeserve.shm) ----
 
     def register_shm(self, region):
-        """Asks the server to map `region` (a ropeserve.SharedRegion) under region.name."""
+        """Asks the server to map `region` under region.name.
+
+        region: a ropeserve.SharedRegion (host memory), or a ropeserve.CudaRegion (device
+        memory by CUDA IPC handle; needs a server with --backend=cuda, others answer
+        FailedPrecondition). Regions belong to this client's identity (its token, else its
+        certificate, else its connection): use them through the client that registered them.
+        """
+        request = _shm_calls.register_request(region)
+        self._call_message("RegisterSharedMemory", request)
         self._regions[region.name] = region
-        self._call_message("RegisterSharedMemory", region.register_request())
 
     def unregister_shm(self, name=""):
         """Forgets region `name` on the server ("": every region of this client)."""
@@ -118,13 +125,18 @@ class Client:
             self._regions.clear()
 
     def shm_status(self, name=""):
-        """The server's view of this client's regions: a list of rope.v1.SharedMemoryRegionStatus."""
+        """The server's view of this client's regions: a list of rope.v1.SharedMemoryRegionStatus
+        (name, key, offset, byte_size; cuda_ipc and cuda_device for a CudaRegion)."""
         return list(self._call_message("SharedMemoryStatus",
                                        _proto.pb.SharedMemoryStatusRequest(name=name)).regions)
 
     def rotate_shm(self, q, k=None, *, config, start_pos=0, positions=None, inverse=False,
                    q_out=None, k_out=None):
-        """Rotates q (and k) by reference: arrays / tensors viewing registered SharedRegions.
+        """Rotates q (and k) by reference: arrays / tensors viewing registered regions.
+
+        SharedRegion views are numpy arrays or torch CPU tensors; CudaRegion views are torch
+        CUDA tensors or arrays with __cuda_array_interface__ (cupy), rotated on the server's
+        device (finish writing them first: synchronize the stream). One call uses one kind.
 
         Without q_out (k_out) the result is written in place; with it, into
         that view (same dtype and size, overlapping no input). Nothing is
