@@ -209,7 +209,7 @@ run_checks() {
   say "plugin loader test"
   timeout "$(cap 60)" "$BIN/rope_cuda_loader_test" >>"$LOG" 2>&1
   say "plugin loader test: exit $?"
-  say "CUDA backend tests (device tests skip without a GPU)"
+  say "CUDA backend tests, CUDA IPC shared memory included (device tests skip without a GPU)"
   timeout "$(cap 180)" "$BIN/rope_cuda_backend_test" --gtest_output=xml:"$OUT/cuda_backend_test.xml" \
     >"$OUT/cuda_backend_test.log" 2>&1
   local rc=$?

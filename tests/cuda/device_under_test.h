@@ -6,6 +6,8 @@
 #ifndef ROPE_TESTS_CUDA_DEVICE_UNDER_TEST_H_
 #define ROPE_TESTS_CUDA_DEVICE_UNDER_TEST_H_
 
+#include <cstdint>
+
 namespace rope {
 namespace test {
 
@@ -19,6 +21,11 @@ bool DeviceIsFake();
 // Makes CUDA report no device, if the runtime under test can (the fake
 // can); false otherwise.
 bool TryHideDevices();
+
+// CUDA IPC mappings this process has open (cudaIpcOpenMemHandle not yet
+// closed), where the runtime under test can count them (the fake can);
+// -1 otherwise.
+int64_t OpenIpcMappings();
 
 }  // namespace test
 }  // namespace rope

@@ -5,7 +5,17 @@
 // fails every call for the rest of its life: health turns NOT_SERVING,
 // rope_backend_healthy turns 0, the server drains (calls in flight may
 // finish) and exits 3, for the orchestrator to restart it.
+//
+// Also: CUDA shared memory over the wire. A child process (IpcExporter, on
+// the fake runtime linked here) exports a cudaMalloc allocation; a client
+// registers its handle with the server, whose plugin opens it (the fake maps
+// the child's memfd). The plugin's kernels run nothing on the fake, so this
+// checks the wire, the service and the plugin's entry points, not the
+// arithmetic (tests/cuda/cuda_ipc_test.cc checks that, on emulated kernels
+// and on a GPU).
 #include <sys/wait.h>
+
+#include <csignal>
 
 #include <memory>
 #include <optional>
@@ -20,6 +30,7 @@
 #include "grpcpp/security/credentials.h"
 #include "gtest/gtest.h"
 #include "rope/v1/rope.grpc.pb.h"
+#include "tests/cuda/ipc_exporter.h"
 #include "tests/support/grpc_test_util.h"
 #include "tests/support/server_process.h"
 
@@ -123,6 +134,110 @@ TEST(FakeDeviceProcessTest, StickyCudaErrorDrainsAndExitsForARestart) {
   EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 3)
       << "wait status " << *status << "\n"
       << process.Output();
+}
+
+TEST(FakeDeviceProcessTest, CudaRegionRegisteredByHandleServesRotateByReference) {
+  absl::StatusOr<std::unique_ptr<IpcExporter>> exporter =
+      IpcExporter::Start(std::vector<uint8_t>(8192, 0x3c));
+  ASSERT_TRUE(exporter.ok()) << exporter.status();
+  absl::StatusOr<std::unique_ptr<ServerProcess>> started = ServerProcess::Start(
+      "/usr/bin/env",
+      {absl::StrCat("LD_LIBRARY_PATH=", ROPE_FAKE_CUDA_DIR), ROPESERVE_PATH,
+       "--listen=127.0.0.1:0", "--backend=cuda"},
+      absl::Seconds(60));
+  ASSERT_TRUE(started.ok()) << started.status();
+  ServerProcess& process = **started;
+  ASSERT_TRUE(process.WaitForLine(kListening, absl::Seconds(60)).has_value()) << process.Output();
+  auto channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", process.port()),
+                                     grpc::InsecureChannelCredentials());
+  auto rope = v1::RopeService::NewStub(channel);
+  auto call = [](auto method) {
+    grpc::ClientContext context;
+    SetDeadline(&context);
+    return method(&context);
+  };
+
+  v1::RegisterSharedMemoryRequest registration;
+  registration.set_name("dev");
+  registration.set_cuda_ipc_handle((*exporter)->handle());
+  registration.set_byte_size(8192);
+  v1::RegisterSharedMemoryResponse registered;
+  ASSERT_TRUE(GrpcStatusIs(call([&](grpc::ClientContext* c) {
+                             return rope->RegisterSharedMemory(c, registration, &registered);
+                           }),
+                           grpc::StatusCode::OK, ""));
+  v1::SharedMemoryStatusResponse status;
+  ASSERT_TRUE(GrpcStatusIs(call([&](grpc::ClientContext* c) {
+                             return rope->SharedMemoryStatus(c, {}, &status);
+                           }),
+                           grpc::StatusCode::OK, ""));
+  ASSERT_EQ(status.regions_size(), 1);
+  EXPECT_TRUE(status.regions(0).cuda_ipc());
+  EXPECT_EQ(status.regions(0).byte_size(), 8192u);
+
+  // Past the allocation, and another device: refused by the plugin.
+  registration.set_name("large");
+  registration.set_byte_size(8193);
+  EXPECT_TRUE(GrpcStatusIs(call([&](grpc::ClientContext* c) {
+                             return rope->RegisterSharedMemory(c, registration, &registered);
+                           }),
+                           grpc::StatusCode::INVALID_ARGUMENT,
+                           "the allocation cuda_ipc_handle names holds 8192 bytes"));
+  registration.set_byte_size(16);
+  registration.set_cuda_device(3);
+  EXPECT_TRUE(GrpcStatusIs(call([&](grpc::ClientContext* c) {
+                             return rope->RegisterSharedMemory(c, registration, &registered);
+                           }),
+                           grpc::StatusCode::INVALID_ARGUMENT,
+                           "cuda_device is 3: this server computes on CUDA device 0"));
+
+  // Rotate by reference: the reply carries the reference.
+  v1::RotateRequest request = MakeRotateRequest(1, 2, 2, 8);
+  const std::string q_bytes = request.q().data();
+  request.mutable_q()->clear_data();
+  request.mutable_q()->mutable_shm()->set_region("dev");
+  request.mutable_q()->mutable_shm()->set_offset(256);
+  request.mutable_q()->mutable_shm()->set_byte_size(q_bytes.size());
+  request.clear_k();
+  v1::RotateResponse reply;
+  ASSERT_TRUE(GrpcStatusIs(
+      call([&](grpc::ClientContext* c) { return rope->Rotate(c, request, &reply); }),
+      grpc::StatusCode::OK, ""));
+  EXPECT_EQ(reply.q().shm().region(), "dev");
+  EXPECT_EQ(reply.q().shm().offset(), 256u);
+  EXPECT_TRUE(reply.q().data().empty());
+
+  // Refused: an output reference in the same place but past the region;
+  // AttentionScores on a CUDA region.
+  request.mutable_q_out()->set_region("dev");
+  request.mutable_q_out()->set_offset(8192);
+  request.mutable_q_out()->set_byte_size(q_bytes.size());
+  EXPECT_TRUE(GrpcStatusIs(
+      call([&](grpc::ClientContext* c) { return rope->Rotate(c, request, &reply); }),
+      grpc::StatusCode::INVALID_ARGUMENT, "q_out: offset 8192"));
+  v1::AttentionScoresRequest attention;
+  *attention.mutable_config() = request.config();
+  *attention.mutable_q() = request.q();
+  *attention.mutable_k() = request.q();
+  v1::AttentionScoresResponse scores;
+  EXPECT_TRUE(GrpcStatusIs(call([&](grpc::ClientContext* c) {
+                             return rope->AttentionScores(c, attention, &scores);
+                           }),
+                           grpc::StatusCode::UNIMPLEMENTED, "is CUDA device memory"));
+
+  v1::UnregisterSharedMemoryRequest unregister;
+  v1::UnregisterSharedMemoryResponse unregistered;
+  EXPECT_TRUE(GrpcStatusIs(call([&](grpc::ClientContext* c) {
+                             return rope->UnregisterSharedMemory(c, unregister, &unregistered);
+                           }),
+                           grpc::StatusCode::OK, ""));
+  EXPECT_TRUE((*exporter)->Stop().ok());
+  rope.reset();
+  channel.reset();
+  process.Signal(SIGTERM);
+  const std::optional<int> exited = process.WaitExit(absl::Seconds(60));
+  ASSERT_TRUE(exited.has_value()) << process.Output();
+  EXPECT_TRUE(WIFEXITED(*exited) && WEXITSTATUS(*exited) == 0) << process.Output();
 }
 
 }  // namespace

@@ -44,5 +44,7 @@ bool TryHideDevices() {
   return true;
 }
 
+int64_t OpenIpcMappings() { return RopeFakeCudaImportedMappings(); }
+
 }  // namespace test
 }  // namespace rope

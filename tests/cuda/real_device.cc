@@ -7,6 +7,7 @@ namespace test {
 void PrepareDevice() {}
 bool DeviceIsFake() { return false; }
 bool TryHideDevices() { return false; }
+int64_t OpenIpcMappings() { return -1; }
 
 }  // namespace test
 }  // namespace rope

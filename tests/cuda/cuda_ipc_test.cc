@@ -1,0 +1,336 @@
+// CUDA shared memory on the CUDA backend: device memory that another
+// process exported with cudaIpcGetMemHandle (IpcExporter, a child process),
+// opened by Backend::OpenCudaIpcMemory and rotated where it lies.
+//
+// Linked into rope_cuda_backend_test (a GPU; the tests skip without one) and
+// rope_cuda_fake_device_test (the fake runtime: the exporter's cudaMalloc is
+// a memfd that this process maps; host-emulated kernels).
+//   - the backend: rotation in place over the rotate grid, bit for bit the
+//     CPU backend's, at aligned and unaligned offsets; the exporter sees
+//     the result; the handle, device and size checks; closing.
+//   - the calls (proto_engine/shm_calls.h over an Engine on this backend and
+//     a ShmRegistry): register by handle, status, Rotate by reference in
+//     place and into an output reference, the refusals (mixing with bytes,
+//     AttentionScores, another owner), unregister.
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "proto_engine/rope_calls.h"
+#include "proto_engine/shm_calls.h"
+#include "proto_engine/shm_registry.h"
+#include "rope/v1/rope.pb.h"
+#include "server/backends/cpu/cpu_backend.h"
+#include "server/backends/cuda/cuda_backend.h"
+#include "server/engine/engine.h"
+#include "tests/cuda/backend_cases.h"
+#include "tests/cuda/device_under_test.h"
+#include "tests/cuda/ipc_exporter.h"
+#include "tests/support/status_matchers.h"
+
+namespace rope {
+namespace {
+
+using test::IpcExporter;
+using test::RotateCase;
+using test::RotateData;
+using test::StatusIs;
+
+constexpr int64_t kAlign = 256;
+
+int64_t AlignUp(int64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+std::vector<uint8_t> RandomBytes(int64_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<uint8_t> bytes(static_cast<size_t>(n));
+  for (uint8_t& b : bytes) b = static_cast<uint8_t>(rng());
+  return bytes;
+}
+
+void ToDevice(void* device, const std::vector<uint8_t>& host) {
+  ASSERT_EQ(cudaMemcpy(device, host.data(), host.size(), cudaMemcpyHostToDevice), cudaSuccess);
+}
+
+std::vector<uint8_t> FromDevice(const void* device, int64_t bytes) {
+  std::vector<uint8_t> host(static_cast<size_t>(bytes));
+  EXPECT_EQ(cudaMemcpy(host.data(), device, host.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+  return host;
+}
+
+class CudaIpcTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    test::PrepareDevice();
+    const absl::StatusOr<int> count = CountCudaDevices();
+    if (!count.ok()) GTEST_SKIP() << "no CUDA device here: " << count.status().message();
+    absl::StatusOr<std::unique_ptr<Backend>> backend = NewCudaBackend(0);
+    ASSERT_TRUE(backend.ok()) << backend.status();
+    backend_ = *std::move(backend);
+  }
+
+  // An exporter of `bytes` random bytes.
+  static std::unique_ptr<IpcExporter> Export(int64_t bytes, uint32_t seed = 7) {
+    absl::StatusOr<std::unique_ptr<IpcExporter>> exporter =
+        IpcExporter::Start(RandomBytes(bytes, seed));
+    EXPECT_TRUE(exporter.ok()) << exporter.status();
+    return exporter.ok() ? *std::move(exporter) : nullptr;
+  }
+
+  std::unique_ptr<Backend> backend_;
+};
+
+// ---- The backend ----------------------------------------------------------------
+
+TEST_F(CudaIpcTest, RotatesAnotherProcesssMemoryInPlaceBitForBitLikeTheCpuBackend) {
+  std::vector<RotateCase> cases;
+  int64_t most = 0;
+  for (RotateCase c : test::RotateGrid()) {
+    for (test::PositionMode mode : {test::PositionMode::kStart, test::PositionMode::kPerToken}) {
+      c.positions = mode;
+      c.inverse = cases.size() % 3 == 0;
+      cases.push_back(c);
+      const RotateData data = test::MakeRotateData(c, 1);
+      // q at 0 or one element on, k on the next 256-byte boundary (+ that element).
+      most = std::max<int64_t>(most, AlignUp(data.q.size() + kAlign) + data.k.size() + kAlign);
+    }
+  }
+  std::unique_ptr<IpcExporter> exporter = Export(most);
+  ASSERT_NE(exporter, nullptr);
+  absl::StatusOr<std::shared_ptr<DeviceMemoryLease>> memory =
+      backend_->OpenCudaIpcMemory(exporter->handle(), 0, static_cast<uint64_t>(most));
+  ASSERT_TRUE(memory.ok()) << memory.status();
+  EXPECT_EQ((*memory)->device(), 0);
+  EXPECT_GE((*memory)->allocation_bytes(), static_cast<uint64_t>(most));
+  char* region = static_cast<char*>((*memory)->data());
+
+  std::vector<uint8_t> last_q;
+  int64_t last_q_offset = 0;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const RotateCase& c = cases[i];
+    SCOPED_TRACE(c.Name());
+    const std::shared_ptr<const RopeTable> table = test::PlainTable(c.rotary_dim, c.max_len);
+    RotateData want = test::MakeRotateData(c, static_cast<uint32_t>(i));
+    RotateData got = test::MakeRotateData(c, static_cast<uint32_t>(i));
+    ASSERT_TRUE(test::CpuBackend().Rotate(*table, want.Args(c)).ok());
+
+    // Every other case one element off the 16-byte boundary: the kernels'
+    // scalar path (the vector path needs 16-byte alignment).
+    const int64_t q_offset = i % 2 == 0 ? 0 : static_cast<int64_t>(DTypeSize(c.dtype));
+    const int64_t k_offset = AlignUp(q_offset + got.q.size()) + q_offset;
+    ToDevice(region + q_offset, got.q);
+    if (!got.k.empty()) ToDevice(region + k_offset, got.k);
+    RotateArgs args = got.Args(c);
+    args.q = region + q_offset;
+    if (args.k != nullptr) args.k = region + k_offset;
+    args.on_device = true;
+    const absl::Status rotated = backend_->Rotate(*table, args);
+    ASSERT_TRUE(rotated.ok()) << rotated;
+    EXPECT_EQ(FromDevice(region + q_offset, got.q.size()), want.q) << "q";
+    if (!got.k.empty()) {
+      EXPECT_EQ(FromDevice(region + k_offset, got.k.size()), want.k) << "k";
+    }
+    last_q = want.q;
+    last_q_offset = q_offset;
+  }
+
+  // The exporting process sees the rotation in its own allocation.
+  absl::StatusOr<std::vector<uint8_t>> seen = exporter->ReadBack();
+  ASSERT_TRUE(seen.ok()) << seen.status();
+  ASSERT_GE(static_cast<int64_t>(seen->size()), last_q_offset + static_cast<int64_t>(last_q.size()));
+  EXPECT_TRUE(std::equal(last_q.begin(), last_q.end(), seen->begin() + last_q_offset));
+
+  memory->reset();
+  if (test::OpenIpcMappings() >= 0) {
+    EXPECT_EQ(test::OpenIpcMappings(), 0) << "not closed";
+  }
+}
+
+TEST_F(CudaIpcTest, OpeningRefusesABadHandleAnotherDeviceAndASizePastTheAllocation) {
+  std::unique_ptr<IpcExporter> exporter = Export(4096);
+  ASSERT_NE(exporter, nullptr);
+  EXPECT_TRUE(StatusIs(backend_->OpenCudaIpcMemory(exporter->handle().substr(1), 0, 4096).status(),
+                       absl::StatusCode::kInvalidArgument,
+                       "cuda_ipc_handle is 63 bytes: a cudaIpcMemHandle_t is 64"));
+  EXPECT_TRUE(StatusIs(backend_->OpenCudaIpcMemory(exporter->handle(), 1, 4096).status(),
+                       absl::StatusCode::kInvalidArgument,
+                       "cuda_device is 1: this server computes on CUDA device 0"));
+  EXPECT_TRUE(StatusIs(backend_->OpenCudaIpcMemory(exporter->handle(), 0, 4097).status(),
+                       absl::StatusCode::kInvalidArgument,
+                       "byte_size is 4097: the allocation cuda_ipc_handle names holds 4096 bytes"));
+  const std::string garbage(64, '\x5a');
+  EXPECT_TRUE(StatusIs(backend_->OpenCudaIpcMemory(garbage, 0, 16).status(),
+                       absl::StatusCode::kInvalidArgument, "cuda_ipc_handle could not be opened"));
+  if (test::OpenIpcMappings() >= 0) {
+    EXPECT_EQ(test::OpenIpcMappings(), 0) << "a refusal leaked";
+  }
+
+  // The backend still works: the whole allocation opens and rotates.
+  absl::StatusOr<std::shared_ptr<DeviceMemoryLease>> memory =
+      backend_->OpenCudaIpcMemory(exporter->handle(), 0, 4096);
+  ASSERT_TRUE(memory.ok()) << memory.status();
+
+  // Once the exporter has freed its allocation the handle opens no more.
+  memory->reset();
+  ASSERT_TRUE(exporter->Stop().ok());
+  EXPECT_TRUE(StatusIs(backend_->OpenCudaIpcMemory(exporter->handle(), 0, 16).status(),
+                       absl::StatusCode::kInvalidArgument, "cuda_ipc_handle could not be opened"));
+}
+
+// ---- The calls ------------------------------------------------------------------
+
+constexpr char kOwner[] = "ipv4:127.0.0.1:5000";
+
+v1::RopeConfig SmallConfig() {
+  v1::RopeConfig config;
+  config.set_head_dim(16);
+  config.set_max_len(256);
+  config.set_layout(v1::HALF);
+  return config;
+}
+
+// A Rotate by reference of q [1,5,4,16] and k [1,5,2,16] bfloat16 in region
+// "dev": q at 0, k at 1024.
+v1::RotateRequest RotateByReference() {
+  v1::RotateRequest request;
+  *request.mutable_config() = SmallConfig();
+  request.set_start_pos(9);
+  for (auto [tensor, heads, offset] : {std::tuple{request.mutable_q(), 4, 0},
+                                       std::tuple{request.mutable_k(), 2, 1024}}) {
+    tensor->set_dtype(v1::BFLOAT16);
+    for (int64_t d : {1, 5, heads, 16}) tensor->add_shape(d);
+    tensor->mutable_shm()->set_region("dev");
+    tensor->mutable_shm()->set_offset(static_cast<uint64_t>(offset));
+    tensor->mutable_shm()->set_byte_size(static_cast<uint64_t>(5 * heads * 16 * 2));
+  }
+  return request;
+}
+
+// The same request with its bytes (from `region`) in the message, rotated
+// by the CPU backend: the expected q and k.
+std::pair<std::string, std::string> RotatedOnTheCpu(const v1::RotateRequest& by_reference,
+                                                    const std::vector<uint8_t>& region) {
+  static Engine* cpu = [] {
+    absl::StatusOr<std::unique_ptr<Backend>> backend = NewCpuBackend(1);
+    return new Engine(*std::move(backend), EngineLimits{});
+  }();
+  v1::RotateRequest request = by_reference;
+  for (v1::Tensor* tensor : {request.mutable_q(), request.mutable_k()}) {
+    const v1::SharedMemoryRef ref = tensor->shm();
+    tensor->clear_shm();
+    tensor->set_data(reinterpret_cast<const char*>(region.data()) + ref.offset(), ref.byte_size());
+  }
+  v1::RotateResponse reply;
+  const absl::Status status = AnswerRotate(*cpu, &request, &reply);
+  EXPECT_TRUE(status.ok()) << status;
+  return {reply.q().data(), reply.k().data()};
+}
+
+std::string Slice(const std::vector<uint8_t>& bytes, uint64_t offset, uint64_t size) {
+  return std::string(reinterpret_cast<const char*>(bytes.data()) + offset, size);
+}
+
+TEST_F(CudaIpcTest, RegisteredByHandleARegionServesRotateByReferenceOnTheDevice) {
+  constexpr int64_t kBytes = 8192;
+  std::unique_ptr<IpcExporter> exporter = Export(kBytes, 11);
+  ASSERT_NE(exporter, nullptr);
+  const std::vector<uint8_t> before = *exporter->ReadBack();
+  Engine engine(std::move(backend_), EngineLimits{});
+  ShmRegistry registry(ShmLimits{});
+
+  v1::RegisterSharedMemoryRequest registration;
+  registration.set_name("dev");
+  registration.set_cuda_ipc_handle(exporter->handle());
+  registration.set_cuda_device(0);
+  registration.set_byte_size(kBytes);
+  ASSERT_TRUE(AnswerRegisterSharedMemory(engine, registry, kOwner, registration).ok());
+  EXPECT_TRUE(StatusIs(AnswerRegisterSharedMemory(engine, registry, kOwner, registration),
+                       absl::StatusCode::kAlreadyExists, "region \"dev\" is already registered"));
+  EXPECT_EQ(registry.regions(), 1);
+  EXPECT_EQ(registry.mapped_bytes(), 0) << "device regions map no host memory";
+  v1::SharedMemoryStatusResponse status;
+  ASSERT_TRUE(AnswerSharedMemoryStatus(registry, kOwner, {}, &status).ok());
+  ASSERT_EQ(status.regions_size(), 1);
+  EXPECT_EQ(status.regions(0).name(), "dev");
+  EXPECT_TRUE(status.regions(0).cuda_ipc());
+  EXPECT_EQ(status.regions(0).cuda_device(), 0);
+  EXPECT_EQ(status.regions(0).key(), "");
+  EXPECT_EQ(status.regions(0).byte_size(), static_cast<uint64_t>(kBytes));
+
+  // In place: the reply names the references, and the device holds the
+  // CPU backend's answer.
+  v1::RotateRequest request = RotateByReference();
+  const auto [want_q, want_k] = RotatedOnTheCpu(request, before);
+  v1::RotateResponse reply;
+  const absl::Status rotated = AnswerRotateShared(engine, registry, kOwner, &request, &reply);
+  ASSERT_TRUE(rotated.ok()) << rotated;
+  EXPECT_EQ(reply.q().shm().region(), "dev");
+  EXPECT_TRUE(reply.q().data().empty());
+  EXPECT_EQ(reply.k().shm().offset(), 1024u);
+  std::vector<uint8_t> after = *exporter->ReadBack();
+  EXPECT_EQ(Slice(after, 0, want_q.size()), want_q);
+  EXPECT_EQ(Slice(after, 1024, want_k.size()), want_k);
+  EXPECT_EQ(Slice(after, 4096, 4096), Slice(before, 4096, 4096)) << "outside the references";
+
+  // Into output references (a device-to-device copy, then in place there);
+  // the inputs stay as they were.
+  request = RotateByReference();
+  request.mutable_q_out()->set_region("dev");
+  request.mutable_q_out()->set_offset(4096);
+  request.mutable_q_out()->set_byte_size(request.q().shm().byte_size());
+  request.mutable_k_out()->set_region("dev");
+  request.mutable_k_out()->set_offset(6144);
+  request.mutable_k_out()->set_byte_size(request.k().shm().byte_size());
+  const auto [want_q2, want_k2] = RotatedOnTheCpu(RotateByReference(), after);
+  reply.Clear();
+  ASSERT_TRUE(AnswerRotateShared(engine, registry, kOwner, &request, &reply).ok());
+  EXPECT_EQ(reply.q().shm().offset(), 4096u);
+  const std::vector<uint8_t> outputs = *exporter->ReadBack();
+  EXPECT_EQ(Slice(outputs, 4096, want_q2.size()), want_q2);
+  EXPECT_EQ(Slice(outputs, 6144, want_k2.size()), want_k2);
+  EXPECT_EQ(Slice(outputs, 0, 4096), Slice(after, 0, 4096)) << "the inputs changed";
+
+  // Refusals: tensors split between the device and bytes; attention;
+  // another client.
+  request = RotateByReference();
+  request.mutable_k()->clear_shm();
+  request.mutable_k()->set_data(std::string(5 * 2 * 16 * 2, '\0'));
+  EXPECT_TRUE(StatusIs(AnswerRotateShared(engine, registry, kOwner, &request, &reply),
+                       absl::StatusCode::kInvalidArgument,
+                       "q.shm (region \"dev\") is CUDA device memory but k (bytes) is not"));
+  v1::AttentionScoresRequest attention;
+  *attention.mutable_config() = SmallConfig();
+  *attention.mutable_q() = RotateByReference().q();
+  *attention.mutable_k() = RotateByReference().k();
+  v1::AttentionScoresResponse scores;
+  EXPECT_TRUE(StatusIs(AnswerAttentionScoresShared(engine, registry, kOwner, attention, &scores),
+                       absl::StatusCode::kUnimplemented,
+                       "q.shm (region \"dev\") is CUDA device memory: AttentionScores"));
+  request = RotateByReference();
+  EXPECT_TRUE(StatusIs(AnswerRotateShared(engine, registry, "ipv4:127.0.0.1:5001", &request, &reply),
+                       absl::StatusCode::kNotFound, "q.shm.region \"dev\" is not registered"));
+
+  // A region larger than the allocation is refused at registration.
+  registration.set_name("too-large");
+  registration.set_byte_size(kBytes + 1);
+  EXPECT_TRUE(StatusIs(AnswerRegisterSharedMemory(engine, registry, kOwner, registration),
+                       absl::StatusCode::kInvalidArgument, "byte_size is 8193"));
+
+  v1::UnregisterSharedMemoryRequest unregister;
+  unregister.set_name("dev");
+  ASSERT_TRUE(AnswerUnregisterSharedMemory(registry, kOwner, unregister).ok());
+  EXPECT_EQ(registry.regions(), 0);
+  if (test::OpenIpcMappings() >= 0) {
+    EXPECT_EQ(test::OpenIpcMappings(), 0) << "not closed";
+  }
+}
+
+}  // namespace
+}  // namespace rope
