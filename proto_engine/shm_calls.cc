@@ -286,6 +286,62 @@ absl::Status AnswerRotateShared(Engine& engine, const ShmRegistry& registry,
   return absl::OkStatus();
 }
 
+namespace {
+
+// AttentionScores whose tensors are in CUDA regions (device_field names the
+// first): every input and output must be, and the results go straight to
+// scores_out / output_out on the device.
+absl::Status AttentionOnDevice(Engine& engine, const ShmCallScope& scope,
+                               const std::string& device_field,
+                               const v1::AttentionScoresRequest& request, AttentionParams& params,
+                               char* scores_address, char* output_address,
+                               v1::AttentionScoresResponse* reply) {
+  std::string host_field = scope.FirstIn(/*device=*/false);
+  const std::pair<const v1::Tensor*, const char*> inputs[] = {
+      {&request.q(), "q"}, {&request.k(), "k"}, {&request.v(), "v"}};
+  for (const auto& [tensor, name] : inputs) {
+    const bool present = tensor == &request.v() ? request.has_v() : true;
+    if (present && !tensor->has_shm()) host_field = absl::StrCat(name, " (bytes)");
+  }
+  if (!host_field.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        device_field, " is CUDA device memory but ", host_field,
+        " is not: one call's tensors are all in CUDA regions or none"));
+  }
+  if (scores_address == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "scores_out is not set: with ", device_field,
+        " in CUDA memory the scores go to a CUDA region (scores_out)"));
+  }
+  if (request.has_v() && output_address == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "output_out is not set: with ", device_field,
+        " in CUDA memory the output goes to a CUDA region (output_out)"));
+  }
+  params.on_device = true;
+  AttentionOutputs outputs;
+  outputs.device_scores = reinterpret_cast<float*>(scores_address);
+  outputs.device_scores_bytes = request.scores_out().byte_size();
+  if (request.has_v()) {
+    outputs.device_output = reinterpret_cast<float*>(output_address);
+    outputs.device_output_bytes = request.output_out().byte_size();
+  }
+  ROPE_RETURN_IF_ERROR(engine.AttentionScores(params, &outputs));
+  v1::Tensor* scores = reply->mutable_scores();
+  scores->set_dtype(v1::FLOAT32);
+  scores->mutable_shape()->Assign(outputs.scores_shape.begin(), outputs.scores_shape.end());
+  *scores->mutable_shm() = request.scores_out();
+  if (request.has_v()) {
+    v1::Tensor* output = reply->mutable_output();
+    output->set_dtype(v1::FLOAT32);
+    output->mutable_shape()->Assign(outputs.output_shape.begin(), outputs.output_shape.end());
+    *output->mutable_shm() = request.output_out();
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status AnswerAttentionScoresShared(Engine& engine, const ShmRegistry& registry,
                                          const std::string& owner,
                                          const v1::AttentionScoresRequest& request,
@@ -326,10 +382,8 @@ absl::Status AnswerAttentionScoresShared(Engine& engine, const ShmRegistry& regi
   ROPE_RETURN_IF_ERROR(scope.CheckOverlaps());
   const std::string device_field = scope.FirstIn(/*device=*/true);
   if (!device_field.empty()) {
-    return absl::UnimplementedError(absl::StrCat(
-        device_field,
-        " is CUDA device memory: AttentionScores takes tensors as bytes or in host regions; "
-        "CUDA regions serve Rotate"));
+    return AttentionOnDevice(engine, scope, device_field, request, params, scores_address,
+                             output_address, reply);
   }
 
   AttentionOutputs outputs;

@@ -57,9 +57,10 @@ inline constexpr size_t kCudaIpcHandleBytes = 64;
 
 // A host region (key, offset) through `registry`, or, with cuda_ipc_handle
 // set, a CUDA region that `engine`'s backend opens (FAILED_PRECONDITION on a
-// backend without device memory). CUDA regions serve Rotate, whose tensors
-// must then all be in CUDA regions (INVALID_ARGUMENT otherwise);
-// AttentionScores naming one is UNIMPLEMENTED.
+// backend without device memory). A Rotate or AttentionScores naming a CUDA
+// region must have every tensor in CUDA regions, AttentionScores its
+// scores_out (and output_out with v) too (INVALID_ARGUMENT otherwise): the
+// backend then reads and writes them on the device.
 absl::Status AnswerRegisterSharedMemory(Engine& engine, ShmRegistry& registry,
                                         const std::string& owner,
                                         const v1::RegisterSharedMemoryRequest& request);

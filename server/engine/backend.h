@@ -79,6 +79,9 @@ struct AttentionArgs {
   float scale = 1.0f;
   float* scores = nullptr;  // [batch, q_heads, q_seq, k_seq]
   float* output = nullptr;  // [batch, q_seq, q_heads, v_dim] when v != null
+  // q, k, v, scores and output are all device memory of this backend (CUDA
+  // shared memory opened by OpenCudaIpcMemory): read and written there.
+  bool on_device = false;
   // Polled between pieces of work when set; a backend that sees a non-OK
   // Check() may stop and return that status (outputs then unspecified).
   const Interrupt* interrupt = nullptr;

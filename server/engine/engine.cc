@@ -119,16 +119,38 @@ absl::Status Engine::Rotate(const RotateParams& params) {
 }
 
 absl::Status Engine::AttentionScores(const AttentionParams& params, AttentionOutputs* outputs) {
-  if (outputs == nullptr || outputs->scores == nullptr) {
+  if (outputs == nullptr || (params.on_device ? outputs->device_scores == nullptr
+                                              : outputs->scores == nullptr)) {
     return absl::InvalidArgumentError("AttentionScores needs an outputs.scores buffer");
   }
   ROPE_ASSIGN_OR_RETURN(const RopeConfig config, ExplicitConfig(params.config));
   ROPE_ASSIGN_OR_RETURN(ResolvedAttention resolved, ResolveAttention(params, config, limits_));
-  if (resolved.args.v != nullptr && outputs->output == nullptr) {
+  if (resolved.args.v != nullptr &&
+      (params.on_device ? outputs->device_output == nullptr : outputs->output == nullptr)) {
     return absl::InvalidArgumentError("v is given but outputs.output is null");
   }
   AttentionArgs& args = resolved.args;
   args.interrupt = params.interrupt;
+  if (params.on_device) {
+    // Into the caller's device ranges, which must be the results' size.
+    args.on_device = true;
+    const auto bytes_of = [](const std::vector<int64_t>& shape) {
+      uint64_t n = sizeof(float);
+      for (int64_t d : shape) n *= static_cast<uint64_t>(d);
+      return n;
+    };
+    const uint64_t scores_bytes = bytes_of(resolved.scores_shape);
+    if (outputs->device_scores_bytes != scores_bytes) {
+      return absl::InvalidArgumentError(absl::StrCat("scores_out.byte_size is ",
+                                                     outputs->device_scores_bytes,
+                                                     ": the scores are ", scores_bytes, " bytes"));
+    }
+    if (args.v != nullptr && outputs->device_output_bytes != bytes_of(resolved.output_shape)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("output_out.byte_size is ", outputs->device_output_bytes,
+                       ": the output is ", bytes_of(resolved.output_shape), " bytes"));
+    }
+  }
   ROPE_ASSIGN_OR_RETURN(
       const std::shared_ptr<const RopeTable> table,
       TableFor(config, std::max(MaxPosition(args.q_positions), MaxPosition(args.k_positions)),
@@ -137,17 +159,22 @@ absl::Status Engine::AttentionScores(const AttentionParams& params, AttentionOut
                  touched.AddPositions(args.k_positions);
                }));
 
+  outputs->scores_shape = resolved.scores_shape;
+  if (args.v != nullptr) outputs->output_shape = resolved.output_shape;
+  if (args.on_device) {
+    args.scores = outputs->device_scores;
+    args.output = args.v != nullptr ? outputs->device_output : nullptr;
+    return backend_->AttentionScores(*table, args);
+  }
   int64_t score_elements = 1;
   for (int64_t d : resolved.scores_shape) score_elements *= d;
   outputs->scores->resize(score_elements * sizeof(float));
   args.scores = reinterpret_cast<float*>(outputs->scores->data());
-  outputs->scores_shape = resolved.scores_shape;
   if (args.v != nullptr) {
     int64_t output_elements = 1;
     for (int64_t d : resolved.output_shape) output_elements *= d;
     outputs->output->resize(output_elements * sizeof(float));
     args.output = reinterpret_cast<float*>(outputs->output->data());
-    outputs->output_shape = resolved.output_shape;
   }
   return backend_->AttentionScores(*table, args);
 }

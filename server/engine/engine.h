@@ -64,16 +64,28 @@ struct AttentionParams {
   // Optional: lets the backend stop early (CANCELLED / DEADLINE_EXCEEDED)
   // when the caller has gone. Must outlive the call.
   const Interrupt* interrupt = nullptr;
+  // q, k and v are device memory the backend opened (OpenCudaIpcMemory);
+  // the results then go to AttentionOutputs' device ranges.
+  bool on_device = false;
 };
 
 // Result buffers for AttentionScores. The engine resizes each string to the
 // result's byte size and writes little-endian float32 into it, so a caller
 // can hand it the bytes field of a reply and avoid a copy.
+//
+// With AttentionParams::on_device the results go instead to device memory
+// the backend opened: device_scores (and device_output when v is present),
+// whose byte sizes must be exactly the results' (INVALID_ARGUMENT naming
+// scores_out / output_out otherwise, before any work).
 struct AttentionOutputs {
   std::string* scores = nullptr;     // required: [B,Hq,Sq,Sk]
   std::vector<int64_t> scores_shape;
   std::string* output = nullptr;     // required when v is present: [B,Sq,Hq,Dv]
   std::vector<int64_t> output_shape;
+  float* device_scores = nullptr;
+  uint64_t device_scores_bytes = 0;
+  float* device_output = nullptr;
+  uint64_t device_output_bytes = 0;
 };
 
 // A slice of a table for GetTable: rows [start, start + count) of cos and sin.

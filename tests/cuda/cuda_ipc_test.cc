@@ -7,11 +7,13 @@
 // a memfd that this process maps; host-emulated kernels).
 //   - the backend: rotation in place over the rotate grid, bit for bit the
 //     CPU backend's, at aligned and unaligned offsets; the exporter sees
-//     the result; the handle, device and size checks; closing.
+//     the result; attention over the attention grid read and written in the
+//     allocation; the handle, device and size checks; closing.
 //   - the calls (proto_engine/shm_calls.h over an Engine on this backend and
 //     a ShmRegistry): register by handle, status, Rotate by reference in
-//     place and into an output reference, the refusals (mixing with bytes,
-//     AttentionScores, another owner), unregister.
+//     place and into an output reference, AttentionScores by reference
+//     (inputs and results in the region), the refusals (mixing with bytes,
+//     results not in a CUDA region, another owner), unregister.
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
@@ -52,6 +54,22 @@ std::vector<uint8_t> RandomBytes(int64_t n, uint32_t seed) {
   std::mt19937 rng(seed);
   std::vector<uint8_t> bytes(static_cast<size_t>(n));
   for (uint8_t& b : bytes) b = static_cast<uint8_t>(rng());
+  return bytes;
+}
+
+// Finite bfloat16 values in [-2, 2) (the upper halves of float32s), for
+// the calls below that attend over the region's bytes.
+std::vector<uint8_t> FiniteBf16Bytes(int64_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> value(-2.0f, 2.0f);
+  std::vector<uint8_t> bytes(static_cast<size_t>(n));
+  for (size_t i = 0; i + 1 < bytes.size(); i += 2) {
+    const float f = value(rng);
+    uint32_t bits;
+    std::memcpy(&bits, &f, sizeof(bits));
+    bytes[i] = static_cast<uint8_t>(bits >> 16);
+    bytes[i + 1] = static_cast<uint8_t>(bits >> 24);
+  }
   return bytes;
 }
 
@@ -153,6 +171,67 @@ TEST_F(CudaIpcTest, RotatesAnotherProcesssMemoryInPlaceBitForBitLikeTheCpuBacken
   }
 }
 
+// Attention reading q, k, v and writing scores and output in another
+// process's allocation: the CPU backend's results within the tolerance of
+// the staged path's test (float32 sums in another order).
+TEST_F(CudaIpcTest, AttentionInAnotherProcesssMemoryMatchesTheCpuBackend) {
+  struct Placed {
+    test::AttentionCase c;
+    int64_t q, k, v, scores, output, end;  // byte offsets in the allocation
+  };
+  std::vector<Placed> cases;
+  int64_t most = 0;
+  for (const test::AttentionCase& c : test::AttentionGrid()) {
+    const test::AttentionData data = test::MakeAttentionData(c, 5);
+    Placed p{c, 0, 0, 0, 0, 0, 0};
+    p.q = 0;
+    p.k = AlignUp(p.q + data.q.size());
+    p.v = AlignUp(p.k + data.k.size());
+    p.scores = AlignUp(p.v + data.v.size());
+    p.output = AlignUp(p.scores + data.scores.size() * sizeof(float));
+    p.end = p.output + data.output.size() * sizeof(float);
+    most = std::max(most, p.end);
+    cases.push_back(p);
+  }
+  std::unique_ptr<IpcExporter> exporter = Export(most);
+  ASSERT_NE(exporter, nullptr);
+  absl::StatusOr<std::shared_ptr<DeviceMemoryLease>> memory =
+      backend_->OpenCudaIpcMemory(exporter->handle(), 0, static_cast<uint64_t>(most));
+  ASSERT_TRUE(memory.ok()) << memory.status();
+  char* region = static_cast<char*>((*memory)->data());
+  for (const Placed& p : cases) {
+    const test::AttentionCase& c = p.c;
+    SCOPED_TRACE(c.Name());
+    const std::shared_ptr<const RopeTable> table =
+        test::PlainTable(c.rotary_dim, test::kAttentionGridMaxLen);
+    test::AttentionData want = test::MakeAttentionData(c, 5);
+    test::AttentionData got = test::MakeAttentionData(c, 5);
+    ASSERT_TRUE(test::CpuBackend().AttentionScores(*table, want.Args(c)).ok());
+    ToDevice(region + p.q, got.q);
+    ToDevice(region + p.k, got.k);
+    if (!got.v.empty()) ToDevice(region + p.v, got.v);
+    AttentionArgs args = got.Args(c);
+    args.q = region + p.q;
+    args.k = region + p.k;
+    if (args.v != nullptr) args.v = region + p.v;
+    args.scores = reinterpret_cast<float*>(region + p.scores);
+    if (args.output != nullptr) args.output = reinterpret_cast<float*>(region + p.output);
+    args.on_device = true;
+    const absl::Status status = backend_->AttentionScores(*table, args);
+    ASSERT_TRUE(status.ok()) << status;
+    const std::vector<uint8_t> scores =
+        FromDevice(region + p.scores, got.scores.size() * sizeof(float));
+    std::memcpy(got.scores.data(), scores.data(), scores.size());
+    EXPECT_TRUE(test::CloseToCpu(got.scores, want.scores, 2e-5)) << "scores";
+    if (!got.output.empty()) {
+      const std::vector<uint8_t> output =
+          FromDevice(region + p.output, got.output.size() * sizeof(float));
+      std::memcpy(got.output.data(), output.data(), output.size());
+      EXPECT_TRUE(test::CloseToCpu(got.output, want.output, 2e-5)) << "output";
+    }
+  }
+}
+
 TEST_F(CudaIpcTest, OpeningRefusesABadHandleAnotherDeviceAndASizePastTheAllocation) {
   std::unique_ptr<IpcExporter> exporter = Export(4096);
   ASSERT_NE(exporter, nullptr);
@@ -239,8 +318,10 @@ std::string Slice(const std::vector<uint8_t>& bytes, uint64_t offset, uint64_t s
 
 TEST_F(CudaIpcTest, RegisteredByHandleARegionServesRotateByReferenceOnTheDevice) {
   constexpr int64_t kBytes = 8192;
-  std::unique_ptr<IpcExporter> exporter = Export(kBytes, 11);
-  ASSERT_NE(exporter, nullptr);
+  absl::StatusOr<std::unique_ptr<IpcExporter>> exported =
+      IpcExporter::Start(FiniteBf16Bytes(kBytes, 11));
+  ASSERT_TRUE(exported.ok()) << exported.status();
+  std::unique_ptr<IpcExporter> exporter = *std::move(exported);
   const std::vector<uint8_t> before = *exporter->ReadBack();
   Engine engine(std::move(backend_), EngineLimits{});
   ShmRegistry registry(ShmLimits{});
@@ -297,7 +378,55 @@ TEST_F(CudaIpcTest, RegisteredByHandleARegionServesRotateByReferenceOnTheDevice)
   EXPECT_EQ(Slice(outputs, 6144, want_k2.size()), want_k2);
   EXPECT_EQ(Slice(outputs, 0, 4096), Slice(after, 0, 4096)) << "the inputs changed";
 
-  // Refusals: tensors split between the device and bytes; attention;
+  // Attention by reference: q [1,5,4,16] and k [1,5,2,16] as above (now
+  // rotated, no matter), v [1,5,2,16] at 2048, causal softmax; scores
+  // [1,4,5,5] (400 bytes) at 4096, output [1,5,4,16] (1280 bytes) at 6144.
+  v1::AttentionScoresRequest attention;
+  *attention.mutable_config() = SmallConfig();
+  *attention.mutable_q() = RotateByReference().q();
+  *attention.mutable_k() = RotateByReference().k();
+  *attention.mutable_v() = RotateByReference().k();
+  attention.mutable_v()->mutable_shm()->set_offset(2048);
+  attention.set_causal(true);
+  attention.set_softmax(true);
+  attention.mutable_scores_out()->set_region("dev");
+  attention.mutable_scores_out()->set_offset(4096);
+  attention.mutable_scores_out()->set_byte_size(400);
+  attention.mutable_output_out()->set_region("dev");
+  attention.mutable_output_out()->set_offset(6144);
+  attention.mutable_output_out()->set_byte_size(1280);
+  const std::vector<uint8_t> inputs = *exporter->ReadBack();
+  v1::AttentionScoresRequest by_bytes = attention;
+  by_bytes.clear_scores_out();
+  by_bytes.clear_output_out();
+  for (v1::Tensor* tensor : {by_bytes.mutable_q(), by_bytes.mutable_k(), by_bytes.mutable_v()}) {
+    const v1::SharedMemoryRef ref = tensor->shm();
+    tensor->clear_shm();
+    tensor->set_data(Slice(inputs, ref.offset(), ref.byte_size()));
+  }
+  Engine cpu(*NewCpuBackend(1), EngineLimits{});
+  v1::AttentionScoresResponse want;
+  ASSERT_TRUE(AnswerAttentionScores(cpu, by_bytes, &want).ok());
+  v1::AttentionScoresResponse scores;
+  const absl::Status attended =
+      AnswerAttentionScoresShared(engine, registry, kOwner, attention, &scores);
+  ASSERT_TRUE(attended.ok()) << attended;
+  EXPECT_EQ(scores.scores().shm().offset(), 4096u);
+  EXPECT_TRUE(scores.scores().data().empty());
+  EXPECT_EQ(std::vector<int64_t>(scores.scores().shape().begin(), scores.scores().shape().end()),
+            (std::vector<int64_t>{1, 4, 5, 5}));
+  EXPECT_EQ(scores.output().shm().offset(), 6144u);
+  const std::vector<uint8_t> results = *exporter->ReadBack();
+  for (auto [offset, expected] : {std::pair{uint64_t{4096}, &want.scores().data()},
+                                  std::pair{uint64_t{6144}, &want.output().data()}}) {
+    std::vector<float> got(expected->size() / sizeof(float)), wanted(got.size());
+    std::memcpy(got.data(), results.data() + offset, expected->size());
+    std::memcpy(wanted.data(), expected->data(), expected->size());
+    EXPECT_TRUE(test::CloseToCpu(got, wanted, 2e-5)) << "at offset " << offset;
+  }
+
+  // Refusals: tensors split between the device and bytes, in Rotate and in
+  // AttentionScores; scores not to a CUDA region, or of the wrong size;
   // another client.
   request = RotateByReference();
   request.mutable_k()->clear_shm();
@@ -305,14 +434,20 @@ TEST_F(CudaIpcTest, RegisteredByHandleARegionServesRotateByReferenceOnTheDevice)
   EXPECT_TRUE(StatusIs(AnswerRotateShared(engine, registry, kOwner, &request, &reply),
                        absl::StatusCode::kInvalidArgument,
                        "q.shm (region \"dev\") is CUDA device memory but k (bytes) is not"));
-  v1::AttentionScoresRequest attention;
-  *attention.mutable_config() = SmallConfig();
-  *attention.mutable_q() = RotateByReference().q();
-  *attention.mutable_k() = RotateByReference().k();
-  v1::AttentionScoresResponse scores;
-  EXPECT_TRUE(StatusIs(AnswerAttentionScoresShared(engine, registry, kOwner, attention, &scores),
-                       absl::StatusCode::kUnimplemented,
-                       "q.shm (region \"dev\") is CUDA device memory: AttentionScores"));
+  v1::AttentionScoresRequest bad = attention;
+  *bad.mutable_v() = by_bytes.v();
+  EXPECT_TRUE(StatusIs(AnswerAttentionScoresShared(engine, registry, kOwner, bad, &scores),
+                       absl::StatusCode::kInvalidArgument,
+                       "q.shm (region \"dev\") is CUDA device memory but v (bytes) is not"));
+  bad = attention;
+  bad.clear_scores_out();
+  EXPECT_TRUE(StatusIs(AnswerAttentionScoresShared(engine, registry, kOwner, bad, &scores),
+                       absl::StatusCode::kInvalidArgument, "scores_out is not set"));
+  bad = attention;
+  bad.mutable_scores_out()->set_byte_size(404);
+  EXPECT_TRUE(StatusIs(AnswerAttentionScoresShared(engine, registry, kOwner, bad, &scores),
+                       absl::StatusCode::kInvalidArgument,
+                       "scores_out.byte_size is 404: the scores are 400 bytes"));
   request = RotateByReference();
   EXPECT_TRUE(StatusIs(AnswerRotateShared(engine, registry, "ipv4:127.0.0.1:5001", &request, &reply),
                        absl::StatusCode::kNotFound, "q.shm.region \"dev\" is not registered"));

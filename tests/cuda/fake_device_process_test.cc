@@ -207,8 +207,8 @@ TEST(FakeDeviceProcessTest, CudaRegionRegisteredByHandleServesRotateByReference)
   EXPECT_EQ(reply.q().shm().offset(), 256u);
   EXPECT_TRUE(reply.q().data().empty());
 
-  // Refused: an output reference in the same place but past the region;
-  // AttentionScores on a CUDA region.
+  // Refused: an output reference past the region; AttentionScores on a
+  // CUDA region without a CUDA region for its scores.
   request.mutable_q_out()->set_region("dev");
   request.mutable_q_out()->set_offset(8192);
   request.mutable_q_out()->set_byte_size(q_bytes.size());
@@ -223,7 +223,17 @@ TEST(FakeDeviceProcessTest, CudaRegionRegisteredByHandleServesRotateByReference)
   EXPECT_TRUE(GrpcStatusIs(call([&](grpc::ClientContext* c) {
                              return rope->AttentionScores(c, attention, &scores);
                            }),
-                           grpc::StatusCode::UNIMPLEMENTED, "is CUDA device memory"));
+                           grpc::StatusCode::INVALID_ARGUMENT, "scores_out is not set"));
+  // With one: scores [1, 2 heads, 2, 2] float32 at 4096; the reply names it.
+  attention.mutable_scores_out()->set_region("dev");
+  attention.mutable_scores_out()->set_offset(4096);
+  attention.mutable_scores_out()->set_byte_size(32);
+  ASSERT_TRUE(GrpcStatusIs(call([&](grpc::ClientContext* c) {
+                             return rope->AttentionScores(c, attention, &scores);
+                           }),
+                           grpc::StatusCode::OK, ""));
+  EXPECT_EQ(scores.scores().shm().offset(), 4096u);
+  EXPECT_TRUE(scores.scores().data().empty());
 
   v1::UnregisterSharedMemoryRequest unregister;
   v1::UnregisterSharedMemoryResponse unregistered;

@@ -48,6 +48,10 @@ class CpuBackend final : public Backend {
   }
 
   absl::Status AttentionScores(const RopeTable& table, const AttentionArgs& args) override {
+    if (args.on_device) {
+      // Never reached: only a backend that opened device memory is handed it.
+      return absl::InternalError("the cpu backend was handed device memory for attention");
+    }
     return CpuAttentionScores(kernels_, table, args, &pool_);
   }
 

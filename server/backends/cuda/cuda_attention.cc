@@ -53,28 +53,44 @@ absl::Status CudaAttentionScores(WorkerContext& context, const DeviceTable& tabl
   // before any work is enqueued. Allocated in order on the compute stream;
   // the other slot's stream, which also copies q, k, v in and the results
   // out, is then ordered after the allocations.
+  // With args.on_device the inputs are read, and the scores and output
+  // written, where they lie: no staging buffers, no copies.
   const cudaStream_t compute = context.compute_stream();
-  ROPE_RETURN_IF_ERROR(context.q_in.Reserve(q_elems * elem, "q", compute));
-  ROPE_RETURN_IF_ERROR(context.k_in.Reserve(k_elems * elem, "k", compute));
+  const bool staged = !args.on_device;
+  if (staged) {
+    ROPE_RETURN_IF_ERROR(context.q_in.Reserve(q_elems * elem, "q", compute));
+    ROPE_RETURN_IF_ERROR(context.k_in.Reserve(k_elems * elem, "k", compute));
+    ROPE_RETURN_IF_ERROR(context.scores.Reserve(score_elems * f, "attention scores", compute));
+  }
   ROPE_RETURN_IF_ERROR(context.qf.Reserve(q_elems * f, "rotated q (float32)", compute));
   ROPE_RETURN_IF_ERROR(context.kf.Reserve(k_elems * f, "rotated k (float32)", compute));
-  ROPE_RETURN_IF_ERROR(context.scores.Reserve(score_elems * f, "attention scores", compute));
   const bool separate_probs = args.v != nullptr && !args.softmax;
   if (separate_probs) {
     ROPE_RETURN_IF_ERROR(
         context.probs.Reserve(score_elems * f, "attention probabilities", compute));
   }
   if (args.v != nullptr) {
-    ROPE_RETURN_IF_ERROR(context.v_in.Reserve(v_elems * elem, "v", compute));
+    if (staged) {
+      ROPE_RETURN_IF_ERROR(context.v_in.Reserve(v_elems * elem, "v", compute));
+      ROPE_RETURN_IF_ERROR(context.output.Reserve(out_elems * f, "attention output", compute));
+    }
     ROPE_RETURN_IF_ERROR(context.vf.Reserve(v_elems * f, "v (float32)", compute));
-    ROPE_RETURN_IF_ERROR(context.output.Reserve(out_elems * f, "attention output", compute));
   }
   ROPE_RETURN_IF_ERROR(context.SlotsWaitForCompute());
 
-  ROPE_RETURN_IF_ERROR(context.UploadStaged(args.q, context.q_in.data(), q_elems * elem, stop));
-  ROPE_RETURN_IF_ERROR(context.UploadStaged(args.k, context.k_in.data(), k_elems * elem, stop));
-  if (args.v != nullptr) {
-    ROPE_RETURN_IF_ERROR(context.UploadStaged(args.v, context.v_in.data(), v_elems * elem, stop));
+  const void* q_in = args.q;
+  const void* k_in = args.k;
+  const void* v_in = args.v;
+  if (staged) {
+    ROPE_RETURN_IF_ERROR(context.UploadStaged(args.q, context.q_in.data(), q_elems * elem, stop));
+    ROPE_RETURN_IF_ERROR(context.UploadStaged(args.k, context.k_in.data(), k_elems * elem, stop));
+    if (args.v != nullptr) {
+      ROPE_RETURN_IF_ERROR(
+          context.UploadStaged(args.v, context.v_in.data(), v_elems * elem, stop));
+    }
+    q_in = context.q_in.data();
+    k_in = context.k_in.data();
+    v_in = context.v_in.data();
   }
   math::PositionSpec positions[2] = {args.q_positions, args.k_positions};
   ROPE_RETURN_IF_ERROR(UploadPositions(context, positions, 2));
@@ -87,20 +103,20 @@ absl::Status CudaAttentionScores(WorkerContext& context, const DeviceTable& tabl
   float* qf = static_cast<float*>(context.qf.data());
   float* kf = static_cast<float*>(context.kf.data());
   float* vf = static_cast<float*>(context.vf.data());
-  float* scores = static_cast<float*>(context.scores.data());
+  float* scores = staged ? static_cast<float*>(context.scores.data()) : args.scores;
 
   kernels::RotatedCopyParams copy;
   copy.head_dim = static_cast<int>(args.head_dim);
   copy.rotary_dim = static_cast<int>(args.rotary_dim);
   ROPE_ASSIGN_OR_RETURN(copy.table, UploadTableRows(context, table));
-  copy.in = context.q_in.data();
+  copy.in = q_in;
   copy.out = qf;
   copy.tokens = args.batch * args.q_seq;
   copy.heads = static_cast<int>(args.q_heads);
   copy.positions = positions[0];
   ROPE_CUDA_RETURN_IF_ERROR(kernels::RotatedCopy(copy, storage, interleaved, launch),
                             "launching the rotated copy of q");
-  copy.in = context.k_in.data();
+  copy.in = k_in;
   copy.out = kf;
   copy.tokens = args.batch * args.k_seq;
   copy.heads = static_cast<int>(args.k_heads);
@@ -108,7 +124,7 @@ absl::Status CudaAttentionScores(WorkerContext& context, const DeviceTable& tabl
   ROPE_CUDA_RETURN_IF_ERROR(kernels::RotatedCopy(copy, storage, interleaved, launch),
                             "launching the rotated copy of k");
   if (args.v != nullptr) {
-    copy.in = context.v_in.data();
+    copy.in = v_in;
     copy.out = vf;
     copy.head_dim = static_cast<int>(args.v_dim);
     copy.rotary_dim = 0;  // a plain widening copy
@@ -136,7 +152,7 @@ absl::Status CudaAttentionScores(WorkerContext& context, const DeviceTable& tabl
   mask.k_positions = positions[1];
   mask.causal = args.causal;
   mask.softmax = args.softmax;
-  float* output = static_cast<float*>(context.output.data());
+  float* output = staged ? static_cast<float*>(context.output.data()) : args.output;
   const float* probs = separate_probs ? mask.probs : scores;
 
   // Chunk by chunk (attention_chunks.h), checking `stop` before each. The
@@ -165,6 +181,11 @@ absl::Status CudaAttentionScores(WorkerContext& context, const DeviceTable& tabl
     }
   }
 
+  if (!staged) {
+    ROPE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(compute),
+                              "computing attention on CUDA shared memory");
+    return absl::OkStatus();
+  }
   ROPE_RETURN_IF_ERROR(context.DownloadStaged(scores, args.scores, score_elems * f, stop));
   if (args.v != nullptr) {
     ROPE_RETURN_IF_ERROR(context.DownloadStaged(output, args.output, out_elems * f, stop));

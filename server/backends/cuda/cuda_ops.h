@@ -31,7 +31,8 @@ absl::Status CudaRotate(WorkerContext& context, const DeviceTable& table, const 
 absl::Status CudaRotateOnDevice(WorkerContext& context, const DeviceTable& table,
                                 const RotateArgs& args, int64_t max_blocks);
 
-// Fills args.scores (and args.output): rotated float32 copies of q and k on
+// Fills args.scores (and args.output) (with args.on_device, reading and
+// writing device memory where it lies, without staging): rotated float32 copies of q and k on
 // the device, cuBLAS GEMMs, the mask/softmax kernel, the optional P.V GEMMs,
 // in chunks of about `chunk_work` float32 operations (attention_chunks.h).
 // Checks args.interrupt (when set) between staging chunks of the copies and
