@@ -24,6 +24,7 @@ of the round's mean; the overhead is the median over rounds of the round's
 ratio. Results: OUT.md and OUT.json.
 
 Usage: bench/python_client_bench.py [--build-dir build] [--rounds 12] [--out bench/results/python_client]
+       [--glibc-malloc-defaults]   (the client process without ropeserve.tune_malloc())
 """
 
 import argparse
@@ -200,6 +201,9 @@ def main():
     parser.add_argument("--build-dir", default=os.path.join(REPO, "build"))
     parser.add_argument("--rounds", type=int, default=12)
     parser.add_argument("--out", default=os.path.join(REPO, "bench", "results", "python_client"))
+    parser.add_argument("--glibc-malloc-defaults", action="store_true",
+                        help="keep glibc malloc's defaults in this (the Python client's) process: "
+                             "ROPESERVE_TUNE_MALLOC=0, so the Client does not call tune_malloc()")
     args = parser.parse_args()
     sys.path[:0] = [os.path.join(args.build_dir, "client", "python"),
                     os.path.join(REPO, "tests", "support", "python")]
@@ -208,6 +212,8 @@ def main():
     import ropeserve
     from ropeserve import _calls
     from ropeserve_process import RopeServe
+    if args.glibc_malloc_defaults:
+        os.environ["ROPESERVE_TUNE_MALLOC"] = "0"
 
     config = ropeserve.RopeConfig(head_dim=128, max_len=8192, theta=500000.0)
     table_config = ropeserve.RopeConfig(head_dim=128, max_len=TABLE_ROWS, theta=500000.0)
@@ -258,6 +264,7 @@ def main():
               "python": sys.version.split()[0], "grpcio": grpc.__version__,
               "protobuf": google.protobuf.__version__, "torch": torch.__version__,
               "load_average": [load_before, os.getloadavg()], "rounds": args.rounds,
+              "tune_malloc": not args.glibc_malloc_defaults,
               "ropeload_failures": ROPELOAD_FAILURES, "scenarios": results}
     with open(args.out + ".json", "w") as f:
         json.dump(report, f, indent=1)
@@ -274,13 +281,19 @@ def markdown(report):
         "",
         "Written by `bench/python_client_bench.py`: %d alternating rounds per scenario; each figure is "
         "the median over rounds of the round's mean, each overhead the median of the rounds' ratios. "
-        "Server: %s. Machine: %s; Python %s, grpcio %s, protobuf %s, torch %s. **The machine was "
-        "shared with other jobs (other sessions compiling; 1-minute load average %.1f at the start, "
-        "%.1f at the end, on %d CPUs): compare the columns of one run, not absolute times across "
-        "runs; the quartiles show how much the ratio moved from round to round.**" % (
+        "Server: %s. Machine: %s; Python %s, grpcio %s, protobuf %s, torch %s. **The machine is "
+        "shared with other jobs (1-minute load average %.1f at the start, %.1f at the end, on %d "
+        "CPUs): compare the columns of one run, not absolute times across runs; the quartiles "
+        "show how much the ratio moved from round to round.**" % (
             report["rounds"], report["server"], report["machine"], report["python"], report["grpcio"],
             report["protobuf"], report["torch"], report["load_average"][0][0], report["load_average"][1][0],
             os.cpu_count()),
+        "",
+        "The Python client's process: %s." % (
+            "the package's default, **`ropeserve.tune_malloc()` applied by the Client** (glibc "
+            "keeps freed buffers for reuse: mmap threshold 32 MiB, trim threshold 256 MiB)"
+            if report.get("tune_malloc") else
+            "**glibc malloc's defaults** (`--glibc-malloc-defaults`: ROPESERVE_TUNE_MALLOC=0)"),
         "",
         "Rotate, bfloat16, q [1,S,32,128] and k [1,S,8,128], theta 500000; every client with one "
         "call in flight on one connection, against the same server.",

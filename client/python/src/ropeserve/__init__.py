@@ -12,6 +12,8 @@ ropeserve.torch.RemoteRotaryEmbedding is a torch.nn.Module for
 transformers-style attention code. Errors are ropeserve.RopeError
 subclasses, one per gRPC status code. The generated rope.v1 modules are
 ropeserve.proto.rope_pb2 and ropeserve.proto.rope_pb2_grpc.
+ropeserve.tune_malloc() makes prefill-size calls faster by keeping freed
+memory for reuse (a process-wide glibc setting; see ropeserve.memory).
 """
 
 from . import aio
@@ -24,6 +26,7 @@ from .errors import (Aborted, AlreadyExists, Cancelled, DataLoss, DeadlineExceed
                      Internal, InvalidArgument, NotFound, OutOfRange, PermissionDenied, ResourceExhausted,
                      RopeError, Unauthenticated, Unavailable, Unimplemented, Unknown)
 from ._proto import HAS_HF_CONFIG, HAS_RESOLVE
+from .memory import tune_malloc
 
 __version__ = "0.1.0"
 
@@ -33,5 +36,5 @@ __all__ = [
     "RopeError", "Cancelled", "Unknown", "InvalidArgument", "DeadlineExceeded", "NotFound",
     "AlreadyExists", "PermissionDenied", "ResourceExhausted", "FailedPrecondition", "Aborted",
     "OutOfRange", "Unimplemented", "Internal", "Unavailable", "DataLoss", "Unauthenticated",
-    "HAS_HF_CONFIG", "HAS_RESOLVE", "SharedRegion", "CudaRegion",
+    "HAS_HF_CONFIG", "HAS_RESOLVE", "SharedRegion", "CudaRegion", "tune_malloc",
 ]

@@ -14,7 +14,7 @@ import collections
 import grpc
 import grpc.aio
 
-from . import _calls, _channel, _proto, _shm_calls
+from . import _calls, _channel, _proto, _shm_calls, memory
 from .errors import from_rpc_error
 
 
@@ -22,9 +22,13 @@ class Client:
     """One grpc.aio channel to ropeserve; see ropeserve.Client for the arguments."""
 
     def __init__(self, target, *, tls=False, ca_file=None, cert_file=None, key_file=None, token=None,
-                 deadline=30.0):
+                 deadline=30.0, tune_malloc=True):
         if not isinstance(target, str) or not target:
             raise ValueError("target is %r: expected a gRPC target such as 'localhost:50051'" % (target,))
+        if tune_malloc:
+            # Prefill-size calls reuse freed buffers instead of faulting in fresh pages
+            # (ropeserve.memory; a process-wide glibc setting, once per process).
+            memory.tune_malloc_for_clients()
         self._deadline = _channel.check_deadline(deadline)
         credentials = _channel.credentials(tls, ca_file, cert_file, key_file, token)
         options = _channel.channel_options()

@@ -6,7 +6,7 @@ import threading
 
 import grpc
 
-from . import _calls, _channel, _proto, _shm_calls
+from . import _calls, _channel, _proto, _shm_calls, memory
 from .errors import from_rpc_error
 
 
@@ -25,6 +25,10 @@ class Client:
         cert_file + key_file: a client certificate for mutual TLS.
     token: a bearer token (needs TLS).
     deadline: seconds per call (for rotate_stream: for the whole stream).
+    tune_malloc: the first client of a process sets glibc malloc's mmap and
+        trim thresholds so that prefill-size calls reuse freed buffers
+        (ropeserve.memory; ROPESERVE_TUNE_MALLOC=0 or False here keeps
+        glibc's defaults).
 
     Every method raises a ropeserve.RopeError subclass for the server's
     status (InvalidArgument, OutOfRange, ...), and ValueError / TypeError for
@@ -32,9 +36,13 @@ class Client:
     """
 
     def __init__(self, target, *, tls=False, ca_file=None, cert_file=None, key_file=None, token=None,
-                 deadline=30.0):
+                 deadline=30.0, tune_malloc=True):
         if not isinstance(target, str) or not target:
             raise ValueError("target is %r: expected a gRPC target such as 'localhost:50051'" % (target,))
+        if tune_malloc:
+            # Prefill-size calls reuse freed buffers instead of faulting in fresh pages
+            # (ropeserve.memory; a process-wide glibc setting, once per process).
+            memory.tune_malloc_for_clients()
         self._deadline = _channel.check_deadline(deadline)
         credentials = _channel.credentials(tls, ca_file, cert_file, key_file, token)
         options = _channel.channel_options()
