@@ -131,24 +131,27 @@ absl::Status Engine::AttentionScores(const AttentionParams& params, AttentionOut
   }
   AttentionArgs& args = resolved.args;
   args.interrupt = params.interrupt;
+  // The results' byte sizes (float32; shapes already checked against the
+  // element limit, so no overflow).
+  const auto float_bytes = [](const std::vector<int64_t>& shape) {
+    uint64_t n = sizeof(float);
+    for (int64_t d : shape) n *= static_cast<uint64_t>(d);
+    return n;
+  };
+  const uint64_t scores_bytes = float_bytes(resolved.scores_shape);
+  const uint64_t output_bytes = args.v != nullptr ? float_bytes(resolved.output_shape) : 0;
   if (params.on_device) {
     // Into the caller's device ranges, which must be the results' size.
     args.on_device = true;
-    const auto bytes_of = [](const std::vector<int64_t>& shape) {
-      uint64_t n = sizeof(float);
-      for (int64_t d : shape) n *= static_cast<uint64_t>(d);
-      return n;
-    };
-    const uint64_t scores_bytes = bytes_of(resolved.scores_shape);
     if (outputs->device_scores_bytes != scores_bytes) {
       return absl::InvalidArgumentError(absl::StrCat("scores_out.byte_size is ",
                                                      outputs->device_scores_bytes,
                                                      ": the scores are ", scores_bytes, " bytes"));
     }
-    if (args.v != nullptr && outputs->device_output_bytes != bytes_of(resolved.output_shape)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("output_out.byte_size is ", outputs->device_output_bytes,
-                       ": the output is ", bytes_of(resolved.output_shape), " bytes"));
+    if (args.v != nullptr && outputs->device_output_bytes != output_bytes) {
+      return absl::InvalidArgumentError(absl::StrCat("output_out.byte_size is ",
+                                                     outputs->device_output_bytes,
+                                                     ": the output is ", output_bytes, " bytes"));
     }
   }
   ROPE_ASSIGN_OR_RETURN(
@@ -164,17 +167,13 @@ absl::Status Engine::AttentionScores(const AttentionParams& params, AttentionOut
   if (args.on_device) {
     args.scores = outputs->device_scores;
     args.output = args.v != nullptr ? outputs->device_output : nullptr;
-    return backend_->AttentionScores(*table, args);
-  }
-  int64_t score_elements = 1;
-  for (int64_t d : resolved.scores_shape) score_elements *= d;
-  outputs->scores->resize(score_elements * sizeof(float));
-  args.scores = reinterpret_cast<float*>(outputs->scores->data());
-  if (args.v != nullptr) {
-    int64_t output_elements = 1;
-    for (int64_t d : resolved.output_shape) output_elements *= d;
-    outputs->output->resize(output_elements * sizeof(float));
-    args.output = reinterpret_cast<float*>(outputs->output->data());
+  } else {
+    outputs->scores->resize(scores_bytes);
+    args.scores = reinterpret_cast<float*>(outputs->scores->data());
+    if (args.v != nullptr) {
+      outputs->output->resize(output_bytes);
+      args.output = reinterpret_cast<float*>(outputs->output->data());
+    }
   }
   return backend_->AttentionScores(*table, args);
 }

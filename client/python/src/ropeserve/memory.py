@@ -59,15 +59,14 @@ def tune_malloc(mmap_threshold=DEFAULT_MMAP_THRESHOLD, trim_threshold=DEFAULT_TR
     value (the settings are then unchanged or partly set; nothing else happens).
     """
     for name, value in (("mmap_threshold", mmap_threshold), ("trim_threshold", trim_threshold)):
-        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-            raise ValueError("%s is %r: expected an int > 0 (bytes)" % (name, value))
+        if not isinstance(value, int) or isinstance(value, bool) or not 0 < value < 2**31:
+            raise ValueError("%s is %r: expected an int in (0, 2 GiB) (bytes; mallopt takes an "
+                             "int)" % (name, value))
     libc = _libc()
     if libc is None:
         return False
     libc.mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
     libc.mallopt.restype = ctypes.c_int
-    if mmap_threshold > 2**31 - 1 or trim_threshold > 2**31 - 1:
-        raise ValueError("mallopt takes an int: thresholds must be below 2 GiB")
     ok = libc.mallopt(_M_MMAP_THRESHOLD, mmap_threshold) == 1
     ok = libc.mallopt(_M_TRIM_THRESHOLD, trim_threshold) == 1 and ok
     return ok
