@@ -5,10 +5,11 @@
 # same baselines), and from this tree; runs before, after, before, ... ROUNDS
 # times (plus the after build once per extra SIMD path in SIMD_PATHS, forced
 # with ROPE_CPU_SIMD); writes bench/results/engine_bench_before_after.json
-# (every run) and .md (medians of the per-run ratios, and after / before).
+# (every run) and .md (medians of the per-run ratios, and after / before),
+# or OUT.json and OUT.md when OUT is set.
 #
 # Environment: BEFORE_REV (default: the merge base of HEAD and main),
-# ROUNDS (5), MIN_TIME (0.5 s per case), SIMD_PATHS (e.g. "sse4 sse2"),
+# ROUNDS (5), MIN_TIME (0.5 s per case), SIMD_PATHS (e.g. "sse4 sse2"), OUT,
 # BUILD_DIR (build), BEFORE_BUILD_DIR (build-before).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,6 +19,7 @@ BEFORE_REV=${BEFORE_REV:-$(git merge-base HEAD main)}
 ROUNDS=${ROUNDS:-5}
 MIN_TIME=${MIN_TIME:-0.5}
 SIMD_PATHS=${SIMD_PATHS:-}
+OUT=${OUT:-bench/results/engine_bench_before_after}
 launcher=()
 command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 
@@ -51,6 +53,5 @@ done
 mkdir -p bench/results
 /usr/bin/python3 bench/compare_engine_bench.py --before_rev="$BEFORE_REV" \
   --after_rev="$(git rev-parse --short HEAD)$(git diff --quiet || echo +changes)" \
-  --json_out=bench/results/engine_bench_before_after.json "$runs" \
-  > bench/results/engine_bench_before_after.md
-cat bench/results/engine_bench_before_after.md
+  --json_out="$OUT.json" "$runs" > "$OUT.md"
+cat "$OUT.md"

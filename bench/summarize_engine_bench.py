@@ -64,6 +64,8 @@ def metrics(data):
         except KeyError:
             continue
         out[f"rotate {label}: vs memcpy"] = r["vs_memcpy"]
+        if "vs_memcpy_best" in r:  # benchmarks from before session 8 lack it
+            out[f"rotate {label}: vs memcpy, best iterations"] = r["vs_memcpy_best"]
         out[f"rotate {label}: GB/s"] = r["bytes_per_second"] / 1e9
     for threads in (1, 2):
         try:

@@ -181,22 +181,23 @@ HWY_INLINE void LoadBf16Split(DF df, const uint16_t* p, hn::Vec<DF>& even, hn::V
   odd = hn::BitCast(df, hn::And(bits, hn::Set(du, 0xffff0000u)));
 }
 
-// True when no lane of a, b, c, d is NaN (as one test: a sum with an
-// inf - inf in it reports NaN too, which only costs the careful path).
+// Stores even/odd as bfloat16, rounded to nearest even. Both vectors round
+// at once, in 16-bit lanes: t holds the truncated results (the high halves of
+// even's and odd's bits, interleaved as stored), w the dropped low halves;
+// rounding adds 1 to t exactly when w + (t & 1) > 0x8000, i.e. when
+// AverageRound(w | (t & 1), 0x7ffe) = (w + 0x7fff) >> 1 (computed without
+// overflow) has its top bit set. Nine integer operations per 2N values, fewer
+// than rounding each 32-bit lane.
+//
+// NaN lanes must be quiet with a zero low half; they then keep their high
+// half (w = 0 cannot round up), as math::FloatToBFloat16 does. Every NaN the
+// rotation computes is of that kind, so it needs no NaN test (which cost a
+// sixth of the vector operations of a decode-size rotation): IEEE 754 NaN
+// results are quiet and carry an input NaN's payload, here a widened
+// bfloat16's (low half zero), or are the default NaN (0xffc00000 on x86,
+// 0x7fc00000 on Arm); the table's values are finite.
 template <class DF>
-HWY_INLINE bool NoNaN(DF df, hn::Vec<DF> a, hn::Vec<DF> b, hn::Vec<DF> c, hn::Vec<DF> d) {
-  return hn::AllFalse(df, hn::IsNaN(hn::Add(hn::Add(a, b), hn::Add(c, d))));
-}
-
-// Stores even/odd as bfloat16, rounded to nearest even; no lane may be NaN.
-// Both vectors round at once, in 16-bit lanes: t holds the truncated results
-// (the high halves of even's and odd's bits, interleaved as stored), w the
-// dropped low halves; rounding adds 1 to t exactly when w + (t & 1) > 0x8000,
-// i.e. when AverageRound(w | (t & 1), 0x7ffe) = (w + 0x7fff) >> 1 (computed
-// without overflow) has its top bit set. Nine integer operations per 2N
-// values, fewer than rounding each 32-bit lane.
-template <class DF>
-HWY_INLINE void StoreBf16SplitFinite(DF df, hn::Vec<DF> even, hn::Vec<DF> odd, uint16_t* p) {
+HWY_INLINE void StoreBf16Split(DF df, hn::Vec<DF> even, hn::Vec<DF> odd, uint16_t* p) {
   const hn::RebindToUnsigned<DF> du;
   const hn::Repartition<uint16_t, DF> d16;
   const auto ue = hn::BitCast(du, even);
@@ -206,19 +207,6 @@ HWY_INLINE void StoreBf16SplitFinite(DF df, hn::Vec<DF> even, hn::Vec<DF> odd, u
   const auto w_odd = hn::Or(w, hn::And(t, hn::Set(d16, uint16_t{1})));
   const auto carry = hn::ShiftRight<15>(hn::AverageRound(w_odd, hn::Set(d16, uint16_t{0x7ffe})));
   hn::StoreU(hn::Add(t, carry), d16, p);
-}
-
-// As StoreBf16SplitFinite; a NaN keeps its high half with the quiet bit set.
-template <class DF>
-HWY_INLINE void StoreBf16Split(DF df, hn::Vec<DF> even, hn::Vec<DF> odd, uint16_t* p) {
-  const hn::RebindToUnsigned<DF> du;
-  // Zero low bits: a NaN's high half cannot round up.
-  const auto quiet = [&](hn::Vec<DF> v) {
-    const auto q = hn::And(hn::Or(hn::BitCast(du, v), hn::Set(du, 0x00400000u)),
-                           hn::Set(du, 0xffff0000u));
-    return hn::IfThenElse(hn::IsNaN(v), hn::BitCast(df, q), v);
-  };
-  StoreBf16SplitFinite(df, quiet(even), quiet(odd), p);
 }
 
 template <class DF>

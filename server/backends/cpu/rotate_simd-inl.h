@@ -73,15 +73,6 @@ struct F16Io {
   static HWY_INLINE void StoreSplit(DF df, hn::Vec<DF> even, hn::Vec<DF> odd, T* p) {
     StoreF16Split(df, even, odd, p);
   }
-  template <class DF>
-  static HWY_INLINE void StoreSplitFinite(DF df, hn::Vec<DF> even, hn::Vec<DF> odd, T* p) {
-    StoreF16Split(df, even, odd, p);
-  }
-  // The float16 rounding handles NaN lane by lane: no test needed.
-  template <class DF>
-  static HWY_INLINE bool NoNaN(DF, hn::Vec<DF>, hn::Vec<DF>, hn::Vec<DF>, hn::Vec<DF>) {
-    return true;
-  }
 };
 
 struct Bf16Io {
@@ -103,15 +94,6 @@ struct Bf16Io {
   template <class DF>
   static HWY_INLINE void StoreSplit(DF df, hn::Vec<DF> even, hn::Vec<DF> odd, T* p) {
     StoreBf16Split(df, even, odd, p);
-  }
-  template <class DF>
-  static HWY_INLINE void StoreSplitFinite(DF df, hn::Vec<DF> even, hn::Vec<DF> odd, T* p) {
-    StoreBf16SplitFinite(df, even, odd, p);
-  }
-  template <class DF>
-  static HWY_INLINE bool NoNaN(DF df, hn::Vec<DF> a, hn::Vec<DF> b, hn::Vec<DF> c,
-                               hn::Vec<DF> d) {
-    return rope::cpu::HWY_NAMESPACE::NoNaN(df, a, b, c, d);
   }
 };
 
@@ -253,13 +235,8 @@ HWY_INLINE int64_t HalfSplit(DF df, typename Io::T* x, int64_t heads, int64_t he
       const auto yo0 = hn::Sub(hn::Mul(lo_odd, co), hn::Mul(hi_odd, so));
       const auto ye1 = hn::Add(hn::Mul(le, se), hn::Mul(he, ce));
       const auto yo1 = hn::Add(hn::Mul(lo_odd, so), hn::Mul(hi_odd, co));
-      if (HWY_LIKELY(Io::NoNaN(df, ye0, yo0, ye1, yo1))) {
-        Io::StoreSplitFinite(df, ye0, yo0, lo);
-        Io::StoreSplitFinite(df, ye1, yo1, hi);
-      } else {
-        Io::StoreSplit(df, ye0, yo0, lo);
-        Io::StoreSplit(df, ye1, yo1, hi);
-      }
+      Io::StoreSplit(df, ye0, yo0, lo);
+      Io::StoreSplit(df, ye1, yo1, hi);
     }
   }
   return i;
@@ -295,25 +272,7 @@ HWY_INLINE int64_t InterleavedSplit(DF df, typename Io::T* x, int64_t heads, int
     const auto cv = hn::LoadU(df, c + f / 2);
     const auto sv = hn::LoadU(df, s + f / 2);
     typename Io::T* v = x + f;
-    int64_t h = 0;
-    // Two heads per step: one NaN test for both.
-    for (; h + 2 <= heads; h += 2, v += 2 * head_dim) {
-      hn::Vec<DF> a0, a1, b0, b1;
-      Io::LoadSplit(df, v, a0, a1);
-      Io::LoadSplit(df, v + head_dim, b0, b1);
-      const auto ya0 = hn::Sub(hn::Mul(a0, cv), hn::Mul(a1, sv));
-      const auto ya1 = hn::Add(hn::Mul(a0, sv), hn::Mul(a1, cv));
-      const auto yb0 = hn::Sub(hn::Mul(b0, cv), hn::Mul(b1, sv));
-      const auto yb1 = hn::Add(hn::Mul(b0, sv), hn::Mul(b1, cv));
-      if (HWY_LIKELY(Io::NoNaN(df, ya0, ya1, yb0, yb1))) {
-        Io::StoreSplitFinite(df, ya0, ya1, v);
-        Io::StoreSplitFinite(df, yb0, yb1, v + head_dim);
-      } else {
-        Io::StoreSplit(df, ya0, ya1, v);
-        Io::StoreSplit(df, yb0, yb1, v + head_dim);
-      }
-    }
-    if (h < heads) {
+    for (int64_t h = 0; h < heads; ++h, v += head_dim) {
       hn::Vec<DF> x0, x1;
       Io::LoadSplit(df, v, x0, x1);
       Io::StoreSplit(df, hn::Sub(hn::Mul(x0, cv), hn::Mul(x1, sv)),
