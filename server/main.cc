@@ -6,7 +6,6 @@
 // fails for good (BackendInfo::fault: a sticky CUDA error), it drains the
 // same way and exits kExitBackendFailed, so that the orchestrator restarts it.
 #include <fcntl.h>
-#include <malloc.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -38,6 +37,7 @@
 #include "server/backends/cuda/cuda_backend.h"
 #include "server/engine/engine.h"
 #include "server/service/cpu_limit.h"
+#include "server/service/malloc_settings.h"
 #include "server/service/memory_limit.h"
 #include "server/service/rope_server.h"
 #include "server/service/server_security.h"
@@ -317,14 +317,18 @@ std::string DescribeSecurity(const ServerSecurity& security) {
   return mode;
 }
 
-// glibc gives threads that contend their own malloc arenas, up to 8 per
-// core. Tensor buffers of many sizes freed into many arenas seldom go back to
-// the system, so resident memory creeps under mixed load (bench/results/
-// soak_*.md: +8.9% over nine minutes with glibc's default, +2.7% and the
-// same throughput with 2 arenas). Cap them, unless MALLOC_ARENA_MAX is set.
-void LimitMallocArenas() {
-  if (std::getenv("MALLOC_ARENA_MAX") != nullptr) return;
-  mallopt(M_ARENA_MAX, std::clamp(ProcessCpus().cpus / 4, 2, 8));
+// glibc malloc set up for large messages (server/service/malloc_settings.h),
+// unless the environment says otherwise. First thing in RunServer: the arena
+// cap only holds for threads that have not allocated yet.
+// Returns the log line.
+std::string SetUpMalloc() {
+  const MallocSettings settings = ChooseMallocSettings(ProcessCpus().cpus, std::getenv);
+  std::string line = DescribeMallocSettings(settings);
+  if (!ApplyMallocSettings(settings)) {
+    // e.g. under a sanitizer, whose allocator ignores mallopt.
+    line += " (not applied: this process's malloc refused mallopt)";
+  }
+  return line;
 }
 
 // Exit status (docs/operations.md): 0 after a drain; 1 a runtime failure
@@ -437,7 +441,7 @@ void ArmTeardownWatchdog(absl::Duration bound, int exit_code) {
 
 // Serves until SIGTERM or SIGINT, then drains. Returns the process exit code.
 int RunServer() {
-  LimitMallocArenas();
+  const std::string malloc_line = SetUpMalloc();
   // All configuration first: a bad flag or certificate must not wait for
   // (or disturb) a GPU being initialised.
   absl::Status flags_ok = CheckFlags();
@@ -459,8 +463,9 @@ int RunServer() {
   if (absl::GetFlag(FLAGS_work_threads) <= 0 || absl::GetFlag(FLAGS_cpu_threads) <= 0) {
     std::fprintf(stdout, "ropeserve: %d CPUs to use (%s): the default thread counts\n",
                  ProcessCpus().cpus, ProcessCpus().source.c_str());
-    std::fflush(stdout);
   }
+  std::fprintf(stdout, "ropeserve: malloc: %s\n", malloc_line.c_str());
+  std::fflush(stdout);
   absl::StatusOr<std::unique_ptr<Backend>> backend = MakeBackend(absl::GetFlag(FLAGS_backend));
   if (!backend.ok()) return Fail(backend.status(), kExitRuntime);
 

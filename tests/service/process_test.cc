@@ -408,6 +408,30 @@ TEST(ProcessTest, DefaultThreadCountsFollowTheAffinityMask) {
   StopServer(&server);
 }
 
+// server/service/malloc_settings.h: large buffers from the heap by default,
+// glibc's environment variables left alone; the log says which.
+TEST(ProcessTest, MallocSettingsAreLoggedAndTheEnvironmentsThresholdsWin) {
+  {
+    Server server;
+    ASSERT_NO_FATAL_FAILURE(StartServer({"--backend=cpu"}, &server));
+    EXPECT_NE(server.process->Output().find("ropeserve: malloc: "), std::string::npos)
+        << server.process->Output();
+    EXPECT_NE(server.process->Output().find("bytes from the heap, 67108864 bytes kept free"),
+              std::string::npos)
+        << server.process->Output();
+    StopServer(&server);
+  }
+  setenv("MALLOC_TRIM_THRESHOLD_", "1048576", 1);
+  Server server;
+  StartServer({"--backend=cpu"}, &server);
+  unsetenv("MALLOC_TRIM_THRESHOLD_");
+  ASSERT_NE(server.process, nullptr);
+  EXPECT_NE(server.process->Output().find("mmap and trim thresholds as the environment sets them"),
+            std::string::npos)
+      << server.process->Output();
+  StopServer(&server);
+}
+
 TEST(ProcessTest, UnknownCpuSimdPathExitsWithTheCompiledOnes) {
   int exit_code = 0;
   const std::string output =
