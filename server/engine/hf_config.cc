@@ -475,6 +475,25 @@ absl::StatusOr<ScalingConfig> Scaling(const std::string& rope_type, const Scope&
     ROPE_ASSIGN_OR_RETURN(std::optional<std::vector<double>> long_factor,
                           p.PositiveList("long_factor"));
     if (!long_factor.has_value()) return Missing(p.Path("long_factor"), "rope_type longrope needs it");
+    // Phi-3.5-MoE (model_type phimoe) scales cos/sin by short_mscale or
+    // long_mscale, chosen with the list, in place of longrope's attention
+    // factor. Equal (as published: 1.243163121016122 both), that is one
+    // attention factor; different, it needs a per-list factor this server
+    // does not have: refused rather than read as plain longrope (1.19).
+    ROPE_ASSIGN_OR_RETURN(std::optional<double> short_mscale, p.PositiveNumber("short_mscale"));
+    ROPE_ASSIGN_OR_RETURN(std::optional<double> long_mscale, p.PositiveNumber("long_mscale"));
+    std::optional<double> list_mscale;
+    if (short_mscale.has_value() || long_mscale.has_value()) {
+      if (short_mscale != long_mscale) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "hf_config_json: ", p.Path("short_mscale"), " (",
+            short_mscale.has_value() ? absl::StrCat(*short_mscale) : "absent", ") and ",
+            p.Path("long_mscale"), " (",
+            long_mscale.has_value() ? absl::StrCat(*long_mscale) : "absent",
+            ") differ: a scaling of cos/sin per factor list is not supported by this server"));
+      }
+      list_mscale = short_mscale;
+    }
     s.short_factor = *std::move(short_factor);
     s.long_factor = *std::move(long_factor);
     ROPE_ASSIGN_OR_RETURN(s.original_max_position_embeddings, original());
@@ -485,7 +504,9 @@ absl::StatusOr<ScalingConfig> Scaling(const std::string& rope_type, const Scope&
                                                 "from max_position_embeddings / original"));
     ROPE_ASSIGN_OR_RETURN(std::optional<double> attention, p.PositiveNumber("attention_factor"));
     ROPE_ASSIGN_OR_RETURN(std::optional<double> factor, p.PositiveNumber("factor"));
-    if (attention.has_value()) {
+    if (list_mscale.has_value()) {
+      s.attention_factor = *list_mscale;
+    } else if (attention.has_value()) {
       s.attention_factor = *attention;
     } else if (factor.has_value()) {
       // An explicit factor replaces max_position_embeddings / original in
@@ -550,6 +571,12 @@ absl::StatusOr<HfRopeConfig> ParseHfRopeConfig(absl::string_view json,
     ROPE_ASSIGN_OR_RETURN(rope_type, sel.params.String("type"));
   }
   out.rope_type = rope_type.value_or("default");
+  // transformers' Phi3Config reads the names of the first Phi-3 configs as
+  // longrope: "su" (Phi-3-mini-128k-instruct as first published) and "yarn".
+  if (model_type == std::optional<std::string>("phi3") &&
+      (out.rope_type == "su" || out.rope_type == "yarn")) {
+    out.rope_type = "longrope";
+  }
   // Qwen2-VL's legacy "type": "mrope" is plain frequencies with sections.
   const bool mrope_type = out.rope_type == "mrope";
   if (mrope_type) out.rope_type = "default";

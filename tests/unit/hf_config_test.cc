@@ -204,6 +204,79 @@ TEST(HfConfigTest, Phi4MiniLongRopeFollowsTransformers) {
   ExpectTableRows(config, short_want, attention, {0, 17, 4095});
 }
 
+// A Phi-3 style longrope config for head_dim 64: 32 values per list.
+std::string PhiStyleConfig(const std::string& model_type, const std::string& scaling_extra) {
+  std::string short_list, long_list;
+  for (int i = 0; i < 32; ++i) {
+    absl::StrAppend(&short_list, i ? ", " : "", 1.0 + 0.01 * i);
+    absl::StrAppend(&long_list, i ? ", " : "", 1.0 + 1.5 * i);
+  }
+  return absl::StrCat(R"({"model_type": ")", model_type,
+                      R"(", "hidden_size": 2048, "num_attention_heads": 32, )",
+                      R"("max_position_embeddings": 131072, "original_max_position_embeddings": 4096, )",
+                      R"("rope_theta": 10000.0, "rope_scaling": {"short_factor": [)", short_list,
+                      R"(], "long_factor": [)", long_list, "], ", scaling_extra, "}}");
+}
+
+// transformers' Phi3Config reads "su" (the first Phi-3-mini-128k-instruct
+// config) and "yarn" as longrope.
+TEST(HfConfigTest, Phi3LegacySuAndYarnTypesAreLongRope) {
+  auto longrope = Resolve(PhiStyleConfig("phi3", R"("type": "longrope")"), "", 131072);
+  ASSERT_TRUE(longrope.ok()) << longrope.status();
+  for (const std::string type : {"su", "yarn"}) {
+    auto legacy = Resolve(PhiStyleConfig("phi3", absl::StrCat(R"("type": ")", type, R"(")")), "",
+                          131072);
+    ASSERT_TRUE(legacy.ok()) << type << ": " << legacy.status();
+    EXPECT_TRUE(legacy->config.scaling == longrope->config.scaling) << type;
+    EXPECT_EQ(legacy->attention_factor, longrope->attention_factor) << type;
+    ExpectInvFreq(legacy->inv_freq, longrope->inv_freq);
+  }
+  // sqrt(1 + ln 32 / ln 4096), the longrope default.
+  EXPECT_DOUBLE_EQ(longrope->attention_factor,
+                   reference::LongRopeAttentionFactorFromConfig(131072, 4096));
+  // Only phi3 configs: for another model_type "su" stays unknown.
+  EXPECT_TRUE(StatusIs(Resolve(PhiStyleConfig("llama", R"("type": "su")")).status(),
+                       absl::StatusCode::kInvalidArgument,
+                       "hf_config_json: rope_scaling.rope_type is \"su\": not supported"));
+}
+
+// Phi-3.5-MoE: cos/sin scaled by short_mscale / long_mscale (equal as
+// published) instead of longrope's attention factor.
+TEST(HfConfigTest, PhiMoeEqualMscalesAreTheAttentionFactorOfBothLists) {
+  const double mscale = 1.243163121016122;
+  const std::string json = PhiStyleConfig(
+      "phimoe", R"("type": "longrope", "short_mscale": 1.243163121016122, )"
+                R"("long_mscale": 1.243163121016122)");
+  auto r = Resolve(json, "", 131072);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->attention_factor, mscale);
+  const auto& longrope = std::get<LongRopeScaling>(r->config.scaling);
+  const RopeConfig config = FromJson(json, "", 131072);
+  // Short factors up to position 4095, long ones from 4096: the same factor.
+  ExpectTableRows(config, reference::LongRopeInvFreq(10000, 64, longrope.short_factor), mscale,
+                  {0, 17, 4095});
+  ExpectTableRows(config, reference::LongRopeInvFreq(10000, 64, longrope.long_factor), mscale,
+                  {4096, 100000});
+}
+
+TEST(HfConfigErrorsTest, DifferentOrLoneMscalesAreRefused) {
+  EXPECT_TRUE(StatusIs(
+      Resolve(PhiStyleConfig("phimoe", R"("type": "longrope", "short_mscale": 1.2, )"
+                                       R"("long_mscale": 1.3)"))
+          .status(),
+      absl::StatusCode::kInvalidArgument,
+      "hf_config_json: rope_scaling.short_mscale (1.2) and rope_scaling.long_mscale (1.3) differ"));
+  EXPECT_TRUE(StatusIs(
+      Resolve(PhiStyleConfig("phimoe", R"("type": "longrope", "long_mscale": 1.3)")).status(),
+      absl::StatusCode::kInvalidArgument,
+      "rope_scaling.short_mscale (absent) and rope_scaling.long_mscale (1.3) differ"));
+  EXPECT_TRUE(StatusIs(
+      Resolve(PhiStyleConfig("phimoe", R"("type": "longrope", "short_mscale": -1, )"
+                                       R"("long_mscale": -1)"))
+          .status(),
+      absl::StatusCode::kInvalidArgument, "rope_scaling.short_mscale"));
+}
+
 TEST(HfConfigTest, GptOss20bYarnKeepsTheFractionalRangeOnBothLayerTypes) {
   const std::string json = Fixture("gpt-oss-20b");
   const std::vector<double> want = reference::YarnInvFreq(150000, 64, 32, 4096, 32, 1, false);
