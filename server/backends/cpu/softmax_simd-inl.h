@@ -50,14 +50,19 @@ HWY_INLINE hn::Vec<D> ExpNonPositive(D d, hn::Vec<D> x) {
   // ln 2 in two parts so that n * ln2_hi is exact.
   const auto r = hn::Sub(hn::Sub(xc, hn::Mul(n, hn::Set(d, 0.693359375f))),
                          hn::Mul(n, hn::Set(d, -2.12194440e-4f)));
-  // Minimax polynomial for exp(r) on [-ln2/2, ln2/2] (Cephes expf).
-  auto p = hn::Set(d, 1.9875691500e-4f);
-  p = hn::Add(hn::Mul(p, r), hn::Set(d, 1.3981999507e-3f));
-  p = hn::Add(hn::Mul(p, r), hn::Set(d, 8.3334519073e-3f));
-  p = hn::Add(hn::Mul(p, r), hn::Set(d, 4.1665795894e-2f));
-  p = hn::Add(hn::Mul(p, r), hn::Set(d, 1.6666665459e-1f));
-  p = hn::Add(hn::Mul(p, r), hn::Set(d, 5.0000001201e-1f));
-  p = hn::Add(hn::Add(hn::Mul(hn::Mul(p, r), r), r), hn::Set(d, 1.0f));
+  // Minimax polynomial for exp(r) on [-ln2/2, ln2/2] (Cephes expf's
+  // coefficients): 1 + r + r^2 q(r), q of degree 5 evaluated by Estrin's
+  // scheme (pairs, then r^2 and r^4) rather than Horner's. Same accuracy; the
+  // chain of dependent operations is 8 long instead of 14, and that chain,
+  // not the operation count, bounded the row loop (2.5 cycles per element
+  // with Horner on AVX2: a vector's chain outlasted what the scheduler holds).
+  const auto r2 = hn::Mul(r, r);
+  const auto r4 = hn::Mul(r2, r2);
+  const auto q01 = hn::Add(hn::Mul(hn::Set(d, 1.6666665459e-1f), r), hn::Set(d, 5.0000001201e-1f));
+  const auto q23 = hn::Add(hn::Mul(hn::Set(d, 8.3334519073e-3f), r), hn::Set(d, 4.1665795894e-2f));
+  const auto q45 = hn::Add(hn::Mul(hn::Set(d, 1.9875691500e-4f), r), hn::Set(d, 1.3981999507e-3f));
+  const auto q = hn::Add(hn::Add(q01, hn::Mul(r2, q23)), hn::Mul(r4, q45));
+  const auto p = hn::Add(hn::Add(hn::Mul(r2, q), r), hn::Set(d, 1.0f));
   // 2^n built in the exponent field straight from t's bits (t's bits are
   // 0x4B400000 + n), without a float-to-int conversion.
   const auto scale = hn::BitCast(
