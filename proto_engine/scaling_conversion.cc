@@ -51,6 +51,12 @@ ScalingConfig ScalingFromProto(const v1::RopeConfig& proto) {
       s.max_position_embeddings = p.max_position_embeddings();
       return s;
     }
+    case v1::RopeConfig::kProportional: {
+      ProportionalScaling s;
+      s.factor = proto.proportional().factor();
+      s.rotated_pairs = proto.proportional().rotated_pairs();
+      return s;
+    }
   }
   return NoScaling{};
 }
@@ -101,6 +107,11 @@ void ScalingToProto(const ScalingConfig& scaling, v1::RopeConfig* proto) {
                    p->set_original_max_position_embeddings(s.original_max_position_embeddings);
                    p->set_attention_factor(s.attention_factor);
                    p->set_max_position_embeddings(s.max_position_embeddings);
+                 },
+                 [proto](const ProportionalScaling& s) {
+                   auto* p = proto->mutable_proportional();
+                   p->set_factor(s.factor);
+                   p->set_rotated_pairs(s.rotated_pairs);
                  },
              },
              scaling);

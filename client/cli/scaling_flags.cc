@@ -18,7 +18,8 @@ namespace rope {
 namespace client {
 namespace {
 
-const char* const kVariants[] = {"none", "linear", "dynamic", "yarn", "llama3", "longrope"};
+const char* const kVariants[] = {"none",   "linear",   "dynamic",     "yarn",
+                                 "llama3", "longrope", "proportional"};
 
 // Which parameter flags each variant takes.
 const std::vector<std::string>& ParamsOf(absl::string_view variant) {
@@ -38,7 +39,9 @@ const std::vector<std::string>& ParamsOf(absl::string_view variant) {
   if (variant == "dynamic") return *kDynamic;
   if (variant == "yarn") return *kYarn;
   if (variant == "llama3") return *kLlama3;
+  static const auto* const kProportional = new std::vector<std::string>{"factor", "rotated_pairs"};
   if (variant == "longrope") return *kLongRope;
+  if (variant == "proportional") return *kProportional;
   return *kNone;
 }
 
@@ -61,7 +64,8 @@ absl::Status ValidateVariant(absl::string_view value) {
     if (value == v) return absl::OkStatus();
   }
   return absl::InvalidArgumentError(absl::StrCat(
-      "'", value, "' is not a scaling variant: none, linear, dynamic, yarn, llama3, longrope"));
+      "'", value,
+      "' is not a scaling variant: none, linear, dynamic, yarn, llama3, longrope, proportional"));
 }
 
 absl::StatusOr<std::vector<double>> ParseList(absl::string_view name, absl::string_view text) {
@@ -94,9 +98,10 @@ absl::StatusOr<uint32_t> OriginalLength(const FlagSet& flags) {
 void AddScalingFlags(FlagSet* flags) {
   flags->BeginGroup("RoPE scaling flags (Hugging Face rope_scaling; 0 = the variant's default)");
   flags->Add("rope_scaling", FlagSet::Kind::kString, "none",
-             "none | linear | dynamic | yarn | llama3 | longrope.", ValidateVariant);
+             "none | linear | dynamic | yarn | llama3 | longrope | proportional.", ValidateVariant);
   flags->Add("factor", FlagSet::Kind::kDouble, "0",
-             "Context extension factor (linear, dynamic, yarn: required; llama3: default 8).");
+             "Context extension factor (linear, dynamic, yarn: required; llama3: default 8; "
+             "proportional: default 1).");
   flags->Add("original_max_position_embeddings", FlagSet::Kind::kInt, "0",
              "Pre-training context length (dynamic, yarn, longrope: required; llama3: 8192).");
   flags->Add("beta_fast", FlagSet::Kind::kDouble, "0", "yarn: default 32.");
@@ -115,6 +120,10 @@ void AddScalingFlags(FlagSet* flags) {
              "original_max_position_embeddings; see --max_position_embeddings).");
   flags->Add("long_factor", FlagSet::Kind::kString, "",
              "longrope: rotary_dim/2 comma-separated factors (for longer requests).");
+  flags->Add("rotated_pairs", FlagSet::Kind::kInt, "0",
+             "proportional (Gemma 4's full-attention layers): how many of the rotary_dim/2 "
+             "frequencies are nonzero (transformers: int(partial_rotary_factor * head_dim // 2), "
+             "with --rotary_dim = --head_dim).");
   flags->Add("max_position_embeddings", FlagSet::Kind::kInt, "0",
              "longrope: the model's max_position_embeddings. Set: transformers' rule (attention "
              "factor from it, long_factor iff the request's largest position + 1 > "
@@ -184,6 +193,15 @@ absl::Status ApplyScalingFlags(const FlagSet& flags, v1::RopeConfig* config) {
                                      ": must be in [0, 4294967295]"));
     }
     l->set_max_position_embeddings(static_cast<uint32_t>(expanded));
+  } else if (variant == "proportional") {
+    const int64_t pairs = flags.Int("rotated_pairs");
+    if (pairs < 0 || pairs > 0xffffffffll) {
+      return UsageError(
+          absl::StrCat("--rotated_pairs=", pairs, ": must be in [0, 4294967295]"));
+    }
+    auto* p = config->mutable_proportional();
+    p->set_factor(flags.Double("factor"));
+    p->set_rotated_pairs(static_cast<uint32_t>(pairs));
   }
   return absl::OkStatus();
 }
@@ -217,6 +235,9 @@ std::string DescribeScaling(const v1::RopeConfig& config) {
                           " attention_factor=", l.attention_factor(),
                           " max_position_embeddings=", l.max_position_embeddings(), ")");
     }
+    case v1::RopeConfig::kProportional:
+      return absl::StrCat("proportional(factor=", config.proportional().factor(),
+                          " rotated_pairs=", config.proportional().rotated_pairs(), ")");
     case v1::RopeConfig::SCALING_NOT_SET:
       break;
   }
@@ -291,6 +312,10 @@ std::string ScalingAsFlags(const v1::RopeConfig& config) {
       }
       return out;
     }
+    case v1::RopeConfig::kProportional:
+      return absl::StrCat("--rope_scaling=proportional --factor=",
+                          Exact(config.proportional().factor()),
+                          " --rotated_pairs=", config.proportional().rotated_pairs());
     case v1::RopeConfig::SCALING_NOT_SET:
       break;
   }

@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
@@ -357,10 +358,17 @@ absl::StatusOr<double> Theta(const Scope& cfg, const Selection& sel,
 
 // The per-head width the rope applies to, before partial_rotary_factor: 0
 // when the JSON says nothing about it.
-absl::StatusOr<uint32_t> HeadDim(const Scope& cfg, const ModelTypeDefaults* defaults) {
+absl::StatusOr<uint32_t> HeadDim(const Scope& cfg, const ModelTypeDefaults* defaults,
+                                 const std::string& model_type, const std::string& layer_type) {
   // DeepSeek MLA: the rotated part of q and k is a tensor of its own.
   ROPE_ASSIGN_OR_RETURN(std::optional<uint32_t> rope_part, cfg.Count("qk_rope_head_dim"));
   if (rope_part.has_value()) return *rope_part;
+  // Gemma 4's full-attention layers have wider heads (transformers reads
+  // global_head_dim for them, head_dim for the sliding ones).
+  if (absl::StartsWith(model_type, "gemma4") && layer_type == kFullAttention) {
+    ROPE_ASSIGN_OR_RETURN(std::optional<uint32_t> global, cfg.Count("global_head_dim"));
+    if (global.has_value()) return *global;
+  }
   ROPE_ASSIGN_OR_RETURN(std::optional<uint32_t> head_dim, cfg.Count("head_dim"));
   if (head_dim.has_value()) return *head_dim;
   if (defaults != nullptr && defaults->head_dim != 0) return defaults->head_dim;
@@ -519,10 +527,18 @@ absl::StatusOr<ScalingConfig> Scaling(const std::string& rope_type, const Scope&
     }
     return ScalingConfig(s);
   }
+  if (rope_type == "proportional") {
+    // rotated_pairs needs head_dim, which may be the request's:
+    // ApplyHfRopeConfig sets it from partial_rotary_factor.
+    ProportionalScaling s;
+    ROPE_ASSIGN_OR_RETURN(std::optional<double> factor, p.PositiveNumber("factor"));
+    s.factor = factor.value_or(1.0);
+    return ScalingConfig(s);
+  }
   return absl::InvalidArgumentError(absl::StrCat(
       "hf_config_json: ", p.Path("rope_type"), " is \"", Truncated(rope_type, kMaxShown),
       "\": not supported (this server serves default, linear, dynamic, yarn, llama3, longrope, "
-      "and mrope sections with any of them)"));
+      "proportional, and mrope sections with any of them)"));
 }
 
 }  // namespace
@@ -546,7 +562,8 @@ absl::StatusOr<HfRopeConfig> ParseHfRopeConfig(absl::string_view json,
   ROPE_ASSIGN_OR_RETURN(const Selection sel, SelectParams(cfg, model_type.value_or(""), layer_type));
   HfRopeConfig out;
   ROPE_ASSIGN_OR_RETURN(out.theta, Theta(cfg, sel, layer_type, defaults));
-  ROPE_ASSIGN_OR_RETURN(out.head_dim, HeadDim(cfg, defaults));
+  ROPE_ASSIGN_OR_RETURN(out.head_dim,
+                        HeadDim(cfg, defaults, model_type.value_or(""), layer_type));
 
   // A top-level partial_rotary_factor overrides the dict's (transformers
   // copies it in).
@@ -637,6 +654,21 @@ absl::StatusOr<RopeConfig> ApplyHfRopeConfig(const RopeConfig& request, const Hf
     return absl::InvalidArgumentError(
         "config.head_dim is 0 and hf_config_json gives none (head_dim, qk_rope_head_dim, or "
         "hidden_size and num_attention_heads): set one of them");
+  }
+  if (auto* proportional = std::get_if<ProportionalScaling>(&out.scaling)) {
+    // transformers' _compute_proportional_rope_parameters: the whole head
+    // pairs, int(partial_rotary_factor * head_dim // 2) frequencies rotate.
+    const double pairs =
+        std::floor(hf.partial_rotary_factor * static_cast<double>(out.head_dim) / 2);
+    if (pairs < 1 || out.head_dim % 2 != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "hf_config_json: rope_type proportional with partial_rotary_factor ",
+          hf.partial_rotary_factor, " and head_dim ", out.head_dim, " rotates ", pairs,
+          " pairs: needs at least one, and an even head_dim"));
+    }
+    proportional->rotated_pairs = static_cast<uint32_t>(pairs);
+    out.rotary_dim = out.head_dim;
+    return out;
   }
   // Python's int(head_dim * partial_rotary_factor): the same double product,
   // truncated.

@@ -97,6 +97,7 @@ std::string ScalingName(const ScalingConfig& scaling) {
                         [](const YarnScaling&) { return "yarn"; },
                         [](const Llama3Scaling&) { return "llama3"; },
                         [](const LongRopeScaling&) { return "longrope"; },
+                        [](const ProportionalScaling&) { return "proportional"; },
                     },
                     scaling);
 }
@@ -135,12 +136,16 @@ std::string DescribeScaling(const ScalingConfig& scaling) {
                                 " attention_factor=", Exact(s.attention_factor),
                                 " max_position_embeddings=", s.max_position_embeddings, ")");
           },
+          [](const ProportionalScaling& s) {
+            return absl::StrCat("proportional(factor=", Exact(s.factor),
+                                " rotated_pairs=", s.rotated_pairs, ")");
+          },
       },
       scaling);
 }
 
 std::vector<std::string> SupportedScalingNames() {
-  return {"none", "linear", "dynamic", "yarn", "llama3", "longrope"};
+  return {"none", "linear", "dynamic", "yarn", "llama3", "longrope", "proportional"};
 }
 
 ScalingConfig WithScalingDefaults(const ScalingConfig& scaling) {
@@ -163,6 +168,8 @@ ScalingConfig WithScalingDefaults(const ScalingConfig& scaling) {
     if (l->low_freq_factor == 0) l->low_freq_factor = 1;
     if (l->high_freq_factor == 0) l->high_freq_factor = 4;
     if (l->original_max_position_embeddings == 0) l->original_max_position_embeddings = 8192;
+  } else if (auto* p = std::get_if<ProportionalScaling>(&out)) {
+    if (p->factor == 0) p->factor = 1;
   }
   return out;
 }
@@ -236,6 +243,15 @@ absl::Status ValidateScaling(const ScalingConfig& scaling, uint32_t rotary_dim) 
                 ROPE_RETURN_IF_ERROR(CheckPositive(absl::StrCat("config.longrope.", name, "[", i, "]"),
                                           (*list)[i]));
               }
+            }
+            return absl::OkStatus();
+          },
+          [rotary_dim](const ProportionalScaling& s) {
+            ROPE_RETURN_IF_ERROR(CheckPositiveOrDefault("config.proportional.factor", s.factor));
+            if (s.rotated_pairs < 1 || s.rotated_pairs > rotary_dim / 2) {
+              return absl::InvalidArgumentError(absl::StrCat(
+                  "config.proportional.rotated_pairs is ", s.rotated_pairs,
+                  ": must be in 1 .. rotary_dim/2 = ", rotary_dim / 2));
             }
             return absl::OkStatus();
           },
@@ -317,6 +333,10 @@ std::vector<double> ScaledInvFreq(const ScalingConfig& scaling, double base, uin
           [&](const LongRopeScaling& s) {
             const std::vector<double>& ext = long_factor ? s.long_factor : s.short_factor;
             for (size_t i = 0; i < half; ++i) inv[i] /= ext[i];
+          },
+          [&](const ProportionalScaling& s) {
+            const double factor = s.factor == 0 ? 1 : s.factor;
+            for (size_t i = 0; i < half; ++i) inv[i] = i < s.rotated_pairs ? inv[i] / factor : 0.0;
           },
       },
       scaling);

@@ -131,10 +131,31 @@ struct LongRopeScaling {
   }
 };
 
-using ScalingConfig = std::variant<NoScaling, LinearScaling, DynamicNtkScaling, YarnScaling,
-                                   Llama3Scaling, LongRopeScaling>;
+// Proportional (HF "proportional", Gemma 4's full-attention layers): the
+// exponents run over the whole rotary width r, and only the first
+// rotated_pairs frequencies are nonzero:
+//   inv_freq[i] = theta^(-2i/r) / factor   for i < rotated_pairs,
+//   inv_freq[i] = 0                         for rotated_pairs <= i < r/2.
+// A zero frequency leaves its pair as it is (cos 1, sin 0), so this is a
+// partial rotary whose unrotated features pair at distance r/2 in the half
+// layout, unlike rotary_dim's prefix; rotated_pairs = r/2 is linear scaling.
+struct ProportionalScaling {
+  double factor = 0;           // 0 -> 1; > 0
+  uint32_t rotated_pairs = 0;  // required, 1 .. rotary_dim/2
+  friend bool operator==(const ProportionalScaling& a, const ProportionalScaling& b) {
+    return a.factor == b.factor && a.rotated_pairs == b.rotated_pairs;
+  }
+  template <typename H>
+  friend H AbslHashValue(H h, const ProportionalScaling& s) {
+    return H::combine(std::move(h), s.factor, s.rotated_pairs);
+  }
+};
 
-// "none", "linear", "dynamic", "yarn", "llama3", "longrope" (HF rope_type names).
+using ScalingConfig = std::variant<NoScaling, LinearScaling, DynamicNtkScaling, YarnScaling,
+                                   Llama3Scaling, LongRopeScaling, ProportionalScaling>;
+
+// "none", "linear", "dynamic", "yarn", "llama3", "longrope", "proportional"
+// (HF rope_type names).
 std::string ScalingName(const ScalingConfig& scaling);
 std::vector<std::string> SupportedScalingNames();
 
@@ -153,7 +174,8 @@ std::string DescribeScaling(const ScalingConfig& scaling);
 
 // INVALID_ARGUMENT naming the field (config.<variant>.<field>) and value for
 // a NaN/inf, a non-positive factor, beta_fast <= beta_slow, low > high freq
-// factor, list lengths other than rotary_dim/2, dynamic NTK with rotary_dim 2.
+// factor, list lengths other than rotary_dim/2, dynamic NTK with rotary_dim 2,
+// proportional rotated_pairs outside 1 .. rotary_dim/2.
 absl::Status ValidateScaling(const ScalingConfig& scaling, uint32_t rotary_dim);
 
 // The base for dynamic NTK at sequence length `seq_len` (theta unchanged

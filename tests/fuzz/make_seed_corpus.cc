@@ -139,6 +139,11 @@ std::vector<std::pair<std::string, v1::RotateRequest>> RotateSeeds() {
   r.mutable_config()->mutable_yarn()->set_truncate(false);
   seeds.emplace_back("rotate_yarn_no_truncate", r);
 
+  r = scaled;
+  *r.mutable_config() = Config(8, 64, v1::HALF);
+  r.mutable_config()->mutable_proportional()->set_rotated_pairs(1);
+  seeds.emplace_back("rotate_proportional", r);
+
   // M-RoPE: 3*B*S positions, [axis][b][s].
   r = v1::RotateRequest();
   *r.mutable_config() = Config(8, 64, v1::HALF);
@@ -293,6 +298,15 @@ std::vector<std::pair<std::string, v1::RopeConfig>> ResolveSeeds() {
       R"( "rope_scaling": {"factor": 8.0, "rope_type": "linear"}}})");
   c.set_hf_layer_type("sliding_attention");
   seeds.emplace_back("resolve_hf_config_gemma_sliding", c);
+
+  c = Config(0, 64);
+  c.set_hf_config_json(
+      R"({"model_type": "gemma4", "text_config": {"model_type": "gemma4_text", "head_dim": 8,)"
+      R"( "global_head_dim": 16, "layer_types": ["sliding_attention", "full_attention"],)"
+      R"( "rope_parameters": {"full_attention": {"partial_rotary_factor": 0.25,)"
+      R"( "rope_theta": 1000000.0, "rope_type": "proportional"}, "sliding_attention":)"
+      R"( {"rope_theta": 10000.0, "rope_type": "default"}}}})");
+  seeds.emplace_back("resolve_hf_config_proportional", c);
 
   c = Config(8, 64, v1::HALF, 0, 10000);
   c.mutable_dynamic_ntk()->set_factor(2);

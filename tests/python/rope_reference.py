@@ -22,13 +22,17 @@ def _yarn_m(scale, k):
 
 def inv_freq_and_attention(kind, theta, rotary_dim, max_len=None, seq_len=None, **p):
     """(inv_freq [r/2], attention factor) of scaling `kind` ("none", "linear", "dynamic",
-    "yarn", "llama3", "longrope") with parameters named as in rope.proto."""
+    "yarn", "llama3", "longrope", "proportional") with parameters named as in rope.proto."""
     inv = plain_inv_freq(theta, rotary_dim)
     r = rotary_dim
     if kind == "none":
         return inv, 1.0
     if kind == "linear":
         return inv / p["factor"], 1.0
+    if kind == "proportional":  # transformers' _compute_proportional_rope_parameters
+        inv = inv / p.get("factor", 1.0)
+        inv[p["rotated_pairs"]:] = 0.0
+        return inv, 1.0
     if kind == "dynamic":
         orig, factor = p["original_max_position_embeddings"], p["factor"]
         if seq_len > orig:

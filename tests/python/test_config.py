@@ -36,6 +36,9 @@ SCALED = [
     ("longrope", ropeserve.RopeConfig(head_dim=16, max_len=512, scaling=ropeserve.LongRopeScaling(
         short_factor=SHORT, long_factor=LONG, original_max_position_embeddings=64)),
      "longrope", dict(short_factor=SHORT, long_factor=LONG, original_max_position_embeddings=64)),
+    ("proportional", ropeserve.RopeConfig(head_dim=16, max_len=64, theta=1.0e6, layout="half",
+                                          scaling=ropeserve.ProportionalScaling(rotated_pairs=2, factor=2.0)),
+     "proportional", dict(rotated_pairs=2, factor=2.0)),
     ("partial", ropeserve.RopeConfig(head_dim=16, rotary_dim=8, max_len=64, theta=2.0e6), "none", {}),
 ]
 

@@ -486,6 +486,25 @@ std::vector<MalformedCase> Cases() {
        },
        kInvalid, "config.longrope.short_factor[2] is 0: must be finite and > 0"},
 
+      {"ProportionalIsAccepted", kRotate,
+       [](Requests* r) {
+         RotateConfig(r)->mutable_proportional()->set_rotated_pairs(2);
+         RotateConfig(r)->mutable_proportional()->set_factor(8);
+       },
+       kOk, ""},
+      {"ProportionalRotatedPairsMissing", kRotate,
+       [](Requests* r) { RotateConfig(r)->mutable_proportional()->set_factor(2); }, kInvalid,
+       "config.proportional.rotated_pairs is 0: must be in 1 .. rotary_dim/2 = 4"},
+      {"ProportionalRotatedPairsOverHalf", kTable,
+       [](Requests* r) { r->table.mutable_config()->mutable_proportional()->set_rotated_pairs(5); },
+       kInvalid, "config.proportional.rotated_pairs is 5: must be in 1 .. rotary_dim/2 = 4"},
+      {"ProportionalNaNFactor", kRotate,
+       [](Requests* r) {
+         RotateConfig(r)->mutable_proportional()->set_rotated_pairs(1);
+         RotateConfig(r)->mutable_proportional()->set_factor(kNaN);
+       },
+       kInvalid, "config.proportional.factor is nan"},
+
       // ---- hf_config_json: a model's config.json ----
       {"HfJsonIsAccepted", kRotate, [](Requests* r) { SetJson(r, JsonWith("null")); }, kOk, ""},
       {"HfJsonOnGetTable", kTable,

@@ -469,7 +469,8 @@ TEST_F(ServiceTest, GetServerInfoReportsVersionBackendLimitsAndCache) {
   EXPECT_EQ(info.limits().max_table_blocks_per_call(), defaults.max_table_blocks_per_call);
   EXPECT_EQ(
       std::vector<std::string>(info.supported_scalings().begin(), info.supported_scalings().end()),
-      (std::vector<std::string>{"none", "linear", "dynamic", "yarn", "llama3", "longrope"}));
+      (std::vector<std::string>{"none", "linear", "dynamic", "yarn", "llama3", "longrope",
+                                "proportional"}));
   EXPECT_EQ(
       std::vector<std::string>(info.supported_dtypes().begin(), info.supported_dtypes().end()),
       (std::vector<std::string>{"FLOAT32", "FLOAT16", "BFLOAT16"}));

@@ -69,6 +69,15 @@ std::vector<Variant> Variants(int64_t max_position) {
     l->set_original_max_position_embeddings(64);
     out.push_back(v);
   }
+  {
+    // Gemma 4's full-attention form: two pairs turn (inv / 4), the rest stay.
+    std::vector<double> inv = reference::DefaultInvFreq(kTheta, kHeadDim);
+    for (size_t i = 0; i < inv.size(); ++i) inv[i] = i < 2 ? inv[i] / 4 : 0.0;
+    Variant v{"proportional", base(), inv, 1};
+    v.config.mutable_proportional()->set_factor(4);
+    v.config.mutable_proportional()->set_rotated_pairs(2);
+    out.push_back(v);
+  }
   return out;
 }
 
@@ -268,7 +277,7 @@ TEST_F(ScalingServiceTest, ServerInfoListsEveryVariant) {
   std::vector<std::string> names(info.supported_scalings().begin(),
                                  info.supported_scalings().end());
   EXPECT_EQ(names, (std::vector<std::string>{"none", "linear", "dynamic", "yarn", "llama3",
-                                             "longrope"}));
+                                             "longrope", "proportional"}));
 }
 
 }  // namespace

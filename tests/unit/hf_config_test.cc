@@ -277,6 +277,108 @@ TEST(HfConfigErrorsTest, DifferentOrLoneMscalesAreRefused) {
       absl::StatusCode::kInvalidArgument, "rope_scaling.short_mscale"));
 }
 
+// Gemma 4 as transformers v5 saves it: per-layer rope_parameters, the
+// full-attention layers "proportional" over global_head_dim with a quarter of
+// the pairs rotating, the sliding ones plain over head_dim.
+constexpr char kGemma4Like[] = R"({"model_type": "gemma4", "text_config": {
+  "model_type": "gemma4_text", "head_dim": 256, "global_head_dim": 512,
+  "max_position_embeddings": 131072,
+  "layer_types": ["sliding_attention", "sliding_attention", "full_attention"],
+  "rope_parameters": {
+    "full_attention": {"partial_rotary_factor": 0.25, "rope_theta": 1000000.0,
+                       "rope_type": "proportional"},
+    "sliding_attention": {"rope_theta": 10000.0, "rope_type": "default"}}}})";
+
+// transformers' _compute_proportional_rope_parameters, in double.
+std::vector<double> ProportionalInvFreq(double theta, int head_dim, double partial, double factor) {
+  const int rotated = static_cast<int>(std::floor(partial * head_dim / 2));
+  std::vector<double> inv(head_dim / 2, 0.0);
+  for (int i = 0; i < rotated; ++i) inv[i] = std::pow(theta, -2.0 * i / head_dim) / factor;
+  return inv;
+}
+
+TEST(HfConfigTest, Gemma4ProportionalRotatesAQuarterOfTheGlobalHeadsPairs) {
+  auto full = Resolve(kGemma4Like, "full_attention", 4096);
+  ASSERT_TRUE(full.ok()) << full.status();
+  EXPECT_EQ(full->config.head_dim, 512u);    // global_head_dim
+  EXPECT_EQ(full->config.rotary_dim, 512u);  // the whole head pairs
+  EXPECT_TRUE(full->config.scaling == ScalingConfig(ProportionalScaling{1.0, 64}));
+  const std::vector<double> want = ProportionalInvFreq(1e6, 512, 0.25, 1.0);
+  ExpectInvFreq(full->inv_freq, want);
+  EXPECT_EQ(full->inv_freq[64], 0.0);
+  EXPECT_EQ(full->attention_factor, 1.0);
+  ExpectTableRows(FromJson(kGemma4Like, "full_attention", 4096), want, 1.0, {0, 1, 4095});
+  // "" is the full-attention layer too.
+  auto plain = Resolve(kGemma4Like, "", 4096);
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(plain->config.head_dim, 512u);
+  EXPECT_TRUE(plain->config.scaling == full->config.scaling);
+
+  auto sliding = Resolve(kGemma4Like, "sliding_attention", 4096);
+  ASSERT_TRUE(sliding.ok()) << sliding.status();
+  EXPECT_EQ(sliding->config.head_dim, 256u);
+  EXPECT_EQ(sliding->config.rotary_dim, 256u);
+  EXPECT_EQ(sliding->config.theta, 10000.0);
+  EXPECT_TRUE(std::holds_alternative<NoScaling>(sliding->config.scaling));
+
+  // Rotating: pairs (i, i + 256) turn for i < 64; every other feature keeps
+  // its bits.
+  auto engine = NewEngine();
+  std::mt19937 rng(7);
+  const test::HostTensor q =
+      test::Encode(DType::kFloat32, {1, 2, 1, 512}, test::RandomValues(DType::kFloat32, 1024, &rng));
+  test::HostTensor rotated = q;
+  RotateParams p;
+  p.config = FromJson(kGemma4Like, "full_attention", 4096);
+  p.q = rotated.view();
+  p.start_pos = 1000;
+  ASSERT_TRUE(engine->Rotate(p).ok());
+  const float* in = reinterpret_cast<const float*>(q.bytes.data());
+  const float* out = reinterpret_cast<const float*>(rotated.bytes.data());
+  for (int t = 0; t < 2; ++t) {
+    for (int i = 0; i < 256; ++i) {
+      const int a = t * 512 + i, b = a + 256;
+      if (i >= 64) {
+        EXPECT_EQ(out[a], in[a]) << t << " " << i;
+        EXPECT_EQ(out[b], in[b]) << t << " " << i;
+        continue;
+      }
+      const double angle = (1000.0 + t) * want[i];
+      EXPECT_NEAR(out[a], in[a] * std::cos(angle) - in[b] * std::sin(angle), 1e-5) << i;
+      EXPECT_NEAR(out[b], in[a] * std::sin(angle) + in[b] * std::cos(angle), 1e-5) << i;
+    }
+  }
+}
+
+TEST(HfConfigTest, ProportionalFactorDividesTheRotatingFrequencies) {
+  const std::string json =
+      R"({"head_dim": 64, "rope_parameters": {"rope_type": "proportional", "rope_theta": 10000,)"
+      R"( "factor": 8.0, "partial_rotary_factor": 0.5}})";
+  auto r = Resolve(json);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->config.scaling == ScalingConfig(ProportionalScaling{8.0, 16}));
+  ExpectInvFreq(r->inv_freq, ProportionalInvFreq(10000, 64, 0.5, 8.0));
+  // Whole, it is linear scaling over the whole head.
+  auto whole = Resolve(
+      R"({"head_dim": 64, "rope_parameters": {"rope_type": "proportional", "rope_theta": 10000,)"
+      R"( "factor": 8.0}})");
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  RopeConfig linear;
+  linear.theta = 10000;
+  linear.head_dim = 64;
+  linear.max_len = 8192;
+  linear.scaling = LinearScaling{8.0};
+  auto linear_resolved = NewEngine()->ResolveConfig(linear);
+  ASSERT_TRUE(linear_resolved.ok());
+  ExpectInvFreq(whole->inv_freq, linear_resolved->inv_freq);
+  EXPECT_TRUE(StatusIs(
+      Resolve(R"({"head_dim": 4, "rope_parameters": {"rope_type": "proportional", "rope_theta":)"
+              R"( 10000, "partial_rotary_factor": 0.25}})")
+          .status(),
+      absl::StatusCode::kInvalidArgument,
+      "rope_type proportional with partial_rotary_factor 0.25 and head_dim 4 rotates 0 pairs"));
+}
+
 TEST(HfConfigTest, GptOss20bYarnKeepsTheFractionalRangeOnBothLayerTypes) {
   const std::string json = Fixture("gpt-oss-20b");
   const std::vector<double> want = reference::YarnInvFreq(150000, 64, 32, 4096, 32, 1, false);

@@ -570,7 +570,8 @@ TEST(ScalingNamesTest, EveryVariantHasItsHuggingFaceName) {
   EXPECT_EQ(ScalingName(YarnScaling{}), "yarn");
   EXPECT_EQ(ScalingName(Llama3Scaling{}), "llama3");
   EXPECT_EQ(ScalingName(LongRopeScaling{}), "longrope");
-  EXPECT_EQ(SupportedScalingNames().size(), 6u);
+  EXPECT_EQ(ScalingName(ProportionalScaling{}), "proportional");
+  EXPECT_EQ(SupportedScalingNames().size(), 7u);
 }
 
 }  // namespace

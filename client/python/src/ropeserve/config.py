@@ -115,6 +115,20 @@ class LongRopeScaling:
 
 
 @dataclasses.dataclass(frozen=True)
+class ProportionalScaling:
+    """Proportional ("proportional", Gemma 4's full-attention layers).
+
+    The exponents run over the whole rotary width r; the first rotated_pairs
+    frequencies are theta^(-2i/r) / factor, the rest 0 (those pairs stay as
+    they are). transformers: rotated_pairs = int(partial_rotary_factor *
+    head_dim // 2), rotary_dim = head_dim.
+    """
+    rotated_pairs: int
+    factor: float = 1.0
+    _ONEOF = "proportional"
+
+
+@dataclasses.dataclass(frozen=True)
 class Mrope:
     """Multimodal RoPE (Qwen2-VL, Qwen2.5-VL, Qwen3-VL): rope.proto's Mrope.
 
@@ -130,8 +144,10 @@ class Mrope:
         object.__setattr__(self, "section", tuple(int(x) for x in self.section))
 
 
-SCALINGS = (LinearScaling, DynamicNtkScaling, YarnScaling, Llama3Scaling, LongRopeScaling)
-Scaling = Union[LinearScaling, DynamicNtkScaling, YarnScaling, Llama3Scaling, LongRopeScaling]
+SCALINGS = (LinearScaling, DynamicNtkScaling, YarnScaling, Llama3Scaling, LongRopeScaling,
+            ProportionalScaling)
+Scaling = Union[LinearScaling, DynamicNtkScaling, YarnScaling, Llama3Scaling, LongRopeScaling,
+                ProportionalScaling]
 _SCALING_BY_ONEOF = {cls._ONEOF: cls for cls in SCALINGS}
 
 
@@ -190,7 +206,8 @@ class RopeConfig:
     rotary_dim: features that rotate; None means head_dim.
     layout: Layout or "interleaved" / "half".
     scaling: one of LinearScaling, DynamicNtkScaling, YarnScaling,
-        Llama3Scaling, LongRopeScaling, or None for plain RoPE.
+        Llama3Scaling, LongRopeScaling, ProportionalScaling, or None for plain
+        RoPE.
     mrope: Mrope sections for multimodal RoPE, or None.
     hf_config_json, hf_layer_type: a model's config.json for the server to
         derive the rest from (see from_hf); needs a rope.proto that has them.
