@@ -10,6 +10,7 @@
 #
 # Environment: BEFORE_REV (default: the merge base of HEAD and main),
 # ROUNDS (5), MIN_TIME (0.5 s per case), SIMD_PATHS (e.g. "sse4 sse2"), OUT,
+# FILTER (a --benchmark_filter regex for both builds, e.g. 'BM_Attention|BM_Sgemm'),
 # BUILD_DIR (build), BEFORE_BUILD_DIR (build-before).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,6 +20,7 @@ BEFORE_REV=${BEFORE_REV:-$(git merge-base HEAD main)}
 ROUNDS=${ROUNDS:-5}
 MIN_TIME=${MIN_TIME:-0.5}
 SIMD_PATHS=${SIMD_PATHS:-}
+FILTER=${FILTER:-.}
 OUT=${OUT:-bench/results/engine_bench_before_after}
 launcher=()
 command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
@@ -44,8 +46,8 @@ run() {  # LABEL BINARY [FILTER]
 }
 for round in $(seq 1 "$ROUNDS"); do
   echo "round $round/$ROUNDS" >&2
-  run before "$BEFORE_BUILD_DIR/out/bin/engine_bench"
-  run after "$BUILD_DIR/bin/engine_bench"
+  run before "$BEFORE_BUILD_DIR/out/bin/engine_bench" "$FILTER"
+  run after "$BUILD_DIR/bin/engine_bench" "$FILTER"
   for path in $SIMD_PATHS; do
     ROPE_CPU_SIMD=$path run "after_$path" "$BUILD_DIR/bin/engine_bench" 'BM_Rotate|BM_Attention|BM_Sgemm'
   done
