@@ -35,11 +35,11 @@ const std::vector<std::string>& ParamsOf(absl::string_view variant) {
   static const auto* const kLongRope = new std::vector<std::string>{
       "short_factor", "long_factor", "original_max_position_embeddings", "attention_factor",
       "max_position_embeddings"};
+  static const auto* const kProportional = new std::vector<std::string>{"factor", "rotated_pairs"};
   if (variant == "linear") return *kLinear;
   if (variant == "dynamic") return *kDynamic;
   if (variant == "yarn") return *kYarn;
   if (variant == "llama3") return *kLlama3;
-  static const auto* const kProportional = new std::vector<std::string>{"factor", "rotated_pairs"};
   if (variant == "longrope") return *kLongRope;
   if (variant == "proportional") return *kProportional;
   return *kNone;

@@ -32,7 +32,8 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Client", "RopeConfig", "Layout", "LinearScaling", "DynamicNtkScaling", "YarnScaling",
-    "Llama3Scaling", "LongRopeScaling", "ProportionalScaling", "Mrope", "RotateRequest", "Scores", "Table", "Resolved",
+    "Llama3Scaling", "LongRopeScaling", "ProportionalScaling", "Mrope", "RotateRequest", "Scores",
+    "Table", "Resolved",
     "RopeError", "Cancelled", "Unknown", "InvalidArgument", "DeadlineExceeded", "NotFound",
     "AlreadyExists", "PermissionDenied", "ResourceExhausted", "FailedPrecondition", "Aborted",
     "OutOfRange", "Unimplemented", "Internal", "Unavailable", "DataLoss", "Unauthenticated",
