@@ -207,6 +207,18 @@ absl::Status ValidateScaling(const ScalingConfig& scaling, uint32_t rotary_dim) 
               return absl::InvalidArgumentError(absl::StrCat(
                   "config.yarn.beta_fast is ", fast, ": must be > beta_slow ", slow));
             }
+            // The attention factor the mscales give must be usable too (and
+            // then the resolved config's explicit form is valid as well).
+            if (s.attention_factor == 0) {
+              const double derived =
+                  std::get<YarnScaling>(WithScalingDefaults(ScalingConfig(s))).attention_factor;
+              if (!std::isfinite(derived) || derived <= 0) {
+                return absl::InvalidArgumentError(absl::StrCat(
+                    "config.yarn.mscale is ", s.mscale, " and mscale_all_dim ", s.mscale_all_dim,
+                    ": the attention factor they give (", derived,
+                    ") must be finite and > 0"));
+              }
+            }
             return absl::OkStatus();
           },
           [](const Llama3Scaling& s) {

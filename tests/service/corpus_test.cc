@@ -467,6 +467,17 @@ std::vector<MalformedCase> Cases() {
          for (int i = 0; i < 4; ++i) longrope->add_long_factor(2 + i);
        },
        kOk, ""},
+      {"YarnMscalesGiveANegativeAttentionFactor", kRotate,
+       [](Requests* r) {
+         v1::YarnScaling* yarn = RotateConfig(r)->mutable_yarn();
+         yarn->set_factor(4);
+         yarn->set_original_max_position_embeddings(16);
+         yarn->set_mscale(-100);
+         yarn->set_mscale_all_dim(1);
+       },
+       kInvalid,
+       "config.yarn.mscale is -100 and mscale_all_dim 1: the attention factor they give "
+       "(-11.2969) must be finite and > 0"},
       {"Llama3NegativeFactor", kTable,
        [](Requests* r) { r->table.mutable_config()->mutable_llama3()->set_factor(-8); }, kInvalid,
        "config.llama3.factor is -8"},
