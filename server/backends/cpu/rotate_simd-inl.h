@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "hwy/cache_control.h"
 #include "hwy/highway.h"
 #include "server/backends/cpu/cpu_kernels.h"
 #include "server/backends/cpu/half_float_simd-inl.h"
@@ -43,6 +44,12 @@ struct F32Io {
   using T = float;
   using MathTag = math::F32;
   static constexpr bool kSplit = false;
+  // At most 8 lanes (256 bits) even on AVX-512: float32 rotation is bound by
+  // memory, and tensors sit at 16 bytes past a 64-byte line (malloc's
+  // alignment), so every 512-bit access splits two lines. On an AVX-512
+  // AMD EPYC host, prefill [1,4096,32|8,128] ran at 0.64x memcpy with 512-bit
+  // vectors, 1.42x with 256-bit ones (bench/results/engine_bench_avx512.md).
+  static constexpr size_t kLanesCap = 8;
   template <class DF>
   static HWY_INLINE hn::Vec<DF> Load(DF df, const T* p) {
     return hn::LoadU(df, p);
@@ -57,6 +64,7 @@ struct F16Io {
   using T = uint16_t;
   using MathTag = math::F16;
   static constexpr bool kSplit = !kNativeF16 && kCanSplit;
+  static constexpr size_t kLanesCap = 64;  // full vectors: bound by operations
   template <class DF>
   static HWY_INLINE hn::Vec<DF> Load(DF df, const T* p) {
     return LoadF16(df, p);
@@ -79,6 +87,7 @@ struct Bf16Io {
   using T = uint16_t;
   using MathTag = math::BF16;
   static constexpr bool kSplit = kCanSplit;
+  static constexpr size_t kLanesCap = 64;  // full vectors: bound by operations
   template <class DF>
   static HWY_INLINE hn::Vec<DF> Load(DF df, const T* p) {
     return LoadBf16(df, p);
@@ -99,6 +108,9 @@ struct Bf16Io {
 
 using FullF = hn::ScalableTag<float>;
 using QuadF = hn::CappedTag<float, 4>;
+// The widest vectors the rotation loops of Io use (Io::kLanesCap).
+template <class Io>
+using IoF = hn::CappedTag<float, Io::kLanesCap>;
 
 // ---- One token's table row, in the form the head loop reads --------------------
 
@@ -180,8 +192,8 @@ HWY_INLINE TokenRow PrepareRow(const float* c, const float* s, bool inverse, int
   } else if constexpr (!kInterleaved && Io::kSplit) {
     float* cs = scratch;
     float* ss = scratch + half;
-    SplitRow(QuadF(), c, false, SplitRow(FullF(), c, false, 0, half, cs), half, cs);
-    SplitRow(QuadF(), s, inverse, SplitRow(FullF(), s, inverse, 0, half, ss), half, ss);
+    SplitRow(QuadF(), c, false, SplitRow(IoF<Io>(), c, false, 0, half, cs), half, cs);
+    SplitRow(QuadF(), s, inverse, SplitRow(IoF<Io>(), s, inverse, 0, half, ss), half, ss);
     row.vc = cs;
     row.vs = ss;
   } else {
@@ -308,19 +320,19 @@ HWY_INLINE void RotateHeads(typename Io::T* x, int64_t heads, int64_t head_dim,
   if constexpr (kInterleaved) {
     int64_t f;
     if constexpr (Io::kSplit) {
-      f = InterleavedSplit<Io>(FullF(), x, heads, head_dim, 0, rotary_dim, row.vc, row.vs);
+      f = InterleavedSplit<Io>(IoF<Io>(), x, heads, head_dim, 0, rotary_dim, row.vc, row.vs);
       f = InterleavedSplit<Io>(QuadF(), x, heads, head_dim, f, rotary_dim, row.vc, row.vs);
     } else {
-      f = InterleavedOrdered<Io>(FullF(), x, heads, head_dim, 0, rotary_dim, row.vc, row.vs);
+      f = InterleavedOrdered<Io>(IoF<Io>(), x, heads, head_dim, 0, rotary_dim, row.vc, row.vs);
       f = InterleavedOrdered<Io>(QuadF(), x, heads, head_dim, f, rotary_dim, row.vc, row.vs);
     }
     pairs_done = f / 2;
   } else {
     if constexpr (Io::kSplit) {
-      pairs_done = HalfSplit<Io>(FullF(), x, heads, head_dim, 0, half, row.vc, row.vs);
+      pairs_done = HalfSplit<Io>(IoF<Io>(), x, heads, head_dim, 0, half, row.vc, row.vs);
       pairs_done = HalfSplit<Io>(QuadF(), x, heads, head_dim, pairs_done, half, row.vc, row.vs);
     } else {
-      pairs_done = HalfOrdered<Io>(FullF(), x, heads, head_dim, 0, half, row.vc, row.vs);
+      pairs_done = HalfOrdered<Io>(IoF<Io>(), x, heads, head_dim, 0, half, row.vc, row.vs);
       pairs_done = HalfOrdered<Io>(QuadF(), x, heads, head_dim, pairs_done, half, row.vc, row.vs);
     }
   }
@@ -356,6 +368,10 @@ class RowScratch {
 // the data is in cache, and loading each block's table values once for all
 // heads wins (decode).
 constexpr int64_t kCachedCallBytes = int64_t{1} << 20;
+// How far ahead partial-rotary heads are prefetched (RotateTokens), and the
+// line size it assumes (x86 and most Arm cores).
+constexpr int64_t kPrefetchHeads = 16;
+constexpr int64_t kCacheLine = 64;
 
 template <class Io, bool kInterleaved>
 void RotateTokens(const RotateParams& p, int64_t begin, int64_t end) {
@@ -364,6 +380,16 @@ void RotateTokens(const RotateParams& p, int64_t begin, int64_t end) {
   const bool head_by_head = (end - begin) * heads_per_token * p.head_dim *
                                 static_cast<int64_t>(sizeof(T)) > kCachedCallBytes;
   RowScratch scratch(p.rotary_dim);
+  // Partial rotary, head by head: only the first rotary_dim features of each
+  // head are read, a run of cache lines then a gap, which the hardware
+  // prefetchers do not follow; the lines kPrefetchHeads heads ahead are asked
+  // for explicitly (AVX2, bf16 [1,4096,32|8,128] rotary 64: 0.37x -> 0.66x
+  // memcpy, bench/results/engine_bench_avx512.md). A prefetch past the end of
+  // the tensor is a hint, never a fault.
+  const int64_t prefetch_lines =
+      head_by_head && p.rotary_dim < p.head_dim
+          ? (p.rotary_dim * static_cast<int64_t>(sizeof(T)) + kCacheLine - 1) / kCacheLine
+          : 0;
   int64_t b = begin / p.seq, s = begin % p.seq;  // token t = b * seq + s
   for (int64_t t = begin; t < end; ++t) {
     const int64_t pos = p.positions.At(b, s);
@@ -378,6 +404,14 @@ void RotateTokens(const RotateParams& p, int64_t begin, int64_t end) {
       T* x = static_cast<T*>(base) + t * heads * p.head_dim;
       if (head_by_head) {
         for (int64_t h = 0; h < heads; ++h) {
+          if (prefetch_lines > 0) {
+            // An address, not a pointer into x: it may lie past the tensor.
+            const uintptr_t ahead = reinterpret_cast<uintptr_t>(x + h * p.head_dim) +
+                                    kPrefetchHeads * p.head_dim * sizeof(T);
+            for (int64_t l = 0; l < prefetch_lines; ++l) {
+              hwy::Prefetch(reinterpret_cast<const char*>(ahead + kCacheLine * l));
+            }
+          }
           RotateHeads<Io, kInterleaved>(x + h * p.head_dim, 1, p.head_dim, p.rotary_dim, row);
         }
       } else {
