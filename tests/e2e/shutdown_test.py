@@ -47,6 +47,17 @@ def scrape(server):
         return None
 
 
+def thread_stacks(pid):
+    """Every thread's stack of process `pid` by gdb (for a hung ropeload), or why not."""
+    try:
+        done = subprocess.run(["gdb", "-p", str(pid), "-batch", "-ex", "thread apply all bt"],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              timeout=60)
+        return done.stdout
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return "(no stacks: %s)" % e
+
+
 def one_run(args, index):
     bound = args.teardown_timeout_s
     server = RopeServe(args.ropeserve, ["--backend=cpu", "--shutdown_grace_period=10s",
@@ -76,7 +87,13 @@ def one_run(args, index):
             code = None
         exited_at = time.monotonic()
         server.kill()  # reaps; reads the rest of the output
-        out, _ = load.communicate(timeout=LOAD_S + 60)
+        try:
+            out, _ = load.communicate(timeout=LOAD_S + 60)
+        except subprocess.TimeoutExpired:
+            result["ropeload_stacks"] = thread_stacks(load.pid)
+            load.kill()
+            out, _ = load.communicate()
+            result["ropeload_hung"] = True
     finally:
         if load.poll() is None:
             load.kill()
@@ -103,8 +120,17 @@ def one_run(args, index):
     elif result["exit_after_drain_s"] > bound + SLACK_S:
         problems.append("exited %.2f s after the drain: over the %g s bound"
                         % (result["exit_after_drain_s"], bound))
-    if load.returncode != 0:
-        problems.append("ropeload exited %s: %s" % (load.returncode, out[-500:]))
+    if result.get("ropeload_hung"):
+        problems.append("ropeload did not exit %d s after its run ended (killed); its threads: "
+                        "%s" % (60, result["ropeload_stacks"][-8000:]))
+    elif load.returncode != 0:
+        # All of it: a sanitizer's report (ropeload under ASan) runs to a few
+        # KiB, and the frames that name the cause are at its start.
+        log_path = os.path.join(args.workdir, "ropeload_run%d.log" % index)
+        with open(log_path, "w") as f:
+            f.write(out or "")
+        problems.append("ropeload exited %s (its whole output: %s): %s"
+                        % (load.returncode, log_path, (out or "")[-8000:]))
     else:
         if set(client["error_codes"]) - {"UNAVAILABLE"}:
             problems.append("client errors other than UNAVAILABLE: %s" % client["error_codes"])
