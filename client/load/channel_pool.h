@@ -37,6 +37,16 @@ class ChannelPool {
   // channel's answer; the first failure otherwise.
   absl::StatusOr<v1::ServerInfo> Connect() const;
 
+  // Keeps `pool` (its channels) alive until the process exits, never
+  // destroying it. gRPC 1.51 (Debian 12) runs the callback API's reactions
+  // on a shared, reference-counted completion queue polled by its own
+  // threads when the poller cannot run callbacks in the background; the
+  // last channel's release shuts that queue down, and one of its threads
+  // then freed the queue twice (AddressSanitizer, bounded_shutdown_test:
+  // about 1 run in 25 of ropeload under ASan, and an occasional ropeload
+  // that never exited). Without a release there is no such shutdown.
+  static void KeepUntilExit(std::unique_ptr<ChannelPool> pool);
+
  private:
   ChannelPool() = default;
   std::vector<std::unique_ptr<client::RopeClient>> clients_;

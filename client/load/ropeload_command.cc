@@ -332,6 +332,7 @@ int RunRopeload(const std::vector<std::string>& raw_args, std::ostream& out, std
   const int setup_code = SetUpRun(flags, err, &setup);
   if (setup_code != kExitOk) return setup_code;
   const RunReport report = Sweep(setup);
+  ChannelPool::KeepUntilExit(std::move(setup.pool));  // why: ChannelPool::KeepUntilExit
   return WriteReport(report, setup.spec, out, err);
 }
 

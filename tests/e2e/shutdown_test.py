@@ -10,7 +10,7 @@ loop, ropeserve gets SIGTERM mid-run, and per run this checks that
   - no call the server accepted was lost: client OK == the server's OK from its
     last /metrics scrape taken while draining with no call in flight, and the
     client's only errors are UNAVAILABLE refusals.
-CI runs --runs=3 with --teardown_timeout=1s; bench/bounded_shutdown.sh runs 20
+CI runs --runs=3 with --teardown_timeout=4s (see tests/e2e/CMakeLists.txt); bench/bounded_shutdown.sh runs 20
 with the default 5 s and writes bench/results/bounded_shutdown.md.
 
 Usage: shutdown_test.py --ropeserve P --ropeload P --workdir D [--runs N]
