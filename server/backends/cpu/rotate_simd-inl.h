@@ -383,8 +383,8 @@ void RotateTokens(const RotateParams& p, int64_t begin, int64_t end) {
   // Partial rotary, head by head: only the first rotary_dim features of each
   // head are read, a run of cache lines then a gap, which the hardware
   // prefetchers do not follow; the lines kPrefetchHeads heads ahead are asked
-  // for explicitly (AVX2, bf16 [1,4096,32|8,128] rotary 64: 0.37x -> 0.66x
-  // memcpy, bench/results/engine_bench_avx512.md). A prefetch past the end of
+  // for explicitly (AVX2, bf16 [1,4096,32|8,128] rotary 64: 0.35-0.41x ->
+  // 0.66x memcpy, bench/results/cpu_simd_notes.md). A prefetch past the end of
   // the tensor is a hint, never a fault.
   const int64_t prefetch_lines =
       head_by_head && p.rotary_dim < p.head_dim
