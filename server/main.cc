@@ -51,8 +51,8 @@ ABSL_FLAG(int32_t, cpu_threads, 0,
           "threads of the CPU backend; 0: one per CPU the process may use (its affinity mask, "
           "lowered to its cgroup's CPU quota: a pod's limits.cpu)");
 ABSL_FLAG(std::string, cpu_simd, "",
-          "SIMD path of the CPU backend: auto (the best this CPU runs) or one of avx512, avx2, "
-          "sse4, sse2 (neon, ... on Arm) to force it; empty: the ROPE_CPU_SIMD environment "
+          "SIMD path of the CPU backend: auto (the best this CPU runs) or one of avx512_bf16, avx512, "
+          "avx2, sse4, sse2 (neon, ... on Arm) to force it; empty: the ROPE_CPU_SIMD environment "
           "variable, else auto");
 ABSL_FLAG(int32_t, work_threads, 0,
           "threads running calls (validation, then the backend); 0: one per CPU the process may "

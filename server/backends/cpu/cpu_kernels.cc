@@ -32,7 +32,7 @@ namespace cpu {
 constexpr const char* PathName(int64_t target) {
   switch (target) {
     case HWY_AVX3_DL: return "avx512_dl";
-    case HWY_AVX3: return "avx512";
+    case HWY_AVX3: return "avx512";  // and "avx512_bf16" (kBf16Kernels)
     case HWY_AVX2: return "avx2";
     case HWY_SSE4: return "sse4";
     case HWY_SSSE3: return "ssse3";
@@ -51,6 +51,16 @@ constexpr const char* PathName(int64_t target) {
   }
 }
 
+// Compiled for the baseline (outside any target's namespace): safe to ask
+// on every CPU.
+inline bool CpuHasAvx512Bf16() {
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+  return __builtin_cpu_supports("avx512bf16");
+#else
+  return false;
+#endif
+}
+
 }  // namespace cpu
 }  // namespace rope
 #endif  // ROPE_BACKENDS_CPU_CPU_KERNELS_CC_ONCE_
@@ -60,9 +70,17 @@ namespace rope {
 namespace cpu {
 namespace HWY_NAMESPACE {
 
-constexpr CpuKernels kKernels = {PathName(HWY_TARGET), HWY_TARGET, &Rotate,   &RotateCopy,
-                                 &Widen,               &Narrow,     &ExpRow,   &ScaleRow,
-                                 &StoreRow,            &StreamFence};
+constexpr CpuKernels kKernels = {PathName(HWY_TARGET), HWY_TARGET, nullptr,   &Rotate,
+                                 &RotateCopy,          &Widen,      &Narrow,   &ExpRow,
+                                 &ScaleRow,            &StoreRow,   &StreamFence};
+
+#if HWY_TARGET == HWY_AVX3 && defined(__GNUC__)
+// avx512 plus AVX-512 BF16's bfloat16 narrowing in rotations.
+constexpr CpuKernels kBf16Kernels = {"avx512_bf16", HWY_TARGET,  &CpuHasAvx512Bf16,
+                                     &RotateWithBf16Instructions, &RotateCopy,
+                                     &Widen,        &Narrow,      &ExpRow,
+                                     &ScaleRow,     &StoreRow,    &StreamFence};
+#endif
 
 }  // namespace HWY_NAMESPACE
 }  // namespace cpu
@@ -75,6 +93,14 @@ namespace rope {
 namespace cpu {
 namespace HWY_NAMESPACE {
 const CpuKernels* GetKernels() { return &kKernels; }
+// A second path compiled for this target, or null.
+const CpuKernels* GetExtendedKernels() {
+#if HWY_TARGET == HWY_AVX3 && defined(__GNUC__)
+  return &kBf16Kernels;
+#else
+  return nullptr;
+#endif
+}
 }  // namespace HWY_NAMESPACE
 }  // namespace cpu
 }  // namespace rope
@@ -84,32 +110,56 @@ namespace rope {
 namespace cpu {
 
 HWY_EXPORT(GetKernels);
+HWY_EXPORT(GetExtendedKernels);
 
-const CpuKernels& BestCpuKernels() { return *HWY_DYNAMIC_DISPATCH(GetKernels)(); }
+namespace {
+
+// Adds every kernel table the entries of one HWY_EXPORT table return.
+template <class Table>
+void AddPaths(const Table& table, int64_t supported_targets, std::vector<CompiledKernels>* paths) {
+  // With more than one target, entry 0 is Highway's chooser and the others
+  // are the targets (null where not compiled).
+  const size_t entries = sizeof(table) / sizeof(table[0]);
+  for (size_t i = entries > 1 ? 1 : 0; i < entries; ++i) {
+    if (table[i] == nullptr) continue;
+    const CpuKernels* kernels = table[i]();
+    if (kernels == nullptr) continue;
+    const bool seen = std::any_of(paths->begin(), paths->end(), [&](const CompiledKernels& c) {
+      return c.kernels == kernels;
+    });
+    if (seen) continue;
+    const bool supported = (supported_targets & kernels->hwy_target) != 0 &&
+                           (kernels->cpu_has_extensions == nullptr || kernels->cpu_has_extensions());
+    paths->push_back({kernels, supported});
+  }
+}
+
+}  // namespace
 
 const std::vector<CompiledKernels>& AllCompiledKernels() {
   static const std::vector<CompiledKernels>* const all = [] {
     auto* paths = new std::vector<CompiledKernels>;
     const int64_t supported = hwy::SupportedTargets();
-    // HWY_EXPORT's table: with more than one target, entry 0 is Highway's
-    // chooser and the others are the targets (null where not compiled).
-    const auto& table = HWY_DISPATCH_TABLE(GetKernels);
-    const size_t entries = sizeof(table) / sizeof(table[0]);
-    for (size_t i = entries > 1 ? 1 : 0; i < entries; ++i) {
-      if (table[i] == nullptr) continue;
-      const CpuKernels* kernels = table[i]();
-      const bool seen = std::any_of(paths->begin(), paths->end(), [&](const CompiledKernels& c) {
-        return c.kernels == kernels;
-      });
-      if (!seen) paths->push_back({kernels, (supported & kernels->hwy_target) != 0});
-    }
-    // Highway numbers better targets with lower bits.
+    AddPaths(HWY_DISPATCH_TABLE(GetKernels), supported, paths);
+    AddPaths(HWY_DISPATCH_TABLE(GetExtendedKernels), supported, paths);
+    // Highway numbers better targets with lower bits; of one target's paths,
+    // the one with extensions is the better.
     std::sort(paths->begin(), paths->end(), [](const CompiledKernels& a, const CompiledKernels& b) {
-      return a.kernels->hwy_target < b.kernels->hwy_target;
+      if (a.kernels->hwy_target != b.kernels->hwy_target) {
+        return a.kernels->hwy_target < b.kernels->hwy_target;
+      }
+      return a.kernels->cpu_has_extensions != nullptr && b.kernels->cpu_has_extensions == nullptr;
     });
     return paths;
   }();
   return *all;
+}
+
+const CpuKernels& BestCpuKernels() {
+  for (const CompiledKernels& c : AllCompiledKernels()) {
+    if (c.supported) return *c.kernels;
+  }
+  return *HWY_DYNAMIC_DISPATCH(GetKernels)();  // unreachable: the baseline runs everywhere
 }
 
 }  // namespace cpu

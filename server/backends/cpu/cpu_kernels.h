@@ -70,6 +70,9 @@ struct RotateCopyParams {
 struct CpuKernels {
   const char* name;    // the path's name, e.g. "avx2" (cpu_simd.h lists them)
   int64_t hwy_target;  // the Highway target bit it was compiled for
+  // Whether this CPU has the instructions the path uses beyond its Highway
+  // target's (avx512_bf16: AVX-512 BF16); null when it uses none.
+  bool (*cpu_has_extensions)();
 
   // Tokens [begin, end) of RotateParams / RotateCopyParams.
   void (*rotate)(const RotateParams& p, int64_t begin, int64_t end);

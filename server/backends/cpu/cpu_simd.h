@@ -3,7 +3,8 @@
 // supports, and an operator can force a lower one (ropeserve --cpu_simd, or
 // the ROPE_CPU_SIMD environment variable) to compare paths or to avoid one.
 //
-// Path names, best first: "avx512" (AVX-512 F/BW/DQ/VL), "avx2" (AVX2, FMA,
+// Path names, best first: "avx512_bf16" (avx512, and bfloat16 narrowed by
+// AVX-512 BF16's instruction), "avx512" (AVX-512 F/BW/DQ/VL), "avx2" (AVX2, FMA,
 // F16C), "sse4" (SSE4.2), "sse2" (baseline x86-64); "neon", "sve", ... on
 // Arm. Thread-safe.
 #ifndef ROPE_BACKENDS_CPU_CPU_SIMD_H_

@@ -209,6 +209,45 @@ HWY_INLINE void StoreBf16Split(DF df, hn::Vec<DF> even, hn::Vec<DF> odd, uint16_
   hn::StoreU(hn::Add(t, carry), d16, p);
 }
 
+// ---- bfloat16 narrowing by AVX-512 BF16 (the avx512_bf16 path) -----------------
+
+#if HWY_TARGET == HWY_AVX3 && defined(__GNUC__)
+// As StoreBf16Split, by VCVTNE2PS2BF16 (AVX-512 BF16: AMD Zen 4 and later,
+// Intel Cooper Lake and Sapphire Rapids and later), which narrows 32 floats
+// in one instruction, round to nearest even, and keeps a NaN's top bits with
+// the quiet bit set: math::FloatToBFloat16's result for every lane but a
+// subnormal one, which it flushes to zero. A block with a subnormal lane
+// (rare: only values below 2^-126 in magnitude) takes the integer rounding.
+// The caller runs this only where the CPU has AVX-512 BF16 (cpu_kernels.cc).
+//
+// Inline assembly rather than _mm512_cvtne2ps_pbh: the intrinsic needs the
+// avx512bf16 target, which Highway 1.0.3's AVX3 target (Debian 12) does not
+// enable, and GCC does not inline a function of a wider target into these
+// kernels (a call per 32 values).
+template <class DF>
+HWY_INLINE void StoreBf16SplitNative(DF df, hn::Vec<DF> even, hn::Vec<DF> odd, uint16_t* p) {
+  if constexpr (hn::MaxLanes(DF()) == 16) {
+    constexpr int kDenormal = 0x20;  // VFPCLASSPS category
+    const __mmask16 subnormal =
+        _mm512_fpclass_ps_mask(even.raw, kDenormal) | _mm512_fpclass_ps_mask(odd.raw, kDenormal);
+    if (HWY_LIKELY(subnormal == 0)) {
+      // Words 0-15: even's lanes, 16-31: odd's (the second source goes low).
+      __m512i halves;
+      asm("vcvtne2ps2bf16 %[lo], %[hi], %[out]"
+          : [out] "=v"(halves)
+          : [lo] "v"(even.raw), [hi] "v"(odd.raw));
+      // Interleaved as stored: word 2i = even lane i, word 2i + 1 = odd lane i.
+      const __m512i interleave =
+          _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7,
+                           22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+      _mm512_storeu_si512(p, _mm512_permutexvar_epi16(interleave, halves));
+      return;
+    }
+  }
+  StoreBf16Split(df, even, odd, p);
+}
+#endif
+
 template <class DF>
 HWY_INLINE void LoadF16Split(DF df, const uint16_t* p, hn::Vec<DF>& even, hn::Vec<DF>& odd) {
   const hn::RebindToUnsigned<DF> du;

@@ -24,6 +24,7 @@
 #endif
 
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 #include "hwy/cache_control.h"
@@ -105,6 +106,19 @@ struct Bf16Io {
     StoreBf16Split(df, even, odd, p);
   }
 };
+
+#if HWY_TARGET == HWY_AVX3 && defined(__GNUC__)
+// bfloat16 stored by AVX-512 BF16's narrowing (StoreBf16SplitNative): the
+// same bits as Bf16Io, fewer operations. Used only for calls whose data sits
+// in cache (RotateTokens): on rotations bound by memory it measured slower
+// than the integer rounding (bench/results/cpu_simd_notes.md, "Session 10").
+struct Bf16NativeIo : Bf16Io {
+  template <class DF>
+  static HWY_INLINE void StoreSplit(DF df, hn::Vec<DF> even, hn::Vec<DF> odd, T* p) {
+    StoreBf16SplitNative(df, even, odd, p);
+  }
+};
+#endif
 
 using FullF = hn::ScalableTag<float>;
 using QuadF = hn::CappedTag<float, 4>;
@@ -373,9 +387,13 @@ constexpr int64_t kCachedCallBytes = int64_t{1} << 20;
 constexpr int64_t kPrefetchHeads = 16;
 constexpr int64_t kCacheLine = 64;
 
-template <class Io, bool kInterleaved>
+// CachedIo: the storage access of calls whose data sits in cache (all heads
+// of a token block by block); the same type and row form as Io.
+template <class Io, bool kInterleaved, class CachedIo = Io>
 void RotateTokens(const RotateParams& p, int64_t begin, int64_t end) {
   using T = typename Io::T;
+  static_assert(std::is_same_v<T, typename CachedIo::T> && Io::kSplit == CachedIo::kSplit &&
+                Io::kLanesCap == CachedIo::kLanesCap);
   const int64_t heads_per_token = p.q_heads + (p.k != nullptr ? p.k_heads : 0);
   const bool head_by_head = (end - begin) * heads_per_token * p.head_dim *
                                 static_cast<int64_t>(sizeof(T)) > kCachedCallBytes;
@@ -415,7 +433,7 @@ void RotateTokens(const RotateParams& p, int64_t begin, int64_t end) {
           RotateHeads<Io, kInterleaved>(x + h * p.head_dim, 1, p.head_dim, p.rotary_dim, row);
         }
       } else {
-        RotateHeads<Io, kInterleaved>(x, heads, p.head_dim, p.rotary_dim, row);
+        RotateHeads<CachedIo, kInterleaved>(x, heads, p.head_dim, p.rotary_dim, row);
       }
     }
   }
@@ -434,6 +452,16 @@ void Rotate(const RotateParams& p, int64_t begin, int64_t end) {
                            : RotateTokens<Bf16Io, false>(p, begin, end);
   }
 }
+
+#if HWY_TARGET == HWY_AVX3 && defined(__GNUC__)
+// Rotate for CPUs with AVX-512 BF16 (the avx512_bf16 path): bfloat16 calls
+// narrow with its instruction; the other types are Rotate's.
+void RotateWithBf16Instructions(const RotateParams& p, int64_t begin, int64_t end) {
+  if (p.dtype != DType::kBFloat16) return Rotate(p, begin, end);
+  return p.interleaved ? RotateTokens<Bf16Io, true, Bf16NativeIo>(p, begin, end)
+                       : RotateTokens<Bf16Io, false, Bf16NativeIo>(p, begin, end);
+}
+#endif
 
 // ---- Widening, narrowing, rotated float32 copies ------------------------------------
 
