@@ -6,6 +6,8 @@
 
 // Targets: x86 AVX-512 (Highway's AVX3), AVX2, SSE4 and Highway's portable
 // fallback (baseline x86-64, i.e. SSE2); Arm NEON/SVE where built there.
+// The AVX3 target also gives the avx512_bf16 path (GetExtendedKernels):
+// the same kernels but bfloat16 rotations, for CPUs with AVX-512 BF16.
 // SSSE3 and AVX3_DL would add nothing these kernels use, only build time.
 #ifndef HWY_DISABLED_TARGETS
 #define HWY_DISABLED_TARGETS (HWY_SSSE3 | HWY_AVX3_DL)
