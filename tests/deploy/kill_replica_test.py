@@ -136,7 +136,9 @@ def markdown(r):
         "Retries are counted from the trailer `rope-previous-attempts`, in which ropeserve "
         "echoes gRPC's `grpc-previous-rpc-attempts` request header (gRPC C++ 1.51 does not "
         "give the count to the client): a retry whose every attempt failed before reaching a "
-        "server would show as an error instead.\n"])
+        "server would show as an error instead. A call whose reply had begun when the replica "
+        "died is not retried (gRPC commits a call once a response reaches the client): it may "
+        "fail UNAVAILABLE, and the verdict allows at most -c such calls.\n"])
 
 
 def main():
