@@ -76,7 +76,7 @@ constexpr CpuKernels kKernels = {PathName(HWY_TARGET), HWY_TARGET, nullptr,   &R
                                  &RotateCopy,          &Widen,      &Narrow,   &ExpRow,
                                  &ScaleRow,            &StoreRow,   &StreamFence};
 
-#if HWY_TARGET == HWY_AVX3 && defined(__GNUC__)
+#if ROPE_HAS_BF16_NARROWING
 // avx512 plus AVX-512 BF16's bfloat16 narrowing in rotations.
 constexpr CpuKernels kBf16Kernels = {"avx512_bf16", HWY_TARGET,  &CpuHasAvx512Bf16,
                                      &RotateWithBf16Instructions, &RotateCopy,
@@ -97,7 +97,7 @@ namespace HWY_NAMESPACE {
 const CpuKernels* GetKernels() { return &kKernels; }
 // A second path compiled for this target, or null.
 const CpuKernels* GetExtendedKernels() {
-#if HWY_TARGET == HWY_AVX3 && defined(__GNUC__)
+#if ROPE_HAS_BF16_NARROWING
   return &kBf16Kernels;
 #else
   return nullptr;

@@ -172,11 +172,27 @@ HWY_INLINE void StoreF16(DF df, hn::Vec<DF> v, uint16_t* p) {
 
 // ---- Split access: 2N elements <-> (even, odd) ------------------------------------
 
+// The 2N elements as one vector, loaded once. Both halves of the split use
+// the loaded bits; GCC would fold the load into each of the two operations
+// and read the same bytes twice, a cost where they straddle two cache lines
+// (tensors sit 16 bytes past a line: glibc's placement of large blocks). The
+// empty assembly statement makes the loaded value opaque, so it stays in a
+// register. Decode bf16 [32,1,32|8,128] on avx512_bf16: see
+// bench/results/cpu_simd_notes.md, "Session 11".
+template <class D>
+HWY_INLINE hn::Vec<D> LoadSplitSource(D d, const hn::TFromD<D>* p) {
+  auto v = hn::LoadU(d, p);
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_SSSE3 && defined(__GNUC__)
+  asm("" : "+v"(v.raw));
+#endif
+  return v;
+}
+
 template <class DF>
 HWY_INLINE void LoadBf16Split(DF df, const uint16_t* p, hn::Vec<DF>& even, hn::Vec<DF>& odd) {
   const hn::RebindToUnsigned<DF> du;
   const hn::Repartition<uint16_t, DF> d16;
-  const auto bits = hn::BitCast(du, hn::LoadU(d16, p));
+  const auto bits = hn::BitCast(du, LoadSplitSource(d16, p));
   even = hn::BitCast(df, hn::ShiftLeft<16>(bits));
   odd = hn::BitCast(df, hn::And(bits, hn::Set(du, 0xffff0000u)));
 }
@@ -211,7 +227,17 @@ HWY_INLINE void StoreBf16Split(DF df, hn::Vec<DF> even, hn::Vec<DF> odd, uint16_
 
 // ---- bfloat16 narrowing by AVX-512 BF16 (the avx512_bf16 path) -----------------
 
+// 1 where this target compiles StoreBf16SplitNative, and with it the
+// avx512_bf16 path (rotate_simd-inl.h, cpu_kernels.cc): Highway's AVX3
+// target, with GCC's (or Clang's) inline assembly. Set per target.
+#undef ROPE_HAS_BF16_NARROWING
 #if HWY_TARGET == HWY_AVX3 && defined(__GNUC__)
+#define ROPE_HAS_BF16_NARROWING 1
+#else
+#define ROPE_HAS_BF16_NARROWING 0
+#endif
+
+#if ROPE_HAS_BF16_NARROWING
 // As StoreBf16Split, by VCVTNE2PS2BF16 (AVX-512 BF16: AMD Zen 4 and later,
 // Intel Cooper Lake and Sapphire Rapids and later), which narrows 32 floats
 // in one instruction, round to nearest even, and keeps a NaN's top bits with
@@ -252,7 +278,7 @@ template <class DF>
 HWY_INLINE void LoadF16Split(DF df, const uint16_t* p, hn::Vec<DF>& even, hn::Vec<DF>& odd) {
   const hn::RebindToUnsigned<DF> du;
   const hn::Repartition<uint16_t, DF> d16;
-  const auto bits = hn::BitCast(du, hn::LoadU(d16, p));
+  const auto bits = hn::BitCast(du, LoadSplitSource(d16, p));
   even = F16BitsToFloat(df, hn::And(bits, hn::Set(du, 0xffffu)));
   odd = F16BitsToFloat(df, hn::ShiftRight<16>(bits));
 }

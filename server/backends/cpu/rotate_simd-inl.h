@@ -107,7 +107,7 @@ struct Bf16Io {
   }
 };
 
-#if HWY_TARGET == HWY_AVX3 && defined(__GNUC__)
+#if ROPE_HAS_BF16_NARROWING
 // bfloat16 stored by AVX-512 BF16's narrowing (StoreBf16SplitNative): the
 // same bits as Bf16Io, fewer operations. Used only for calls whose data sits
 // in cache (RotateTokens): on rotations bound by memory it measured slower
@@ -453,7 +453,7 @@ void Rotate(const RotateParams& p, int64_t begin, int64_t end) {
   }
 }
 
-#if HWY_TARGET == HWY_AVX3 && defined(__GNUC__)
+#if ROPE_HAS_BF16_NARROWING
 // Rotate for CPUs with AVX-512 BF16 (the avx512_bf16 path): bfloat16 calls
 // narrow with its instruction; the other types are Rotate's.
 void RotateWithBf16Instructions(const RotateParams& p, int64_t begin, int64_t end) {
