@@ -23,6 +23,7 @@
 #define ROPE_BACKENDS_CPU_ROTATE_SIMD_INL_H_
 #endif
 
+#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 #include <vector>
@@ -382,9 +383,11 @@ class RowScratch {
 // the data is in cache, and loading each block's table values once for all
 // heads wins (decode).
 constexpr int64_t kCachedCallBytes = int64_t{1} << 20;
-// How far ahead partial-rotary heads are prefetched (RotateTokens), and the
-// line size it assumes (x86 and most Arm cores).
-constexpr int64_t kPrefetchHeads = 16;
+// How far ahead partial-rotary heads are prefetched (RotateTokens), in bytes
+// of tensor, and the line size it assumes (x86 and most Arm cores). Once
+// every line of a head is prefetched, 4 KiB to 32 KiB ahead measured alike
+// (bench/results/cpu_simd_notes.md, "Session 11").
+constexpr int64_t kPrefetchAheadBytes = int64_t{8} << 10;
 constexpr int64_t kCacheLine = 64;
 
 // CachedIo: the storage access of calls whose data sits in cache (all heads
@@ -400,14 +403,16 @@ void RotateTokens(const RotateParams& p, int64_t begin, int64_t end) {
   RowScratch scratch(p.rotary_dim);
   // Partial rotary, head by head: only the first rotary_dim features of each
   // head are read, a run of cache lines then a gap, which the hardware
-  // prefetchers do not follow; the lines kPrefetchHeads heads ahead are asked
+  // prefetchers do not follow; the lines kPrefetchAheadBytes ahead are asked
   // for explicitly (AVX2, bf16 [1,4096,32|8,128] rotary 64: 0.35-0.41x ->
-  // 0.66x memcpy, bench/results/cpu_simd_notes.md). A prefetch past the end of
-  // the tensor is a hint, never a fault.
-  const int64_t prefetch_lines =
-      head_by_head && p.rotary_dim < p.head_dim
-          ? (p.rotary_dim * static_cast<int64_t>(sizeof(T)) + kCacheLine - 1) / kCacheLine
-          : 0;
+  // 0.66x memcpy with the lines the rotated bytes fill, 1.2-1.6x with every
+  // line they touch, bench/results/cpu_simd_notes.md). A prefetch past the
+  // end of the tensor is a hint, never a fault.
+  const int64_t prefetch_heads =
+      std::max<int64_t>(1, kPrefetchAheadBytes / (p.head_dim * static_cast<int64_t>(sizeof(T))));
+  const int64_t prefetch_bytes =
+      head_by_head && p.rotary_dim < p.head_dim ? p.rotary_dim * static_cast<int64_t>(sizeof(T))
+                                                : 0;
   int64_t b = begin / p.seq, s = begin % p.seq;  // token t = b * seq + s
   for (int64_t t = begin; t < end; ++t) {
     const int64_t pos = p.positions.At(b, s);
@@ -422,12 +427,17 @@ void RotateTokens(const RotateParams& p, int64_t begin, int64_t end) {
       T* x = static_cast<T*>(base) + t * heads * p.head_dim;
       if (head_by_head) {
         for (int64_t h = 0; h < heads; ++h) {
-          if (prefetch_lines > 0) {
+          if (prefetch_bytes > 0) {
             // An address, not a pointer into x: it may lie past the tensor.
+            // Every line the head's rotated bytes touch: a head that starts
+            // past a line boundary (tensors sit 16 bytes past one) spans one
+            // line more than its bytes fill, and that line, not prefetched,
+            // cost a wait on memory at every head.
             const uintptr_t ahead = reinterpret_cast<uintptr_t>(x + h * p.head_dim) +
-                                    kPrefetchHeads * p.head_dim * sizeof(T);
-            for (int64_t l = 0; l < prefetch_lines; ++l) {
-              hwy::Prefetch(reinterpret_cast<const char*>(ahead + kCacheLine * l));
+                                    prefetch_heads * p.head_dim * sizeof(T);
+            for (uintptr_t line = ahead & ~uintptr_t{kCacheLine - 1}; line < ahead + prefetch_bytes;
+                 line += kCacheLine) {
+              hwy::Prefetch(reinterpret_cast<const char*>(line));
             }
           }
           RotateHeads<Io, kInterleaved>(x + h * p.head_dim, 1, p.head_dim, p.rotary_dim, row);
