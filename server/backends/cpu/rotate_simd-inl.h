@@ -408,8 +408,11 @@ void RotateTokens(const RotateParams& p, int64_t begin, int64_t end) {
   // 0.66x memcpy with the lines the rotated bytes fill, 1.2-1.6x with every
   // line they touch, bench/results/cpu_simd_notes.md). A prefetch past the
   // end of the tensor is a hint, never a fault.
-  const int64_t prefetch_heads =
-      std::max<int64_t>(1, kPrefetchAheadBytes / (p.head_dim * static_cast<int64_t>(sizeof(T))));
+  // Whole heads ahead, so that the prefetched bytes are a later head's
+  // rotated ones, not the gap after them.
+  const int64_t head_bytes = p.head_dim * static_cast<int64_t>(sizeof(T));
+  const uintptr_t prefetch_distance =
+      static_cast<uintptr_t>(std::max<int64_t>(1, kPrefetchAheadBytes / head_bytes) * head_bytes);
   const int64_t prefetch_bytes =
       head_by_head && p.rotary_dim < p.head_dim ? p.rotary_dim * static_cast<int64_t>(sizeof(T))
                                                 : 0;
@@ -430,11 +433,11 @@ void RotateTokens(const RotateParams& p, int64_t begin, int64_t end) {
           if (prefetch_bytes > 0) {
             // An address, not a pointer into x: it may lie past the tensor.
             // Every line the head's rotated bytes touch: a head that starts
-            // past a line boundary (tensors sit 16 bytes past one) spans one
-            // line more than its bytes fill, and that line, not prefetched,
-            // cost a wait on memory at every head.
+            // past a line boundary (tensors sit 16 bytes past one) can span
+            // one line more than its bytes fill, and that line, not
+            // prefetched, cost a wait on memory at every head.
             const uintptr_t ahead = reinterpret_cast<uintptr_t>(x + h * p.head_dim) +
-                                    prefetch_heads * p.head_dim * sizeof(T);
+                                    prefetch_distance;
             for (uintptr_t line = ahead & ~uintptr_t{kCacheLine - 1}; line < ahead + prefetch_bytes;
                  line += kCacheLine) {
               hwy::Prefetch(reinterpret_cast<const char*>(line));
