@@ -30,11 +30,17 @@ struct ClientOptions {
   std::string load_balancing_policy = "round_robin";
 
   // Transparent retries of RopeService calls that fail with UNAVAILABLE
-  // (a draining or restarting replica), so the call lands on another
-  // address. 1 disables retrying; gRPC caps this at 5.
-  int retry_max_attempts = 3;
-  absl::Duration retry_initial_backoff = absl::Milliseconds(50);
-  absl::Duration retry_max_backoff = absl::Milliseconds(500);
+  // (a draining or restarting replica, or a connection the server's memory
+  // quota sent GOAWAY while a flood filled it), so the call lands on another
+  // address or a new connection. 1 disables retrying; gRPC caps this at 5.
+  // gRPC waits a random time in [0, backoff] before each retry, the backoff
+  // doubling from initial to max: the defaults span up to 1.5 s of waits
+  // (0.1 + 0.2 + 0.4 + 0.8), about what a flood of large calls keeps a
+  // server's quota full (tests/load/inflight_budget_test.py), where 3
+  // attempts from 50 ms spanned 0.15 s and a small call could fail.
+  int retry_max_attempts = 5;
+  absl::Duration retry_initial_backoff = absl::Milliseconds(100);
+  absl::Duration retry_max_backoff = absl::Seconds(1);
 
   // Client-side health checking: each address is watched through
   // grpc.health.v1 and left out of the rotation while it is not SERVING (a

@@ -67,7 +67,9 @@ TEST(ServiceConfigTest, HasRoundRobinAndUnavailableRetry) {
   const std::string json = ServiceConfigJson(ClientOptions());
   EXPECT_THAT(json, HasSubstr(R"("loadBalancingConfig":[{"round_robin":{}}])"));
   EXPECT_THAT(json, HasSubstr(R"("service":"rope.v1.RopeService")"));
-  EXPECT_THAT(json, HasSubstr(R"("maxAttempts":3)"));
+  EXPECT_THAT(json, HasSubstr(R"("maxAttempts":5)"));
+  EXPECT_THAT(json, HasSubstr(R"("initialBackoff":"0.100s")"));
+  EXPECT_THAT(json, HasSubstr(R"("maxBackoff":"1.000s")"));
   EXPECT_THAT(json, HasSubstr(R"("retryableStatusCodes":["UNAVAILABLE"])"));
   ClientOptions no_retry;
   no_retry.retry_max_attempts = 1;

@@ -8,7 +8,9 @@
 // (a generic stub over one static slice), so the client's own memory stays
 // near one request however many calls fly. Each large call has its own
 // channel (its own connection), like separate clients, with RopeClient's
-// retry policy (UNAVAILABLE retried up to 3 attempts).
+// default retry policy (UNAVAILABLE). The small calls come from a RopeClient
+// with its defaults on a connection of its own, except client-side health
+// checking (see FloodClientOptions).
 //
 // Prints one JSON object on stdout. Exit status 0 when it ran (the caller
 // judges the figures: tests/load/inflight_budget_test.py,
@@ -38,6 +40,8 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "client/client_options.h"
+#include "client/rope_client.h"
 #include "rope/v1/rope.grpc.pb.h"
 
 ABSL_FLAG(std::string, target, "127.0.0.1:50051", "ropeserve address");
@@ -84,19 +88,29 @@ int64_t ReadStatusBytes(int pid, const std::string& field) {
   return -1;
 }
 
+// RopeClient's defaults without client-side health checking, as most gRPC
+// clients run (grpcio's, ghz, perf_analyzer). Between calls such a
+// connection is idle, and when the flood fills the server's memory quota
+// gRPC sends it GOAWAY, which fails a call racing it with UNAVAILABLE: what
+// the retry policy is for. A health-checked connection instead holds a Watch
+// stream, and the quota may reset a call on it (docs/operations.md
+// "Memory").
+rope::client::ClientOptions FloodClientOptions() {
+  rope::client::ClientOptions options;
+  options.health_check = false;
+  options.own_connections = true;
+  return options;
+}
+
 std::shared_ptr<grpc::Channel> NewChannel(const std::string& target, int index) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(-1);
   args.SetMaxSendMessageSize(-1);
   args.SetInt("rope.inflight_flood.channel", index);  // a connection of its own
-  // RopeClient's retry policy (client/client_options.cc): UNAVAILABLE is
-  // retried, as when the server's memory quota sends GOAWAY to an idle
-  // connection. The retry buffer holds the whole request (its bytes are the
-  // shared static slice).
-  args.SetServiceConfigJSON(
-      R"({"methodConfig":[{"name":[{"service":"rope.v1.RopeService"}],"retryPolicy":{)"
-      R"("maxAttempts":3,"initialBackoff":"0.05s","maxBackoff":"1s","backoffMultiplier":2,)"
-      R"("retryableStatusCodes":["UNAVAILABLE"]}}]})");
+  // RopeClient's service config: UNAVAILABLE is retried, as when the
+  // server's memory quota sends GOAWAY to an idle connection. The retry
+  // buffer holds the whole request (its bytes are the shared static slice).
+  args.SetServiceConfigJSON(rope::client::ServiceConfigJson(FloodClientOptions()));
   args.SetInt(GRPC_ARG_PER_RPC_RETRY_BUFFER_SIZE, 1 << 30);
   return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
 }
@@ -139,25 +153,27 @@ int main(int argc, char** argv) {
     }
   });
 
-  // Small calls, one at a time, on their own connection.
+  // Small calls, one at a time, from a RopeClient on a connection of its own.
+  absl::StatusOr<std::unique_ptr<rope::client::RopeClient>> small_client =
+      rope::client::RopeClient::Create(target, FloodClientOptions());
+  if (!small_client.ok()) {
+    std::fprintf(stderr, "inflight_flood: %s\n", small_client.status().ToString().c_str());
+    return 2;
+  }
   std::vector<double> small_ms;
   std::map<std::string, int> small_codes;
   std::thread small([&] {
-    auto stub = rope::v1::RopeService::NewStub(NewChannel(target, -1));
-    const rope::v1::RotateRequest small_request = MakeRequest(1) /* 1 MiB */;
-    rope::v1::RotateRequest tiny = small_request;
+    rope::v1::RotateRequest tiny = MakeRequest(1);
     tiny.mutable_q()->set_shape(0, 1);
     tiny.mutable_q()->set_shape(1, 16);  // 16 x 8 x 128 floats: 64 KiB
     tiny.mutable_q()->mutable_data()->resize(16 * kHeads * kHeadDim * 4);
     while (flooding.load()) {
-      rope::v1::RotateResponse reply;
-      grpc::ClientContext context;
-      context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
       const absl::Time start = absl::Now();
-      const grpc::Status status = stub->Rotate(&context, tiny, &reply);
+      const absl::StatusOr<rope::v1::RotateResponse> reply = (*small_client)->Rotate(tiny);
       small_ms.push_back(absl::ToDoubleMilliseconds(absl::Now() - start));
-      ++small_codes[status.ok() ? "OK" : absl::StrCat(status.error_code(), " ",
-                                                     status.error_message())];
+      ++small_codes[reply.ok() ? "OK"
+                               : absl::StrCat(static_cast<int>(reply.status().code()), " ",
+                                              reply.status().message())];
       absl::SleepFor(absl::GetFlag(FLAGS_small_interval));
     }
   });

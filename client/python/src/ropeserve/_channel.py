@@ -3,8 +3,9 @@
 The same service config as the C++ client (client/client_options.cc):
 round_robin over every address the target resolves to, client-side health
 checking (a draining server leaves the rotation before it closes its
-connections), and up to 3 attempts of a rope.v1.RopeService call that failed
-with UNAVAILABLE, so it lands on another replica.
+connections), and up to 5 attempts of a rope.v1.RopeService call that failed
+with UNAVAILABLE, so it lands on another replica or a new connection (the
+backoffs and why: client/client_options.h, ClientOptions.retry_max_attempts).
 """
 
 import json
@@ -15,9 +16,9 @@ import grpc
 from . import _proto
 
 MAX_MESSAGE_BYTES = 512 << 20
-RETRY_MAX_ATTEMPTS = 3
-RETRY_INITIAL_BACKOFF_S = 0.05
-RETRY_MAX_BACKOFF_S = 0.5
+RETRY_MAX_ATTEMPTS = 5
+RETRY_INITIAL_BACKOFF_S = 0.1
+RETRY_MAX_BACKOFF_S = 1.0
 
 
 def service_config_json():
