@@ -303,7 +303,7 @@ def markdown(r):
                    "retries, so a call that reaches the draining replica in the moment before "
                    "the client's health watch drops it is refused with UNAVAILABLE `server is "
                    "draining` and counted as failed; a client with a retry policy for "
-                   "UNAVAILABLE (RopeClient's default, 3 attempts) sends it to another "
+                   "UNAVAILABLE (RopeClient's default) sends it to another "
                    "replica (tests/deploy/scale_out_test.cc checks that no call fails then).\n"
                    % "; ".join("%s %s (%d refused)" % (
                        s["name"], "PASS" if s["no_failed_call_at_all"] else "FAIL",

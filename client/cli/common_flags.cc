@@ -78,7 +78,7 @@ void AddConnectionFlags(FlagSet* flags, CallRetries retries) {
   flags->Add("deadline", FlagSet::Kind::kDuration, "30s",
              retries == CallRetries::kOnUnavailable
                  ? "Deadline of the call (e.g. 500ms, 10s, 2m). Calls failing with "
-                   "UNAVAILABLE are retried (3 attempts in all) within it."
+                   "UNAVAILABLE are retried (5 attempts in all) within it."
                  : "Deadline of each call (e.g. 500ms, 10s, 2m), of each stream for "
                    "rotate_stream. Calls are never retried: every failure is counted.");
   flags->BeginGroup("Security flags");

@@ -100,7 +100,7 @@ class ScaleOutTest : public ::testing::Test {
       replicas_[i] = *std::move(replica);
       addresses.push_back(replicas_[i].process->address());
     }
-    ClientOptions options;  // round_robin, 3 attempts on UNAVAILABLE
+    ClientOptions options;  // round_robin, 5 attempts on UNAVAILABLE
     options.deadline = absl::Seconds(20);
     absl::StatusOr<std::unique_ptr<RopeClient>> client =
         RopeClient::Create(absl::StrCat("ipv4:", absl::StrJoin(addresses, ",")), options);

@@ -19,7 +19,7 @@ class Client:
     target: any gRPC target. Lists ("ipv4:10.0.0.1:50051,10.0.0.2:50051") and
         DNS names with several addresses ("dns:///ropeserve-headless:50051")
         are balanced round robin; calls that fail with UNAVAILABLE (a
-        draining replica) are retried, up to 3 attempts in all.
+        draining replica) are retried, up to 5 attempts in all.
     tls, ca_file, cert_file, key_file: TLS (on when tls=True or any file is
         given; ca_file: PEM bundle to trust instead of the system's),
         cert_file + key_file: a client certificate for mutual TLS.
