@@ -197,15 +197,28 @@ HWY_INLINE void LoadBf16Split(DF df, const uint16_t* p, hn::Vec<DF>& even, hn::V
   odd = hn::BitCast(df, hn::And(bits, hn::Set(du, 0xffff0000u)));
 }
 
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
-// StoreBf16Split's rounding (below: t, w and the carry) on AVX-512 (BW)
-// vectors of 16 floats, with the same bits in seven operations per 32 values
-// where the portable form compiles to eight (GCC already fuses its And and
-// Or): w | (t & 1) in one three-input logic operation, and the carry as a
-// compare into a mask and an add under it (round up exactly when
-// w | (t & 1) > 0x8000 as unsigned words, the condition the portable form's
-// average-and-shift tests). Decode bf16 [32,1,32|8,128] on the avx512 path:
+// 1 where StoreBf16Split adds its carry by a mask (AVX-512 BW, with GCC's or
+// Clang's inline assembly). Set per target.
+#undef ROPE_HAS_MASKED_BF16_CARRY
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3 && defined(__GNUC__)
+#define ROPE_HAS_MASKED_BF16_CARRY 1
+#else
+#define ROPE_HAS_MASKED_BF16_CARRY 0
+#endif
+
+#if ROPE_HAS_MASKED_BF16_CARRY
+// StoreBf16Split's carry (below) on AVX-512 vectors of 32 words: t plus 1
+// exactly where w_odd > 0x8000 as an unsigned word, the condition the
+// portable average-and-shift tests, as a compare into a mask and one add
+// under it: two operations where the portable form takes three, so seven
+// per 32 values instead of eight (GCC already fuses the And and Or of
+// w_odd). Decode bf16 [32,1,32|8,128] on the avx512 path:
 // bench/results/cpu_simd_notes.md, "Session 13".
+//
+// The add is done in place by inline assembly: for _mm512_mask_add_epi16(t,
+// ...) GCC 12 copies t to another register first, one more instruction per
+// 32 values in a loop of about 20 (LLVM's Skylake-SP model: 7.1 -> 6.6
+// cycles per block with this and the mask, interleaved decode).
 //
 // t and w stay a shift and a masked blend each. Two-source word permutes
 // (VPERMT2W) would build each in one instruction, and ran 8-10% faster on
@@ -214,23 +227,12 @@ HWY_INLINE void LoadBf16Split(DF df, const uint16_t* p, hn::Vec<DF>& even, hn::V
 // shuffle port (LLVM's scheduling models), and those CPUs without AVX-512
 // BF16 are the ones this path serves for bfloat16 in cache (AMD's cores with
 // AVX-512 have BF16 and take avx512_bf16).
-HWY_INLINE void StoreBf16SplitAvx512(__m512 even, __m512 odd, uint16_t* p) {
-  const __m512i ue = _mm512_castps_si512(even);
-  const __m512i uo = _mm512_castps_si512(odd);
-  constexpr __mmask32 kOddWords = 0xaaaaaaaau;
-  const __m512i t = _mm512_mask_blend_epi16(kOddWords, _mm512_srli_epi32(ue, 16), uo);
-  const __m512i w = _mm512_mask_blend_epi16(kOddWords, ue, _mm512_slli_epi32(uo, 16));
-  const __m512i one = _mm512_set1_epi16(1);
-  constexpr int kAOrBAndC = 0xf8;  // VPTERNLOG's truth table of a | (b & c)
-  const __m512i w_odd = _mm512_ternarylogic_epi32(w, t, one, kAOrBAndC);
+HWY_INLINE __m512i AddCarryByMask(__m512i t, __m512i w_odd) {
   const __mmask32 round_up = _mm512_cmpgt_epu16_mask(w_odd, _mm512_set1_epi16(-0x8000));
-  // The add in place, under the mask: for _mm512_mask_add_epi16(t, ...) GCC
-  // 12 copies t to another register first, one more instruction per 32
-  // values in a loop of about 20 (LLVM's Skylake-SP model: 7.1 -> 6.6
-  // cycles per block with this and the mask, interleaved decode).
-  __m512i rounded = t;
-  asm("vpaddw %[one], %[t], %[t]%{%[k]%}" : [t] "+v"(rounded) : [one] "v"(one), [k] "Yk"(round_up));
-  _mm512_storeu_si512(p, rounded);
+  asm("vpaddw %[one], %[t], %[t]%{%[k]%}"
+      : [t] "+v"(t)
+      : [one] "v"(_mm512_set1_epi16(1)), [k] "Yk"(round_up));
+  return t;
 }
 #endif
 
@@ -251,9 +253,6 @@ HWY_INLINE void StoreBf16SplitAvx512(__m512 even, __m512 odd, uint16_t* p) {
 // 0x7fc00000 on Arm); the table's values are finite.
 template <class DF>
 HWY_INLINE void StoreBf16Split(DF df, hn::Vec<DF> even, hn::Vec<DF> odd, uint16_t* p) {
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
-  if constexpr (hn::MaxLanes(DF()) == 16) return StoreBf16SplitAvx512(even.raw, odd.raw, p);
-#endif
   const hn::RebindToUnsigned<DF> du;
   const hn::Repartition<uint16_t, DF> d16;
   const auto ue = hn::BitCast(du, even);
@@ -261,6 +260,12 @@ HWY_INLINE void StoreBf16Split(DF df, hn::Vec<DF> even, hn::Vec<DF> odd, uint16_
   const auto t = hn::OddEven(hn::BitCast(d16, uo), hn::BitCast(d16, hn::ShiftRight<16>(ue)));
   const auto w = hn::OddEven(hn::BitCast(d16, hn::ShiftLeft<16>(uo)), hn::BitCast(d16, ue));
   const auto w_odd = hn::Or(w, hn::And(t, hn::Set(d16, uint16_t{1})));
+#if ROPE_HAS_MASKED_BF16_CARRY
+  if constexpr (hn::MaxLanes(d16) == 32) {
+    hn::StoreU(hn::Vec<decltype(d16)>{AddCarryByMask(t.raw, w_odd.raw)}, d16, p);
+    return;
+  }
+#endif
   const auto carry = hn::ShiftRight<15>(hn::AverageRound(w_odd, hn::Set(d16, uint16_t{0x7ffe})));
   hn::StoreU(hn::Add(t, carry), d16, p);
 }
