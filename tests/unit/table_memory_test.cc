@@ -126,5 +126,30 @@ TEST(TableMemoryTest, LargeArraysStartOnA2MiBBoundary) {
   }
 }
 
+TEST(TableMemoryTest, A2MiBBlockIsOneHugePageOfCosThenSin) {
+  // rotary_dim 128: 4096 rows x 64 floats, 1 MiB of cos and 1 MiB of sin,
+  // together exactly one 2 MiB page (one fault to build, not 512).
+  std::shared_ptr<const RopeTable> table = RopeTable::Build(PlainTableKey(500000, 128, 8192));
+  for (int64_t slot = 0; slot < 2; ++slot) {
+    const TableBlock& block = *table->block(slot);
+    EXPECT_EQ(block.byte_size(), 2 * kMiB);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(block.cos()) % (2 * kMiB), 0u) << slot;
+    EXPECT_EQ(block.sin(), block.cos() + 4096 * 64) << slot;
+  }
+  // Rows are where the view says, in both halves of the page.
+  EXPECT_EQ(table->sin_row(4096 + 7), table->block(1)->sin() + 7 * 64);
+  EXPECT_EQ(table->cos_row(4095), table->block(0)->cos() + 4095 * 64);
+}
+
+TEST(TableMemoryTest, SinStartsOn64BytesWhateverTheRowCount) {
+  // 7 rows x 3 values: sin starts at float 32 (21 rounded up to 16 floats).
+  std::shared_ptr<const RopeTable> table = RopeTable::Build(PlainTableKey(10000, 6, 7));
+  const TableBlock& block = *table->block(0);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(block.cos()) % 64, 0u);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(block.sin()) % 64, 0u);
+  EXPECT_EQ(block.sin(), block.cos() + 32);
+  EXPECT_EQ(block.byte_size(), 7 * 3 * 2 * 4);
+}
+
 }  // namespace
 }  // namespace rope
