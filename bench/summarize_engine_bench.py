@@ -37,6 +37,8 @@ ROTATE_ROWS = [
     ("prefill bf16, all threads", f"{PREFILL}/R:0/dtype:{BF16}/layout:{INTER}/pos:0/threads:0", None, None),
 ]
 ATTENTION_TARGETS = {1: 1.5, 2: 1.0}
+# Issue 2: a 64 MiB table (theta 500000, rotary_dim 128, 131072 rows) built in <= 20 ms.
+TABLE_BUILD_TARGET_MS = 20
 
 
 def find(benchmarks, name):
@@ -74,6 +76,13 @@ def metrics(data):
         except KeyError:
             continue
         out[f"attention {threads} thread(s): vs full sgemm"] = s["real_time"] / a["real_time"]
+    # Absolute, not a ratio (nothing in the run does the same work): ms, lower is faster.
+    for threads, label in (("1", "1 thread"), ("0", "all threads")):
+        try:
+            b = find(bm, f"BM_TableBuild/threads:{threads}/real_time")
+        except KeyError:
+            continue
+        out[f"table build, {label}: ms"] = b["real_time"]
     return out
 
 
@@ -103,9 +112,11 @@ def main():
     ctx, bm = data["context"], data["benchmarks"]
     torch_cases = {}
     torch_version = ""
+    torch_allocator = ""
     if args.torch:
         t = json.load(open(args.torch))
         torch_version = t["torch"]
+        torch_allocator = t.get("allocator", "default")  # files before session 14: default
         for c in t["cases"]:
             torch_cases[(c["name"], c["dtype"], c["path"])] = c
     reps = max([b.get("repetitions", 1) for b in bm] + [1])
@@ -122,6 +133,12 @@ def main():
     if torch_version:
         print(f"- torch {torch_version} (Debian python3-torch) in-process, one thread, in the "
               "same session (bench/torch_rope_bench.py)")
+        if torch_allocator == "warm":
+            print("  with freed outputs kept in glibc's heap, so that torch pays no page faults "
+                  "for its outputs after the first call (--allocator=warm)")
+        else:
+            print("  with glibc's default allocator: every large output is a fresh mapping, "
+                  "page-faulted on each call (--allocator=default)")
     print()
     print("## Rotate (in place) vs memcpy of the same bytes\n")
     print("Each iteration rotates, then memcpys the same number of bytes (page-aligned buffers);")
@@ -155,7 +172,8 @@ def main():
     print("|---|---|---|")
     for t in ("1", "0"):
         b = find(bm, f"BM_TableBuild/threads:{t}/real_time")
-        print(f"| {int(b['threads'])} | {b['real_time']:.1f} | <= 20 ms |")
+        verdict = "met" if b["real_time"] <= TABLE_BUILD_TARGET_MS else "MISSED"
+        print(f"| {int(b['threads'])} | {b['real_time']:.1f} | <= {TABLE_BUILD_TARGET_MS} ms {verdict} |")
 
     print("\n## Attention scores q[1,1024,32,128], k[1,1024,8,128], causal softmax, vs sgemm\n")
     print("`vs full sgemm` is the time of OpenBLAS sgemm computing all 32 full 1024 x 1024 x 128")

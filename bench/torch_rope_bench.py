@@ -15,11 +15,25 @@ torch's figures have their own memcpy ratio.
 One-thread cases set torch.set_num_threads(1) and time with the thread's CPU
 clock (time.thread_time), as engine_bench does; the machine is shared.
 
+torch allocates every output; glibc serves blocks of 32 MiB and more with a
+fresh mapping each time, so each call pays a page fault per 4 KiB of output.
+That costs about 14 us a page on the Firecracker VMs these benchmarks run
+on (a prefill output of 84 MB: 250 ms of faults, 50 times the arithmetic),
+under a microsecond on bare metal. With --allocator=warm (the default)
+glibc is told to keep freed memory in its heap (mallopt M_MMAP_MAX = 0,
+M_TRIM_THRESHOLD = 2^31 - 1), so that after the warm-up call torch's figures
+are its arithmetic and memory traffic, not the machine's fault cost: the
+comparison most favourable to torch. --allocator=default measures a plain
+process.
+
 Writes JSON to --out: {"cases": [{name, path, dtype, shape, threads,
-seconds (median), bytes, gbps, vs_copy}], "torch": version}.
+seconds (median), bytes, gbps, vs_copy}], "torch": version, "allocator":
+warm or default}.
 """
 
 import argparse
+import ctypes
+import ctypes.util
 import json
 import statistics
 import sys
@@ -124,11 +138,28 @@ def case(name, shape, dtype_name, path, threads, min_seconds):
             "vs_copy": copy_seconds / seconds}
 
 
+# glibc's mallopt parameters (malloc.h).
+M_TRIM_THRESHOLD = -1
+M_MMAP_MAX = -4
+
+
+def keep_freed_memory_in_heap():
+    """glibc: no mapping per large block, and no trimming of the heap's top,
+    so a freed output's pages serve the next call without faulting again."""
+    libc = ctypes.CDLL(ctypes.util.find_library("c"))
+    if not (libc.mallopt(M_MMAP_MAX, 0) and libc.mallopt(M_TRIM_THRESHOLD, 2**31 - 1)):
+        sys.exit("torch_rope_bench.py: mallopt failed (not glibc?); use --allocator=default")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True)
     parser.add_argument("--min_seconds", type=float, default=1.0)
+    parser.add_argument("--allocator", choices=("warm", "default"), default="warm",
+                        help="warm: freed outputs stay in glibc's heap (see above)")
     args = parser.parse_args()
+    if args.allocator == "warm":
+        keep_freed_memory_in_heap()
     cases = []
     torch.set_num_threads(1)
     for name, shape in (("prefill", PREFILL), ("decode", DECODE)):
@@ -136,7 +167,8 @@ def main():
             for path in ("llama_complex", "hf_rotate_half"):
                 cases.append(case(name, shape, dtype, path, 1, args.min_seconds))
                 print(f"{name} {dtype} {path}: {cases[-1]['gbps']:.2f} GB/s", file=sys.stderr)
-    json.dump({"torch": torch.__version__, "cases": cases}, open(args.out, "w"), indent=1)
+    json.dump({"torch": torch.__version__, "allocator": args.allocator, "cases": cases},
+              open(args.out, "w"), indent=1)
 
 
 if __name__ == "__main__":

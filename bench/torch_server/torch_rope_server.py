@@ -8,7 +8,7 @@ per config as ropeserve does; not a production server (it checks little).
 
 Usage:
   /usr/bin/python3 bench/torch_server/torch_rope_server.py [--listen=127.0.0.1:0]
-      [--torch_threads=N] [--workers=N] [--stubs=DIR]
+      [--torch_threads=N] [--workers=N] [--stubs=DIR] [--malloc=ropeserve|default]
 (--stubs: a directory holding ropeserve/proto/, as client/python/build_proto.py
 writes it; generated into a temporary directory when absent)
 Prints "torch_rope_server listening on HOST:PORT" once serving; stops on
@@ -22,6 +22,8 @@ Needs Debian's python3-torch, python3-grpcio, python3-protobuf.
 
 import argparse
 import atexit
+import ctypes
+import ctypes.util
 import math
 import os
 import shutil
@@ -247,6 +249,26 @@ def make_servicer(rope_pb2, rope_pb2_grpc, tables):
     return Servicer()
 
 
+# glibc's mallopt parameters (malloc.h).
+M_TRIM_THRESHOLD = -1
+M_MMAP_THRESHOLD = -3
+M_ARENA_MAX = -8
+
+
+def use_ropeserve_malloc_settings():
+    """The glibc settings ropeserve applies at start-up (docs/operations.md,
+    "Large buffers"; server/service/malloc_settings.cc): arenas capped at a
+    quarter of the CPUs (2 to 8), buffers up to 32 MiB from the heap and 64
+    MiB kept free per arena, so that the comparison is between the servers,
+    not their allocators (a page fault per 4 KiB of every fresh buffer costs
+    about 14 us on the VMs these benchmarks run on). Returns False when
+    glibc refuses them."""
+    libc = ctypes.CDLL(ctypes.util.find_library("c"))
+    arenas = min(max((os.cpu_count() or 1) // 4, 2), 8)
+    return bool(libc.mallopt(M_ARENA_MAX, arenas) and libc.mallopt(M_MMAP_THRESHOLD, 32 << 20)
+                and libc.mallopt(M_TRIM_THRESHOLD, 64 << 20))
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--listen", default="127.0.0.1:0")
@@ -255,7 +277,11 @@ def main():
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 2,
                         help="gRPC worker threads")
     parser.add_argument("--stubs", default=None, help="directory holding ropeserve/proto/ (generated if absent)")
+    parser.add_argument("--malloc", choices=("ropeserve", "default"), default="ropeserve",
+                        help="ropeserve: glibc set up as ropeserve sets itself up; default: glibc's own")
     args = parser.parse_args()
+    if args.malloc == "ropeserve" and not use_ropeserve_malloc_settings():
+        print("torch_rope_server: glibc refused mallopt; running with its defaults", file=sys.stderr)
     if args.torch_threads > 0:
         torch.set_num_threads(args.torch_threads)
     rope_pb2, rope_pb2_grpc = load_stubs(args.stubs)
