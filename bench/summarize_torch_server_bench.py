@@ -34,7 +34,8 @@ def main(work, rounds, ropeserve, out_json):
     print(f"- date: {time.strftime('%Y-%m-%dT%H:%M:%S%z')}; {platform.processor() or 'cpu'}, "
           f"{os.cpu_count()} CPUs, shared with other jobs: compare the ratios only")
     print(f"- servers: {ropeserve} --backend=cpu; bench/torch_server/torch_rope_server.py (torch "
-          "float32 math, tables cached per config); both on 127.0.0.1 with the load client")
+          "float32 math, tables cached per config, glibc malloc set up as ropeserve sets itself up: "
+          "--malloc=ropeserve); both on 127.0.0.1 with the load client")
     print(f"- each scenario runs on one server, then the other, {rounds} rounds; medians of rounds")
     print("- reproduce: bench/run_torch_server_bench.sh\n")
     print("| scenario | ropeserve calls/s | torch calls/s | throughput ratio | "
