@@ -168,7 +168,7 @@ TableBlock::TableBlock(int64_t first_row, int64_t rows, int half)
       rows_(rows),
       half_(half),
       sin_offset_(RoundUp(static_cast<size_t>(rows * half), 64 / sizeof(float))),
-      values_(AllocateStorage(2 * sin_offset_)) {}
+      values_(AllocateStorage(sin_offset_ + static_cast<size_t>(rows * half))) {}
 
 std::shared_ptr<TableBlock> TableBlock::Allocate(int64_t first_row, int64_t rows, int half) {
   return std::shared_ptr<TableBlock>(new TableBlock(first_row, rows, half));

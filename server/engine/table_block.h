@@ -96,8 +96,9 @@ class TableBlock {
   float* mutable_sin() { return values_.get() + sin_offset_; }
 
   // Bytes of its values (cos + sin), what the cache budgets count. The
-  // memory a block occupies is within one 4 KiB page of this
-  // (AllocateStorage), so the budget bounds the cache's resident memory.
+  // memory a block occupies exceeds this by under one 4 KiB page and the
+  // 60 bytes that may pad cos (AllocateStorage), so the budget bounds the
+  // cache's resident memory.
   int64_t byte_size() const { return rows_ * half_ * 2 * static_cast<int64_t>(sizeof(float)); }
 
  private:
