@@ -226,9 +226,10 @@ def main():
                                       ropeload)
     with open(args.out + ".json", "w") as f:
         json.dump(results, f, indent=1)
+    report = markdown(results, args.before_desc)
     with open(args.out + ".md", "w") as f:
-        f.write(markdown(results, args.before_desc))
-    print(markdown(results, args.before_desc))
+        f.write(report)
+    print(report)
 
 
 if __name__ == "__main__":

@@ -32,14 +32,14 @@ warm or default}.
 """
 
 import argparse
-import ctypes
-import ctypes.util
 import json
 import statistics
 import sys
 import time
 
 import torch
+
+import glibc_malloc  # bench/, this script's directory
 
 THETA = 500000.0
 PREFILL = (1, 4096, 32, 8, 128)  # B, S, Hq, Hkv, D
@@ -138,16 +138,11 @@ def case(name, shape, dtype_name, path, threads, min_seconds):
             "vs_copy": copy_seconds / seconds}
 
 
-# glibc's mallopt parameters (malloc.h).
-M_TRIM_THRESHOLD = -1
-M_MMAP_MAX = -4
-
-
 def keep_freed_memory_in_heap():
     """glibc: no mapping per large block, and no trimming of the heap's top,
     so a freed output's pages serve the next call without faulting again."""
-    libc = ctypes.CDLL(ctypes.util.find_library("c"))
-    if not (libc.mallopt(M_MMAP_MAX, 0) and libc.mallopt(M_TRIM_THRESHOLD, 2**31 - 1)):
+    if not glibc_malloc.mallopt({glibc_malloc.M_MMAP_MAX: 0,
+                                 glibc_malloc.M_TRIM_THRESHOLD: 2**31 - 1}):
         sys.exit("torch_rope_bench.py: mallopt failed (not glibc?); use --allocator=default")
 
 

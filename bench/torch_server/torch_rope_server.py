@@ -22,8 +22,6 @@ Needs Debian's python3-torch, python3-grpcio, python3-protobuf.
 
 import argparse
 import atexit
-import ctypes
-import ctypes.util
 import math
 import os
 import shutil
@@ -39,6 +37,8 @@ import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.abspath(os.path.join(HERE, "..", ".."))
+sys.path.insert(0, os.path.join(REPO, "bench"))
+import glibc_malloc  # noqa: E402  (bench/glibc_malloc.py)
 
 # rope.v1.DType -> torch dtype, and the int type that carries its bytes.
 TORCH_DTYPES = {1: torch.float32, 2: torch.float16, 3: torch.bfloat16}
@@ -249,24 +249,16 @@ def make_servicer(rope_pb2, rope_pb2_grpc, tables):
     return Servicer()
 
 
-# glibc's mallopt parameters (malloc.h).
-M_TRIM_THRESHOLD = -1
-M_MMAP_THRESHOLD = -3
-M_ARENA_MAX = -8
-
-
 def use_ropeserve_malloc_settings():
     """The glibc settings ropeserve applies at start-up (docs/operations.md,
     "Large buffers"; server/service/malloc_settings.cc): arenas capped at a
     quarter of the CPUs (2 to 8), buffers up to 32 MiB from the heap and 64
     MiB kept free per arena, so that the comparison is between the servers,
-    not their allocators (a page fault per 4 KiB of every fresh buffer costs
-    about 14 us on the VMs these benchmarks run on). Returns False when
-    glibc refuses them."""
-    libc = ctypes.CDLL(ctypes.util.find_library("c"))
+    not their allocators. Returns False when glibc refuses them."""
     arenas = min(max((os.cpu_count() or 1) // 4, 2), 8)
-    return bool(libc.mallopt(M_ARENA_MAX, arenas) and libc.mallopt(M_MMAP_THRESHOLD, 32 << 20)
-                and libc.mallopt(M_TRIM_THRESHOLD, 64 << 20))
+    return glibc_malloc.mallopt({glibc_malloc.M_ARENA_MAX: arenas,
+                                 glibc_malloc.M_MMAP_THRESHOLD: 32 << 20,
+                                 glibc_malloc.M_TRIM_THRESHOLD: 64 << 20})
 
 
 def main():
