@@ -26,11 +26,11 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "server/backends/cuda/cublas_api.h"
-#include "server/backends/cuda/cuda_backend.h"
-#include "server/backends/cuda/gemm_plan.h"
-#include "server/backends/cuda/kernel_launchers.h"
-#include "server/engine/rope_table.h"
+#include "core/backends/cuda/cublas_api.h"
+#include "core/backends/cuda/cuda_backend.h"
+#include "core/backends/cuda/gemm_plan.h"
+#include "core/backends/cuda/kernel_launchers.h"
+#include "core/engine/rope_table.h"
 
 ABSL_FLAG(std::string, out, "", "write results as JSON to this file");
 ABSL_FLAG(std::string, md, "", "write results as markdown to this file");

@@ -25,10 +25,10 @@
 #include <thread>
 #include <vector>
 
-#include "server/backends/cpu/cpu_backend.h"
-#include "server/engine/engine.h"
-#include "server/engine/rope_math.h"
-#include "server/engine/rope_table.h"
+#include "core/backends/cpu/cpu_backend.h"
+#include "core/engine/engine.h"
+#include "core/engine/rope_math.h"
+#include "core/engine/rope_table.h"
 
 namespace rope {
 namespace {
@@ -335,8 +335,8 @@ BENCHMARK(BM_Sgemm)->ArgNames({"S", "threads"})->Args({1024, 1})->Args({1024, 2}
 
 // The SIMD path in the JSON's context (the version before this field's
 // engine has no such API: the same source builds against both).
-#if __has_include("server/backends/cpu/cpu_simd.h")
-#include "server/backends/cpu/cpu_simd.h"
+#if __has_include("core/backends/cpu/cpu_simd.h")
+#include "core/backends/cpu/cpu_simd.h"
 #define ROPE_BENCH_HAS_CPU_SIMD 1
 #endif
 

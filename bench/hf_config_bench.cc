@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "server/backends/cpu/cpu_backend.h"
-#include "server/engine/engine.h"
+#include "core/backends/cpu/cpu_backend.h"
+#include "core/engine/engine.h"
 
 namespace rope {
 namespace {

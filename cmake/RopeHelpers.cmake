@@ -47,7 +47,7 @@ function(rope_set_warnings target)
 endfunction()
 
 # The include root of every library: code includes "common/...",
-# "server/engine/...", "client/..." from the repository root, and from
+# "core/engine/...", "client/..." from the repository root, and from
 # include/ropeserve once installed (see client/CMakeLists.txt).
 set(ROPE_INCLUDE_INTERFACE
     $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}>

@@ -8,7 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "client/tensor_util.h"
 #include "common/status_macros.h"
-#include "proto_engine/rope_calls.h"
+#include "core/proto_engine/rope_calls.h"
 #include "rope/v1/rope.pb.h"
 
 namespace rope {

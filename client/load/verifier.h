@@ -1,7 +1,7 @@
 // Verifier: checks replies against a local oracle: the same engine the
 // server runs, over the CPU backend in this process
-// (proto_engine/local_engine.h), answering each request through the same
-// per-RPC entries as the service (proto_engine/rope_calls.h), so that every
+// (core/proto_engine/local_engine.h), answering each request through the same
+// per-RPC entries as the service (core/proto_engine/rope_calls.h), so that every
 // request field (scaling included) means the same thing on both sides.
 //
 // The oracle's answer to each request variant (payload and config) is
@@ -25,7 +25,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "client/load/workload.h"
-#include "proto_engine/local_engine.h"
+#include "core/proto_engine/local_engine.h"
 
 namespace rope {
 namespace load {

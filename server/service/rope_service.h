@@ -2,7 +2,7 @@
 //
 // gRPC glue only: each handler admits the call through the CallGate and the
 // ByteBudget (its request's bytes and its reply's estimated bytes), runs the
-// RPC's entry of proto_engine/rope_calls.h (request message to reply message
+// RPC's entry of core/proto_engine/rope_calls.h (request message to reply message
 // over the Engine) on the WorkQueue so the library's threads stay free for
 // I/O and admission, converts the status (ToGrpcStatus), and records metrics.
 //
@@ -23,10 +23,10 @@
 #include "grpcpp/support/server_callback.h"
 #include "rope/v1/rope.grpc.pb.h"
 #include "rope/v1/rope.pb.h"
-#include "proto_engine/shm_registry.h"
-#include "server/engine/engine.h"
+#include "core/proto_engine/shm_registry.h"
+#include "core/engine/engine.h"
 #include "server/service/byte_budget.h"
-#include "server/engine/interrupt.h"
+#include "core/engine/interrupt.h"
 #include "server/service/call_gate.h"
 #include "server/service/owned_messages.h"
 #include "server/service/service_metrics.h"

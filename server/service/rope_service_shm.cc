@@ -1,8 +1,8 @@
 // RopeServiceImpl's shared-memory side: the region RPCs, and Rotate /
-// AttentionScores for requests that reference regions (proto_engine/
+// AttentionScores for requests that reference regions (core/proto_engine/
 // shm_calls.h does the work; this file adds the caller's identity).
 #include "absl/strings/str_cat.h"
-#include "proto_engine/shm_calls.h"
+#include "core/proto_engine/shm_calls.h"
 #include "server/service/caller_identity.h"
 #include "server/service/rope_service.h"
 #include "server/service/unary_call.h"

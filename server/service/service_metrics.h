@@ -27,7 +27,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "grpcpp/support/status.h"
-#include "server/engine/engine.h"
+#include "core/engine/engine.h"
 #include "server/service/call_gate.h"
 #include "server/service/token_auth.h"
 

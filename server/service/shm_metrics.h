@@ -5,7 +5,7 @@
 
 #include <memory>
 
-#include "proto_engine/shm_registry.h"
+#include "core/proto_engine/shm_registry.h"
 
 namespace prometheus {
 class Collectable;

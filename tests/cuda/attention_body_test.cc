@@ -14,11 +14,11 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "server/backends/cuda/attention_chunks.h"
-#include "server/backends/cuda/gemm_plan.h"
-#include "server/backends/cuda/kernel_common.h"
-#include "server/backends/cuda/rotate_kernel_body.h"
-#include "server/backends/cuda/softmax_kernel_body.h"
+#include "core/backends/cuda/attention_chunks.h"
+#include "core/backends/cuda/gemm_plan.h"
+#include "core/backends/cuda/kernel_common.h"
+#include "core/backends/cuda/rotate_kernel_body.h"
+#include "core/backends/cuda/softmax_kernel_body.h"
 #include "tests/cuda/backend_cases.h"
 #include "tests/cuda/grid_emulation.h"
 #include "tests/cuda/reference_gemm.h"

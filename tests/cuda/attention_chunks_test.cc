@@ -3,14 +3,14 @@
 // in order, each within the budget (or one query row), not too many, and a
 // call within the budget is the whole call, planned as without chunks.
 // (attention_body_test.cc runs chunked calls against the CPU backend.)
-#include "server/backends/cuda/attention_chunks.h"
+#include "core/backends/cuda/attention_chunks.h"
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "server/backends/cuda/gemm_plan.h"
+#include "core/backends/cuda/gemm_plan.h"
 
 namespace rope {
 namespace {

@@ -4,8 +4,8 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
-#include "server/backends/cpu/cpu_backend.h"
-#include "server/engine/rope_math.h"
+#include "core/backends/cpu/cpu_backend.h"
+#include "core/engine/rope_math.h"
 
 namespace rope {
 namespace test {

@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "server/engine/backend.h"
-#include "server/engine/rope_table.h"
+#include "core/engine/backend.h"
+#include "core/engine/rope_table.h"
 
 namespace rope {
 namespace test {

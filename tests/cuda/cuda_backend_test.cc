@@ -9,7 +9,7 @@
 // cache's counters and eviction, out-of-memory mapping, and AttentionScores
 // stopping at each of its interrupt checks (cancelled, deadline passed) with
 // the worker context fit for the next call.
-#include "server/backends/cuda/cuda_backend.h"
+#include "core/backends/cuda/cuda_backend.h"
 
 #include <cuda_runtime_api.h>
 #include <pthread.h>
@@ -28,11 +28,11 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
-#include "server/backends/cuda/attention_chunks.h"
-#include "server/backends/cuda/cublas_api.h"
-#include "server/backends/cuda/cuda_status.h"
-#include "server/backends/cuda/device_memory.h"
-#include "server/engine/interrupt.h"
+#include "core/backends/cuda/attention_chunks.h"
+#include "core/backends/cuda/cublas_api.h"
+#include "core/backends/cuda/cuda_status.h"
+#include "core/backends/cuda/device_memory.h"
+#include "core/engine/interrupt.h"
 #include "tests/cuda/backend_cases.h"
 #include "tests/cuda/device_under_test.h"
 #include "tests/support/status_matchers.h"

@@ -9,7 +9,7 @@
 //     CPU backend's, at aligned and unaligned offsets; the exporter sees
 //     the result; attention over the attention grid read and written in the
 //     allocation; the handle, device and size checks; closing.
-//   - the calls (proto_engine/shm_calls.h over an Engine on this backend and
+//   - the calls (core/proto_engine/shm_calls.h over an Engine on this backend and
 //     a ShmRegistry): register by handle, status, Rotate by reference in
 //     place and into an output reference, AttentionScores by reference
 //     (inputs and results in the region), the refusals (mixing with bytes,
@@ -26,13 +26,13 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
-#include "proto_engine/rope_calls.h"
-#include "proto_engine/shm_calls.h"
-#include "proto_engine/shm_registry.h"
+#include "core/proto_engine/rope_calls.h"
+#include "core/proto_engine/shm_calls.h"
+#include "core/proto_engine/shm_registry.h"
 #include "rope/v1/rope.pb.h"
-#include "server/backends/cpu/cpu_backend.h"
-#include "server/backends/cuda/cuda_backend.h"
-#include "server/engine/engine.h"
+#include "core/backends/cpu/cpu_backend.h"
+#include "core/backends/cuda/cuda_backend.h"
+#include "core/engine/engine.h"
 #include "tests/cuda/backend_cases.h"
 #include "tests/cuda/device_under_test.h"
 #include "tests/cuda/ipc_exporter.h"

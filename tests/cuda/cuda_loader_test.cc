@@ -5,7 +5,7 @@
 #include <memory>
 
 #include "gtest/gtest.h"
-#include "server/backends/cuda/cuda_backend.h"
+#include "core/backends/cuda/cuda_backend.h"
 
 namespace rope {
 namespace {

@@ -1,6 +1,6 @@
 // The stub CUDA backend of a build without CUDA: it says how to enable CUDA.
 #include "gtest/gtest.h"
-#include "server/backends/cuda/cuda_backend.h"
+#include "core/backends/cuda/cuda_backend.h"
 
 namespace rope {
 namespace {

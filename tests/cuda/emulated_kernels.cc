@@ -16,8 +16,8 @@
 #include <functional>
 #include <vector>
 
-#include "server/backends/cuda/dispatch.cuh"
-#include "server/backends/cuda/kernel_launchers.h"
+#include "core/backends/cuda/dispatch.cuh"
+#include "core/backends/cuda/kernel_launchers.h"
 #include "tests/cuda/fake_runtime/fake_cuda_control.h"
 #include "tests/cuda/grid_emulation.h"
 

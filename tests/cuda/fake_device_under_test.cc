@@ -4,7 +4,7 @@
 #include <string>
 
 #include "gtest/gtest.h"
-#include "server/backends/cuda/cublas_api.h"
+#include "core/backends/cuda/cublas_api.h"
 #include "tests/cuda/device_under_test.h"
 #include "tests/cuda/fake_runtime/fake_cuda_control.h"
 

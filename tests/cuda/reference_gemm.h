@@ -4,7 +4,7 @@
 #ifndef ROPE_TESTS_CUDA_REFERENCE_GEMM_H_
 #define ROPE_TESTS_CUDA_REFERENCE_GEMM_H_
 
-#include "server/backends/cuda/gemm_plan.h"
+#include "core/backends/cuda/gemm_plan.h"
 
 namespace rope {
 namespace test {

@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "server/backends/cuda/kernel_common.h"
-#include "server/backends/cuda/rotate_kernel_body.h"
+#include "core/backends/cuda/kernel_common.h"
+#include "core/backends/cuda/rotate_kernel_body.h"
 #include "tests/cuda/backend_cases.h"
 #include "tests/cuda/grid_emulation.h"
 

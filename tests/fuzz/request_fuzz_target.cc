@@ -8,11 +8,11 @@
 
 #include "absl/status/status.h"
 #include "rope/v1/rope.pb.h"
-#include "server/backends/cpu/cpu_backend.h"
-#include "server/engine/engine.h"
-#include "proto_engine/request_conversion.h"
-#include "proto_engine/shm_calls.h"
-#include "proto_engine/shm_registry.h"
+#include "core/backends/cpu/cpu_backend.h"
+#include "core/engine/engine.h"
+#include "core/proto_engine/request_conversion.h"
+#include "core/proto_engine/shm_calls.h"
+#include "core/proto_engine/shm_registry.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>

@@ -3,7 +3,7 @@
 
 #include "absl/status/status.h"
 #include "gtest/gtest.h"
-#include "proto_engine/request_conversion.h"
+#include "core/proto_engine/request_conversion.h"
 #include "server/service/status_conversion.h"
 #include "tests/service/service_fixture.h"
 #include "tests/support/status_matchers.h"

@@ -14,7 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "server/engine/backend.h"
+#include "core/engine/backend.h"
 
 namespace rope {
 namespace test {

@@ -11,7 +11,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
-#include "proto_engine/reply_size.h"
+#include "core/proto_engine/reply_size.h"
 #include "tests/service/service_fixture.h"
 
 namespace rope {

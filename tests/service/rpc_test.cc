@@ -9,7 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "rope/bench/v1/echo.grpc.pb.h"
-#include "server/backends/cpu/cpu_simd.h"
+#include "core/backends/cpu/cpu_simd.h"
 #include "tests/service/service_fixture.h"
 #include "tests/unit/reference_rope.h"
 #include "tests/unit/test_util.h"

@@ -19,7 +19,7 @@
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "gtest/gtest.h"
-#include "server/backends/cpu/cpu_backend.h"
+#include "core/backends/cpu/cpu_backend.h"
 #include "server/service/caller_identity.h"
 #include "server/service/rope_server.h"
 #include "tests/support/grpc_test_util.h"

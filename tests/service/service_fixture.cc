@@ -4,7 +4,7 @@
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "grpcpp/support/channel_arguments.h"
-#include "server/backends/cpu/cpu_backend.h"
+#include "core/backends/cpu/cpu_backend.h"
 
 namespace rope {
 namespace test {

@@ -15,7 +15,7 @@
 #include "grpcpp/client_context.h"
 #include "gtest/gtest.h"
 #include "rope/v1/rope.grpc.pb.h"
-#include "server/engine/engine.h"
+#include "core/engine/engine.h"
 #include "server/service/rope_server.h"
 #include "tests/service/fault_backend.h"
 #include "tests/support/grpc_test_util.h"

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "server/engine/engine.h"
+#include "core/engine/engine.h"
 #include "tests/unit/cpu_test_engine.h"
 #include "tests/support/status_matchers.h"
 #include "tests/unit/reference_rope.h"

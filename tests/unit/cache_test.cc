@@ -1,6 +1,6 @@
-// server/engine/table_cache.h: byte budget, LRU order, exact counters, one
+// core/engine/table_cache.h: byte budget, LRU order, exact counters, one
 // build per key under concurrent misses, and oversize tables.
-#include "server/engine/table_cache.h"
+#include "core/engine/table_cache.h"
 
 #include <atomic>
 #include <cmath>

@@ -2,7 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
-#include "server/backends/cpu/cpu_backend.h"
+#include "core/backends/cpu/cpu_backend.h"
 
 namespace rope {
 namespace test {

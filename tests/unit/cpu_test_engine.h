@@ -8,7 +8,7 @@
 #include <memory>
 #include <string>
 
-#include "server/engine/engine.h"
+#include "core/engine/engine.h"
 
 namespace rope {
 namespace test {

@@ -1,4 +1,4 @@
-// config.json -> RoPE (server/engine/hf_config.*) on the published configs of
+// config.json -> RoPE (core/engine/hf_config.*) on the published configs of
 // tests/fixtures/hf_configs: what each resolves to, its inverse frequencies,
 // attention factor and table rows against tests/unit/reference_scaling.*
 // (transformers' formulas in double, evaluated with the values the model
@@ -14,9 +14,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
-#include "server/backends/cpu/cpu_backend.h"
-#include "server/engine/engine.h"
-#include "server/engine/hf_config.h"
+#include "core/backends/cpu/cpu_backend.h"
+#include "core/engine/engine.h"
+#include "core/engine/hf_config.h"
 #include "tests/unit/reference_scaling.h"
 #include "tests/support/status_matchers.h"
 #include "tests/unit/test_util.h"

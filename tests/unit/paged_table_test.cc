@@ -1,4 +1,4 @@
-// Paged tables (server/engine/table_block.h, table_cache.h, the engine):
+// Paged tables (core/engine/table_block.h, table_cache.h, the engine):
 // blocks built on first touch, exact at far positions, bit-identical at block
 // edges, held while a call uses them, built once under concurrent misses, and
 // the per-call cap on distinct blocks.
@@ -14,11 +14,11 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
-#include "server/backends/cpu/cpu_backend.h"
-#include "server/engine/engine.h"
-#include "server/engine/rope_table.h"
-#include "server/engine/table_block.h"
-#include "server/engine/table_cache.h"
+#include "core/backends/cpu/cpu_backend.h"
+#include "core/engine/engine.h"
+#include "core/engine/rope_table.h"
+#include "core/engine/table_block.h"
+#include "core/engine/table_cache.h"
 #include "tests/support/status_matchers.h"
 #include "tests/unit/reference_rope.h"
 #include "tests/unit/test_util.h"

@@ -1,5 +1,5 @@
 // A slow, obviously-correct reference for RoPE, written from the formulas in
-// docs/design.md and sharing no code with server/engine: its own float16/bfloat16
+// docs/design.md and sharing no code with core/engine: its own float16/bfloat16
 // conversions (double arithmetic on values, not bit tricks), its own
 // inv_freq/cos/sin (double or long double, no table), its own pairing,
 // masking and softmax. Unit tests compare the engine against it.

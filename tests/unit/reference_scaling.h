@@ -1,7 +1,7 @@
 // Reference inverse frequencies and attention factors of the RoPE scaling
 // variants, written in the tests from the published formulas (Hugging Face
 // modeling_rope_utils.py, Meta's Llama 3.1 apply_scaling), step by step as
-// those sources state them, and sharing no code with server/engine.
+// those sources state them, and sharing no code with core/engine.
 #ifndef ROPE_TESTS_UNIT_REFERENCE_SCALING_H_
 #define ROPE_TESTS_UNIT_REFERENCE_SCALING_H_
 

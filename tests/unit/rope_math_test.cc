@@ -1,8 +1,8 @@
-// server/engine/rope_math.h (and the common/half_float.h conversions it includes):
+// core/engine/rope_math.h (and the common/half_float.h conversions it includes):
 // storage conversions, positions and the pair
 // rotation, against the reference (tests/unit/reference_rope.h) and against
 // hand-computed bit patterns.
-#include "server/engine/rope_math.h"
+#include "core/engine/rope_math.h"
 
 #include <cmath>
 #include <cstdint>

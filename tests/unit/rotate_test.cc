@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "server/engine/engine.h"
+#include "core/engine/engine.h"
 #include "tests/unit/cpu_test_engine.h"
 #include "tests/unit/reference_rope.h"
 #include "tests/unit/test_util.h"

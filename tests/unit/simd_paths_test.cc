@@ -1,4 +1,4 @@
-// Every SIMD path the CPU backend was compiled with (server/backends/cpu/
+// Every SIMD path the CPU backend was compiled with (core/backends/cpu/
 // cpu_kernels.h), each against the scalar arithmetic of rope_math.h bit for
 // bit, against the independent reference, and against the other paths; and
 // how a path is chosen (cpu_simd.h). A path this CPU cannot run is skipped
@@ -19,12 +19,12 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "server/backends/cpu/cpu_backend.h"
-#include "server/backends/cpu/cpu_kernels.h"
-#include "server/backends/cpu/cpu_simd.h"
-#include "server/engine/engine.h"
-#include "server/engine/rope_math.h"
-#include "server/engine/rope_table.h"
+#include "core/backends/cpu/cpu_backend.h"
+#include "core/backends/cpu/cpu_kernels.h"
+#include "core/backends/cpu/cpu_simd.h"
+#include "core/engine/engine.h"
+#include "core/engine/rope_math.h"
+#include "core/engine/rope_table.h"
 #include "tests/support/status_matchers.h"
 #include "tests/unit/reference_rope.h"
 #include "tests/unit/test_util.h"

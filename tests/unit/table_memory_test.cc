@@ -16,8 +16,8 @@
 #include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
 #include "tests/unit/test_util.h"
-#include "server/engine/rope_table.h"
-#include "server/engine/table_cache.h"
+#include "core/engine/rope_table.h"
+#include "core/engine/table_cache.h"
 
 namespace rope {
 namespace {

@@ -1,7 +1,7 @@
-// server/engine/rope_table.h: inverse frequencies and cos/sin rows against a
+// core/engine/rope_table.h: inverse frequencies and cos/sin rows against a
 // long double reference, far out in position (the precision contract holds
 // for every position < 2^24).
-#include "server/engine/rope_table.h"
+#include "core/engine/rope_table.h"
 
 #include <cmath>
 #include <cstdint>

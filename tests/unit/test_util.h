@@ -12,9 +12,9 @@
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "gtest/gtest.h"
-#include "server/engine/dtype.h"
-#include "server/engine/rope_config.h"
-#include "server/engine/tensor.h"
+#include "core/engine/dtype.h"
+#include "core/engine/rope_config.h"
+#include "core/engine/tensor.h"
 
 namespace rope {
 namespace test {

@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "server/backends/cpu/cpu_backend.h"
-#include "server/engine/engine.h"
+#include "core/backends/cpu/cpu_backend.h"
+#include "core/engine/engine.h"
 #include "tests/support/status_matchers.h"
 #include "tests/unit/reference_rope.h"
 #include "tests/unit/test_util.h"

@@ -1,5 +1,5 @@
 // The fake libcublas.so.13: the cuBLAS entry points the CUDA backend
-// resolves (server/backends/cuda/cublas_api.h), over the fake runtime. A
+// resolves (core/backends/cuda/cublas_api.h), over the fake runtime. A
 // GEMM is a host-emulated kernel on the handle's stream (it runs when the
 // stream is waited for), checks that its operands are live device memory,
 // and computes cublasSgemmStridedBatched's column-major product in double.

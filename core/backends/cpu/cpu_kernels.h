@@ -1,0 +1,115 @@
+// The CPU backend's SIMD kernels: one table of entry points per instruction
+// set the build compiled (Google Highway targets, chosen at run time by
+// cpu_simd.h), and the plain parameter structs they take.
+//
+// Arithmetic contract, the same on every path: float32 math with separate
+// multiplies and adds (no FMA contraction: every kernel source is compiled
+// with -ffp-contract=off), exactly the operations of math::RotatePair, and
+// reductions over 16 fixed lanes whatever the vector width, so that every
+// path gives bit-identical results (NaN results: NaN; their sign and payload
+// may differ). float16/bfloat16 narrowing rounds to nearest even; a NaN
+// becomes sign|0x7e00 (float16) or keeps its top bits with the quiet bit set
+// (bfloat16), as math::FloatToHalf / math::FloatToBFloat16 do. Widening is
+// exact; a float16 NaN comes out quiet.
+//
+// Framework-free: no absl, protobuf or gRPC type appears here.
+#ifndef ROPE_BACKENDS_CPU_CPU_KERNELS_H_
+#define ROPE_BACKENDS_CPU_CPU_KERNELS_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "core/engine/dtype.h"
+#include "core/engine/rope_math.h"
+#include "core/engine/table_rows.h"
+
+namespace rope {
+namespace cpu {
+
+// Rotates tokens of q (and k) in place: token t = b * seq + s of q is
+// q_heads head vectors of head_dim elements at q + t * q_heads * head_dim
+// (likewise k, which may be null), rotated by the table row of
+// positions.At(b, s). Features rotary_dim.. are not touched.
+struct RotateParams {
+  DType dtype = DType::kFloat32;
+  bool interleaved = true;
+  bool inverse = false;
+  void* q = nullptr;
+  int64_t q_heads = 0;
+  void* k = nullptr;
+  int64_t k_heads = 0;
+  int64_t head_dim = 0;
+  int64_t rotary_dim = 0;
+  int64_t seq = 1;
+  TableRows table;
+  math::PositionSpec positions;
+};
+
+// Float32 rotated copies: head h of token t (t = b * seq + s) is read from
+// src + t * src_token_stride + h * head_dim (elements of dtype), widened,
+// rotated forward by the row of positions.At(b, s) (every feature copied,
+// the first rotary_dim rotated) and written to
+// dst + (t - dst_first_token) * dst_token_stride + h * dst_head_stride.
+struct RotateCopyParams {
+  DType dtype = DType::kFloat32;
+  bool interleaved = true;
+  const void* src = nullptr;
+  int64_t src_token_stride = 0;
+  float* dst = nullptr;
+  int64_t dst_first_token = 0;
+  int64_t dst_token_stride = 0;
+  int64_t dst_head_stride = 0;
+  int64_t heads = 0;
+  int64_t head_dim = 0;
+  int64_t rotary_dim = 0;
+  int64_t seq = 1;
+  TableRows table;
+  math::PositionSpec positions;
+};
+
+struct CpuKernels {
+  const char* name;    // the path's name, e.g. "avx2" (cpu_simd.h lists them)
+  int64_t hwy_target;  // the Highway target bit it was compiled for
+  // Whether this CPU has the instructions the path uses beyond its Highway
+  // target's (avx512_bf16: AVX-512 BF16); null when it uses none.
+  bool (*cpu_has_extensions)();
+
+  // Tokens [begin, end) of RotateParams / RotateCopyParams.
+  void (*rotate)(const RotateParams& p, int64_t begin, int64_t end);
+  void (*rotate_copy)(const RotateCopyParams& p, int64_t begin, int64_t end);
+
+  // n elements of 16-bit storage <-> float32.
+  void (*widen)(DType dtype, const void* src, int64_t n, float* dst);
+  void (*narrow)(DType dtype, const float* src, int64_t n, void* dst);
+
+  // The softmax of row[0, visible) is exp_row's result times what it
+  // returns: it replaces row[j] by exp(row[j] - max) and returns 1 / sum
+  // (0 when visible == 0).
+  float (*exp_row)(float* row, int64_t visible);
+  // row[0, n) *= scale.
+  void (*scale_row)(float* row, int64_t n, float scale);
+
+  // out[0, visible) = src[0, visible) * scale, out[visible, n) = fill. With
+  // `stream`, streaming stores that bypass the cache where out is
+  // vector-aligned; call stream_fence before another thread may read out.
+  void (*store_row)(const float* src, int64_t visible, int64_t n, float scale, float fill,
+                    bool stream, float* out);
+  void (*stream_fence)();
+};
+
+// One compiled path: its kernels, and whether this CPU can run them.
+struct CompiledKernels {
+  const CpuKernels* kernels;
+  bool supported;
+};
+
+// Every path this binary was compiled with, best first.
+const std::vector<CompiledKernels>& AllCompiledKernels();
+
+// The best path this CPU runs (Highway's HWY_DYNAMIC_DISPATCH choice).
+const CpuKernels& BestCpuKernels();
+
+}  // namespace cpu
+}  // namespace rope
+
+#endif  // ROPE_BACKENDS_CPU_CPU_KERNELS_H_

@@ -1,0 +1,196 @@
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "core/backends/cuda/attention_chunks.h"
+#include "core/backends/cuda/cuda_ops.h"
+#include "core/backends/cuda/cuda_status.h"
+#include "core/backends/cuda/gemm_plan.h"
+#include "core/backends/cuda/kernel_launchers.h"
+#include "common/status_macros.h"
+
+namespace rope {
+namespace {
+
+cublasOperation_t ToCublas(kernels::GemmOp op) {
+  return op == kernels::GemmOp::kT ? CUBLAS_OP_T : CUBLAS_OP_N;
+}
+
+absl::Status RunPlan(const WorkerContext& context, const std::vector<kernels::StridedGemm>& plan,
+                     const float* a, const float* b, float* c, const char* what) {
+  for (const kernels::StridedGemm& g : plan) {
+    ROPE_CUBLAS_RETURN_IF_ERROR(
+        context.cublas_api().sgemm_strided_batched(
+            context.cublas(), ToCublas(g.op_a), ToCublas(g.op_b), g.m, g.n, g.k, &g.alpha,
+            a + g.a_offset, g.lda, g.stride_a, b + g.b_offset, g.ldb, g.stride_b, &g.beta,
+            c + g.c_offset, g.ldc, g.stride_c, g.batch),
+        what);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status CudaAttentionScores(WorkerContext& context, const DeviceTable& table,
+                                 const AttentionArgs& args, int64_t max_blocks,
+                                 double chunk_work) {
+  // Polled before each staging chunk and each compute chunk; on a stop the
+  // caller's lease quiesces the context (what is enqueued runs out).
+  auto stop = [&args]() {
+    return args.interrupt != nullptr ? args.interrupt->Check("AttentionScores")
+                                     : absl::OkStatus();
+  };
+  const int64_t elem = static_cast<int64_t>(DTypeSize(args.dtype));
+  const int64_t q_elems = args.batch * args.q_seq * args.q_heads * args.head_dim;
+  const int64_t k_elems = args.batch * args.k_seq * args.k_heads * args.head_dim;
+  const int64_t v_elems =
+      args.v != nullptr ? args.batch * args.k_seq * args.k_heads * args.v_dim : 0;
+  const int64_t score_elems = args.batch * args.q_heads * args.q_seq * args.k_seq;
+  const int64_t out_elems =
+      args.v != nullptr ? args.batch * args.q_seq * args.q_heads * args.v_dim : 0;
+  const int64_t f = static_cast<int64_t>(sizeof(float));
+
+  // Device memory first: a request too large for the device fails here,
+  // before any work is enqueued. Allocated in order on the compute stream;
+  // the other slot's stream, which also copies q, k, v in and the results
+  // out, is then ordered after the allocations.
+  // With args.on_device the inputs are read, and the scores and output
+  // written, where they lie: no staging buffers, no copies.
+  const cudaStream_t compute = context.compute_stream();
+  const bool staged = !args.on_device;
+  if (staged) {
+    ROPE_RETURN_IF_ERROR(context.q_in.Reserve(q_elems * elem, "q", compute));
+    ROPE_RETURN_IF_ERROR(context.k_in.Reserve(k_elems * elem, "k", compute));
+    ROPE_RETURN_IF_ERROR(context.scores.Reserve(score_elems * f, "attention scores", compute));
+  }
+  ROPE_RETURN_IF_ERROR(context.qf.Reserve(q_elems * f, "rotated q (float32)", compute));
+  ROPE_RETURN_IF_ERROR(context.kf.Reserve(k_elems * f, "rotated k (float32)", compute));
+  const bool separate_probs = args.v != nullptr && !args.softmax;
+  if (separate_probs) {
+    ROPE_RETURN_IF_ERROR(
+        context.probs.Reserve(score_elems * f, "attention probabilities", compute));
+  }
+  if (args.v != nullptr) {
+    if (staged) {
+      ROPE_RETURN_IF_ERROR(context.v_in.Reserve(v_elems * elem, "v", compute));
+      ROPE_RETURN_IF_ERROR(context.output.Reserve(out_elems * f, "attention output", compute));
+    }
+    ROPE_RETURN_IF_ERROR(context.vf.Reserve(v_elems * f, "v (float32)", compute));
+  }
+  ROPE_RETURN_IF_ERROR(context.SlotsWaitForCompute());
+
+  const void* q_in = args.q;
+  const void* k_in = args.k;
+  const void* v_in = args.v;
+  if (staged) {
+    ROPE_RETURN_IF_ERROR(context.UploadStaged(args.q, context.q_in.data(), q_elems * elem, stop));
+    ROPE_RETURN_IF_ERROR(context.UploadStaged(args.k, context.k_in.data(), k_elems * elem, stop));
+    if (args.v != nullptr) {
+      ROPE_RETURN_IF_ERROR(
+          context.UploadStaged(args.v, context.v_in.data(), v_elems * elem, stop));
+    }
+    q_in = context.q_in.data();
+    k_in = context.k_in.data();
+    v_in = context.v_in.data();
+  }
+  math::PositionSpec positions[2] = {args.q_positions, args.k_positions};
+  ROPE_RETURN_IF_ERROR(UploadPositions(context, positions, 2));
+
+  kernels::LaunchConfig launch;
+  launch.stream = context.compute_stream();
+  launch.max_blocks = max_blocks;
+  const kernels::Storage storage = StorageOf(args.dtype);
+  const bool interleaved = args.layout == Layout::kInterleaved;
+  float* qf = static_cast<float*>(context.qf.data());
+  float* kf = static_cast<float*>(context.kf.data());
+  float* vf = static_cast<float*>(context.vf.data());
+  float* scores = staged ? static_cast<float*>(context.scores.data()) : args.scores;
+
+  kernels::RotatedCopyParams copy;
+  copy.head_dim = static_cast<int>(args.head_dim);
+  copy.rotary_dim = static_cast<int>(args.rotary_dim);
+  ROPE_ASSIGN_OR_RETURN(copy.table, UploadTableRows(context, table));
+  copy.in = q_in;
+  copy.out = qf;
+  copy.tokens = args.batch * args.q_seq;
+  copy.heads = static_cast<int>(args.q_heads);
+  copy.positions = positions[0];
+  ROPE_CUDA_RETURN_IF_ERROR(kernels::RotatedCopy(copy, storage, interleaved, launch),
+                            "launching the rotated copy of q");
+  copy.in = k_in;
+  copy.out = kf;
+  copy.tokens = args.batch * args.k_seq;
+  copy.heads = static_cast<int>(args.k_heads);
+  copy.positions = positions[1];
+  ROPE_CUDA_RETURN_IF_ERROR(kernels::RotatedCopy(copy, storage, interleaved, launch),
+                            "launching the rotated copy of k");
+  if (args.v != nullptr) {
+    copy.in = v_in;
+    copy.out = vf;
+    copy.head_dim = static_cast<int>(args.v_dim);
+    copy.rotary_dim = 0;  // a plain widening copy
+    ROPE_CUDA_RETURN_IF_ERROR(kernels::RotatedCopy(copy, storage, interleaved, launch),
+                              "launching the float32 copy of v");
+  }
+
+  kernels::AttentionDims dims;
+  dims.batch = args.batch;
+  dims.q_seq = args.q_seq;
+  dims.k_seq = args.k_seq;
+  dims.q_heads = args.q_heads;
+  dims.k_heads = args.k_heads;
+  dims.head_dim = args.head_dim;
+  dims.v_dim = args.v_dim;
+
+  kernels::MaskSoftmaxParams mask;
+  mask.scores = scores;
+  mask.probs = separate_probs ? static_cast<float*>(context.probs.data()) : nullptr;
+  mask.batch = args.batch;
+  mask.heads = args.q_heads;
+  mask.q_seq = args.q_seq;
+  mask.k_seq = args.k_seq;
+  mask.q_positions = positions[0];
+  mask.k_positions = positions[1];
+  mask.causal = args.causal;
+  mask.softmax = args.softmax;
+  float* output = staged ? static_cast<float*>(context.output.data()) : args.output;
+  const float* probs = separate_probs ? mask.probs : scores;
+
+  // Chunk by chunk (attention_chunks.h), checking `stop` before each. The
+  // host runs at most kProgressMarks chunks ahead of the device: before
+  // enqueueing chunk c it waits for chunk c - kProgressMarks, so a check
+  // sees real progress while the device always has the next chunk queued.
+  // A call within one chunk's budget is enqueued at once, as one chunk.
+  const std::vector<kernels::AttentionBlock> chunks =
+      kernels::PlanAttentionChunks(dims, chunk_work);
+  constexpr size_t kMarks = WorkerContext::kProgressMarks;
+  for (size_t c = 0; c < chunks.size(); ++c) {
+    const kernels::AttentionBlock& chunk = chunks[c];
+    if (c >= kMarks) ROPE_RETURN_IF_ERROR(context.WaitForProgress(static_cast<int>(c % kMarks)));
+    ROPE_RETURN_IF_ERROR(stop());
+    ROPE_RETURN_IF_ERROR(RunPlan(context, kernels::PlanScoreGemms(dims, args.scale, chunk), kf, qf,
+                                 scores, "cublasSgemmStridedBatched (scores)"));
+    mask.row_begin = kernels::BlockRowBegin(dims, chunk);
+    mask.row_end = kernels::BlockRowEnd(dims, chunk);
+    ROPE_CUDA_RETURN_IF_ERROR(kernels::MaskSoftmax(mask, launch), "launching the softmax kernel");
+    if (args.v != nullptr) {
+      ROPE_RETURN_IF_ERROR(RunPlan(context, kernels::PlanOutputGemms(dims, chunk), vf, probs,
+                                   output, "cublasSgemmStridedBatched (output)"));
+    }
+    if (chunks.size() > 1) {
+      ROPE_RETURN_IF_ERROR(context.MarkProgress(static_cast<int>(c % kMarks)));
+    }
+  }
+
+  if (!staged) {
+    ROPE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(compute),
+                              "computing attention on CUDA shared memory");
+    return absl::OkStatus();
+  }
+  ROPE_RETURN_IF_ERROR(context.DownloadStaged(scores, args.scores, score_elems * f, stop));
+  if (args.v != nullptr) {
+    ROPE_RETURN_IF_ERROR(context.DownloadStaged(output, args.output, out_elems * f, stop));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace rope

@@ -1,0 +1,252 @@
+#include "core/engine/engine.h"
+
+#include <algorithm>
+#include <array>
+#include <functional>
+#include <new>
+#include <numeric>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "core/engine/hf_config.h"
+#include "core/engine/table_blocks_touched.h"
+#include "core/engine/validation.h"
+
+namespace rope {
+
+Engine::Engine(std::unique_ptr<Backend> backend, EngineLimits limits)
+    : backend_(std::move(backend)),
+      limits_(limits),
+      cache_(limits.table_cache_bytes,
+             [b = backend_.get()](const TableKey& key, int64_t block) {
+               return TableBlock::Build(key, block, [b](int64_t rows, const auto& fill) {
+                 b->ParallelRows(rows, fill);
+               });
+             }),
+      hf_configs_(limits.hf_config_cache_bytes, limits.hf_config_cache_entries) {}
+
+namespace {
+
+// Largest position of start-based positions (AttentionScores).
+int64_t MaxPosition(const math::PositionSpec& positions) {
+  return positions.start_pos + positions.seq - 1;
+}
+
+}  // namespace
+
+absl::StatusOr<RopeConfig> Engine::ExplicitConfig(const RopeConfig& config) {
+  if (config.hf_config_json.empty()) {
+    if (!config.hf_layer_type.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "config.hf_layer_type is set but config.hf_config_json is empty: the layer type picks "
+          "from a config.json's rope parameters"));
+    }
+    return config;
+  }
+  const int64_t json_bytes = static_cast<int64_t>(config.hf_config_json.size());
+  if (json_bytes > limits_.max_hf_config_json_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "config.hf_config_json is ", json_bytes, " bytes: over the server's limit of ",
+        limits_.max_hf_config_json_bytes, " bytes"));
+  }
+  const std::shared_ptr<const HfConfigCache::Result> parsed =
+      hf_configs_.Get(config.hf_config_json, config.hf_layer_type);
+  if (!parsed->ok()) return parsed->status();
+  ROPE_ASSIGN_OR_RETURN(RopeConfig explicit_config, ApplyHfRopeConfig(config, **parsed));
+  // What the JSON gives is checked here, so that the message says where the
+  // value came from.
+  absl::Status scaling = ValidateScaling(explicit_config.scaling, explicit_config.rotary_dim);
+  if (scaling.ok()) scaling = ValidateMrope(explicit_config.mrope, explicit_config.rotary_dim);
+  if (!scaling.ok()) {
+    return absl::Status(scaling.code(),
+                        absl::StrCat("hf_config_json gives an unusable config: ", scaling.message()));
+  }
+  return explicit_config;
+}
+
+absl::StatusOr<std::shared_ptr<const RopeTable>> Engine::TableFor(
+    const RopeConfig& config, int64_t max_position,
+    const std::function<void(BlocksTouched&)>& touch) {
+  const TableKey key = MakeTableKey(config, max_position);
+  BlocksTouched touched(TableBlockShift(key), limits_.max_table_blocks_per_call);
+  touch(touched);
+  ROPE_ASSIGN_OR_RETURN(const std::vector<int64_t> blocks, touched.Sorted());
+  return cache_.Get(key, blocks);
+}
+
+absl::Status Engine::Rotate(const RotateParams& params) {
+  ROPE_ASSIGN_OR_RETURN(const RopeConfig config, ExplicitConfig(params.config));
+  ROPE_ASSIGN_OR_RETURN(ResolvedRotate resolved, ResolveRotate(params, config, limits_));
+  ROPE_ASSIGN_OR_RETURN(
+      const std::shared_ptr<const RopeTable> table,
+      TableFor(config, resolved.max_position, [&resolved](BlocksTouched& touched) {
+        if (resolved.mrope_positions != nullptr) {
+          touched.AddList(resolved.mrope_positions, kMropeAxes * resolved.mrope_rows);
+        } else {
+          touched.AddPositions(resolved.args.positions);
+        }
+      }));
+  if (resolved.mrope_positions == nullptr) return backend_->Rotate(*table, resolved.args);
+
+  // M-RoPE: a per-request table whose row r holds token r's frequencies,
+  // each from its axis' position, so that the backend rotates token r by
+  // row r as it would with plain RoPE (M-RoPE in rope.proto, docs/models.md).
+  const int64_t rows = resolved.mrope_rows;
+  const std::array<const int64_t*, kMropeAxes> axes = {
+      resolved.mrope_positions, resolved.mrope_positions + rows,
+      resolved.mrope_positions + 2 * rows};
+  std::shared_ptr<const RopeTable> gathered;
+  std::vector<int64_t> token_rows;
+  try {
+    gathered = RopeTable::Gather(*table, rows, axes,
+                                 MropeFrequencyAxes(config.mrope, table->half()));
+    if (rows != resolved.args.seq) {  // B*S rows: token (b, s) reads row b*S + s
+      token_rows.resize(rows);
+      std::iota(token_rows.begin(), token_rows.end(), int64_t{0});
+    }
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "out of memory assembling the M-RoPE rows of ", rows, " tokens"));
+  }
+  RotateArgs args = resolved.args;
+  args.positions = math::PositionSpec{};
+  args.positions.seq = args.seq;
+  if (!token_rows.empty()) {
+    args.positions.explicit_positions = token_rows.data();
+    args.positions.count = rows;
+  }
+  return backend_->Rotate(*gathered, args);
+}
+
+absl::Status Engine::AttentionScores(const AttentionParams& params, AttentionOutputs* outputs) {
+  if (outputs == nullptr || (params.on_device ? outputs->device_scores == nullptr
+                                              : outputs->scores == nullptr)) {
+    return absl::InvalidArgumentError("AttentionScores needs an outputs.scores buffer");
+  }
+  ROPE_ASSIGN_OR_RETURN(const RopeConfig config, ExplicitConfig(params.config));
+  ROPE_ASSIGN_OR_RETURN(ResolvedAttention resolved, ResolveAttention(params, config, limits_));
+  if (resolved.args.v != nullptr &&
+      (params.on_device ? outputs->device_output == nullptr : outputs->output == nullptr)) {
+    return absl::InvalidArgumentError("v is given but outputs.output is null");
+  }
+  AttentionArgs& args = resolved.args;
+  args.interrupt = params.interrupt;
+  // The results' byte sizes (float32; shapes already checked against the
+  // element limit, so no overflow).
+  const auto float_bytes = [](const std::vector<int64_t>& shape) {
+    uint64_t n = sizeof(float);
+    for (int64_t d : shape) n *= static_cast<uint64_t>(d);
+    return n;
+  };
+  const uint64_t scores_bytes = float_bytes(resolved.scores_shape);
+  const uint64_t output_bytes = args.v != nullptr ? float_bytes(resolved.output_shape) : 0;
+  if (params.on_device) {
+    // Into the caller's device ranges, which must be the results' size.
+    args.on_device = true;
+    if (outputs->device_scores_bytes != scores_bytes) {
+      return absl::InvalidArgumentError(absl::StrCat("scores_out.byte_size is ",
+                                                     outputs->device_scores_bytes,
+                                                     ": the scores are ", scores_bytes, " bytes"));
+    }
+    if (args.v != nullptr && outputs->device_output_bytes != output_bytes) {
+      return absl::InvalidArgumentError(absl::StrCat("output_out.byte_size is ",
+                                                     outputs->device_output_bytes,
+                                                     ": the output is ", output_bytes, " bytes"));
+    }
+  }
+  ROPE_ASSIGN_OR_RETURN(
+      const std::shared_ptr<const RopeTable> table,
+      TableFor(config, std::max(MaxPosition(args.q_positions), MaxPosition(args.k_positions)),
+               [&args](BlocksTouched& touched) {
+                 touched.AddPositions(args.q_positions);
+                 touched.AddPositions(args.k_positions);
+               }));
+
+  outputs->scores_shape = resolved.scores_shape;
+  if (args.v != nullptr) outputs->output_shape = resolved.output_shape;
+  if (args.on_device) {
+    args.scores = outputs->device_scores;
+    args.output = args.v != nullptr ? outputs->device_output : nullptr;
+  } else {
+    outputs->scores->resize(scores_bytes);
+    args.scores = reinterpret_cast<float*>(outputs->scores->data());
+    if (args.v != nullptr) {
+      outputs->output->resize(output_bytes);
+      args.output = reinterpret_cast<float*>(outputs->output->data());
+    }
+  }
+  return backend_->AttentionScores(*table, args);
+}
+
+absl::StatusOr<TableSlice> Engine::GetTable(const RopeConfig& requested, int64_t start,
+                                           int64_t count) {
+  ROPE_ASSIGN_OR_RETURN(const RopeConfig config, ExplicitConfig(requested));
+  ROPE_RETURN_IF_ERROR(ValidateConfig(config, limits_.max_len_cap));
+  const int64_t max_len = config.max_len;
+  if (start < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("start is ", start, ": must be >= 0"));
+  }
+  if (count < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("count is ", count, ": must be >= 0 (0 means to the end of the table)"));
+  }
+  if (start >= max_len) {
+    return absl::OutOfRangeError(
+        absl::StrCat("start is ", start, ": must be < config.max_len ", max_len));
+  }
+  if (count == 0) count = max_len - start;
+  if (count > max_len - start) {
+    return absl::OutOfRangeError(absl::StrCat("start ", start, " + count ", count,
+                                              " is past config.max_len ", max_len));
+  }
+  const int64_t half = config.EffectiveRotaryDim() / 2;
+  if (count * half * 2 > limits_.max_elements_per_request) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "table slice of ", count, " rows x ", half, " x 2 values: over the "
+        "max_elements_per_request limit of ", limits_.max_elements_per_request));
+  }
+  ROPE_ASSIGN_OR_RETURN(std::shared_ptr<const RopeTable> table,
+                        TableFor(config, start + count - 1, [start, count](BlocksTouched& touched) {
+                          touched.AddRange(start, count);
+                        }));
+  TableSlice slice;
+  slice.table = std::move(table);
+  slice.start = start;
+  slice.count = count;
+  return slice;
+}
+
+absl::StatusOr<ResolvedConfig> Engine::ResolveConfig(const RopeConfig& requested) {
+  ROPE_ASSIGN_OR_RETURN(RopeConfig config, ExplicitConfig(requested));
+  ROPE_RETURN_IF_ERROR(ValidateConfig(config, limits_.max_len_cap));
+  // No tensor bounds head_dim here: the inverse frequencies (doubles, two
+  // values each as GetTable counts a row) are held to the element limit
+  // before anything is allocated.
+  const int64_t half = config.EffectiveRotaryDim() / 2;
+  if (half * 2 > limits_.max_elements_per_request) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "config.rotary_dim is ", config.EffectiveRotaryDim(), ": its ", half,
+        " inverse frequencies (2 values each) are over the max_elements_per_request limit of ",
+        limits_.max_elements_per_request));
+  }
+  ResolvedConfig out;
+  out.key = MakeTableKey(config, /*max_position=*/0);
+  out.inv_freq = ComputeInvFreq(out.key);
+  out.attention_factor = ComputeAttentionFactor(out.key);
+  // The defaults spelled out, so that sending the result back gives the
+  // same tables.
+  if (config.theta == 0) config.theta = config.EffectiveTheta();
+  if (config.rotary_dim == 0) config.rotary_dim = config.EffectiveRotaryDim();
+  const ScalingConfig sent = config.scaling;
+  config.scaling = WithScalingDefaults(sent);
+  if (const auto* longrope = std::get_if<LongRopeScaling>(&sent)) {
+    // Keep the rule (max_position_embeddings) as sent: resolving it here
+    // would fix the per-request choice of list.
+    std::get<LongRopeScaling>(config.scaling).max_position_embeddings =
+        longrope->max_position_embeddings;
+  }
+  out.config = std::move(config);
+  return out;
+}
+
+}  // namespace rope

@@ -1,0 +1,80 @@
+#include "core/engine/rope_config.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace rope {
+
+absl::Status ValidateConfig(const RopeConfig& config, uint32_t max_len_cap) {
+  if (!config.hf_config_json.empty()) {
+    return absl::InvalidArgumentError(
+        "config.hf_config_json is set: the config must be resolved (Engine) before validation");
+  }
+  if (!std::isfinite(config.theta) || (config.theta != 0 && config.theta <= 1.0)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "config.theta is %g: must be finite and > 1 (0 means %g)", config.theta, kDefaultTheta));
+  }
+  if (config.head_dim == 0 || config.head_dim % 2 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config.head_dim is ", config.head_dim, ": must be even and > 0"));
+  }
+  if (config.rotary_dim % 2 != 0 || config.rotary_dim > config.head_dim) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config.rotary_dim is ", config.rotary_dim, ": must be even and <= head_dim ",
+        config.head_dim, " (0 means head_dim)"));
+  }
+  if (config.layout != Layout::kInterleaved && config.layout != Layout::kHalf) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config.layout is ", static_cast<int>(config.layout), ": must be INTERLEAVED or HALF"));
+  }
+  if (absl::Status s = ValidateScaling(config.scaling, config.EffectiveRotaryDim()); !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = ValidateMrope(config.mrope, config.EffectiveRotaryDim()); !s.ok()) {
+    return s;
+  }
+  if (config.max_len == 0) {
+    return absl::InvalidArgumentError("config.max_len is 0: must be > 0 (the table length)");
+  }
+  if (config.max_len > max_len_cap) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "config.max_len is ", config.max_len, ": over the server's max_len cap of ",
+        max_len_cap));
+  }
+  return absl::OkStatus();
+}
+
+TableKey MakeTableKey(const RopeConfig& config, int64_t max_position) {
+  TableKey key;
+  key.rotary_dim = config.EffectiveRotaryDim();
+  key.theta = EffectiveBase(config.scaling, config.EffectiveTheta(), key.rotary_dim,
+                            max_position + 1);
+  key.max_len = config.max_len;
+  key.scaling = WithScalingDefaults(config.scaling);
+  if (auto* longrope = std::get_if<LongRopeScaling>(&key.scaling)) {
+    key.long_factor = UsesLongFactor(*longrope, config.max_len, max_position + 1);
+    // Resolved here, where max_len is known, so that an explicit attention
+    // factor and the one max_position_embeddings (or max_len) implies share
+    // a table.
+    longrope->attention_factor = ScaledAttentionFactor(*longrope, config.max_len);
+    longrope->max_position_embeddings = 0;
+  }
+  return key;
+}
+
+std::string TableKey::DebugString() const {
+  return absl::StrFormat("{theta=%.17g rotary_dim=%u max_len=%u scaling=%s%s}", theta, rotary_dim,
+                         max_len, ScalingName(scaling), long_factor ? " (long_factor)" : "");
+}
+
+std::string TableKey::ToString() const {
+  return absl::StrFormat("theta=%s rotary_dim=%u max_len=%u scaling=%s%s", ExactDecimal(theta),
+                         rotary_dim, max_len, DescribeScaling(scaling),
+                         std::holds_alternative<LongRopeScaling>(scaling)
+                             ? (long_factor ? " uses=long_factor" : " uses=short_factor")
+                             : "");
+}
+
+}  // namespace rope

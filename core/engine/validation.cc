@@ -1,0 +1,340 @@
+#include "core/engine/validation.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/status_macros.h"
+
+namespace rope {
+namespace {
+
+constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
+
+std::string ShapeString(const std::vector<int64_t>& shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ","), "]");
+}
+
+bool IsValidDType(DType dtype) {
+  return dtype == DType::kFloat32 || dtype == DType::kFloat16 || dtype == DType::kBFloat16;
+}
+
+// a * b, or -1 when it would overflow int64 (inputs are >= 0).
+int64_t CheckedMul(int64_t a, int64_t b) {
+  if (a != 0 && b > kInt64Max / a) return -1;
+  return a * b;
+}
+
+// Dimensions of a [B, S, H, D] tensor (rank 3 [S, H, D] means B = 1).
+struct Dims4 {
+  int64_t batch = 0, seq = 0, heads = 0, dim = 0, elements = 0;
+};
+
+// Checks dtype, rank, positive dims, element count without overflow and the
+// byte size of tensor `name`.
+template <typename View>
+absl::StatusOr<Dims4> CheckTensor(const char* name, const View& t) {
+  if (!IsValidDType(t.dtype)) {
+    return absl::InvalidArgumentError(absl::StrCat(name, ".dtype is ", static_cast<int>(t.dtype),
+                                                   ": must be FLOAT32, FLOAT16 or BFLOAT16"));
+  }
+  if (t.shape.size() != 3 && t.shape.size() != 4) {
+    return absl::InvalidArgumentError(absl::StrCat(name, ".shape is ", ShapeString(t.shape),
+                                                   " (rank ", t.shape.size(),
+                                                   "): must be rank 4 [B,S,H,D] or rank 3 [S,H,D]"));
+  }
+  int64_t elements = 1;
+  for (size_t i = 0; i < t.shape.size(); ++i) {
+    const int64_t d = t.shape[i];
+    if (d <= 0) {
+      return absl::InvalidArgumentError(absl::StrCat(name, ".shape[", i, "] is ", d,
+                                                     ": every dimension must be > 0 (shape ",
+                                                     ShapeString(t.shape), ")"));
+    }
+    elements = CheckedMul(elements, d);
+    if (elements < 0 || elements > kInt64Max / 4) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, ".shape ", ShapeString(t.shape), ": element count overflows int64"));
+    }
+  }
+  const uint64_t expected_bytes = static_cast<uint64_t>(elements) * DTypeSize(t.dtype);
+  const uint64_t actual_bytes = t.data == nullptr ? 0 : t.byte_size;
+  if (actual_bytes != expected_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(name, ".data has ", actual_bytes,
+                                                   " bytes: shape ", ShapeString(t.shape), " of ",
+                                                   DTypeName(t.dtype), " needs ", expected_bytes));
+  }
+  Dims4 dims;
+  const bool has_batch = t.shape.size() == 4;
+  const size_t off = has_batch ? 1 : 0;
+  dims.batch = has_batch ? t.shape[0] : 1;
+  dims.seq = t.shape[off];
+  dims.heads = t.shape[off + 1];
+  dims.dim = t.shape[off + 2];
+  dims.elements = elements;
+  return dims;
+}
+
+absl::Status CheckHeadDim(const char* name, const Dims4& dims, const RopeConfig& config) {
+  if (dims.dim != config.head_dim) {
+    return absl::InvalidArgumentError(absl::StrCat(name, ".shape[-1] (head_dim) is ", dims.dim,
+                                                   ": must equal config.head_dim ",
+                                                   config.head_dim));
+  }
+  return absl::OkStatus();
+}
+
+// `other` must match `q` in rank, batch and (when `same_seq`) sequence length.
+template <typename ViewA, typename ViewB>
+absl::Status CheckCompanion(const char* name, const ViewB& other, const Dims4& other_dims,
+                            const char* q_name, const ViewA& q, const Dims4& q_dims,
+                            bool same_seq) {
+  if (other.shape.size() != q.shape.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(name, ".shape ", ShapeString(other.shape),
+                                                   " has rank ", other.shape.size(), ": must equal ",
+                                                   q_name, "'s rank ", q.shape.size()));
+  }
+  if (other.dtype != q.dtype) {
+    return absl::InvalidArgumentError(absl::StrCat(name, ".dtype is ", DTypeName(other.dtype),
+                                                   ": must equal ", q_name, ".dtype ",
+                                                   DTypeName(q.dtype)));
+  }
+  if (other_dims.batch != q_dims.batch) {
+    return absl::InvalidArgumentError(absl::StrCat(name, ".shape[0] (batch) is ", other_dims.batch,
+                                                   ": must equal ", q_name, "'s batch ",
+                                                   q_dims.batch));
+  }
+  if (same_seq && other_dims.seq != q_dims.seq) {
+    return absl::InvalidArgumentError(absl::StrCat(name, " sequence length is ", other_dims.seq,
+                                                   ": must equal ", q_name, "'s ", q_dims.seq));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckGqa(const char* q_name, int64_t q_heads, const char* k_name, int64_t k_heads) {
+  if (q_heads % k_heads != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(q_name, " heads (", q_heads, ") % ", k_name,
+                                                   " heads (", k_heads,
+                                                   ") != 0: query heads must be a multiple of "
+                                                   "key/value heads (GQA/MQA)"));
+  }
+  return absl::OkStatus();
+}
+
+// Positions start_pos + s, s < seq, must lie in [0, max_len).
+absl::Status CheckStartPos(const char* name, int64_t start_pos, int64_t seq, uint32_t max_len) {
+  if (start_pos < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(name, " is ", start_pos, ": must be >= 0"));
+  }
+  if (start_pos > static_cast<int64_t>(max_len) - seq) {
+    return absl::OutOfRangeError(absl::StrCat(name, " is ", start_pos, " with sequence length ",
+                                              seq, ": positions ", name, " + s must be < "
+                                              "config.max_len ", max_len));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckElementLimit(int64_t elements, const EngineLimits& limits) {
+  if (elements < 0 || elements > limits.max_elements_per_request) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "request has ", elements < 0 ? std::string("more than 2^63") : absl::StrCat(elements),
+        " tensor elements (inputs and outputs): over the max_elements_per_request limit of ",
+        limits.max_elements_per_request));
+  }
+  return absl::OkStatus();
+}
+
+int64_t CheckedAdd(int64_t a, int64_t b) {
+  if (a < 0 || b < 0 || a > kInt64Max - b) return -1;
+  return a + b;
+}
+
+// One explicit position: >= 0 (INVALID_ARGUMENT) and < max_len (OUT_OF_RANGE).
+absl::Status CheckPosition(int64_t p, uint32_t max_len, const std::string& where) {
+  if (p < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(where, " is ", p, ": must be >= 0"));
+  }
+  if (p >= static_cast<int64_t>(max_len)) {
+    return absl::OutOfRangeError(
+        absl::StrCat(where, " is ", p, ": must be < config.max_len ", max_len));
+  }
+  return absl::OkStatus();
+}
+
+// M-RoPE positions: 3*S or 3*B*S values, [axis][b][s].
+absl::Status ResolveMropePositions(const RotateParams& params, const RopeConfig& config,
+                                   const Dims4& q, ResolvedRotate* out) {
+  const int64_t n = static_cast<int64_t>(params.positions.size());
+  const int64_t shared = kMropeAxes * q.seq;
+  const int64_t per_row = kMropeAxes * q.batch * q.seq;
+  if (n != shared && n != per_row) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "positions has ", n, " values: with config.mrope it must be 3*S (", shared,
+        ") or 3*B*S (", per_row, ") for q.shape ", ShapeString(params.q.shape),
+        ", ordered [axis t,h,w][b][s]"));
+  }
+  const int64_t rows = n / kMropeAxes;
+  const bool batched = n == per_row && q.batch > 1;
+  int64_t max_pos = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t p = params.positions[i];
+    if (p < 0 || p >= static_cast<int64_t>(config.max_len)) {
+      const int64_t axis = i / rows, token = i % rows;
+      const std::string where =
+          batched ? absl::StrCat("positions[", i, "] (axis ", MropeAxisName(axis), ", b ",
+                                 token / q.seq, ", s ", token % q.seq, ")")
+                  : absl::StrCat("positions[", i, "] (axis ", MropeAxisName(axis), ", s ", token,
+                                 ")");
+      return CheckPosition(p, config.max_len, where);
+    }
+    max_pos = std::max(max_pos, p);
+  }
+  out->mrope_positions = params.positions.data();
+  out->mrope_rows = rows;
+  out->max_position = max_pos;
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<ResolvedRotate> ResolveRotate(const RotateParams& params, const RopeConfig& config,
+                                             const EngineLimits& limits) {
+  ROPE_RETURN_IF_ERROR(ValidateConfig(config, limits.max_len_cap));
+  ROPE_ASSIGN_OR_RETURN(const Dims4 q, CheckTensor("q", params.q));
+  ROPE_RETURN_IF_ERROR(CheckHeadDim("q", q, config));
+  int64_t elements = q.elements;
+
+  ResolvedRotate out;
+  RotateArgs& args = out.args;
+  args.dtype = params.q.dtype;
+  args.layout = config.layout;
+  args.inverse = params.inverse;
+  args.on_device = params.on_device;
+  args.batch = q.batch;
+  args.seq = q.seq;
+  args.head_dim = config.head_dim;
+  args.rotary_dim = config.EffectiveRotaryDim();
+  args.q = params.q.data;
+  args.q_heads = q.heads;
+
+  const bool has_k = params.k.data != nullptr || !params.k.shape.empty();
+  if (has_k) {
+    ROPE_ASSIGN_OR_RETURN(const Dims4 k, CheckTensor("k", params.k));
+    ROPE_RETURN_IF_ERROR(CheckHeadDim("k", k, config));
+    ROPE_RETURN_IF_ERROR(CheckCompanion("k", params.k, k, "q", params.q, q, /*same_seq=*/true));
+    ROPE_RETURN_IF_ERROR(CheckGqa("q", q.heads, "k", k.heads));
+    args.k = params.k.data;
+    args.k_heads = k.heads;
+    elements = CheckedAdd(elements, k.elements);
+  }
+  ROPE_RETURN_IF_ERROR(CheckElementLimit(elements, limits));
+
+  args.positions.seq = q.seq;
+  // proto3 cannot tell an unset start_pos from 0, so only a non-zero one
+  // contradicts explicit positions; silently preferring either would hide a
+  // client bug.
+  if (!params.positions.empty() && params.start_pos != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "start_pos and positions are both set (start_pos is ", params.start_pos, ", positions has ",
+        params.positions.size(), " values): give one of them"));
+  }
+  if (params.positions.empty()) {
+    ROPE_RETURN_IF_ERROR(CheckStartPos("start_pos", params.start_pos, q.seq, config.max_len));
+    args.positions.start_pos = params.start_pos;
+    out.max_position = params.start_pos + q.seq - 1;
+  } else if (config.mrope.enabled()) {
+    ROPE_RETURN_IF_ERROR(ResolveMropePositions(params, config, q, &out));
+  } else {
+    const int64_t n = static_cast<int64_t>(params.positions.size());
+    if (n != q.seq && n != q.batch * q.seq) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "positions has ", n, " values: must be S (", q.seq, ") or B*S (", q.batch * q.seq,
+          ") for q.shape ", ShapeString(params.q.shape)));
+    }
+    int64_t max_pos = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t p = params.positions[i];
+      // The field's name only for the message: building it for every valid
+      // position cost an allocation per token (1% of a decode call).
+      if (p < 0 || p >= static_cast<int64_t>(config.max_len)) {
+        return CheckPosition(p, config.max_len, absl::StrCat("positions[", i, "]"));
+      }
+      max_pos = std::max(max_pos, p);
+    }
+    args.positions.explicit_positions = params.positions.data();
+    args.positions.count = n;
+    out.max_position = max_pos;
+  }
+  return out;
+}
+
+absl::StatusOr<ResolvedAttention> ResolveAttention(const AttentionParams& params,
+                                                   const RopeConfig& config,
+                                                   const EngineLimits& limits) {
+  ROPE_RETURN_IF_ERROR(ValidateConfig(config, limits.max_len_cap));
+  ROPE_ASSIGN_OR_RETURN(const Dims4 q, CheckTensor("q", params.q));
+  ROPE_RETURN_IF_ERROR(CheckHeadDim("q", q, config));
+  ROPE_ASSIGN_OR_RETURN(const Dims4 k, CheckTensor("k", params.k));
+  ROPE_RETURN_IF_ERROR(CheckHeadDim("k", k, config));
+  ROPE_RETURN_IF_ERROR(CheckCompanion("k", params.k, k, "q", params.q, q, /*same_seq=*/false));
+  ROPE_RETURN_IF_ERROR(CheckGqa("q", q.heads, "k", k.heads));
+  // The backends multiply in float32: a double above FLT_MAX would become inf.
+  if (!std::isfinite(params.scale) || params.scale < 0 ||
+      params.scale > std::numeric_limits<float>::max()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "scale is ", params.scale,
+        ": must be finite as float32 and >= 0 (0 means 1/sqrt(head_dim))"));
+  }
+
+  ResolvedAttention r;
+  AttentionArgs& a = r.args;
+  a.dtype = params.q.dtype;
+  a.layout = config.layout;
+  a.batch = q.batch;
+  a.q_seq = q.seq;
+  a.k_seq = k.seq;
+  a.q_heads = q.heads;
+  a.k_heads = k.heads;
+  a.head_dim = config.head_dim;
+  a.rotary_dim = config.EffectiveRotaryDim();
+  a.q = params.q.data;
+  a.k = params.k.data;
+  a.causal = params.causal;
+  a.softmax = params.softmax;
+  a.scale = params.scale == 0 ? static_cast<float>(1.0 / std::sqrt(static_cast<double>(q.dim)))
+                              : static_cast<float>(params.scale);
+
+  int64_t elements = CheckedAdd(q.elements, k.elements);
+  const int64_t scores = CheckedMul(CheckedMul(CheckedMul(q.batch, q.heads), q.seq), k.seq);
+  elements = scores < 0 ? -1 : CheckedAdd(elements, scores);
+  r.scores_shape = {q.batch, q.heads, q.seq, k.seq};
+
+  const bool has_v = params.v.data != nullptr || !params.v.shape.empty();
+  if (has_v) {
+    ROPE_ASSIGN_OR_RETURN(const Dims4 v, CheckTensor("v", params.v));
+    ROPE_RETURN_IF_ERROR(CheckCompanion("v", params.v, v, "k", params.k, k, /*same_seq=*/true));
+    if (v.heads != k.heads) {
+      return absl::InvalidArgumentError(absl::StrCat("v heads (", v.heads,
+                                                     ") must equal k heads (", k.heads, ")"));
+    }
+    a.v = params.v.data;
+    a.v_dim = v.dim;
+    const int64_t output = CheckedMul(CheckedMul(CheckedMul(q.batch, q.seq), q.heads), v.dim);
+    elements = output < 0 ? -1 : CheckedAdd(CheckedAdd(elements, v.elements), output);
+    r.output_shape = {q.batch, q.seq, q.heads, v.dim};
+  }
+  ROPE_RETURN_IF_ERROR(CheckElementLimit(elements, limits));
+
+  ROPE_RETURN_IF_ERROR(CheckStartPos("q_start_pos", params.q_start_pos, q.seq, config.max_len));
+  ROPE_RETURN_IF_ERROR(CheckStartPos("k_start_pos", params.k_start_pos, k.seq, config.max_len));
+  a.q_positions.start_pos = params.q_start_pos;
+  a.q_positions.seq = q.seq;
+  a.k_positions.start_pos = params.k_start_pos;
+  a.k_positions.seq = k.seq;
+  return r;
+}
+
+}  // namespace rope

@@ -1,0 +1,168 @@
+#include "core/proto_engine/request_conversion.h"
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "core/proto_engine/scaling_conversion.h"
+
+namespace rope {
+
+namespace {
+
+std::vector<int64_t> ShapeOf(const v1::Tensor& tensor) {
+  return std::vector<int64_t>(tensor.shape().begin(), tensor.shape().end());
+}
+
+absl::Status RequireField(bool present, absl::string_view field) {
+  if (present) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(field, " is missing: it is required"));
+}
+
+}  // namespace
+
+absl::StatusOr<DType> DTypeFromProto(int value, absl::string_view field) {
+  switch (value) {
+    case v1::FLOAT32:
+      return DType::kFloat32;
+    case v1::FLOAT16:
+      return DType::kFloat16;
+    case v1::BFLOAT16:
+      return DType::kBFloat16;
+    case v1::DTYPE_UNSPECIFIED:
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, " is DTYPE_UNSPECIFIED (0): set FLOAT32, FLOAT16 or BFLOAT16"));
+    default:
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, " is ", value, ": not a rope.v1.DType (FLOAT32 = 1, FLOAT16 = 2, BFLOAT16 = 3)"));
+  }
+}
+
+v1::DType DTypeToProto(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32:
+      return v1::FLOAT32;
+    case DType::kFloat16:
+      return v1::FLOAT16;
+    case DType::kBFloat16:
+      return v1::BFLOAT16;
+  }
+  return v1::DTYPE_UNSPECIFIED;
+}
+
+absl::StatusOr<Layout> LayoutFromProto(int value, absl::string_view field) {
+  switch (value) {
+    case v1::LAYOUT_UNSPECIFIED:
+    case v1::INTERLEAVED:
+      return Layout::kInterleaved;
+    case v1::HALF:
+      return Layout::kHalf;
+    default:
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, " is ", value,
+          ": not a rope.v1.Layout (LAYOUT_UNSPECIFIED = 0, INTERLEAVED = 1, HALF = 2)"));
+  }
+}
+
+absl::StatusOr<RopeConfig> ConfigFromProto(const v1::RopeConfig& proto) {
+  RopeConfig config;
+  ROPE_ASSIGN_OR_RETURN(config.layout, LayoutFromProto(proto.layout(), "config.layout"));
+  config.theta = proto.theta();
+  config.head_dim = proto.head_dim();
+  config.rotary_dim = proto.rotary_dim();
+  config.max_len = proto.max_len();
+  config.scaling = ScalingFromProto(proto);
+  if (proto.has_mrope()) {
+    config.mrope.section.assign(proto.mrope().section().begin(), proto.mrope().section().end());
+    config.mrope.interleaved = proto.mrope().interleaved();
+    if (config.mrope.section.empty()) {
+      return absl::InvalidArgumentError(
+          "config.mrope is set with no section: give its 3 sections (t, h, w), or leave it unset");
+    }
+  }
+  config.hf_config_json = proto.hf_config_json();
+  config.hf_layer_type = proto.hf_layer_type();
+  return config;
+}
+
+v1::RopeConfig ConfigToProto(const RopeConfig& config) {
+  v1::RopeConfig proto;
+  proto.set_theta(config.theta);
+  proto.set_head_dim(config.head_dim);
+  proto.set_rotary_dim(config.rotary_dim);
+  proto.set_max_len(config.max_len);
+  proto.set_layout(config.layout == Layout::kHalf ? v1::HALF : v1::INTERLEAVED);
+  ScalingToProto(config.scaling, &proto);
+  if (config.mrope.enabled()) {
+    proto.mutable_mrope()->mutable_section()->Assign(config.mrope.section.begin(),
+                                                     config.mrope.section.end());
+    proto.mutable_mrope()->set_interleaved(config.mrope.interleaved);
+  }
+  proto.set_hf_config_json(config.hf_config_json);
+  proto.set_hf_layer_type(config.hf_layer_type);
+  return proto;
+}
+
+v1::ResolvedConfig ResolvedConfigToProto(const ResolvedConfig& resolved) {
+  v1::ResolvedConfig proto;
+  *proto.mutable_config() = ConfigToProto(resolved.config);
+  proto.mutable_inv_freq()->Assign(resolved.inv_freq.begin(), resolved.inv_freq.end());
+  proto.set_attention_factor(resolved.attention_factor);
+  proto.set_table_key(resolved.key.ToString());
+  return proto;
+}
+
+absl::StatusOr<TensorView> MutableTensorViewOf(v1::Tensor* tensor, absl::string_view field) {
+  TensorView view;
+  ROPE_ASSIGN_OR_RETURN(view.dtype, DTypeFromProto(tensor->dtype(), absl::StrCat(field, ".dtype")));
+  view.shape = ShapeOf(*tensor);
+  std::string* data = tensor->mutable_data();
+  view.data = data->data();
+  view.byte_size = data->size();
+  return view;
+}
+
+absl::StatusOr<ConstTensorView> TensorViewOf(const v1::Tensor& tensor, absl::string_view field) {
+  ROPE_ASSIGN_OR_RETURN(DType dtype, DTypeFromProto(tensor.dtype(), absl::StrCat(field, ".dtype")));
+  return ConstTensorView(dtype, ShapeOf(tensor), tensor.data().data(), tensor.data().size());
+}
+
+absl::StatusOr<RotateParams> RotateParamsFromProto(v1::RotateRequest* request) {
+  ROPE_RETURN_IF_ERROR(RequireField(request->has_config(), "config"));
+  ROPE_RETURN_IF_ERROR(RequireField(request->has_q(), "q"));
+  RotateParams params;
+  ROPE_ASSIGN_OR_RETURN(params.config, ConfigFromProto(request->config()));
+  ROPE_ASSIGN_OR_RETURN(params.q, MutableTensorViewOf(request->mutable_q(), "q"));
+  if (request->has_k()) {
+    ROPE_ASSIGN_OR_RETURN(params.k, MutableTensorViewOf(request->mutable_k(), "k"));
+  }
+  params.start_pos = request->start_pos();
+  params.positions.assign(request->positions().begin(), request->positions().end());
+  params.inverse = request->inverse();
+  return params;
+}
+
+absl::StatusOr<AttentionParams> AttentionParamsFromProto(
+    const v1::AttentionScoresRequest& request) {
+  ROPE_RETURN_IF_ERROR(RequireField(request.has_config(), "config"));
+  ROPE_RETURN_IF_ERROR(RequireField(request.has_q(), "q"));
+  ROPE_RETURN_IF_ERROR(RequireField(request.has_k(), "k"));
+  AttentionParams params;
+  ROPE_ASSIGN_OR_RETURN(params.config, ConfigFromProto(request.config()));
+  ROPE_ASSIGN_OR_RETURN(params.q, TensorViewOf(request.q(), "q"));
+  ROPE_ASSIGN_OR_RETURN(params.k, TensorViewOf(request.k(), "k"));
+  if (request.has_v()) {
+    ROPE_ASSIGN_OR_RETURN(params.v, TensorViewOf(request.v(), "v"));
+  }
+  params.q_start_pos = request.q_start_pos();
+  params.k_start_pos = request.k_start_pos();
+  params.causal = request.causal();
+  params.softmax = request.softmax();
+  params.scale = request.scale();
+  return params;
+}
+
+}  // namespace rope
