@@ -22,6 +22,22 @@
 namespace rope {
 namespace {
 
+// The CUDA backend's device memory: CUDA IPC allocations of client
+// processes, opened on the backend's device.
+class CudaDeviceMemory final : public DeviceMemory {
+ public:
+  explicit CudaDeviceMemory(int device) : device_(device) {}
+  int device() const override { return device_; }
+  absl::StatusOr<std::shared_ptr<DeviceMemoryLease>> OpenIpcHandle(std::string_view handle,
+                                                                   int device,
+                                                                   uint64_t byte_size) override {
+    return OpenCudaIpcHandle(device_, handle, device, byte_size);
+  }
+
+ private:
+  const int device_;
+};
+
 class CudaBackend final : public Backend {
  public:
   CudaBackend(int device, const CudaBackendOptions& options, const cudaDeviceProp& properties,
@@ -38,6 +54,7 @@ class CudaBackend final : public Backend {
         attention_chunk_work_(options.attention_chunk_work > 0
                                   ? static_cast<double>(options.attention_chunk_work)
                                   : kChunkWorkPerMultiprocessor * properties.multiProcessorCount),
+        device_memory_(device),
         table_cache_(options.table_cache_bytes),
         contexts_(device, options, cublas),
         table_pool_(static_cast<int>(std::max(1u, std::thread::hardware_concurrency()))) {}
@@ -75,24 +92,13 @@ class CudaBackend final : public Backend {
     ROPE_ASSIGN_OR_RETURN(ContextPool::Lease context, contexts_.Acquire());
     SampleMemory(/*force=*/false);
     ROPE_ASSIGN_OR_RETURN(device_table, table_cache_.Get(table));
-    if (args.on_device) return CudaRotateOnDevice(*context, device_table, args, max_blocks_);
+    if (!args.memory.is_host()) {
+      return CudaRotateOnDevice(*context, device_table, args, max_blocks_);
+    }
     return CudaRotate(*context, device_table, args, max_blocks_);
   }
 
-  absl::StatusOr<std::shared_ptr<DeviceMemoryLease>> OpenCudaIpcMemory(
-      std::string_view handle, int device, uint64_t byte_size) override {
-    return OpenCudaIpcHandle(device_, handle, device, byte_size);
-  }
-
-  absl::Status CopyOnDevice(void* destination, const void* source, uint64_t bytes) override {
-    ROPE_ASSIGN_OR_RETURN(ContextPool::Lease context, contexts_.Acquire());
-    ROPE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(destination, source, bytes, cudaMemcpyDeviceToDevice,
-                                              context->compute_stream()),
-                              "copying within CUDA shared memory");
-    ROPE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(context->compute_stream()),
-                              "copying within CUDA shared memory");
-    return absl::OkStatus();
-  }
+  DeviceMemory* device_memory() override { return &device_memory_; }
 
   absl::Status AttentionScores(const RopeTable& table, const AttentionArgs& args) override {
     DeviceTable device_table;
@@ -128,6 +134,7 @@ class CudaBackend final : public Backend {
   const std::string description_;
   const int64_t max_blocks_;
   const double attention_chunk_work_;
+  CudaDeviceMemory device_memory_;
   DeviceTableCache table_cache_;
   ContextPool contexts_;
   ThreadPool table_pool_;
