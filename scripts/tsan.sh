@@ -113,7 +113,8 @@ fetch_abseil() {
 # $ABSL_LIBDIR.
 build_abseil() {
   local targets=() lib start=$SECONDS
-  for lib in "$@"; do targets+=(--target "absl_${lib#libabsl_}"); done
+  # Abseil names each library target without the absl_ of its file name.
+  for lib in "$@"; do targets+=(--target "${lib#libabsl_}"); done
   [ -f "$ABSL_SRC/CMakeLists.txt" ] || fetch_abseil
   echo "tsan: building $* of $ABSL_SRC_PKG $ABSL_VERSION with -fsanitize=thread"
   # Shared libraries with Debian's SONAMEs: Debian's libgrpc, loaded into the
