@@ -119,7 +119,7 @@ std::vector<std::string> AddressTargets(const std::string& target) {
   }
   freeaddrinfo(found);
   if (host == "localhost") {
-    for (const std::string loopback : {absl::StrCat("ipv6:[::1]:", port),
+    for (const std::string& loopback : {absl::StrCat("ipv6:[::1]:", port),
                                        absl::StrCat("ipv4:127.0.0.1:", port)}) {
       if (std::find(targets.begin(), targets.end(), loopback) == targets.end()) {
         targets.push_back(loopback);

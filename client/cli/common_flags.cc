@@ -34,6 +34,16 @@ absl::Status ValidateDTypeName(absl::string_view value) {
 
 absl::Status ValidateLayoutName(absl::string_view value) { return ParseLayout(value).status(); }
 
+absl::Status ValidateAnglePrecision(absl::string_view value) {
+  if (value == "exact" || value == "float32") return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("--angle_precision=", value, ": expected exact or float32"));
+}
+
+v1::AnglePrecision AnglePrecisionOfFlags(const FlagSet& flags) {
+  return flags.String("angle_precision") == "float32" ? v1::ANGLE_FLOAT32 : v1::ANGLE_EXACT;
+}
+
 absl::Status ValidateDistribution(absl::string_view value) {
   return ParseDistribution(value).status();
 }
@@ -79,6 +89,7 @@ absl::StatusOr<v1::RopeConfig> HfRopeConfigFromFlags(const FlagSet& flags, std::
     return UsageError(absl::StrCat("--hf_config=", flags.String("hf_config"),
                                    " has no max_position_embeddings: give --max_len"));
   }
+  config->set_angle_precision(AnglePrecisionOfFlags(flags));
   if (defaults_note != nullptr) {
     std::vector<std::string> parts;
     parts.push_back(overrides.layout.has_value()
@@ -165,6 +176,11 @@ void AddRopeConfigFlags(FlagSet* flags) {
              ValidateSectionList);
   flags->Add("mrope_interleaved", FlagSet::Kind::kBool, "false",
              "M-RoPE: interleave the axes (Qwen3-VL) instead of one section per axis (Qwen2-VL).");
+  flags->Add("angle_precision", FlagSet::Kind::kString, "exact",
+             "exact: angles in double, cos/sin rounded once (the precision contract); float32: "
+             "as transformers computes them in float32, for bit-parity checks (plain RoPE, "
+             "linear and llama3 scaling).",
+             ValidateAnglePrecision);
   AddScalingFlags(flags);
   flags->BeginGroup("Hugging Face config.json");
   flags->Add("hf_config", FlagSet::Kind::kString, "",
@@ -253,6 +269,7 @@ absl::StatusOr<v1::RopeConfig> RopeConfigFromFlags(const FlagSet& flags,
   absl::StatusOr<v1::Layout> layout = ParseLayout(flags.String("layout"));
   if (!layout.ok()) return UsageError(layout.status().message());
   config.set_layout(*layout);
+  config.set_angle_precision(AnglePrecisionOfFlags(flags));
   ROPE_RETURN_IF_ERROR(ApplyScalingFlags(flags, &config));
   if (!flags.String("mrope_section").empty()) {
     absl::StatusOr<std::vector<int64_t>> section = ParseInt64List(flags.String("mrope_section"));
@@ -279,6 +296,9 @@ std::string ConfigAsFlags(const v1::RopeConfig& config) {
     absl::StrAppend(&out, " --mrope_section=", absl::StrJoin(config.mrope().section(), ","));
     if (config.mrope().interleaved()) absl::StrAppend(&out, " --mrope_interleaved");
   }
+  if (config.angle_precision() == v1::ANGLE_FLOAT32) {
+    absl::StrAppend(&out, " --angle_precision=float32");
+  }
   return out;
 }
 
@@ -303,6 +323,7 @@ std::string DescribeConfig(const v1::RopeConfig& config) {
     absl::StrAppend(&out, " mrope=", config.mrope().interleaved() ? "interleaved[" : "chunked[",
                     absl::StrJoin(config.mrope().section(), ","), "]");
   }
+  if (config.angle_precision() == v1::ANGLE_FLOAT32) absl::StrAppend(&out, " angles=float32");
   return out;
 }
 

@@ -84,6 +84,19 @@ def test_rotary_module_drop_in(client, name):
 
 
 @pytest.mark.parametrize("name", list(MODELS))
+def test_float32_angles_give_the_models_own_logits_bit_for_bit(client, name):
+    # angle_precision "float32" is transformers' own float32 cos/sin (on an AVX2 CPU, as
+    # torch's kernels compute them there): the model's numbers exactly.
+    if "CPU capability usage: AVX2" not in torch.__config__.show():
+        pytest.skip("torch does not run its AVX2 kernels here: cos/sin agree to 1 ulp only")
+    model = MODELS[name]()
+    want = logits(model)
+    config = ropeserve.RopeConfig.from_hf(model.config.to_dict()).replace(angle_precision="float32")
+    model.model.rotary_emb = RemoteRotaryEmbedding(client, config)
+    assert torch.equal(logits(model), want)
+
+
+@pytest.mark.parametrize("name", list(MODELS))
 def test_patch_model_rotates_in_every_attention_layer(client, name):
     model = MODELS[name]()
     want = logits(model)

@@ -196,6 +196,8 @@ def _scaling_from_proto(config_message):
 
 # ---- RopeConfig --------------------------------------------------------------------
 
+_ANGLE_PRECISIONS = {"exact": pb.ANGLE_EXACT, "float32": pb.ANGLE_FLOAT32}
+
 # model_types whose transformers modeling code pairs neighbours (INTERLEAVED);
 # every other one rotates halves (HALF). The same table as the C++ clients'
 # (client/hf_config_defaults.cc); tests/python/test_hf_defaults.py holds the
@@ -254,6 +256,9 @@ class RopeConfig:
     mrope: Mrope sections for multimodal RoPE, or None.
     hf_config_json, hf_layer_type: a model's config.json for the server to
         derive the rest from (see from_hf); needs a rope.proto that has them.
+    angle_precision: "exact" (angles in double, cos/sin rounded once) or
+        "float32" (transformers' float32 angle arithmetic, for bit-parity
+        checks against a transformers model; plain, linear and llama3 only).
     """
 
     head_dim: int
@@ -265,9 +270,13 @@ class RopeConfig:
     mrope: Optional[Mrope] = None
     hf_config_json: Optional[str] = None
     hf_layer_type: Optional[str] = None
+    angle_precision: str = "exact"
 
     def __post_init__(self):
         object.__setattr__(self, "layout", Layout.of(self.layout))
+        if self.angle_precision not in _ANGLE_PRECISIONS:
+            raise ValueError("RopeConfig.angle_precision is %r: expected 'exact' or 'float32'"
+                             % (self.angle_precision,))
         if self.scaling is not None and not isinstance(self.scaling, SCALINGS):
             raise TypeError("RopeConfig.scaling is a %s: expected one of %s or None"
                             % (type(self.scaling).__name__, ", ".join(c.__name__ for c in SCALINGS)))
@@ -283,7 +292,8 @@ class RopeConfig:
         for field in dataclasses.fields(self):
             value = getattr(self, field.name)
             if value is None or (field.name == "layout" and value is Layout.INTERLEAVED
-                                 and self.hf_config_json is None):
+                                 and self.hf_config_json is None) or (
+                                     field.name == "angle_precision" and value == "exact"):
                 continue
             if field.name == "hf_config_json":
                 parts.append("hf_config_json=<%s>" % _describe_json(value))
@@ -307,6 +317,7 @@ class RopeConfig:
                 if value is not None:
                     _set_field(message, "RopeConfig", name, value)
             message.layout = pb.Layout.Value(self.layout.name)
+            message.angle_precision = _ANGLE_PRECISIONS[self.angle_precision]
             if self.scaling is not None:
                 _scaling_to_proto(self.scaling, message)
             if self.mrope is not None:
@@ -329,7 +340,8 @@ class RopeConfig:
             layout=Layout.of(message.layout),
             scaling=_scaling_from_proto(message),
             mrope=(Mrope(tuple(message.mrope.section), message.mrope.interleaved)
-                   if message.HasField("mrope") else None))
+                   if message.HasField("mrope") else None),
+            angle_precision=("float32" if message.angle_precision == pb.ANGLE_FLOAT32 else "exact"))
         if _proto.HAS_HF_CONFIG:
             values["hf_config_json"] = message.hf_config_json or None
             values["hf_layer_type"] = message.hf_layer_type or None
