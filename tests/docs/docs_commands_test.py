@@ -177,8 +177,11 @@ def script_for(commands, starts_server, log_dir):
             out.append("timeout %d bash -c %s > %s/%d.out 2>&1" % (
                 COMMAND_TIMEOUT_S, shquote(c.text), log_dir, n))
             out.append("echo \"::status %d $?\" >>\"$DOCS_STATUS\"" % n)
-    out.append("kill -TERM $(jobs -p) ${__docs_server:-} 2>/dev/null; wait")
-    out.append("while kill -0 ${__docs_server:-0} 2>/dev/null; do sleep 0.1; done")
+    out.append("kill -TERM $(jobs -p) 2>/dev/null; wait")
+    if not starts_server:  # not a job: wait for its drain by its pid (300 s at most)
+        out.append("kill -TERM $__docs_server 2>/dev/null")
+        out.append("for i in $(seq 3000); do kill -0 $__docs_server 2>/dev/null || break; "
+                   "sleep 0.1; done")
     return "\n".join(out) + "\n"
 
 
