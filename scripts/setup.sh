@@ -14,6 +14,8 @@ PACKAGES=(
   # gRPC, protobuf, Abseil; nlohmann-json parses models' config.json
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev grpc-proto
   nlohmann-json3-dev
+  # SLEEF: the float32 powf / cosf / sinf of torch's CPU kernels (angle_precision FLOAT32)
+  libsleef-dev
   # metrics, BLAS; TLS (certificate checks at startup, and the openssl CLI
   # that makes throw-away certificates in the tests); Google Highway (the CPU
   # backend's SIMD kernels, one per instruction set, chosen at run time)

@@ -16,6 +16,7 @@
 #include "core/backends/cuda/cuda_status.h"
 #include "core/backends/cuda/device_table_cache.h"
 #include "core/backends/cuda/kernel_launchers.h"
+#include "core/backends/cuda/no_device_cause.h"
 #include "core/backends/cuda/worker_context.h"
 #include "common/status_macros.h"
 
@@ -225,11 +226,11 @@ absl::StatusOr<int> CountCudaDevices() {
   const cudaError_t error = cudaGetDeviceCount(&count);
   if (error != cudaSuccess) {
     // Whatever the reason (no device, no driver, a driver older than this
-    // runtime), there is no device to use.
+    // runtime), there is no device to use; the message names which.
     (void)cudaGetLastError();
     return absl::FailedPreconditionError(
-        absl::StrCat("no usable CUDA device: cudaGetDeviceCount: ", cudaGetErrorName(error), ": ",
-                     cudaGetErrorString(error)));
+        absl::StrCat("no usable CUDA device: ",
+                     NoCudaDeviceCause(cudaGetErrorName(error), cudaGetErrorString(error))));
   }
   if (count == 0) {
     return absl::FailedPreconditionError("no CUDA device: cudaGetDeviceCount found none");
