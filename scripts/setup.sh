@@ -12,10 +12,10 @@ PACKAGES=(
   # gRPC, protobuf, Abseil; nlohmann-json parses models' config.json
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev grpc-proto
   nlohmann-json3-dev
-  # metrics, BLAS; TLS (certificate checks at startup, and the openssl CLI
+  # metrics (prometheus-cpp's registry, served by libmicrohttpd), BLAS; TLS (certificate checks at startup, and the openssl CLI
   # that makes throw-away certificates in the tests); Google Highway (the CPU
   # backend's SIMD kernels, one per instruction set, chosen at run time)
-  prometheus-cpp-dev libopenblas-dev libssl-dev openssl libhwy-dev
+  prometheus-cpp-dev libmicrohttpd-dev libopenblas-dev libssl-dev openssl libhwy-dev
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev
   # libFuzzer (scripts/fuzz.sh): clang 14 and its sanitizer/fuzzer runtimes

@@ -79,7 +79,11 @@ ABSL_FLAG(int64_t, max_concurrent_calls, 64,
           "calls in flight across all methods (a stream counts as one); more are refused with "
           "RESOURCE_EXHAUSTED; 0: no limit");
 ABSL_FLAG(int32_t, metrics_port, 0, "port of the Prometheus /metrics endpoint; 0: off");
-ABSL_FLAG(std::string, metrics_host, "0.0.0.0", "address the /metrics endpoint binds");
+ABSL_FLAG(std::string, metrics_host, "127.0.0.1",
+          "address the /metrics endpoint binds (plaintext; 0.0.0.0 or the pod's address only "
+          "where the network up to the scraper is trusted)");
+ABSL_FLAG(absl::Duration, metrics_client_timeout, absl::Seconds(10),
+          "a /metrics connection with no traffic for this long is closed (whole seconds)");
 ABSL_FLAG(absl::Duration, shutdown_grace_period, absl::Seconds(25),
           "on SIGTERM/SIGINT, how long calls in flight may run before they are cancelled");
 ABSL_FLAG(absl::Duration, max_connection_age, absl::Minutes(5),
@@ -207,6 +211,11 @@ absl::Status CheckFlags() {
   if (absl::GetFlag(FLAGS_metrics_port) < 0 || absl::GetFlag(FLAGS_metrics_port) > 65535) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--metrics_port is ", absl::GetFlag(FLAGS_metrics_port), ": must be in [0, 65535]"));
+  }
+  if (absl::GetFlag(FLAGS_metrics_client_timeout) < absl::Seconds(1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--metrics_client_timeout is ",
+        absl::FormatDuration(absl::GetFlag(FLAGS_metrics_client_timeout)), ": must be >= 1s"));
   }
   if (absl::GetFlag(FLAGS_shutdown_grace_period) < absl::ZeroDuration()) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -489,6 +498,7 @@ int RunServer() {
     options.metrics_address =
         absl::StrCat(absl::GetFlag(FLAGS_metrics_host), ":", absl::GetFlag(FLAGS_metrics_port));
   }
+  options.metrics_client_timeout = absl::GetFlag(FLAGS_metrics_client_timeout);
   options.max_connection_age = absl::GetFlag(FLAGS_max_connection_age);
   options.enable_echo = absl::GetFlag(FLAGS_enable_echo);
   options.health_listen_address = absl::GetFlag(FLAGS_health_listen);
