@@ -34,7 +34,8 @@ int64_t MaxPosition(const math::PositionSpec& positions) {
 
 }  // namespace
 
-absl::StatusOr<RopeConfig> Engine::ExplicitConfig(const RopeConfig& config) {
+absl::StatusOr<RopeConfig> Engine::ExplicitConfig(const RopeConfig& config,
+                                                  const Interrupt* interrupt) {
   if (config.hf_config_json.empty()) {
     if (!config.hf_layer_type.empty()) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -50,7 +51,7 @@ absl::StatusOr<RopeConfig> Engine::ExplicitConfig(const RopeConfig& config) {
         limits_.max_hf_config_json_bytes, " bytes"));
   }
   const std::shared_ptr<const HfConfigCache::Result> parsed =
-      hf_configs_.Get(config.hf_config_json, config.hf_layer_type);
+      hf_configs_.Get(config.hf_config_json, config.hf_layer_type, interrupt);
   if (!parsed->ok()) return parsed->status();
   ROPE_ASSIGN_OR_RETURN(RopeConfig explicit_config, ApplyHfRopeConfig(config, **parsed));
   // What the JSON gives is checked here, so that the message says where the
@@ -75,7 +76,7 @@ absl::StatusOr<std::shared_ptr<const RopeTable>> Engine::TableFor(
 }
 
 absl::Status Engine::Rotate(const RotateParams& params) {
-  ROPE_ASSIGN_OR_RETURN(const RopeConfig config, ExplicitConfig(params.config));
+  ROPE_ASSIGN_OR_RETURN(const RopeConfig config, ExplicitConfig(params.config, params.interrupt));
   ROPE_ASSIGN_OR_RETURN(ResolvedRotate resolved, ResolveRotate(params, config, limits_));
   ROPE_ASSIGN_OR_RETURN(
       const std::shared_ptr<const RopeTable> table,
@@ -123,7 +124,7 @@ absl::Status Engine::AttentionScores(const AttentionParams& params, AttentionOut
                                               : outputs->scores == nullptr)) {
     return absl::InvalidArgumentError("AttentionScores needs an outputs.scores buffer");
   }
-  ROPE_ASSIGN_OR_RETURN(const RopeConfig config, ExplicitConfig(params.config));
+  ROPE_ASSIGN_OR_RETURN(const RopeConfig config, ExplicitConfig(params.config, params.interrupt));
   ROPE_ASSIGN_OR_RETURN(ResolvedAttention resolved, ResolveAttention(params, config, limits_));
   if (resolved.args.v != nullptr &&
       (params.on_device ? outputs->device_output == nullptr : outputs->output == nullptr)) {

@@ -49,6 +49,9 @@ struct RotateParams {
   // q.data and k.data are device memory the backend opened
   // (OpenCudaIpcMemory), not host memory; see RotateArgs::on_device.
   bool on_device = false;
+  // Optional: polled while the config is derived (hf_config_json), so a
+  // cancelled or late call stops there. Must outlive the call.
+  const Interrupt* interrupt = nullptr;
 };
 
 struct AttentionParams {
@@ -133,8 +136,11 @@ class Engine {
   // empty, else the JSON's derivation (hf_config.h; cached by content) with
   // the request's max_len and layout. Not yet validated against limits.
   // INVALID_ARGUMENT for an unusable JSON or a conflicting field;
-  // RESOURCE_EXHAUSTED for a JSON over limits.max_hf_config_json_bytes.
-  absl::StatusOr<RopeConfig> ExplicitConfig(const RopeConfig& config);
+  // RESOURCE_EXHAUSTED for a JSON over limits.max_hf_config_json_bytes;
+  // CANCELLED or DEADLINE_EXCEEDED when `interrupt` (may be null) stops the
+  // parse.
+  absl::StatusOr<RopeConfig> ExplicitConfig(const RopeConfig& config,
+                                            const Interrupt* interrupt = nullptr);
 
   // The backend's Backend::OpenCudaIpcMemory and CopyOnDevice (CUDA shared
   // memory; FAILED_PRECONDITION on a backend without device memory).
