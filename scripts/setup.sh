@@ -28,10 +28,14 @@ PACKAGES=(
   python3-venv python3-setuptools python3-wheel python3-pytest python3-torch
   # tools used by scripts and tests
   curl procps
+  # the front proxy of the deployments (deploy/proxy/haproxy.cfg) and the
+  # hostile-client tests (tests/hostile): raw HTTP/2 (python3-h2), prlimit
+  haproxy python3-h2 util-linux
 )
 # The torch oracle of tests/e2e/hf_models_test.py (transformers' apply
 # functions re-implemented in torch); about 1 GB, so not in image builds.
-TEST_ONLY_PACKAGES=(python3-torch)
+# nginx-light: the comparison front of bench/front_proxy.py.
+TEST_ONLY_PACKAGES=(python3-torch nginx-light)
 if [ "${1:-}" != "--build" ]; then
   PACKAGES+=("${TEST_ONLY_PACKAGES[@]}")
 fi
