@@ -36,6 +36,7 @@
 #include "core/backends/cpu/cpu_simd.h"
 #include "core/backends/cuda/cuda_backend.h"
 #include "core/engine/engine.h"
+#include "core/proto_engine/shm_fault_guard.h"
 #include "server/service/cpu_limit.h"
 #include "server/service/listener_watch.h"
 #include "server/service/malloc_settings.h"
@@ -111,6 +112,10 @@ ABSL_FLAG(int64_t, shm_max_regions_per_client, 16,
           "shared-memory regions one client (token, mTLS subject or peer) may hold");
 ABSL_FLAG(int64_t, shm_max_mapped_bytes, int64_t{16} << 30,
           "bytes of shared-memory regions mapped by all clients together; 0: shared memory off");
+ABSL_FLAG(absl::Duration, shm_owner_idle_lease, absl::Hours(1),
+          "a client's shared-memory regions are released once it has made no shared-memory "
+          "call (register, status, a request referencing a region) for this long; 0 or inf: "
+          "never");
 ABSL_FLAG(std::string, shm_allowed_dir, "",
           "directory under which RegisterSharedMemory may name files (besides POSIX "
           "shared-memory objects \"/name\"); empty: none");
@@ -324,6 +329,21 @@ absl::Status ApplyListenAndShmFlags(ServerOptions* options) {
         " and --shm_max_mapped_bytes ", options->shm.max_mapped_bytes,
         ": must be >= 1 and >= 0"));
   }
+  // One owner must not be able to take the process-wide table of SIGBUS
+  // guard slots (shm_fault_guard.h) from the others.
+  if (options->shm.max_regions_per_client > kShmGuardSlots / 4) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--shm_max_regions_per_client is ", options->shm.max_regions_per_client,
+        ": at most ", kShmGuardSlots / 4, " (a quarter of the server's ", kShmGuardSlots,
+        " guarded mappings)"));
+  }
+  const absl::Duration lease = absl::GetFlag(FLAGS_shm_owner_idle_lease);
+  if (lease < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(absl::StrCat("--shm_owner_idle_lease is ",
+                                                   absl::FormatDuration(lease),
+                                                   ": must be > 0 (0 or inf: never)"));
+  }
+  options->shm.owner_idle_lease = lease == absl::ZeroDuration() ? absl::InfiniteDuration() : lease;
   return absl::OkStatus();
 }
 

@@ -52,7 +52,7 @@ const ShmRegistry& SharedRegions() {
     auto* regions = new ShmRegistry(ShmLimits{});
     const std::string key = "/rope-fuzz-" + std::to_string(getpid());
     const int fd = shm_open(key.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
-    if (fd < 0 || ftruncate(fd, 1 << 16) != 0) {
+    if (fd < 0 || posix_fallocate(fd, 0, 1 << 16) != 0) {
       std::fprintf(stderr, "cannot create the fuzz region %s\n", key.c_str());
       std::abort();
     }

@@ -56,7 +56,7 @@ const std::string& CorpusShmKey() {
     std::string key = absl::StrCat("/rope-corpus-", getpid());
     Object() {
       const int fd = shm_open(key.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0600);
-      if (fd < 0 || ftruncate(fd, 4096) != 0) std::abort();
+      if (fd < 0 || posix_fallocate(fd, 0, 4096) != 0) std::abort();
       close(fd);
     }
     ~Object() { shm_unlink(key.c_str()); }
