@@ -75,7 +75,14 @@ int64_t GetTableReplyBytes(const v1::GetTableRequest& request, int64_t max_len_c
                            int64_t max_reply_bytes) {
   const v1::RopeConfig& config = request.config();
   const int64_t max_len = config.max_len() != 0 ? config.max_len() : max_len_cap;
-  const int64_t rows = request.count() > 0 ? request.count() : max_len - request.start();
+  // A request reaching past the table's end is charged no rows, so that it
+  // is admitted and answered OUT_OF_RANGE by the engine's checks instead of
+  // RESOURCE_EXHAUSTED by the budget.
+  const int64_t available =
+      std::max<int64_t>(0, max_len - std::max<int64_t>(0, request.start()));
+  const int64_t rows = request.count() <= 0           ? available
+                       : request.count() > available ? 0
+                                                      : request.count();
   const int64_t dim = config.rotary_dim() != 0 ? config.rotary_dim()
                       : config.head_dim() != 0 ? config.head_dim()
                                                : 256;

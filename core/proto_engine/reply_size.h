@@ -24,7 +24,9 @@ int64_t RotateReplyBytes(const v1::RotateRequest& request);
 int64_t AttentionScoresReplyBytes(const v1::AttentionScoresRequest& request);
 
 // float32 cos and sin, rows x rotary_dim / 2 each: rows = count, or max_len -
-// start when count is 0 (`max_len_cap` when the config gives no max_len);
+// start when count is 0 (`max_len_cap` when the config gives no max_len),
+// and 0 when start + count passes max_len (such a request is refused by the
+// engine's checks, OUT_OF_RANGE, not by the budget);
 // rotary_dim, else head_dim, else 256 (hf_config_json configs). At most
 // `max_reply_bytes` when > 0 (larger replies are refused before any row is
 // copied).
