@@ -215,8 +215,8 @@ absl::Status Engine::AttentionScores(const AttentionParams& params, AttentionOut
 }
 
 absl::StatusOr<TableSlice> Engine::GetTable(const RopeConfig& requested, int64_t start,
-                                           int64_t count) {
-  ROPE_ASSIGN_OR_RETURN(const RopeConfig config, ExplicitConfig(requested));
+                                           int64_t count, const Interrupt* interrupt) {
+  ROPE_ASSIGN_OR_RETURN(const RopeConfig config, ExplicitConfig(requested, interrupt));
   ROPE_RETURN_IF_ERROR(ValidateConfig(config, limits_.max_len_cap));
   const int64_t max_len = config.max_len;
   if (start < 0) {
@@ -252,8 +252,9 @@ absl::StatusOr<TableSlice> Engine::GetTable(const RopeConfig& requested, int64_t
   return slice;
 }
 
-absl::StatusOr<ResolvedConfig> Engine::ResolveConfig(const RopeConfig& requested) {
-  ROPE_ASSIGN_OR_RETURN(RopeConfig config, ExplicitConfig(requested));
+absl::StatusOr<ResolvedConfig> Engine::ResolveConfig(const RopeConfig& requested,
+                                                     const Interrupt* interrupt) {
+  ROPE_ASSIGN_OR_RETURN(RopeConfig config, ExplicitConfig(requested, interrupt));
   ROPE_RETURN_IF_ERROR(ValidateConfig(config, limits_.max_len_cap));
   // No tensor bounds head_dim here: the inverse frequencies (doubles, two
   // values each as GetTable counts a row) are held to the element limit

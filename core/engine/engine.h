@@ -127,10 +127,14 @@ class Engine {
   // Validates `config` and returns its table (building it if needed) with the
   // requested row range checked against max_len. count == 0 means up to the
   // end of the table. For dynamic NTK the sequence length is start + count.
-  absl::StatusOr<TableSlice> GetTable(const RopeConfig& config, int64_t start, int64_t count);
+  // `interrupt` (may be null) stops the parse of an hf_config_json.
+  absl::StatusOr<TableSlice> GetTable(const RopeConfig& config, int64_t start, int64_t count,
+                                      const Interrupt* interrupt = nullptr);
 
-  // Resolves and validates `config` without building a table.
-  absl::StatusOr<ResolvedConfig> ResolveConfig(const RopeConfig& config);
+  // Resolves and validates `config` without building a table; `interrupt`
+  // as GetTable's.
+  absl::StatusOr<ResolvedConfig> ResolveConfig(const RopeConfig& config,
+                                               const Interrupt* interrupt = nullptr);
 
   // The explicit config `config` stands for: itself when hf_config_json is
   // empty, else the JSON's derivation (hf_config.h; cached by content) with

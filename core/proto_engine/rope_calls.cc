@@ -24,8 +24,10 @@ void SetFloatTensor(const std::vector<int64_t>& shape, v1::Tensor* tensor) {
 
 }  // namespace
 
-absl::Status AnswerRotate(Engine& engine, v1::RotateRequest* request, v1::RotateResponse* reply) {
+absl::Status AnswerRotate(Engine& engine, v1::RotateRequest* request, v1::RotateResponse* reply,
+                          const Interrupt* interrupt) {
   ROPE_ASSIGN_OR_RETURN(RotateParams params, RotateParamsFromProto(request));
+  params.interrupt = interrupt;
   ROPE_RETURN_IF_ERROR(engine.Rotate(params));
   MoveTensor(request->mutable_q(), reply->mutable_q());
   if (request->has_k()) MoveTensor(request->mutable_k(), reply->mutable_k());
@@ -46,13 +48,14 @@ absl::Status AnswerAttentionScores(Engine& engine, const v1::AttentionScoresRequ
 }
 
 absl::Status AnswerGetTable(Engine& engine, const v1::GetTableRequest& request,
-                            int64_t max_message_bytes, v1::GetTableResponse* reply) {
+                            int64_t max_message_bytes, v1::GetTableResponse* reply,
+                            const Interrupt* interrupt) {
   if (!request.has_config()) {
     return absl::InvalidArgumentError("config is missing: it is required");
   }
   ROPE_ASSIGN_OR_RETURN(RopeConfig config, ConfigFromProto(request.config()));
   ROPE_ASSIGN_OR_RETURN(TableSlice slice,
-                        engine.GetTable(config, request.start(), request.count()));
+                        engine.GetTable(config, request.start(), request.count(), interrupt));
   const RopeTable& table = *slice.table;
   const int64_t half = table.half();
   const int64_t bytes_each = slice.count * half * static_cast<int64_t>(sizeof(float));
@@ -79,9 +82,9 @@ absl::Status AnswerGetTable(Engine& engine, const v1::GetTableRequest& request,
 }
 
 absl::Status AnswerResolveConfig(Engine& engine, const v1::RopeConfig& config,
-                                 v1::ResolvedConfig* reply) {
+                                 v1::ResolvedConfig* reply, const Interrupt* interrupt) {
   ROPE_ASSIGN_OR_RETURN(RopeConfig parsed, ConfigFromProto(config));
-  ROPE_ASSIGN_OR_RETURN(ResolvedConfig resolved, engine.ResolveConfig(parsed));
+  ROPE_ASSIGN_OR_RETURN(ResolvedConfig resolved, engine.ResolveConfig(parsed, interrupt));
   *reply = ResolvedConfigToProto(resolved);
   return absl::OkStatus();
 }

@@ -25,8 +25,10 @@ namespace rope {
 // Rotate: rotates q (and k) in `request`'s own bytes, then moves them into
 // `reply` without copying. On success `request`'s tensors are left empty; on
 // error `reply` is untouched and `request` is as Engine::Rotate leaves it
-// (untouched for bad input).
-absl::Status AnswerRotate(Engine& engine, v1::RotateRequest* request, v1::RotateResponse* reply);
+// (untouched for bad input). `interrupt` (may be null) stops the parse of an
+// hf_config_json (CANCELLED or DEADLINE_EXCEEDED).
+absl::Status AnswerRotate(Engine& engine, v1::RotateRequest* request, v1::RotateResponse* reply,
+                          const Interrupt* interrupt = nullptr);
 
 // AttentionScores: scores (and output, when v is present) as float32
 // tensors, written straight into `reply`'s bytes. `interrupt` (may be null)
@@ -40,13 +42,14 @@ absl::Status AnswerAttentionScores(Engine& engine, const v1::AttentionScoresRequ
 // RESOURCE_EXHAUSTED naming the row count when cos + sin would exceed
 // `max_message_bytes` (checked before any row is copied; <= 0: no limit).
 absl::Status AnswerGetTable(Engine& engine, const v1::GetTableRequest& request,
-                            int64_t max_message_bytes, v1::GetTableResponse* reply);
+                            int64_t max_message_bytes, v1::GetTableResponse* reply,
+                            const Interrupt* interrupt = nullptr);
 
 // ResolveConfig: the explicit RopeConfig the server derives from `config`
 // (from its hf_config_json when set), with inv_freq, the attention factor
 // and the table-cache key.
 absl::Status AnswerResolveConfig(Engine& engine, const v1::RopeConfig& config,
-                                 v1::ResolvedConfig* reply);
+                                 v1::ResolvedConfig* reply, const Interrupt* interrupt = nullptr);
 
 }  // namespace rope
 

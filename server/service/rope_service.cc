@@ -142,10 +142,14 @@ class RopeServiceImpl::RotateStreamReactor final
 
   void RotateCurrent() {
     const int64_t bytes_in = static_cast<int64_t>(request_.ByteSizeLong());
-    absl::Status status = context_->IsCancelled() ? CancelledBeforeRun(Rpc::kRotateStream)
-                          : UsesSharedMemory(request_)
-                              ? service_.AnswerRotateByReference(context_, &request_, &response_)
-                              : AnswerRotate(service_.engine_, &request_, &response_);
+    grpc::CallbackServerContext* const context = context_;
+    const Interrupt interrupt([context] { return context->IsCancelled(); },
+                              absl::FromChrono(context_->deadline()));
+    absl::Status status =
+        context_->IsCancelled() ? CancelledBeforeRun(Rpc::kRotateStream)
+        : UsesSharedMemory(request_)
+            ? service_.AnswerRotateByReference(context_, &request_, &response_)
+            : AnswerRotate(service_.engine_, &request_, &response_, &interrupt);
     if (!status.ok()) {
       bytes_in_ = bytes_in;
       FinishStream(status);
@@ -287,7 +291,11 @@ grpc::ServerUnaryReactor* RopeServiceImpl::Rotate(grpc::CallbackServerContext* c
           return absl::InternalError("Rotate: the owning message allocator is not installed");
         }
         if (UsesSharedMemory(*owned)) return AnswerRotateByReference(context, owned, response);
-        return AnswerRotate(engine_, owned, response);
+        // Stops the parse of an hf_config_json when the caller goes or its
+        // deadline passes.
+        const Interrupt interrupt([context] { return context->IsCancelled(); },
+                                  absl::FromChrono(context->deadline()));
+        return AnswerRotate(engine_, owned, response, &interrupt);
       });
 }
 
@@ -325,9 +333,11 @@ grpc::ServerUnaryReactor* RopeServiceImpl::GetTable(grpc::CallbackServerContext*
   const int64_t reply_bytes =
       GetTableReplyBytes(*request, engine_.limits().max_len_cap, options_.max_message_bytes);
   return ServeUnary(Rpc::kGetTable, context, *request, WithSerializedCopy(reply_bytes), response,
-                    [this, request, response] {
+                    [this, context, request, response] {
+                      const Interrupt interrupt([context] { return context->IsCancelled(); },
+                                                absl::FromChrono(context->deadline()));
                       return AnswerGetTable(engine_, *request, options_.max_message_bytes,
-                                            response);
+                                            response, &interrupt);
                     });
 }
 
@@ -339,7 +349,11 @@ grpc::ServerUnaryReactor* RopeServiceImpl::ResolveConfig(grpc::CallbackServerCon
   const int64_t reply_bytes = static_cast<int64_t>(request->ByteSizeLong()) + 4096;
   return ServeUnary(
       Rpc::kResolveConfig, context, *request, WithSerializedCopy(reply_bytes), response,
-      [this, request, response] { return AnswerResolveConfig(engine_, *request, response); });
+      [this, context, request, response] {
+        const Interrupt interrupt([context] { return context->IsCancelled(); },
+                                  absl::FromChrono(context->deadline()));
+        return AnswerResolveConfig(engine_, *request, response, &interrupt);
+      });
 }
 
 std::string RopeServiceImpl::ClientOf(const grpc::CallbackServerContext& context) const {

@@ -82,6 +82,38 @@ class JsonCannotStall(unittest.TestCase):
             self.assertLess(time.monotonic() - started, DEADLINE_S)
             channel.close()
 
+    def test_parsing_stops_at_the_callers_deadline(self):
+        # A 4 MiB text takes several hundred ms to parse; with a 250 ms
+        # deadline (time enough for the message to arrive) the server must
+        # stop parsing (the call ends CANCELLED or DEADLINE_EXCEEDED on its
+        # side, or never reaches the service), not parse to the end and
+        # answer INVALID_ARGUMENT to a caller long gone.
+        rope_pb2, rope_pb2_grpc = stubs()
+        with RopeServe(ARGS.ropeserve, ["--backend=cpu", "--cpu_threads=1", "--work_threads=1",
+                                        "--inline_rotate_max_bytes=0",
+                                        "--shutdown_grace_period=1s"], metrics=True) as server:
+            channel = grpc.insecure_channel(server.address, options=[
+                ("grpc.max_send_message_length", 8 << 20)])
+            stub = rope_pb2_grpc.RopeServiceStub(channel)
+            large = rotate_request(rope_pb2, empty_objects((4 << 20) - 1024))
+            with self.assertRaises(grpc.RpcError) as late:
+                stub.Rotate(large, timeout=0.25)
+            self.assertEqual(late.exception.code(), grpc.StatusCode.DEADLINE_EXCEEDED)
+            # The server counts the call once it has finished with it: at
+            # once when the parse stops at the deadline; after the whole
+            # parse (INVALID_ARGUMENT) when it does not.
+            counts = {}
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline and not counts:
+                time.sleep(0.1)
+                counts = {code: n for (rpc, code), n in server.request_counts().items()
+                          if rpc == "Rotate"}
+            self.assertEqual(sum(counts.values()), 1,
+                             "the server was still busy with the call 10 s later: %s" % counts)
+            self.assertEqual(counts.get("INVALID_ARGUMENT", 0), 0,
+                             "the parse ran to its end after the deadline: %s" % counts)
+            channel.close()
+
     def test_depth_limit_is_exact(self):
         rope_pb2, rope_pb2_grpc = stubs()
         with RopeServe(ARGS.ropeserve, ["--backend=cpu", "--cpu_threads=1",
