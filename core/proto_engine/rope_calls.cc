@@ -174,6 +174,7 @@ absl::Status AnswerRotate(Engine& engine, RotateRequest* request, RotateResponse
     }
   }
   ROPE_ASSIGN_OR_RETURN(RotateParams params, RotateParamsFromProto(request));
+  params.interrupt = call.interrupt;
   TensorResolver tensors(call.regions);
   for (int i = 0; i < static_cast<int>(std::size(kRotateTensors)); ++i) {
     const RotateTensor& t = kRotateTensors[i];
@@ -310,13 +311,14 @@ CallEstimate EstimateAttentionScores(const AttentionScoresRequest& request) {
 // ---- GetTable and ResolveConfig -----------------------------------------------------
 
 absl::Status AnswerGetTable(Engine& engine, const v1::GetTableRequest& request,
-                            const ReplyLimit& limit, v1::GetTableResponse* reply) {
+                            const ReplyLimit& limit, v1::GetTableResponse* reply,
+                            const Interrupt* interrupt) {
   if (!request.has_config()) {
     return absl::InvalidArgumentError("config is missing: it is required");
   }
   ROPE_ASSIGN_OR_RETURN(RopeConfig config, ConfigFromProto(request.config()));
   ROPE_ASSIGN_OR_RETURN(TableSlice slice,
-                        engine.GetTable(config, request.start(), request.count()));
+                        engine.GetTable(config, request.start(), request.count(), interrupt));
   const RopeTable& table = *slice.table;
   const int64_t half = table.half();
   const std::vector<int64_t> shape = {slice.count, half};
@@ -343,7 +345,14 @@ CallEstimate EstimateGetTable(const v1::GetTableRequest& request, int64_t max_le
                               const ReplyLimit& limit) {
   const v1::RopeConfig& config = request.config();
   const int64_t max_len = config.max_len() != 0 ? config.max_len() : max_len_cap;
-  const int64_t rows = request.count() > 0 ? request.count() : max_len - request.start();
+  // A request reaching past the table's end is charged no rows, so that it
+  // is admitted and answered OUT_OF_RANGE by the engine's checks instead of
+  // RESOURCE_EXHAUSTED by the budget.
+  const int64_t available =
+      std::max<int64_t>(0, max_len - std::max<int64_t>(0, request.start()));
+  const int64_t rows = request.count() <= 0           ? available
+                       : request.count() > available ? 0
+                                                      : request.count();
   const int64_t dim = config.rotary_dim() != 0 ? config.rotary_dim()
                       : config.head_dim() != 0 ? config.head_dim()
                                                : 256;
@@ -355,9 +364,9 @@ CallEstimate EstimateGetTable(const v1::GetTableRequest& request, int64_t max_le
 }
 
 absl::Status AnswerResolveConfig(Engine& engine, const v1::RopeConfig& config,
-                                 v1::ResolvedConfig* reply) {
+                                 v1::ResolvedConfig* reply, const Interrupt* interrupt) {
   ROPE_ASSIGN_OR_RETURN(RopeConfig parsed, ConfigFromProto(config));
-  ROPE_ASSIGN_OR_RETURN(ResolvedConfig resolved, engine.ResolveConfig(parsed));
+  ROPE_ASSIGN_OR_RETURN(ResolvedConfig resolved, engine.ResolveConfig(parsed, interrupt));
   *reply = ResolvedConfigToProto(resolved);
   return absl::OkStatus();
 }

@@ -19,10 +19,10 @@
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/resource_quota.h"
 #include "grpcpp/server_builder.h"
-#include "prometheus/exposer.h"
 #include "prometheus/registry.h"
 #include "server/service/bind_diagnosis.h"
 #include "server/service/byte_budget_metrics.h"
+#include "server/service/metrics_http_server.h"
 
 namespace rope {
 
@@ -144,21 +144,19 @@ absl::StatusOr<std::unique_ptr<RopeServer>> RopeServer::Start(std::unique_ptr<En
   if (!options.metrics_address.empty()) {
     server->state_collector_ =
         ServiceMetrics::NewStateCollector(&server->gate_, server->engine_.get());
-    // prometheus-cpp reports a failed bind by throwing; nothing else here does.
-    try {
-      server->exposer_ = std::make_unique<prometheus::Exposer>(options.metrics_address);
-    } catch (const std::exception& e) {
-      return absl::UnavailableError(
-          absl::StrCat("cannot serve metrics on ", options.metrics_address, ": ", e.what()));
-    }
-    server->exposer_->RegisterCollectable(server->metrics_.registry());
-    server->exposer_->RegisterCollectable(server->state_collector_);
     server->budget_collector_ = NewByteBudgetCollector(&server->budget_);
-    server->exposer_->RegisterCollectable(server->budget_collector_);
     server->shm_collector_ = NewShmStateCollector(&server->shm_);
-    server->exposer_->RegisterCollectable(server->shm_collector_);
-    std::vector<int> ports = server->exposer_->GetListeningPorts();
-    server->metrics_port_ = ports.empty() ? 0 : ports.front();
+    MetricsHttpOptions metrics_options;
+    metrics_options.address = options.metrics_address;
+    metrics_options.client_timeout = options.metrics_client_timeout;
+    metrics_options.max_connections = options.metrics_max_connections;
+    metrics_options.max_connections_per_address = options.metrics_max_connections_per_address;
+    absl::StatusOr<std::unique_ptr<MetricsHttpServer>> metrics_http = MetricsHttpServer::Start(
+        metrics_options, {server->metrics_.registry(), server->state_collector_,
+                          server->budget_collector_, server->shm_collector_});
+    if (!metrics_http.ok()) return metrics_http.status();
+    server->metrics_http_ = *std::move(metrics_http);
+    server->metrics_port_ = server->metrics_http_->port();
   }
 
   grpc::ServerBuilder builder;
@@ -271,12 +269,8 @@ absl::StatusOr<std::unique_ptr<RopeServer>> RopeServer::Start(std::unique_ptr<En
 
 RopeServer::~RopeServer() {
   Drain(absl::ZeroDuration());
-  if (exposer_ != nullptr) {
-    exposer_->RemoveCollectable(budget_collector_);
-    exposer_->RemoveCollectable(state_collector_);
-    exposer_->RemoveCollectable(shm_collector_);
-    exposer_->RemoveCollectable(metrics_.registry());
-  }
+  // The endpoint's thread reads the collectors' subjects: stop it first.
+  metrics_http_.reset();
 }
 
 void RopeServer::StartDraining() {
