@@ -83,8 +83,10 @@ class JsonCannotStall(unittest.TestCase):
             channel.close()
 
     def test_parsing_stops_at_the_callers_deadline(self):
-        # A 4 MiB text takes several hundred ms to parse; with a 250 ms
-        # deadline (time enough for the message to arrive) the server must
+        # A 4 MiB text (the engine's limit) takes ~250 ms to parse on a
+        # 2-core CI machine, so a 250 ms deadline could not tell a stopped
+        # parse from a finished one; with a 100 ms deadline (time enough for
+        # the message to arrive over loopback) the server must
         # stop parsing (the call ends CANCELLED or DEADLINE_EXCEEDED on its
         # side, or never reaches the service), not parse to the end and
         # answer INVALID_ARGUMENT to a caller long gone.
@@ -97,7 +99,7 @@ class JsonCannotStall(unittest.TestCase):
             stub = rope_pb2_grpc.RopeServiceStub(channel)
             large = rotate_request(rope_pb2, empty_objects((4 << 20) - 1024))
             with self.assertRaises(grpc.RpcError) as late:
-                stub.Rotate(large, timeout=0.25)
+                stub.Rotate(large, timeout=0.1)
             self.assertEqual(late.exception.code(), grpc.StatusCode.DEADLINE_EXCEEDED)
             # The server counts the call once it has finished with it: at
             # once when the parse stops at the deadline; after the whole

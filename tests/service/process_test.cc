@@ -307,8 +307,10 @@ TEST(ProcessTest, AutoBackendWithoutADeviceUsesTheCpuAndSaysWhy) {
   Server server;
   ASSERT_NO_FATAL_FAILURE(StartServer({"--backend=auto", "--cpu_threads=1"}, &server));
   const std::string& output = server.process->Output();
+  // The reason after "no usable CUDA device: " depends on the machine (no
+  // driver, or cudaGetDeviceCount's error), so only the prefix is fixed.
   EXPECT_NE(output.find(ROPE_HAVE_CUDA ? "--backend=auto: using the CPU backend (no usable CUDA "
-                                         "device: cudaGetDeviceCount: "
+                                         "device: "
                                        : "--backend=auto: using the CPU backend (this build has "
                                          "no CUDA backend"),
             std::string::npos)
