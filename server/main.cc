@@ -146,7 +146,7 @@ ABSL_FLAG(absl::Duration, max_connection_age_grace, absl::Minutes(1),
           "is closed; bounds how long a slow sender (one trickling a large message) holds "
           "transport memory to --max_connection_age + this; inf: no bound");
 
-// Operations (issue 19): port reuse and the bound on gRPC's teardown.
+// Operations: port reuse and the bound on gRPC's teardown.
 ABSL_FLAG(bool, reuse_port, false,
           "let other processes listen on the same port (SO_REUSEPORT); off: a second server on "
           "a taken port exits 1 naming the address instead of silently taking part of the "
