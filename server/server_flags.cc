@@ -54,8 +54,9 @@ ABSL_FLAG(int64_t, max_table_blocks_per_call, 256,
 ABSL_FLAG(int64_t, max_elements_per_request, int64_t{1} << 28,
           "most tensor elements per request (q + k + v + scores)");
 ABSL_FLAG(int64_t, max_concurrent_calls, 64,
-          "calls in flight across all methods (a stream counts as one); more are refused with "
-          "RESOURCE_EXHAUSTED; 0: no limit");
+          "calls in flight across all methods (a stream counts as one while a message of it is "
+          "served; an idle stream holds no slot); more are refused with RESOURCE_EXHAUSTED; 0: "
+          "no limit");
 ABSL_FLAG(int32_t, metrics_port, 0, "port of the Prometheus /metrics endpoint; 0: off");
 ABSL_FLAG(std::string, metrics_host, "127.0.0.1",
           "address the /metrics endpoint binds (plaintext; 0.0.0.0 or the pod's address only "

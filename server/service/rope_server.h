@@ -56,7 +56,8 @@ struct ServerOptions {
   // Largest message accepted or sent, each way (at most INT32_MAX: gRPC's
   // limit is an int).
   int64_t max_message_bytes = kDefaultMaxMessageBytes;
-  // Calls in flight across all methods (a stream is one call); <= 0: no limit.
+  // Calls in flight across all methods (a stream is one call while a message
+  // of it is served); <= 0: no limit.
   int64_t max_concurrent_calls = 64;
   // Request and reply bytes in flight; <= 0: no limit. Split in two halves
   // that together bound the process: the transport's gRPC ResourceQuota
