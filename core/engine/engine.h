@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -17,6 +18,7 @@
 #include "absl/status/statusor.h"
 #include "core/engine/backend.h"
 #include "core/engine/hf_config_cache.h"
+#include "core/engine/position_builder.h"
 #include "core/engine/rope_config.h"
 #include "core/engine/table_blocks_touched.h"
 #include "core/engine/table_cache.h"
@@ -43,8 +45,15 @@ struct RotateParams {
   TensorView k;                      // same rank/B/S/D, its own head count; data == nullptr: absent
   int64_t start_pos = 0;             // positions start_pos + s when `positions` is empty
   // S or B*S explicit positions (start_pos must then be 0). With
-  // config.mrope: 3*S or 3*B*S, ordered [axis][b][s] (axes t, h, w).
+  // config.mrope: 3*S or 3*B*S, ordered [axis][b][s] (axes t, h, w); with
+  // config.axial: n*S or n*B*S for its n axes, [axis][b][s].
   std::vector<int64_t> positions;
+  // Instead of `positions` (the same layout): positions that need not be
+  // integers; cos and sin are computed from them directly, in double.
+  std::vector<double> fractional_positions;
+  // Instead of either: the positions to build (position_builder.h), Qwen
+  // form (hf_config_json empty: config.hf_config_json's) or grids.
+  std::optional<PositionsRequest> build_positions;
   bool inverse = false;
   // q.data and k.data are device memory the backend opened
   // (OpenCudaIpcMemory), not host memory; see RotateArgs::on_device.
@@ -58,6 +67,11 @@ struct AttentionParams {
   ConstTensorView v;                 // [B,Sk,Hkv,Dv]; data == nullptr: absent
   int64_t q_start_pos = 0;
   int64_t k_start_pos = 0;
+  // Instead of q_start_pos (k_start_pos): Sq or B*Sq values (times the
+  // config's position axes, [axis][b][s], as RotateParams::positions), not
+  // necessarily integers; not with `causal`.
+  std::vector<double> q_fractional_positions;
+  std::vector<double> k_fractional_positions;
   bool causal = false;
   bool softmax = false;
   double scale = 0;                  // 0 -> 1/sqrt(D)
@@ -103,6 +117,8 @@ struct TableSlice {
 struct ResolvedConfig {
   RopeConfig config;
   TableKey key;
+  // Axial configs: the table of each axis (key is then the first axis').
+  std::vector<TableKey> axis_keys;
   std::vector<double> inv_freq;
   double attention_factor = 1;
 };
@@ -128,6 +144,13 @@ class Engine {
 
   // Resolves and validates `config` without building a table.
   absl::StatusOr<ResolvedConfig> ResolveConfig(const RopeConfig& config);
+
+  // The positions `request` describes (position_builder.h), at most
+  // max_values (and limits.max_elements_per_request) values; its
+  // hf_config_json is held to limits.max_hf_config_json_bytes
+  // (RESOURCE_EXHAUSTED).
+  absl::StatusOr<BuiltPositions> BuildPositions(const PositionsRequest& request,
+                                                int64_t max_values);
 
   // The explicit config `config` stands for: itself when hf_config_json is
   // empty, else the JSON's derivation (hf_config.h; cached by content) with
@@ -161,6 +184,20 @@ class Engine {
   absl::StatusOr<std::shared_ptr<const RopeTable>> TableFor(
       const RopeConfig& config, int64_t max_position,
       const std::function<void(BlocksTouched&)>& touch);
+  // The blocks of `key`'s table that `touch` adds, built if missing.
+  absl::StatusOr<std::shared_ptr<const RopeTable>> BlocksOf(
+      const TableKey& key, const std::function<void(BlocksTouched&)>& touch);
+  // Axial configs: the view of each axis' table holding the rows that
+  // touch(axis, blocks) adds.
+  absl::StatusOr<std::vector<std::shared_ptr<const RopeTable>>> AxisTables(
+      const RopeConfig& config, const std::function<void(int, BlocksTouched&)>& touch);
+  // Rotate with build_positions: the positions built, then Rotate.
+  absl::Status RotateBuilt(const RotateParams& params);
+  // A per-request table of exact rows for fractional positions (of
+  // `rows` rows, `axes` values per row at values[axis * rows + row]).
+  std::shared_ptr<const RopeTable> FractionalRows(const RopeConfig& config, int64_t max_position,
+                                                  const double* values, int64_t rows);
+  TableBlock::ParallelFill ParallelFill();
 
   std::unique_ptr<Backend> backend_;
   const EngineLimits limits_;

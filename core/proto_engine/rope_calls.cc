@@ -1,10 +1,12 @@
 #include "core/proto_engine/rope_calls.h"
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "core/proto_engine/positions_conversion.h"
 #include "core/proto_engine/request_conversion.h"
 
 namespace rope {
@@ -83,6 +85,25 @@ absl::Status AnswerResolveConfig(Engine& engine, const v1::RopeConfig& config,
   ROPE_ASSIGN_OR_RETURN(RopeConfig parsed, ConfigFromProto(config));
   ROPE_ASSIGN_OR_RETURN(ResolvedConfig resolved, engine.ResolveConfig(parsed));
   *reply = ResolvedConfigToProto(resolved);
+  return absl::OkStatus();
+}
+
+absl::Status AnswerBuildPositions(Engine& engine, const v1::BuildPositionsRequest& request,
+                                  int64_t max_message_bytes, v1::BuildPositionsResponse* reply) {
+  // A value takes at most 10 bytes on the wire (a negative int64 varint).
+  constexpr int64_t kMaxValueBytes = 10;
+  int64_t max_values = engine.limits().max_elements_per_request;
+  if (max_message_bytes > 0) max_values = std::min(max_values, max_message_bytes / kMaxValueBytes);
+  const int64_t requested = RequestedPositionValues(request);
+  if (requested > max_values) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "BuildPositions would build ", requested, " position values: over the server's limit of ",
+        max_values, " (max_elements_per_request, and the reply within max_message_bytes ",
+        max_message_bytes, " at 10 bytes a value)"));
+  }
+  ROPE_ASSIGN_OR_RETURN(BuiltPositions built,
+                        engine.BuildPositions(PositionsRequestFromProto(request), max_values));
+  BuiltPositionsToProto(built, reply);
   return absl::OkStatus();
 }
 

@@ -48,6 +48,13 @@ absl::Status AnswerGetTable(Engine& engine, const v1::GetTableRequest& request,
 absl::Status AnswerResolveConfig(Engine& engine, const v1::RopeConfig& config,
                                  v1::ResolvedConfig* reply);
 
+// BuildPositions: the positions the request describes
+// (core/engine/position_builder.h). RESOURCE_EXHAUSTED, before any is
+// built, when the reply could exceed `max_message_bytes` (<= 0: no limit)
+// or the server's max_elements_per_request values.
+absl::Status AnswerBuildPositions(Engine& engine, const v1::BuildPositionsRequest& request,
+                                  int64_t max_message_bytes, v1::BuildPositionsResponse* reply);
+
 }  // namespace rope
 
 #endif  // ROPE_PROTO_ENGINE_ROPE_CALLS_H_

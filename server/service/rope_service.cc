@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "common/retry_metadata.h"
+#include "core/proto_engine/positions_conversion.h"
 #include "core/proto_engine/reply_size.h"
 #include "core/proto_engine/request_conversion.h"
 #include "core/proto_engine/rope_calls.h"
@@ -340,6 +341,22 @@ grpc::ServerUnaryReactor* RopeServiceImpl::ResolveConfig(grpc::CallbackServerCon
   return ServeUnary(
       Rpc::kResolveConfig, context, *request, WithSerializedCopy(reply_bytes), response,
       [this, request, response] { return AnswerResolveConfig(engine_, *request, response); });
+}
+
+grpc::ServerUnaryReactor* RopeServiceImpl::BuildPositions(
+    grpc::CallbackServerContext* context, const v1::BuildPositionsRequest* request,
+    v1::BuildPositionsResponse* response) {
+  // Charged for the largest reply the request can produce (its values as
+  // 10-byte varints), which AnswerBuildPositions holds to the message limit.
+  int64_t reply_bytes = BuildPositionsReplyBytes(*request);
+  if (options_.max_message_bytes > 0) {
+    reply_bytes = std::min(reply_bytes, options_.max_message_bytes);
+  }
+  return ServeUnary(Rpc::kBuildPositions, context, *request, WithSerializedCopy(reply_bytes),
+                    response, [this, request, response] {
+                      return AnswerBuildPositions(engine_, *request, options_.max_message_bytes,
+                                                  response);
+                    });
 }
 
 std::string RopeServiceImpl::ClientOf(const grpc::CallbackServerContext& context) const {
