@@ -161,24 +161,86 @@ absl::StatusOr<std::vector<std::shared_ptr<const RopeTable>>> Engine::AxisTables
   return tables;
 }
 
+Engine::ExactLadder Engine::FractionalLadder(const RopeConfig& config, int64_t max_position) {
+  ExactLadder ladder;
+  const int half = static_cast<int>(config.EffectiveRotaryDim() / 2);
+  if (config.axial.enabled()) {
+    ladder.info = AxialInfo(config);
+    ladder.axis_of_pair = AxialPairAxes(config.axial);
+  } else {
+    ladder.info.key = MakeTableKey(config, max_position);
+    ladder.info.inv_freq = ComputeInvFreq(ladder.info.key);
+    ladder.info.attention_factor = ComputeAttentionFactor(ladder.info.key);
+    ladder.axis_of_pair = MropeFrequencyAxes(config.mrope, half);  // all 0 without M-RoPE
+  }
+  return ladder;
+}
+
 std::shared_ptr<const RopeTable> Engine::FractionalRows(const RopeConfig& config,
                                                         int64_t max_position,
                                                         const double* values, int64_t rows) {
-  RequestTableInfo info;
-  std::vector<uint8_t> axis_of_pair;
-  const int half = static_cast<int>(config.EffectiveRotaryDim() / 2);
-  if (config.axial.enabled()) {
-    info = AxialInfo(config);
-    axis_of_pair = AxialPairAxes(config.axial);
-  } else {
-    info.key = MakeTableKey(config, max_position);
-    info.inv_freq = ComputeInvFreq(info.key);
-    info.attention_factor = ComputeAttentionFactor(info.key);
-    axis_of_pair = MropeFrequencyAxes(config.mrope, half);  // all 0 without M-RoPE
-  }
+  const ExactLadder ladder = FractionalLadder(config, max_position);
   std::vector<const double*> axes;
   for (int a = 0; a < config.PositionAxes(); ++a) axes.push_back(values + a * rows);
-  return ExactRows(info, axis_of_pair, rows, axes, ParallelFill());
+  return ExactRows(ladder.info, ladder.axis_of_pair, rows, axes, ParallelFill());
+}
+
+absl::Status Engine::RotateRequestRows(const RotateArgs& args, int64_t rows,
+                                       const RequestTableInfo& info, const RowFill& fill) {
+  const int half = static_cast<int>(info.key.rotary_dim / 2);
+  const TableBlock::ParallelFill parallel = ParallelFill();
+  // Rows [first, first + count) into cos / sin, on the backend's threads
+  // when there are enough of them.
+  const auto fill_rows = [&](float* cos, float* sin, int64_t first, int64_t count) {
+    if (count < 2 * kMinParallelFillRows) {
+      fill(first, count, cos, sin);
+      return;
+    }
+    parallel(count, [&](int64_t begin, int64_t end) {
+      fill(first + begin, end - begin, cos + begin * half, sin + begin * half);
+    });
+  };
+  try {
+    if (!backend_->CallsNeverWait() || rows <= kRequestRowsChunk) {
+      const EmptyRows all = MakeEmptyRows(info, rows);
+      fill_rows(all.cos, all.sin, 0, rows);
+      RotateArgs whole = args;
+      std::vector<int64_t> token_rows;
+      whole.positions = TokenRows(rows, args.seq, 0, &token_rows);
+      return backend_->Rotate(*all.table, whole);
+    }
+    // A backend computing on this host's threads rotates the tokens in
+    // chunks, each chunk's rows made into one buffer that every chunk
+    // reuses: the rows are still in cache when the kernels read them, and a
+    // call of any length holds kRequestRowsChunk rows (a Wan 2.1 latent's
+    // 32760 rows would be 16 MiB to allocate, fault in and stream through).
+    const EmptyRows chunk = MakeEmptyRows(info, kRequestRowsChunk);
+    const bool shared = rows == args.seq;  // token (b, s) reads row s, else row b*S + s
+    const int64_t tokens = args.batch * args.seq;
+    const int64_t elem = static_cast<int64_t>(DTypeSize(args.dtype));
+    for (int64_t t0 = 0; t0 < tokens;) {
+      int64_t count = std::min(kRequestRowsChunk, tokens - t0);
+      if (shared) count = std::min(count, args.seq - t0 % args.seq);  // within one batch row
+      fill_rows(chunk.cos, chunk.sin, shared ? t0 % args.seq : t0, count);
+      // Tokens [t0, t0 + count) of q [B, S, H, D] (and k) are contiguous:
+      // one batch row of `count` tokens reading rows 0 .. count - 1.
+      RotateArgs part = args;
+      part.batch = 1;
+      part.seq = count;
+      part.q = static_cast<char*>(args.q) + t0 * args.q_heads * args.head_dim * elem;
+      if (args.k != nullptr) {
+        part.k = static_cast<char*>(args.k) + t0 * args.k_heads * args.head_dim * elem;
+      }
+      part.positions = math::PositionSpec{};
+      part.positions.seq = count;
+      ROPE_RETURN_IF_ERROR(backend_->Rotate(*chunk.table, part));
+      t0 += count;
+    }
+    return absl::OkStatus();
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "out of memory assembling the per-request table rows of ", rows, " tokens"));
+  }
 }
 
 absl::Status Engine::Rotate(const RotateParams& params) {
@@ -187,19 +249,20 @@ absl::Status Engine::Rotate(const RotateParams& params) {
   ROPE_ASSIGN_OR_RETURN(ResolvedRotate resolved, ResolveRotate(params, config, limits_));
   RotateArgs args = resolved.args;
   std::vector<int64_t> token_rows;
-  const int64_t seq = args.seq;
 
   if (resolved.fractional.values != nullptr) {
     // Rows computed from the positions themselves: token r reads row r.
     const int64_t rows = resolved.fractional.rows;
-    std::shared_ptr<const RopeTable> exact;
-    try {
-      exact = FractionalRows(config, resolved.max_position, resolved.fractional.values, rows);
-      args.positions = TokenRows(rows, seq, 0, &token_rows);
-    } catch (const std::bad_alloc&) {
-      return OutOfMemory("fractional-position", rows);
+    const ExactLadder ladder = FractionalLadder(config, resolved.max_position);
+    std::vector<const double*> axes;
+    for (int a = 0; a < config.PositionAxes(); ++a) {
+      axes.push_back(resolved.fractional.values + a * rows);
     }
-    return backend_->Rotate(*exact, args);
+    return RotateRequestRows(args, rows, ladder.info,
+                             [&](int64_t first, int64_t count, float* cos, float* sin) {
+                               FillExactRows(ladder.info, ladder.axis_of_pair, axes, first, count,
+                                             cos, sin);
+                             });
   }
 
   if (config.axial.enabled()) {
@@ -214,7 +277,7 @@ absl::Status Engine::Rotate(const RotateParams& params) {
         axes.push_back(resolved.axis_positions + a * rows);
       }
     } else {
-      rows = seq;
+      rows = args.seq;
       start_rows.resize(rows);
       std::iota(start_rows.begin(), start_rows.end(), args.positions.start_pos);
       axes.assign(config.axial.count(), start_rows.data());
@@ -224,14 +287,11 @@ absl::Status Engine::Rotate(const RotateParams& params) {
         AxisTables(config, [&](int axis, BlocksTouched& touched) {
           touched.AddList(axes[axis], rows);
         }));
-    std::shared_ptr<const RopeTable> gathered;
-    try {
-      gathered = GatherAxes(AxialInfo(config), Pointers(tables), rows, axes, ParallelFill());
-      args.positions = TokenRows(rows, seq, 0, &token_rows);
-    } catch (const std::bad_alloc&) {
-      return OutOfMemory("axial", rows);
-    }
-    return backend_->Rotate(*gathered, args);
+    const std::vector<const RopeTable*> axis_tables = Pointers(tables);
+    return RotateRequestRows(args, rows, AxialInfo(config),
+                             [&](int64_t first, int64_t count, float* cos, float* sin) {
+                               FillGatheredRows(axis_tables, axes, first, count, cos, sin);
+                             });
   }
 
   ROPE_ASSIGN_OR_RETURN(
@@ -256,7 +316,7 @@ absl::Status Engine::Rotate(const RotateParams& params) {
   try {
     gathered = RopeTable::Gather(*table, rows, axes,
                                  MropeFrequencyAxes(config.mrope, table->half()));
-    args.positions = TokenRows(rows, seq, 0, &token_rows);
+    args.positions = TokenRows(rows, args.seq, 0, &token_rows);
   } catch (const std::bad_alloc&) {
     return OutOfMemory("M-RoPE", rows);
   }

@@ -19,6 +19,7 @@
 #include "core/engine/backend.h"
 #include "core/engine/hf_config_cache.h"
 #include "core/engine/position_builder.h"
+#include "core/engine/request_rows.h"
 #include "core/engine/rope_config.h"
 #include "core/engine/table_blocks_touched.h"
 #include "core/engine/table_cache.h"
@@ -125,6 +126,11 @@ struct ResolvedConfig {
 
 class Engine {
  public:
+  // Axial and fractional-position calls on a backend that computes on this
+  // host rotate at most this many tokens at a time, each chunk by rows
+  // made just before (2 MiB at rotary_dim 128: they stay in cache).
+  static constexpr int64_t kRequestRowsChunk = 4096;
+
   Engine(std::unique_ptr<Backend> backend, EngineLimits limits);
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
@@ -193,11 +199,31 @@ class Engine {
       const RopeConfig& config, const std::function<void(int, BlocksTouched&)>& touch);
   // Rotate with build_positions: the positions built, then Rotate.
   absl::Status RotateBuilt(const RotateParams& params);
+  // What exact rows for fractional positions are computed from: the
+  // config's inverse frequencies (at the request's largest position, for
+  // the variants that depend on it), its attention factor and the axis of
+  // each pair.
+  struct ExactLadder {
+    RequestTableInfo info;
+    std::vector<uint8_t> axis_of_pair;
+  };
+  ExactLadder FractionalLadder(const RopeConfig& config, int64_t max_position);
   // A per-request table of exact rows for fractional positions (of
-  // `rows` rows, `axes` values per row at values[axis * rows + row]).
+  // `rows` rows, PositionAxes() values per row at values[axis * rows + row]).
   std::shared_ptr<const RopeTable> FractionalRows(const RopeConfig& config, int64_t max_position,
                                                   const double* values, int64_t rows);
+  // Rotates `args` (positions unset) by a per-request table of `rows` rows
+  // (S shared by every batch row, or B*S) that fill(first, count, cos, sin)
+  // makes, rows [first, first + count) at a time. On a backend that
+  // computes on this host (CallsNeverWait) tokens are rotated in chunks of
+  // kRequestRowsChunk, each by its rows made just before.
+  using RowFill = std::function<void(int64_t first, int64_t count, float* cos, float* sin)>;
+  absl::Status RotateRequestRows(const RotateArgs& args, int64_t rows,
+                                 const RequestTableInfo& info, const RowFill& fill);
   TableBlock::ParallelFill ParallelFill();
+
+  // The fewest rows one thread of a parallel fill makes.
+  static constexpr int64_t kMinParallelFillRows = 1024;
 
   std::unique_ptr<Backend> backend_;
   const EngineLimits limits_;

@@ -45,26 +45,61 @@ void JoinRow(const std::vector<const RopeTable*>& axis_tables, const int64_t* po
 
 }  // namespace
 
+void FillGatheredRows(const std::vector<const RopeTable*>& axis_tables,
+                      const std::vector<const int64_t*>& positions, int64_t first, int64_t count,
+                      float* cos_out, float* sin_out) {
+  int half = 0;
+  for (const RopeTable* table : axis_tables) half += table->half();
+  std::vector<int64_t> pos_of_axis(axis_tables.size());
+  for (int64_t r = 0; r < count; ++r) {
+    for (size_t a = 0; a < axis_tables.size(); ++a) pos_of_axis[a] = positions[a][first + r];
+    JoinRow(axis_tables, pos_of_axis.data(), cos_out + r * half, sin_out + r * half);
+  }
+}
+
+void FillExactRows(const RequestTableInfo& info, const std::vector<uint8_t>& axis_of_pair,
+                   const std::vector<const double*>& positions, int64_t first, int64_t count,
+                   float* cos_out, float* sin_out) {
+  const int half = static_cast<int>(info.inv_freq.size());
+  for (int64_t r = 0; r < count; ++r) {
+    float* cos_row = cos_out + r * half;
+    float* sin_row = sin_out + r * half;
+    for (int i = 0; i < half; ++i) {
+      // Exact per value: fractional positions share no recurrence.
+      const double angle = positions[axis_of_pair[i]][first + r] * info.inv_freq[i];
+      cos_row[i] = static_cast<float>(info.attention_factor * std::cos(angle));
+      sin_row[i] = static_cast<float>(info.attention_factor * std::sin(angle));
+    }
+  }
+}
+
+EmptyRows MakeEmptyRows(const RequestTableInfo& info, int64_t rows) {
+  const int half = static_cast<int>(info.key.rotary_dim / 2);
+  std::shared_ptr<TableBlock> block = TableBlock::Allocate(0, rows, half);
+  EmptyRows out;
+  out.cos = block->mutable_cos();
+  out.sin = block->mutable_sin();
+  TableKey key = info.key;
+  key.max_len = static_cast<uint32_t>(rows);
+  out.table = RopeTable::ForRequest(key, ShiftFor(rows), 0, {std::move(block)}, info.inv_freq,
+                                    info.attention_factor);
+  return out;
+}
+
 std::shared_ptr<const RopeTable> GatherAxes(const RequestTableInfo& info,
                                             const std::vector<const RopeTable*>& axis_tables,
                                             int64_t rows,
                                             const std::vector<const int64_t*>& positions,
                                             const RopeTable::ParallelFill& parallel_fill) {
-  const int half = static_cast<int>(info.key.rotary_dim / 2);
-  std::shared_ptr<TableBlock> block = TableBlock::Allocate(0, rows, half);
-  TableBlock* out = block.get();
+  const EmptyRows empty = MakeEmptyRows(info, rows);
+  const int half = empty.table->half();
+  float* cos = empty.cos;
+  float* sin = empty.sin;
   RunFill(rows, parallel_fill, [&](int64_t begin, int64_t end) {
-    std::vector<int64_t> pos_of_axis(axis_tables.size());
-    for (int64_t r = begin; r < end; ++r) {
-      for (size_t a = 0; a < axis_tables.size(); ++a) pos_of_axis[a] = positions[a][r];
-      JoinRow(axis_tables, pos_of_axis.data(), out->mutable_cos() + r * half,
-              out->mutable_sin() + r * half);
-    }
+    FillGatheredRows(axis_tables, positions, begin, end - begin, cos + begin * half,
+                     sin + begin * half);
   });
-  TableKey key = info.key;
-  key.max_len = static_cast<uint32_t>(rows);
-  return RopeTable::ForRequest(key, ShiftFor(rows), 0, {std::move(block)}, info.inv_freq,
-                               info.attention_factor);
+  return empty.table;
 }
 
 std::shared_ptr<const RopeTable> ConcatAxes(
@@ -109,27 +144,15 @@ std::shared_ptr<const RopeTable> ExactRows(const RequestTableInfo& info,
                                            const std::vector<uint8_t>& axis_of_pair, int64_t rows,
                                            const std::vector<const double*>& positions,
                                            const RopeTable::ParallelFill& parallel_fill) {
-  const int half = static_cast<int>(info.key.rotary_dim / 2);
-  std::shared_ptr<TableBlock> block = TableBlock::Allocate(0, rows, half);
-  TableBlock* out = block.get();
-  const std::vector<double>& inv_freq = info.inv_freq;
-  const double factor = info.attention_factor;
+  const EmptyRows empty = MakeEmptyRows(info, rows);
+  const int half = empty.table->half();
+  float* cos = empty.cos;
+  float* sin = empty.sin;
   RunFill(rows, parallel_fill, [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) {
-      float* cos_row = out->mutable_cos() + r * half;
-      float* sin_row = out->mutable_sin() + r * half;
-      for (int i = 0; i < half; ++i) {
-        // Exact per value: fractional positions share no recurrence.
-        const double angle = positions[axis_of_pair[i]][r] * inv_freq[i];
-        cos_row[i] = static_cast<float>(factor * std::cos(angle));
-        sin_row[i] = static_cast<float>(factor * std::sin(angle));
-      }
-    }
+    FillExactRows(info, axis_of_pair, positions, begin, end - begin, cos + begin * half,
+                  sin + begin * half);
   });
-  TableKey key = info.key;
-  key.max_len = static_cast<uint32_t>(rows);
-  return RopeTable::ForRequest(key, ShiftFor(rows), 0, {std::move(block)}, info.inv_freq,
-                               info.attention_factor);
+  return empty.table;
 }
 
 }  // namespace rope

@@ -34,6 +34,17 @@ struct RequestTableInfo {
   double attention_factor = 1;
 };
 
+// Rows [first, first + count) of GatherAxes' table into cos_out and
+// sin_out (count * half values each, half the sum of the axes' halves).
+void FillGatheredRows(const std::vector<const RopeTable*>& axis_tables,
+                      const std::vector<const int64_t*>& positions, int64_t first, int64_t count,
+                      float* cos_out, float* sin_out);
+
+// Rows [first, first + count) of ExactRows' table likewise.
+void FillExactRows(const RequestTableInfo& info, const std::vector<uint8_t>& axis_of_pair,
+                   const std::vector<const double*>& positions, int64_t first, int64_t count,
+                   float* cos_out, float* sin_out);
+
 // `rows` rows: the values of axis a in row r (axis a's table row width,
 // after the previous axes' values) are axis_tables[a]'s row
 // positions[a][r]. Every such row must be held by its table.
@@ -56,6 +67,15 @@ std::shared_ptr<const RopeTable> ConcatAxes(
 //   attention_factor * cos(positions[axis_of_pair[i]][r] * inv_freq[i])
 // (and sin), rounded to float32 once. axis_of_pair has rotary_dim / 2
 // entries, each indexing `positions`.
+// A per-request table of `rows` rows whose values the caller fills through
+// cos and sin (rows * half values each) before the table is used.
+struct EmptyRows {
+  std::shared_ptr<const RopeTable> table;
+  float* cos = nullptr;
+  float* sin = nullptr;
+};
+EmptyRows MakeEmptyRows(const RequestTableInfo& info, int64_t rows);
+
 std::shared_ptr<const RopeTable> ExactRows(const RequestTableInfo& info,
                                            const std::vector<uint8_t>& axis_of_pair, int64_t rows,
                                            const std::vector<const double*>& positions,

@@ -208,6 +208,45 @@ TEST_F(AxialTest, ExactToFloat32RoundingBelow2To24) {
   EXPECT_LT(worst, 6e-8);
 }
 
+// Past Engine::kRequestRowsChunk tokens the CPU rotates a call in chunks
+// of rows made one chunk at a time: shared rows (S, every batch row) and
+// per-row ones (B*S), integer and fractional, must all land on their tokens.
+TEST_F(AxialTest, LongCallsRotateInChunks) {
+  std::mt19937 rng(29);
+  const Model model = {"small", 8, 0, 100, {{4, 0, 0, 0}, {4, 0, 2, 0.5}}};
+  const RopeConfig config = ConfigOf(model, Layout::kHalf, 60000);
+  const reference::AxialLadder ladder = LadderOf(model);
+  constexpr int64_t kB = 2, kS = Engine::kRequestRowsChunk + 905, kH = 2;
+  const std::vector<double> values = test::RandomValues(DType::kFloat32, kB * kS * kH * 8, &rng);
+  const test::HostTensor q = test::Encode(DType::kFloat32, {kB, kS, kH, 8}, values);
+  std::uniform_int_distribution<int64_t> pos(0, 59999);
+  for (int64_t rows : {kS, kB * kS}) {
+    for (bool fractional : {false, true}) {
+      RotateParams params;
+      params.config = config;
+      std::vector<long double> want_positions;
+      for (int64_t i = 0; i < 2 * rows; ++i) {
+        const int64_t p = pos(rng);
+        if (fractional) {
+          params.fractional_positions.push_back(p + 0.25);
+          want_positions.push_back(p + 0.25L);
+        } else {
+          params.positions.push_back(p);
+          want_positions.push_back(p);
+        }
+      }
+      const auto got = RotateDecoded(*engine_, params, q);
+      ASSERT_TRUE(got.ok()) << got.status();
+      std::vector<double> want = values;
+      reference::RotateAxial(ladder, false, 1, kB, kS, kH, 8, want_positions, &want);
+      for (size_t i = 0; i < want.size(); ++i) {
+        ASSERT_NEAR((*got)[i], want[i], 2e-6 * (1 + std::abs(want[i])))
+            << "rows " << rows << " fractional " << fractional << " element " << i;
+      }
+    }
+  }
+}
+
 TEST_F(AxialTest, OneAxisIsPlainRopeBitForBit) {
   std::mt19937 rng(9);
   RopeConfig plain;
