@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "client/cli/axial_flags.h"
 #include "client/cli/cli_parsing.h"
 #include "client/cli/scaling_flags.h"
 #include "client/npy.h"
@@ -135,6 +136,7 @@ void AddRopeConfigFlags(FlagSet* flags) {
   flags->Add("mrope_interleaved", FlagSet::Kind::kBool, "false",
              "M-RoPE: interleave the axes (Qwen3-VL) instead of one section per axis (Qwen2-VL).");
   AddScalingFlags(flags);
+  AddAxialFlags(flags);
   flags->BeginGroup("Hugging Face config.json");
   flags->Add("hf_config", FlagSet::Kind::kString, "",
              "A model's config.json (whole, or its rope keys). The server derives theta, head_dim, "
@@ -192,6 +194,7 @@ absl::StatusOr<v1::RopeConfig> RopeConfigFromFlags(const FlagSet& flags,
     std::vector<std::string> exclusive = {"theta", "rotary_dim", "mrope_section",
                                           "mrope_interleaved"};
     for (const std::string& name : ScalingFlagNames()) exclusive.push_back(name);
+    for (const std::string& name : AxialFlagNames()) exclusive.push_back(name);
     for (const std::string& name : exclusive) {
       if (flags.IsSet(name)) {
         return UsageError(absl::StrCat("--", name,
@@ -235,6 +238,7 @@ absl::StatusOr<v1::RopeConfig> RopeConfigFromFlags(const FlagSet& flags,
   } else if (flags.IsSet("mrope_interleaved")) {
     return UsageError("--mrope_interleaved needs --mrope_section");
   }
+  ROPE_RETURN_IF_ERROR(ApplyAxialFlags(flags, &config));
   return config;
 }
 
@@ -249,6 +253,7 @@ std::string ConfigAsFlags(const v1::RopeConfig& config) {
     absl::StrAppend(&out, " --mrope_section=", absl::StrJoin(config.mrope().section(), ","));
     if (config.mrope().interleaved()) absl::StrAppend(&out, " --mrope_interleaved");
   }
+  if (config.has_axial()) absl::StrAppend(&out, " ", AxialAsFlags(config));
   return out;
 }
 
@@ -273,6 +278,7 @@ std::string DescribeConfig(const v1::RopeConfig& config) {
     absl::StrAppend(&out, " mrope=", config.mrope().interleaved() ? "interleaved[" : "chunked[",
                     absl::StrJoin(config.mrope().section(), ","), "]");
   }
+  if (config.has_axial()) absl::StrAppend(&out, " ", DescribeAxial(config));
   return out;
 }
 

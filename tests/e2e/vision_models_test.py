@@ -19,7 +19,8 @@ that code's semantics and sharing nothing with the server:
      Qwen3-VL on random text / image / video mixes, batches with left and
      right padding: BuildPositions' positions and rope_deltas exactly, the
      decode positions after them, and Rotate with build_positions
-     bit-identical to Rotate with the re-implementation's positions.
+     bit-identical to Rotate with the re-implementation's positions;
+  6. ropectl positions and rotate --axial_dims --grid.
 
 Rotations are compared with float32 tolerance (the server stores float32
 rows exact to float32 rounding; the published code computes in float64 or
@@ -28,8 +29,8 @@ float32). Exit status: 0 pass, 1 fail, 77 skipped (no torch / numpy / grpcio).
 
 import argparse
 import json
-import math
 import os
+import subprocess
 import sys
 
 try:
@@ -422,9 +423,33 @@ def check_qwen(client, ropeserve, fixtures, rng):
           "decode, Rotate with build_positions)" % cases)
 
 
+def check_ropectl(ropectl, address, fixtures):
+    """The CLI: positions of Flux's grids and of a Qwen2.5-VL video, an axial rotate by grids."""
+    runs = [
+        (["positions", "--grid=2x1x1/step=0,0,0;1x2x2"],
+         ["3 axes x 6 rows", "axis 1: 0,0,0,0,1,1", "axis 2: 0,0,0,1,0,1"]),
+        (["positions", "--hf_config=" + os.path.join(fixtures, "Qwen2.5-VL-7B-Instruct.json"),
+          "--input_ids=1,151652," + ",".join(["151656"] * 8) + ",151653",
+          "--video_grid_thw=2,4,4", "--second_per_grid_ts=1.5"],
+         ["axis 0: 0,1,2,2,2,2,5,5,5,5,6", "rope_deltas: -4"]),
+        (["rotate", "--theta=10000", "--axial_dims=16,56,56", "--random_q_shape=1,6,2,128",
+          "--grid=2x1x1/step=0,0,0;1x2x2"],
+         ["axial[16,56,56]", "positions: built from grids", "q out: float32 [1,6,2,128]"]),
+    ]
+    for args, want in runs:
+        run = subprocess.run([ropectl] + args + ["--target=" + address], capture_output=True,
+                             text=True, timeout=60)
+        missing = [w for w in want if w not in run.stdout]
+        if run.returncode != 0 or missing:
+            raise Failure("ropectl %s: exit %d, missing %s\n%s%s"
+                          % (" ".join(args[:1]), run.returncode, missing, run.stdout, run.stderr))
+    print("ok  ropectl positions / rotate --axial_dims --grid")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--ropeserve", required=True)
+    parser.add_argument("--ropectl", required=True)
     parser.add_argument("--fixtures", required=True, help="tests/fixtures/hf_configs")
     args = parser.parse_args()
     from ropeserve_process import RopeServe  # pylint: disable=import-outside-toplevel
@@ -437,7 +462,8 @@ def main():
             checks = [lambda: check_flux(client, ropeserve), lambda: check_wan(client, rng),
                       lambda: check_hunyuan(client, ropeserve),
                       lambda: check_patch_grids(client, ropeserve),
-                      lambda: check_qwen(client, ropeserve, args.fixtures, rng)]
+                      lambda: check_qwen(client, ropeserve, args.fixtures, rng),
+                      lambda: check_ropectl(args.ropectl, rs.address, args.fixtures)]
             for check in checks:
                 try:
                     check()
