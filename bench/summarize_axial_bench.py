@@ -57,6 +57,9 @@ def main():
         print("| %s | %s | %.2f | %.2f | %.3f | %s |" % (
             MODELS.get(model, model), int(b["threads"]), b["plain_ms"], b["axial_ms"], ratio,
             "met" if met else "missed"))
+    print("\nplain ms and axial ms are each side's own median (per repetition, then over the "
+          "repetitions); the ratio pairs the two calls of each iteration, which sets aside the "
+          "iterations another job interrupted, so it is the figure to read on a shared machine.")
     print("\nOverall: %s (every case within %.1fx of a plain Rotate of the same bytes)."
           % ("met" if all(verdicts) else "missed", TARGET))
     print("\nThe axial call gathers each token's row from the axes' tables (one table of 16 and one "
