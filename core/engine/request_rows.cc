@@ -86,22 +86,6 @@ EmptyRows MakeEmptyRows(const RequestTableInfo& info, int64_t rows) {
   return out;
 }
 
-std::shared_ptr<const RopeTable> GatherAxes(const RequestTableInfo& info,
-                                            const std::vector<const RopeTable*>& axis_tables,
-                                            int64_t rows,
-                                            const std::vector<const int64_t*>& positions,
-                                            const RopeTable::ParallelFill& parallel_fill) {
-  const EmptyRows empty = MakeEmptyRows(info, rows);
-  const int half = empty.table->half();
-  float* cos = empty.cos;
-  float* sin = empty.sin;
-  RunFill(rows, parallel_fill, [&](int64_t begin, int64_t end) {
-    FillGatheredRows(axis_tables, positions, begin, end - begin, cos + begin * half,
-                     sin + begin * half);
-  });
-  return empty.table;
-}
-
 std::shared_ptr<const RopeTable> ConcatAxes(
     const RequestTableInfo& info, const std::vector<const RopeTable*>& axis_tables,
     const std::vector<std::pair<int64_t, int64_t>>& ranges) {
