@@ -15,16 +15,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
+#include "core/engine/bounded_json.h"
 
 namespace rope {
 namespace {
 
 using Json = nlohmann::json;
 
-// Real config.json files nest 3 or 4 levels; the limit keeps a hostile
-// document from building a deep tree (nlohmann's parser itself is
-// iterative, its tree is not).
-constexpr int kMaxDepth = 64;
 constexpr size_t kMaxShown = 64;  // bytes of a value quoted in a message
 
 constexpr double kPythonDefaultTheta = 10000.0;
@@ -57,15 +54,7 @@ const ModelTypeDefaults* DefaultsFor(const std::string& model_type) {
   return nullptr;
 }
 
-// `text` cut to at most `max` bytes on a UTF-8 character boundary.
-std::string Truncated(const std::string& text, size_t max) {
-  if (text.size() <= max) return text;
-  size_t end = max;
-  while (end > 0 && (static_cast<unsigned char>(text[end]) & 0xC0) == 0x80) --end;
-  return absl::StrCat(text.substr(0, end), "... (", text.size(), " bytes)");
-}
-
-std::string Show(const Json& value) { return Truncated(value.dump(), kMaxShown); }
+std::string Show(const Json& value) { return TruncatedUtf8(value.dump(), kMaxShown); }
 
 absl::Status Invalid(const std::string& path, const Json& value, absl::string_view must) {
   return absl::InvalidArgumentError(
@@ -203,32 +192,6 @@ class Scope {
   std::string prefix_;
 };
 
-absl::StatusOr<Json> ParseJson(absl::string_view text) {
-  bool too_deep = false;
-  Json::parser_callback_t limit_depth = [&too_deep](int depth, Json::parse_event_t, Json&) {
-    if (depth > kMaxDepth) too_deep = true;
-    return depth <= kMaxDepth;  // false: the value is dropped, parsing goes on
-  };
-  Json root;
-  // nlohmann reports malformed input only by exception (or by a discarded
-  // value without the reason); it is caught here and never leaves.
-  try {
-    root = Json::parse(text.begin(), text.end(), limit_depth, /*allow_exceptions=*/true);
-  } catch (const Json::exception& e) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("hf_config_json is not valid JSON: ", Truncated(e.what(), 240)));
-  }
-  if (too_deep) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "hf_config_json nests objects and arrays deeper than ", kMaxDepth, " levels"));
-  }
-  if (!root.is_object()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "hf_config_json is ", Show(root), ": must be a JSON object (a model's config.json)"));
-  }
-  return root;
-}
-
 // Where the rope parameters of the requested layer type come from.
 struct Selection {
   Scope params;             // the dict transformers computes from
@@ -290,7 +253,7 @@ absl::StatusOr<Selection> SelectParams(const Scope& cfg, const std::string& mode
     ROPE_ASSIGN_OR_RETURN(std::optional<Scope> entry, sel.params.Object(layer_type));
     if (!entry.has_value()) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "hf_layer_type is '", Truncated(layer_type, kMaxShown), "': hf_config_json's ",
+          "hf_layer_type is '", TruncatedUtf8(layer_type, kMaxShown), "': hf_config_json's ",
           sel.params.Name(), " has no entry for it (it has ", Keys(sel.params.object()), ")"));
     }
     sel.params = *entry;
@@ -306,7 +269,7 @@ absl::StatusOr<Selection> SelectParams(const Scope& cfg, const std::string& mode
   if (!known_layer || (gemma_style && layer_type != kFullAttention &&
                        layer_type != kSlidingAttention)) {
     return absl::InvalidArgumentError(
-        absl::StrCat("hf_layer_type is '", Truncated(layer_type, kMaxShown),
+        absl::StrCat("hf_layer_type is '", TruncatedUtf8(layer_type, kMaxShown),
                      "': must be full_attention or sliding_attention",
                      layer_types.empty() ? "" : " (or a name in hf_config_json's layer_types)"));
   }
@@ -536,7 +499,7 @@ absl::StatusOr<ScalingConfig> Scaling(const std::string& rope_type, const Scope&
     return ScalingConfig(s);
   }
   return absl::InvalidArgumentError(absl::StrCat(
-      "hf_config_json: ", p.Path("rope_type"), " is \"", Truncated(rope_type, kMaxShown),
+      "hf_config_json: ", p.Path("rope_type"), " is \"", TruncatedUtf8(rope_type, kMaxShown),
       "\": not supported (this server serves default, linear, dynamic, yarn, llama3, longrope, "
       "proportional, and mrope sections with any of them)"));
 }
@@ -544,8 +507,9 @@ absl::StatusOr<ScalingConfig> Scaling(const std::string& rope_type, const Scope&
 }  // namespace
 
 absl::StatusOr<HfRopeConfig> ParseHfRopeConfig(absl::string_view json,
-                                               absl::string_view layer_type_in) {
-  ROPE_ASSIGN_OR_RETURN(const Json root, ParseJson(json));
+                                               absl::string_view layer_type_in,
+                                               const Interrupt* interrupt) {
+  ROPE_ASSIGN_OR_RETURN(const Json root, ParseConfigJson(json, interrupt));
   const Scope top(root, "");
   // Vision-language models keep the language model's keys in text_config.
   ROPE_ASSIGN_OR_RETURN(std::optional<Scope> text_config, top.Object("text_config"));
@@ -638,6 +602,7 @@ absl::StatusOr<RopeConfig> ApplyHfRopeConfig(const RopeConfig& request, const Hf
   RopeConfig out;
   out.max_len = request.max_len;
   out.layout = request.layout;
+  out.angle_precision = request.angle_precision;
   out.theta = hf.theta;
   out.scaling = hf.scaling;
   out.mrope = hf.mrope;

@@ -158,7 +158,7 @@ absl::StatusOr<BuiltPositions> GridPositions(const std::vector<PositionGrid>& gr
 }  // namespace
 
 absl::StatusOr<BuiltPositions> BuildPositions(const PositionsRequest& request,
-                                              int64_t max_values) {
+                                              int64_t max_values, const Interrupt* interrupt) {
   const bool qwen_form = !request.input_ids.empty() || !request.image_grid_thw.empty() ||
                          !request.video_grid_thw.empty() || !request.rope_deltas.empty();
   if (!request.grids.empty()) {
@@ -174,7 +174,7 @@ absl::StatusOr<BuiltPositions> BuildPositions(const PositionsRequest& request,
         "no positions to build: give input_ids (and the image and video grids) of a "
         "Qwen2-VL-family model, or grids of an axial model");
   }
-  return QwenRopeIndex(request, max_values);
+  return QwenRopeIndex(request, max_values, interrupt);
 }
 
 }  // namespace rope

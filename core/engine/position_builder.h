@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "core/engine/interrupt.h"
 
 namespace rope {
 
@@ -79,9 +80,11 @@ struct BuiltPositions {
 // the grids (where transformers' get_rope_index raises), rope_deltas not B
 // values, grids of different ranks, a start or step that is not finite, a
 // rope_axis that is not a permutation. RESOURCE_EXHAUSTED when the
-// positions would be more than max_values values.
+// positions would be more than max_values values. `interrupt` (may be null)
+// is polled while a config.json is parsed: CANCELLED or DEADLINE_EXCEEDED.
 absl::StatusOr<BuiltPositions> BuildPositions(const PositionsRequest& request,
-                                              int64_t max_values);
+                                              int64_t max_values,
+                                              const Interrupt* interrupt = nullptr);
 
 }  // namespace rope
 

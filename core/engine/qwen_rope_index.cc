@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
+#include "core/engine/bounded_json.h"
 
 namespace rope {
 namespace {
@@ -19,7 +20,6 @@ namespace {
 using Json = nlohmann::json;
 
 constexpr int kAxes = 3;
-constexpr int kMaxJsonDepth = 64;  // as hf_config.cc: real configs nest 3 or 4 levels
 
 enum class QwenFamily { kQwen2Vl, kQwen25Vl, kQwen3Vl };
 
@@ -51,36 +51,13 @@ absl::StatusOr<std::optional<int64_t>> IntegerAt(const Json& object, const std::
   return std::optional<int64_t>(it->get<int64_t>());
 }
 
-absl::StatusOr<QwenTokens> ReadQwenTokens(const std::string& text) {
+absl::StatusOr<QwenTokens> ReadQwenTokens(const std::string& text, const Interrupt* interrupt) {
   if (text.empty()) {
     return absl::InvalidArgumentError(
         "hf_config_json is empty: the token ids and merge size come from the model's "
         "config.json (Qwen2-VL, Qwen2.5-VL or Qwen3-VL)");
   }
-  Json root;
-  try {
-    int depth = 0;
-    bool too_deep = false;
-    root = Json::parse(text, [&](int, Json::parse_event_t event, Json&) {
-      if (event == Json::parse_event_t::object_start ||
-          event == Json::parse_event_t::array_start) {
-        if (++depth > kMaxJsonDepth) too_deep = true;
-      } else if (event == Json::parse_event_t::object_end ||
-                 event == Json::parse_event_t::array_end) {
-        --depth;
-      }
-      return !too_deep;
-    });
-    if (too_deep) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("hf_config_json nests deeper than ", kMaxJsonDepth, " levels"));
-    }
-  } catch (const Json::exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat("hf_config_json is not valid JSON: ", e.what()));
-  }
-  if (!root.is_object()) {
-    return absl::InvalidArgumentError("hf_config_json is not a JSON object");
-  }
+  ROPE_ASSIGN_OR_RETURN(const Json root, ParseConfigJson(text, interrupt));
   QwenTokens tokens;
   const auto type = root.find("model_type");
   const std::string model_type =
@@ -351,7 +328,8 @@ absl::StatusOr<BuiltPositions> DecodePositions(const PositionsRequest& request, 
 
 }  // namespace
 
-absl::StatusOr<BuiltPositions> QwenRopeIndex(const PositionsRequest& request, int64_t max_values) {
+absl::StatusOr<BuiltPositions> QwenRopeIndex(const PositionsRequest& request, int64_t max_values,
+                                             const Interrupt* interrupt) {
   const int64_t batch = request.batch == 0 ? 1 : request.batch;
   if (batch < 0) {
     return absl::InvalidArgumentError(
@@ -387,7 +365,7 @@ absl::StatusOr<BuiltPositions> QwenRopeIndex(const PositionsRequest& request, in
       }
     }
   }
-  ROPE_ASSIGN_OR_RETURN(const QwenTokens tokens, ReadQwenTokens(request.hf_config_json));
+  ROPE_ASSIGN_OR_RETURN(const QwenTokens tokens, ReadQwenTokens(request.hf_config_json, interrupt));
   if (!request.rope_deltas.empty()) return DecodePositions(request, batch, seq);
 
   ROPE_ASSIGN_OR_RETURN(const std::vector<Grid> images,

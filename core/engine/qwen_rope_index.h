@@ -29,8 +29,9 @@ namespace rope {
 
 // The Qwen forms of BuildPositions (position_builder.h): get_rope_index, or
 // the decode positions when request.rope_deltas is set. Three axes,
-// B * S rows.
-absl::StatusOr<BuiltPositions> QwenRopeIndex(const PositionsRequest& request, int64_t max_values);
+// B * S rows. `interrupt` (may be null) as BuildPositions'.
+absl::StatusOr<BuiltPositions> QwenRopeIndex(const PositionsRequest& request, int64_t max_values,
+                                             const Interrupt* interrupt = nullptr);
 
 }  // namespace rope
 

@@ -15,6 +15,13 @@
 
 namespace rope {
 
+// How the table's angles are computed (rope.proto's AnglePrecision).
+// kExact: in double, cos/sin rounded once to float32 (the precision
+// contract). kFloat32: as transformers computes them in float32
+// (float32_angles.h), for bit-parity checks; none, linear and llama3
+// scaling only.
+enum class AnglePrecision { kExact, kFloat32 };
+
 struct RopeConfig {
   double theta = 0;          // base; 0 means kDefaultTheta
   uint32_t head_dim = 0;     // required, even, > 0
@@ -27,6 +34,7 @@ struct RopeConfig {
   // axis (axial.h); excludes mrope and scaling (each axis has its own
   // theta_rescale and interpolation) and hf_config_json.
   AxialConfig axial;
+  AnglePrecision angle_precision = AnglePrecision::kExact;
   // A model's config.json (whole, or only its rope keys). When set, theta,
   // rotary_dim, scaling and mrope must be unset and head_dim 0 or equal to
   // what the JSON gives: the Engine derives them (hf_config.h) before
@@ -54,8 +62,9 @@ struct RopeConfig {
 absl::Status ValidateConfig(const RopeConfig& config, uint32_t max_len_cap);
 
 // Every field that changes the table, and nothing else: head_dim, layout and
-// mrope do not (an axial config has one table per axis: AxisTableKey) (pairing and the choice of position are applied when
-// rotating), so configs that differ only in those share one table. theta is
+// mrope do not (pairing and the choice of position are applied when
+// rotating), so configs that differ only in those share one table (an axial
+// config has one table per axis: AxisTableKey). theta is
 // the effective base (after defaults, and after dynamic NTK's change for the
 // request's length); scaling holds every parameter of the variant with
 // defaults filled in (LongRoPE: its attention factor resolved, and
@@ -67,17 +76,20 @@ struct TableKey {
   uint32_t max_len = 0;
   ScalingConfig scaling = NoScaling{};
   bool long_factor = false;
+  // AnglePrecision::kFloat32: transformers' float32 angles (float32_angles.h).
+  bool float32_angles = false;
 
   friend bool operator==(const TableKey& a, const TableKey& b) {
     return a.theta == b.theta && a.rotary_dim == b.rotary_dim &&
-           a.max_len == b.max_len && a.scaling == b.scaling && a.long_factor == b.long_factor;
+           a.max_len == b.max_len && a.scaling == b.scaling && a.long_factor == b.long_factor &&
+           a.float32_angles == b.float32_angles;
   }
   template <typename H>
   friend H AbslHashValue(H h, const TableKey& k) {
     // Debian's Abseil is built without std::variant support in absl::Hash,
     // so the active alternative is hashed by hand.
     h = H::combine(std::move(h), k.theta, k.rotary_dim, k.max_len, k.long_factor,
-                   k.scaling.index());
+                   k.float32_angles, k.scaling.index());
     return std::visit([&h](const auto& alt) { return H::combine(std::move(h), alt); },
                       k.scaling);
   }

@@ -429,7 +429,7 @@ TEST_F(AxialTest, AttentionWithAxialAndFractionalPositions) {
     p.causal = true;
     std::string scores;
     AttentionOutputs out;
-    out.scores = &scores;
+    out.scores.bytes = &scores;
     ASSERT_TRUE(engine_->AttentionScores(p, &out).ok());
     std::vector<long double> qpos, kpos;
     for (int a = 0; a < 2; ++a) {
@@ -460,7 +460,7 @@ TEST_F(AxialTest, AttentionWithAxialAndFractionalPositions) {
     p.k_start_pos = 2;
     std::string scores;
     AttentionOutputs out;
-    out.scores = &scores;
+    out.scores.bytes = &scores;
     ASSERT_TRUE(engine_->AttentionScores(p, &out).ok());
     std::vector<long double> kpos;
     for (int a = 0; a < 2; ++a) {

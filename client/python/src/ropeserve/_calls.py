@@ -55,6 +55,7 @@ class RotateRequest:
     positions: Any = None
     inverse: bool = False
     build: Any = None
+    dtype: Any = None
 
 
 def _check_config(config):
@@ -106,18 +107,20 @@ def _same_kind_and_dtype(name, tensor, q):
 
 # ---- Rotate ----------------------------------------------------------------------
 
-def rotate(q, k=None, *, config, start_pos=0, positions=None, inverse=False, build=None):
-    """(request bytes, decode(reply bytes) -> (q, k))."""
+def rotate(q, k=None, *, config, start_pos=0, positions=None, inverse=False, build=None,
+           dtype=None):
+    """(request bytes, decode(reply bytes) -> (q, k)); dtype: the wire dtype (_tensors)."""
     message = pb.RotateRequest(start_pos=_int("start_pos", start_pos), inverse=bool(inverse),
                                **_tensors.position_fields(positions))
     if build is not None:
         message.build_positions.CopyFrom(_positions.request(build)[0])
     head = _config_field(_ROTATE_CONFIG, config) + message.SerializeToString()
-    q_in = _tensors.encode("q", q)
+    dtype = _tensors.wire_dtype(dtype)
+    q_in = _tensors.encode("q", q, dtype=dtype)
     parts = _tensor_parts(_ROTATE_Q, q_in)
     k_in = None
     if k is not None:
-        k_in = _tensors.encode("k", k)
+        k_in = _tensors.encode("k", k, dtype=dtype)
         _same_kind_and_dtype("k", k_in, q_in)
         parts += _tensor_parts(_ROTATE_K, k_in)
 
@@ -156,7 +159,7 @@ def rotate_stream_item(item, default_config):
 
 def attention_scores(q, k, v=None, *, config, q_start_pos=0, k_start_pos=0, causal=False,
                      softmax=False, scale=None, q_fractional_positions=None,
-                     k_fractional_positions=None):
+                     k_fractional_positions=None, dtype=None):
     """(request bytes, decode(reply bytes) -> Scores)."""
     if scale is not None and (not isinstance(scale, numbers.Real) or not scale > 0):
         raise ValueError("scale is %r: expected a number > 0, or None for 1/sqrt(head_dim)" % (scale,))
@@ -171,12 +174,13 @@ def attention_scores(q, k, v=None, *, config, q_start_pos=0, k_start_pos=0, caus
         config=_config_message(config), q_start_pos=_int("q_start_pos", q_start_pos),
         k_start_pos=_int("k_start_pos", k_start_pos), causal=bool(causal), softmax=bool(softmax),
         scale=float(scale) if scale is not None else 0.0, **fractional)
-    q_in = _tensors.encode("q", q)
-    k_in = _tensors.encode("k", k)
+    dtype = _tensors.wire_dtype(dtype)
+    q_in = _tensors.encode("q", q, dtype=dtype)
+    k_in = _tensors.encode("k", k, dtype=dtype)
     _same_kind_and_dtype("k", k_in, q_in)
     parts = _tensor_parts(_SCORES_Q, q_in) + _tensor_parts(_SCORES_K, k_in)
     if v is not None:
-        v_in = _tensors.encode("v", v)
+        v_in = _tensors.encode("v", v, dtype=dtype)
         _same_kind_and_dtype("v", v_in, q_in)
         parts += _tensor_parts(_SCORES_V, v_in)
 

@@ -58,20 +58,20 @@ class Client:
         return decode(reply)
 
     async def rotate(self, q, k=None, *, config, start_pos=0, positions=None, inverse=False,
-                     build=None):
+                     build=None, dtype=None):
         """See ropeserve.Client.rotate."""
         return await self._call("Rotate", _calls.rotate(q, k, config=config, start_pos=start_pos,
                                                         positions=positions, inverse=inverse,
-                                                        build=build))
+                                                        build=build, dtype=dtype))
 
     async def attention_scores(self, q, k, v=None, *, config, q_start_pos=0, k_start_pos=0,
                                causal=False, softmax=False, scale=None, q_fractional_positions=None,
-                               k_fractional_positions=None):
+                               k_fractional_positions=None, dtype=None):
         """See ropeserve.Client.attention_scores."""
         return await self._call("AttentionScores", _calls.attention_scores(
             q, k, v, config=config, q_start_pos=q_start_pos, k_start_pos=k_start_pos, causal=causal,
             softmax=softmax, scale=scale, q_fractional_positions=q_fractional_positions,
-            k_fractional_positions=k_fractional_positions))
+            k_fractional_positions=k_fractional_positions, dtype=dtype))
 
     async def build_positions(self, source):
         """See ropeserve.Client.build_positions."""
@@ -164,7 +164,16 @@ class Client:
             raise failure[0]
 
     async def close(self):
-        """Closes the channel; calls in flight are cancelled."""
+        """Unregisters this client's regions, then closes the channel (see
+        ropeserve.Client.close)."""
+        for name in list(self._regions):
+            try:
+                await self._methods["UnregisterSharedMemory"](
+                    _proto.pb.UnregisterSharedMemoryRequest(name=name).SerializeToString(),
+                    timeout=min(self._deadline, 2.0))
+            except grpc.RpcError:
+                pass
+        self._regions.clear()
         await self._channel.close()
 
     async def __aenter__(self):
