@@ -293,6 +293,12 @@ std::vector<MalformedCase> Cases() {
          RotateConfig(r)->mutable_linear()->set_factor(2);
        },
        kInvalid, "config.axial is set with scaling linear"},
+      {"AxialWithFloat32Angles", kRotate,
+       [](Requests* r) {
+         SetAxial(r, {4, 4});
+         RotateConfig(r)->set_angle_precision(v1::ANGLE_FLOAT32);
+       },
+       kInvalid, "ANGLE_FLOAT32 with config.axial set"},
       {"AxialWithHfJson", kRotate,
        [](Requests* r) {
          SetAxial(r, {4, 4});
@@ -434,7 +440,7 @@ std::vector<MalformedCase> Cases() {
          SetQwenPositions(r, {1, 2}, {});
          r->positions.set_hf_config_json(std::string(100, '[') + std::string(100, ']'));
        },
-       kInvalid, "hf_config_json nests deeper than 64 levels"},
+       kInvalid, "hf_config_json nests objects and arrays deeper than 64 levels"},
       {"PositionsQwenOtherModel", kPositions,
        [](Requests* r) {
          SetQwenPositions(r, {1, 2}, {});
