@@ -9,6 +9,7 @@
 //   - fractional positions (plain with YaRN, M-RoPE, axial) computed
 //     directly; AttentionScores with axial start positions and fractional
 //     positions; every malformed config and list refused with its field.
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <random>
@@ -243,6 +244,18 @@ TEST_F(AxialTest, LongCallsRotateInChunks) {
         ASSERT_NEAR((*got)[i], want[i], 2e-6 * (1 + std::abs(want[i])))
             << "rows " << rows << " fractional " << fractional << " element " << i;
       }
+      // Out of place (into q_out): every chunk reads its own tokens of q
+      // and writes them to q_out, leaving q as it was.
+      test::HostTensor in_place = q, in = q, out = q;
+      std::fill(out.bytes.begin(), out.bytes.end(), 0xee);
+      params.q = in_place.view();
+      ASSERT_TRUE(engine_->Rotate(params).ok());
+      params.q = in.view();
+      params.q_out = out.view();
+      const absl::Status status = engine_->Rotate(params);
+      ASSERT_TRUE(status.ok()) << status;
+      EXPECT_EQ(out.bytes, in_place.bytes) << "rows " << rows << " fractional " << fractional;
+      EXPECT_EQ(in.bytes, q.bytes) << "the input q was written";
     }
   }
 }
