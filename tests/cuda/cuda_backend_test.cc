@@ -216,8 +216,10 @@ TEST_F(CudaBackendTest, AxialAndFractionalRequestsMatchTheCpuEngine) {
     if (variant == 1) params.fractional_positions = fractional;
     if (variant == 2) params.start_pos = 100;
     const auto run = [&](Engine& engine, RotateData& data) {
-      params.q = TensorView{shape.dtype, {kB, kS, kH, 64}, data.q.data(), data.q.size()};
-      params.k = TensorView{shape.dtype, {kB, kS, 1, 64}, data.k.data(), data.k.size()};
+      params.q = TensorView{shape.dtype, {kB, kS, kH, 64}, data.q.data(), data.q.size(),
+                            TensorMemory{}};
+      params.k = TensorView{shape.dtype, {kB, kS, 1, 64}, data.k.data(), data.k.size(),
+                            TensorMemory{}};
       return engine.Rotate(params);
     };
     ASSERT_TRUE(run(on_cpu, want).ok());
