@@ -40,6 +40,22 @@ absl::Status ValidateConfig(const RopeConfig& config, uint32_t max_len_cap) {
   if (absl::Status s = ValidateMrope(config.mrope, config.EffectiveRotaryDim()); !s.ok()) {
     return s;
   }
+  if (absl::Status s = ValidateAxial(config.axial, config.EffectiveRotaryDim(),
+                                     config.EffectiveTheta());
+      !s.ok()) {
+    return s;
+  }
+  if (config.axial.enabled() && config.mrope.enabled()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config.axial (", DescribeAxial(config.axial), ") and config.mrope (",
+        DescribeMrope(config.mrope), ") are both set: give one of them"));
+  }
+  if (config.axial.enabled() && !std::holds_alternative<NoScaling>(config.scaling)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config.axial is set with scaling ", ScalingName(config.scaling),
+        ": an axial config takes no scaling (each axis has its own theta_rescale and "
+        "interpolation)"));
+  }
   if (config.angle_precision != AnglePrecision::kExact &&
       config.angle_precision != AnglePrecision::kFloat32) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -51,6 +67,11 @@ absl::Status ValidateConfig(const RopeConfig& config, uint32_t max_len_cap) {
         "config.angle_precision is ANGLE_FLOAT32 with scaling ", ScalingName(config.scaling),
         ": transformers' float32 angles are reproduced for plain RoPE and the linear and llama3 "
         "scalings only; use ANGLE_EXACT"));
+  }
+  if (config.axial.enabled() && config.angle_precision == AnglePrecision::kFloat32) {
+    return absl::InvalidArgumentError(
+        "config.angle_precision is ANGLE_FLOAT32 with config.axial set: transformers' float32 "
+        "angles are reproduced for one frequency ladder only; use ANGLE_EXACT");
   }
   if (config.max_len == 0) {
     return absl::InvalidArgumentError("config.max_len is 0: must be > 0 (the table length)");
@@ -79,6 +100,16 @@ TableKey MakeTableKey(const RopeConfig& config, int64_t max_position) {
     longrope->attention_factor = ScaledAttentionFactor(*longrope, config.max_len);
     longrope->max_position_embeddings = 0;
   }
+  return key;
+}
+
+TableKey AxisTableKey(const RopeConfig& config, int axis) {
+  const AxialAxis defaulted = WithAxisDefaults(config.axial.axes[axis], config.EffectiveTheta());
+  TableKey key;
+  key.theta = AxisBase(defaulted);
+  key.rotary_dim = defaulted.dim;
+  key.max_len = config.max_len;
+  key.scaling = AxisScaling(defaulted);
   return key;
 }
 

@@ -8,6 +8,7 @@
 
 #include "absl/status/status.h"
 #include "common/defaults.h"  // kDefaultTheta
+#include "core/engine/axial.h"
 #include "core/engine/dtype.h"
 #include "core/engine/mrope.h"
 #include "core/engine/scaling.h"
@@ -29,6 +30,10 @@ struct RopeConfig {
   Layout layout = Layout::kInterleaved;
   ScalingConfig scaling = NoScaling{};
   MropeConfig mrope;  // disabled: one position per token
+  // Disabled: one frequency ladder. Enabled: one ladder and one position per
+  // axis (axial.h); excludes mrope and scaling (each axis has its own
+  // theta_rescale and interpolation) and hf_config_json.
+  AxialConfig axial;
   AnglePrecision angle_precision = AnglePrecision::kExact;
   // A model's config.json (whole, or only its rope keys). When set, theta,
   // rotary_dim, scaling and mrope must be unset and head_dim 0 or equal to
@@ -40,6 +45,13 @@ struct RopeConfig {
 
   double EffectiveTheta() const { return theta == 0 ? kDefaultTheta : theta; }
   uint32_t EffectiveRotaryDim() const { return rotary_dim == 0 ? head_dim : rotary_dim; }
+  // Positions each token has: 3 with M-RoPE, one per axis with axial RoPE,
+  // else 1.
+  int PositionAxes() const {
+    if (mrope.enabled()) return kMropeAxes;
+    if (axial.enabled()) return axial.count();
+    return 1;
+  }
 };
 
 // The largest head_dim (and so rotary_dim) accepted: 32 times the widest
@@ -58,7 +70,8 @@ absl::Status ValidateConfig(const RopeConfig& config, uint32_t max_len_cap);
 
 // Every field that changes the table, and nothing else: head_dim, layout and
 // mrope do not (pairing and the choice of position are applied when
-// rotating), so configs that differ only in those share one table. theta is
+// rotating), so configs that differ only in those share one table (an axial
+// config has one table per axis: AxisTableKey). theta is
 // the effective base (after defaults, and after dynamic NTK's change for the
 // request's length); scaling holds every parameter of the variant with
 // defaults filled in (LongRoPE: its attention factor resolved, and
@@ -99,6 +112,11 @@ struct TableKey {
 // sequence length max_position + 1, and by LongRoPE's per-request choice of
 // list).
 TableKey MakeTableKey(const RopeConfig& config, int64_t max_position);
+
+// The table of axis `axis` of a validated axial config: rotary_dim the
+// axis' dim, theta its rescaled base, its interpolation as linear scaling
+// (axial.h), the config's max_len.
+TableKey AxisTableKey(const RopeConfig& config, int axis);
 
 }  // namespace rope
 

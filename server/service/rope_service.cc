@@ -366,6 +366,20 @@ grpc::ServerUnaryReactor* RopeServiceImpl::ResolveConfig(grpc::CallbackServerCon
       });
 }
 
+grpc::ServerUnaryReactor* RopeServiceImpl::BuildPositions(
+    grpc::CallbackServerContext* context, const v1::BuildPositionsRequest* request,
+    v1::BuildPositionsResponse* response) {
+  // A Qwen form parses a config.json: off gRPC's threads too.
+  const ReplyLimit limit(options_.max_message_bytes);
+  return ServeUnary(Rpc::kBuildPositions, context, *request,
+                    EstimateBuildPositions(*request, limit).more_bytes, response,
+                    [this, context, request, response, limit] {
+                      const Interrupt interrupt([context] { return context->IsCancelled(); },
+                                                absl::FromChrono(context->deadline()));
+                      return AnswerBuildPositions(engine_, *request, limit, response, &interrupt);
+                    });
+}
+
 std::string RopeServiceImpl::ClientOf(const grpc::CallbackServerContext& context) const {
   return gate_.max_per_client() > 0
              ? CallerIdentity(context, options_.tokens_verified, IdentityUse::kShare)

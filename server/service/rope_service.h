@@ -78,6 +78,9 @@ class RopeServiceImpl final : public v1::RopeService::CallbackService {
   grpc::ServerUnaryReactor* ResolveConfig(grpc::CallbackServerContext* context,
                                           const v1::RopeConfig* request,
                                           v1::ResolvedConfig* response) override;
+  grpc::ServerUnaryReactor* BuildPositions(grpc::CallbackServerContext* context,
+                                           const v1::BuildPositionsRequest* request,
+                                           v1::BuildPositionsResponse* response) override;
   // Shared memory: rope_service_shm.cc.
   grpc::ServerUnaryReactor* RegisterSharedMemory(
       grpc::CallbackServerContext* context, const v1::RegisterSharedMemoryRequest* request,

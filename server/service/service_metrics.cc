@@ -37,6 +37,8 @@ absl::string_view RpcName(Rpc rpc) {
       return "UnregisterSharedMemory";
     case Rpc::kSharedMemoryStatus:
       return "SharedMemoryStatus";
+    case Rpc::kBuildPositions:
+      return "BuildPositions";
   }
   return "unknown";
 }
@@ -88,7 +90,8 @@ constexpr Rpc kAllRpcs[kRpcCount] = {Rpc::kRotate,        Rpc::kRotateStream,
                                      Rpc::kAttentionScores, Rpc::kGetTable,
                                      Rpc::kGetServerInfo,   Rpc::kEcho,
                                      Rpc::kResolveConfig,        Rpc::kRegisterSharedMemory,
-                                     Rpc::kUnregisterSharedMemory, Rpc::kSharedMemoryStatus};
+                                     Rpc::kUnregisterSharedMemory, Rpc::kSharedMemoryStatus,
+                                     Rpc::kBuildPositions};
 
 // Latency buckets from 50 us (a small Rotate on loopback) to 10 s (a large
 // AttentionScores on a CPU).

@@ -52,9 +52,10 @@ enum class Rpc : int {
   kResolveConfig,
   kRegisterSharedMemory,
   kUnregisterSharedMemory,
-  kSharedMemoryStatus
+  kSharedMemoryStatus,
+  kBuildPositions
 };
-inline constexpr int kRpcCount = 10;
+inline constexpr int kRpcCount = 11;
 absl::string_view RpcName(Rpc rpc);          // "Rotate", ...
 absl::string_view GrpcCodeName(grpc::StatusCode code);  // "OK", "INVALID_ARGUMENT", ...
 

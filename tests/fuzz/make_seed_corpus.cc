@@ -175,6 +175,34 @@ std::vector<std::pair<std::string, v1::RotateRequest>> RotateSeeds() {
   for (int64_t p : {3, 4, 3, 5, 3, 6}) r.add_positions(p);
   seeds.emplace_back("rotate_hf_config_mrope", r);
 
+  // Axial RoPE (two axes of 4 features), per-axis positions [axis][s].
+  r = v1::RotateRequest();
+  *r.mutable_config() = Config(8, 32);
+  for (uint32_t dim : {4, 4}) r.mutable_config()->mutable_axial()->add_axes()->set_dim(dim);
+  r.mutable_config()->mutable_axial()->mutable_axes(1)->set_theta_rescale(2);
+  r.mutable_config()->mutable_axial()->mutable_axes(1)->set_interpolation(0.5);
+  *r.mutable_q() = MakeTensor(v1::BFLOAT16, {1, 3, 2, 8}, 20);
+  for (int64_t p : {0, 1, 2, 5, 6, 7}) r.add_positions(p);
+  seeds.emplace_back("rotate_axial", r);
+
+  // Fractional positions, and positions built from a grid.
+  r = v1::RotateRequest();
+  *r.mutable_config() = Config(8, 32, v1::HALF);
+  *r.mutable_q() = MakeTensor(v1::FLOAT32, {1, 3, 1, 8}, 21);
+  for (double p : {0.5, 1.25, 30.75}) r.add_fractional_positions(p);
+  seeds.emplace_back("rotate_fractional", r);
+
+  r = v1::RotateRequest();
+  *r.mutable_config() = Config(8, 32);
+  for (uint32_t dim : {2, 2, 4}) r.mutable_config()->mutable_axial()->add_axes()->set_dim(dim);
+  *r.mutable_q() = MakeTensor(v1::FLOAT16, {1, 4, 1, 8}, 22);
+  v1::PositionGrid* text = r.mutable_build_positions()->add_grids();
+  for (int64_t d : {1, 1, 1}) text->add_size(d);
+  v1::PositionGrid* image = r.mutable_build_positions()->add_grids();
+  for (int64_t d : {1, 1, 3}) image->add_size(d);
+  for (double start : {1.0, 0.0, 0.5}) image->add_start(start);
+  seeds.emplace_back("rotate_build_grid", r);
+
   // By reference, in the fuzz target's 64 KiB region "fuzz": q in place, k
   // into k_out.
   r = v1::RotateRequest();
@@ -271,6 +299,15 @@ std::vector<std::pair<std::string, v1::AttentionScoresRequest>> AttentionSeeds()
   a.mutable_scores_out()->set_offset(1024);
   a.mutable_scores_out()->set_byte_size(24);
   seeds.emplace_back("attention_shm_k_scores_out", a);
+
+  a = v1::AttentionScoresRequest();
+  *a.mutable_config() = Config(8, 32);
+  for (uint32_t dim : {4, 4}) a.mutable_config()->mutable_axial()->add_axes()->set_dim(dim);
+  *a.mutable_q() = MakeTensor(v1::FLOAT32, {1, 2, 2, 8}, 23);
+  *a.mutable_k() = MakeTensor(v1::FLOAT32, {1, 3, 1, 8}, 24);
+  for (double p : {0.5, 1.5, 2.25, 3.0}) a.add_q_fractional_positions(p);
+  a.set_k_start_pos(4);
+  seeds.emplace_back("attention_axial_fractional", a);
   return seeds;
 }
 
@@ -304,6 +341,13 @@ std::vector<std::pair<std::string, v1::GetTableRequest>> TableSeeds() {
   t.set_start(10);
   t.set_count(12);
   seeds.emplace_back("table_hf_config_longrope", t);
+
+  t = v1::GetTableRequest();
+  *t.mutable_config() = Config(8, 4096);
+  for (uint32_t dim : {2, 6}) t.mutable_config()->mutable_axial()->add_axes()->set_dim(dim);
+  t.set_start(4090);
+  t.set_count(6);
+  seeds.emplace_back("table_axial_last_rows", t);
   return seeds;
 }
 
@@ -339,6 +383,11 @@ std::vector<std::pair<std::string, v1::RopeConfig>> ResolveSeeds() {
   c.mutable_dynamic_ntk()->set_factor(2);
   c.mutable_dynamic_ntk()->set_original_max_position_embeddings(16);
   seeds.emplace_back("resolve_explicit_dynamic", c);
+
+  c = Config(8, 64);
+  for (uint32_t dim : {2, 2, 4}) c.mutable_axial()->add_axes()->set_dim(dim);
+  c.mutable_axial()->mutable_axes(2)->set_theta(256);
+  seeds.emplace_back("resolve_axial", c);
   return seeds;
 }
 
@@ -361,6 +410,48 @@ std::vector<std::pair<std::string, v1::RegisterSharedMemoryRequest>> RegisterSee
   r.set_cuda_device(0);
   r.set_byte_size(1 << 20);
   seeds.emplace_back("register_cuda_ipc_region", r);
+  return seeds;
+}
+
+std::vector<std::pair<std::string, v1::BuildPositionsRequest>> PositionsSeeds() {
+  std::vector<std::pair<std::string, v1::BuildPositionsRequest>> seeds;
+  constexpr char kQwen25Vl[] =
+      R"({"model_type": "qwen2_5_vl", "image_token_id": 151655, "video_token_id": 151656,)"
+      R"( "vision_start_token_id": 151652, "vision_config": {"spatial_merge_size": 2,)"
+      R"( "tokens_per_second": 2}})";
+  v1::BuildPositionsRequest r;
+  r.set_hf_config_json(kQwen25Vl);
+  r.set_batch(2);
+  // Row 0: text, an image of 2 x 2 merged patches, text; row 1: left
+  // padding, a video of 2 frames, text.
+  for (int64_t id : {1, 151652, 151655, 151655, 151655, 151655, 151653, 2, 3, 4, 5,
+                     0, 0, 151652, 151656, 151656, 151656, 151656, 151656, 151656, 151656, 151656,
+                     151653, 2}) {
+    r.add_input_ids(id);
+  }
+  for (int64_t m : {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}) {
+    r.add_attention_mask(m);
+  }
+  for (int64_t g : {1, 4, 4}) r.add_image_grid_thw(g);
+  for (int64_t g : {2, 4, 4}) r.add_video_grid_thw(g);
+  r.add_second_per_grid_ts(0.5);
+  seeds.emplace_back("positions_qwen25_image_video_padding", r);
+
+  r = v1::BuildPositionsRequest();
+  r.set_hf_config_json(kQwen25Vl);
+  r.set_batch(2);
+  for (int64_t id : {7, 8}) r.add_input_ids(id);
+  for (int64_t d : {-3, 5}) r.add_rope_deltas(d);
+  r.set_cache_position(12);
+  seeds.emplace_back("positions_decode", r);
+
+  r = v1::BuildPositionsRequest();
+  v1::PositionGrid* grid = r.add_grids();
+  for (int64_t d : {2, 3, 4}) grid->add_size(d);
+  for (double x : {0.0, 0.5, 1.0}) grid->add_start(x);
+  for (double x : {1.0, 0.25, 2.0}) grid->add_step(x);
+  for (uint32_t a : {0, 2, 1}) grid->add_rope_axis(a);
+  seeds.emplace_back("positions_grid_fractional", r);
   return seeds;
 }
 
@@ -395,6 +486,10 @@ int main(int argc, char** argv) {
   }
   for (const auto& [name, m] : RegisterSeeds()) {
     ok = ok && Write(dir, name, RequestKind::kRegisterSharedMemory, m);
+    ++written;
+  }
+  for (const auto& [name, m] : PositionsSeeds()) {
+    ok = ok && Write(dir, name, RequestKind::kBuildPositions, m);
     ++written;
   }
   if (!ok) {

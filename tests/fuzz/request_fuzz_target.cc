@@ -198,6 +198,14 @@ void RunRegisterSharedMemory(const uint8_t* data, size_t size) {
   CheckRejection(AnswerUnregisterSharedMemory(*registry, kOwner, unregister));
 }
 
+// Positions are built within the engine's element limit and a 1 MiB reply.
+void RunBuildPositions(const uint8_t* data, size_t size) {
+  v1::BuildPositionsRequest request;
+  if (!request.ParseFromArray(data, static_cast<int>(size))) return;
+  v1::BuildPositionsResponse reply;
+  CheckRejection(AnswerBuildPositions(SharedEngine(), request, ReplyLimit(1 << 20), &reply));
+}
+
 }  // namespace
 }  // namespace fuzz
 }  // namespace rope
@@ -222,6 +230,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       break;
     case RequestKind::kRegisterSharedMemory:
       rope::fuzz::RunRegisterSharedMemory(message, message_size);
+      break;
+    case RequestKind::kBuildPositions:
+      rope::fuzz::RunBuildPositions(message, message_size);
       break;
   }
   return 0;

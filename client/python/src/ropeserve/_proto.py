@@ -22,6 +22,9 @@ TENSOR = rope_pb2.Tensor.DESCRIPTOR
 HAS_HF_CONFIG = {"hf_config_json", "hf_layer_type"} <= set(
     rope_pb2.RopeConfig.DESCRIPTOR.fields_by_name)
 HAS_RESOLVE = "ResolveConfig" in SERVICE.methods_by_name
+# Axial RoPE, fractional positions and BuildPositions (issue 35).
+HAS_AXIAL = "axial" in rope_pb2.RopeConfig.DESCRIPTOR.fields_by_name
+HAS_BUILD_POSITIONS = "BuildPositions" in SERVICE.methods_by_name
 
 
 def method_path(name):
