@@ -109,6 +109,12 @@ ABSL_FLAG(std::string, shm_allowed_dir, "",
           "directory under which RegisterSharedMemory may name files (besides POSIX "
           "shared-memory objects \"/name\"); empty: none");
 
+ABSL_FLAG(std::string, model_repository, "",
+          "directory of models for the KServe v2 / Triton protocol (inference."
+          "GRPCInferenceService, served beside rope.v1): one folder per model holding a "
+          "config.json and a ropeserve.json (docs/operations.md); the built-in models rotate "
+          "and attention are always there; empty: only those");
+
 ABSL_FLAG(bool, enable_echo, false,
           "also serve rope.bench.v1.EchoService (benchmarks of the transport alone)");
 
@@ -491,6 +497,7 @@ int RunServer() {
   }
   options.max_connection_age = absl::GetFlag(FLAGS_max_connection_age);
   options.enable_echo = absl::GetFlag(FLAGS_enable_echo);
+  options.model_repository = absl::GetFlag(FLAGS_model_repository);
   options.health_listen_address = absl::GetFlag(FLAGS_health_listen);
   options.max_inflight_bytes = InflightBudget();
   options.max_inflight_wait = absl::GetFlag(FLAGS_max_inflight_wait);
