@@ -28,6 +28,8 @@ PACKAGES=(
   python3-venv python3-setuptools python3-wheel python3-pytest python3-torch
   # tools used by scripts and tests
   curl procps
+  # perf_analyzer (from PyPI's tritonclient wheel, tests/kserve) links it
+  libb64-0d
 )
 # The torch oracle of tests/e2e/hf_models_test.py (transformers' apply
 # functions re-implemented in torch); about 1 GB, so not in image builds.

@@ -20,7 +20,7 @@ struct TensorSpec {
 std::vector<int64_t> HeadShape(int64_t last_dim) { return {-1, -1, -1, last_dim}; }
 
 std::vector<TensorSpec> Inputs(const Model& model) {
-  const int64_t d = model.head_dim > 0 ? model.head_dim : -1;
+  const int64_t d = model.head_dim > 0 ? static_cast<int64_t>(model.head_dim) : -1;
   if (model.operation == ModelOperation::kRotate) {
     return {{"q", model.datatype, HeadShape(d), false},
             {"k", model.datatype, HeadShape(d), true},
@@ -32,7 +32,7 @@ std::vector<TensorSpec> Inputs(const Model& model) {
 }
 
 std::vector<TensorSpec> Outputs(const Model& model) {
-  const int64_t d = model.head_dim > 0 ? model.head_dim : -1;
+  const int64_t d = model.head_dim > 0 ? static_cast<int64_t>(model.head_dim) : -1;
   if (model.operation == ModelOperation::kRotate) {
     return {{"q_out", model.datatype, HeadShape(d), false},
             {"k_out", model.datatype, HeadShape(d), false}};

@@ -7,6 +7,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
@@ -209,6 +210,50 @@ absl::Status FillFloatTensor(const Model& model, const std::string& name, Input&
   return absl::OkStatus();
 }
 
+// The bytes of a float tensor of `tensor`'s dtype and shape; -1 when the shape
+// is not valid (the engine then names what is wrong).
+int64_t TensorBytes(const v1::Tensor& tensor) {
+  const int64_t elements = ElementCount(tensor.shape());
+  return elements <= 0 ? -1 : CheckedMul(elements, ElementBytes(tensor.dtype()));
+}
+
+// [B, S, H, D] of a rank-4 or rank-3 (B = 1) tensor; false for other ranks.
+bool Dims(const v1::Tensor& tensor, int64_t dims[4]) {
+  const int rank = tensor.shape_size();
+  if (rank != 3 && rank != 4) return false;
+  dims[0] = rank == 4 ? tensor.shape(0) : 1;
+  for (int i = 1; i < 4; ++i) dims[i] = tensor.shape(rank - 4 + i);
+  return true;
+}
+
+// The float32 bytes of attention's scores [B, Hq, Sq, Sk] and output
+// [B, Sq, Hq, Dv]; -1 where the shapes do not say.
+void AttentionResultBytes(const v1::AttentionScoresRequest& request, int64_t* scores,
+                          int64_t* output) {
+  *scores = *output = -1;
+  int64_t q[4], k[4], v[4];
+  if (!Dims(request.q(), q) || !Dims(request.k(), k)) return;
+  *scores = CheckedMul(CheckedMul(CheckedMul(CheckedMul(q[0], q[2]), q[1]), k[1]), 4);
+  if (request.has_v() && Dims(request.v(), v)) {
+    *output = CheckedMul(CheckedMul(CheckedMul(CheckedMul(q[0], q[1]), q[2]), v[3]), 4);
+  }
+}
+
+// A region for an output is its capacity, as in Triton: it must hold the
+// result, which takes its first `needed` bytes (the rope.v1 reference then
+// names exactly those). `needed` < 0: unknown until the engine validates.
+absl::Status FitOutputRegion(const std::string& output, int64_t needed,
+                             v1::SharedMemoryRef* ref) {
+  if (needed < 0) return absl::OkStatus();
+  if (ref->byte_size() < static_cast<uint64_t>(needed)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "shared memory size specified with the request for output '", output, "' (",
+        ref->byte_size(), " bytes) should be at least ", needed, " bytes to hold the results"));
+  }
+  ref->set_byte_size(static_cast<uint64_t>(needed));
+  return absl::OkStatus();
+}
+
 // Little-endian INT64 / INT32 bytes into positions.
 void DecodePositions(const std::string& bytes, bool int32,
                      google::protobuf::RepeatedField<int64_t>* positions) {
@@ -347,8 +392,13 @@ absl::StatusOr<v1::RopeConfig> BuiltinConfig(const ParameterMap& parameters) {
     }
     // The scaling of a config.json's rope_scaling object, by the engine's
     // own reading of config.json files (transformers' rules and names).
-    absl::StatusOr<HfRopeConfig> hf =
-        ParseHfRopeConfig(absl::StrCat("{\"rope_scaling\": ", *rope_scaling, "}"), "");
+    // rope_theta and head_dim only let the parser accept the object; the
+    // request's own theta and head_dim stay the config's.
+    absl::StatusOr<HfRopeConfig> hf = ParseHfRopeConfig(
+        absl::StrCat("{\"rope_theta\": ", absl::StrFormat("%.17g", config.theta() > 0 ? config.theta() : 10000.0),
+                     head_dim > 0 ? absl::StrCat(", \"head_dim\": ", head_dim) : "",
+                     ", \"rope_scaling\": ", *rope_scaling, "}"),
+        "");
     if (!hf.ok()) {
       return absl::Status(hf.status().code(),
                           absl::StrCat("parameter 'rope_scaling': ", hf.status().message()));
@@ -486,7 +536,7 @@ absl::StatusOr<InferPlan> PlanModelInfer(const Model& model, inference::ModelInf
                                          int64_t max_elements) {
   InferPlan plan;
   plan.model = &model;
-  plan.id = std::move(*request->mutable_id());
+  plan.id = request->id();
   ROPE_RETURN_IF_ERROR(CheckParameterNames(model, request->parameters()));
 
   // Inputs: each named once, each with one source of bytes.
@@ -602,7 +652,9 @@ absl::StatusOr<InferPlan> PlanModelInfer(const Model& model, inference::ModelInf
                                            /*read_region=*/out_region == nullptr, max_elements,
                                            tensor, &plan.reads));
       if (out_region != nullptr) {
-        *(name[0] == 'q' ? rotate.mutable_q_out() : rotate.mutable_k_out()) = *out_region;
+        v1::SharedMemoryRef* ref = name[0] == 'q' ? rotate.mutable_q_out() : rotate.mutable_k_out();
+        *ref = *out_region;
+        ROPE_RETURN_IF_ERROR(FitOutputRegion(output, TensorBytes(*tensor), ref));
       }
     }
     auto positions = inputs.find("positions");
@@ -623,11 +675,17 @@ absl::StatusOr<InferPlan> PlanModelInfer(const Model& model, inference::ModelInf
       ROPE_RETURN_IF_ERROR(FillFloatTensor(model, name, it->second, /*read_region=*/false,
                                            max_elements, tensor, &plan.reads));
     }
+    int64_t scores_bytes = -1, output_bytes = -1;
+    AttentionResultBytes(attention, &scores_bytes, &output_bytes);
     if (const v1::SharedMemoryRef* region = region_of("scores")) {
       *attention.mutable_scores_out() = *region;
+      ROPE_RETURN_IF_ERROR(
+          FitOutputRegion("scores", scores_bytes, attention.mutable_scores_out()));
     }
     if (const v1::SharedMemoryRef* region = region_of("output")) {
       *attention.mutable_output_out() = *region;
+      ROPE_RETURN_IF_ERROR(
+          FitOutputRegion("output", output_bytes, attention.mutable_output_out()));
     }
   }
   return plan;

@@ -150,9 +150,11 @@ absl::StatusOr<Model> LoadModel(const std::filesystem::path& folder, Engine& eng
                                              " has no max_position_embeddings: set it"));
     }
   }
+  // A model that does not resolve is a configuration error, whatever code a
+  // request would get for it (a max_len over the cap: RESOURCE_EXHAUSTED).
   auto in_model = [&](const absl::Status& status) {
-    return absl::Status(status.code(),
-                        absl::StrCat("model folder ", folder.string(), ": ", status.message()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("model folder ", folder.string(), ": ", status.message()));
   };
   absl::StatusOr<HfRopeConfig> hf = ParseHfRopeConfig(config_json, layer_type);
   if (!hf.ok()) return in_model(hf.status());

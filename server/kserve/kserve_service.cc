@@ -155,7 +155,7 @@ class KServeServiceImpl::StreamReactor final
       inference::ModelInferResponse* infer = response_.mutable_infer_response();
       infer->set_model_name(request_.model_name());
       infer->set_model_version(request_.model_version());
-      infer->set_id(plan_.id.empty() ? request_.id() : plan_.id);
+      infer->set_id(request_.id());
     }
     service_.metrics_.RecordRequest(Rpc::kModelStreamInfer, grpc_status.error_code(),
                                     absl::Now() - message_start_, bytes_in_,
@@ -274,9 +274,11 @@ grpc::ServerUnaryReactor* KServeServiceImpl::ServerReady(
 grpc::ServerUnaryReactor* KServeServiceImpl::ModelReady(
     grpc::CallbackServerContext* context, const inference::ModelReadyRequest* request,
     inference::ModelReadyResponse* response) {
-  absl::StatusOr<const Model*> model = models_.Find(request->name(), request->version());
-  if (model.ok()) response->set_ready(Ready());
-  return AnswerProbe(Rpc::kModelReady, context, *request, response, model.status());
+  // A probe, as in Triton: a model (or version) that does not exist is not
+  // ready, which is no error.
+  const bool known = models_.Find(request->name(), request->version()).ok();
+  response->set_ready(known && Ready());
+  return AnswerProbe(Rpc::kModelReady, context, *request, response, absl::OkStatus());
 }
 
 grpc::ServerUnaryReactor* KServeServiceImpl::ServerMetadata(

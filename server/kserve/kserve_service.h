@@ -14,8 +14,9 @@
 //
 // ServerLive, ServerReady and ModelReady are probes: answered on the gRPC
 // thread without a gate slot, so that a full or draining server still says
-// what it is (ready false once it drains). The other calls are admitted as
-// every rope.v1 call.
+// what it is (ready false once it drains; ModelReady of a model that does
+// not exist is ready false too, as in Triton). The other calls are admitted
+// as every rope.v1 call, and name an unknown model NOT_FOUND.
 //
 // Thread-safe. The collaborators must outlive the server the service is
 // registered on.
