@@ -57,8 +57,8 @@ rope::v1::RotateRequest MakeRotate(const Shape& s) {
   r.mutable_config()->set_head_dim(static_cast<uint32_t>(s.head_dim));
   r.mutable_config()->set_max_len(8192);
   r.set_start_pos(100);
-  for (auto [tensor, heads, seed] : {std::tuple{r.mutable_q(), s.q_heads, 7},
-                                     std::tuple{r.mutable_k(), s.k_heads, 8}}) {
+  for (auto [tensor, heads, seed] :
+       {std::tuple{r.mutable_q(), s.q_heads, 7}, std::tuple{r.mutable_k(), s.k_heads, 8}}) {
     tensor->set_dtype(rope::v1::FLOAT32);
     for (int64_t d : {s.batch, s.seq, heads, s.head_dim}) tensor->add_shape(d);
     tensor->set_data(RandomFloats(s.batch * s.seq * heads * s.head_dim, seed));
@@ -136,7 +136,8 @@ int main(int argc, char** argv) {
   auto channel = grpc::CreateCustomChannel(absl::GetFlag(FLAGS_target),
                                            grpc::InsecureChannelCredentials(), args);
   if (!channel->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(10))) {
-    std::fprintf(stderr, "kserve_bench: cannot connect to %s\n", absl::GetFlag(FLAGS_target).c_str());
+    std::fprintf(stderr, "kserve_bench: cannot connect to %s\n",
+                 absl::GetFlag(FLAGS_target).c_str());
     return 1;
   }
   auto rope_stub = rope::v1::RopeService::NewStub(channel);
@@ -191,20 +192,23 @@ int main(int argc, char** argv) {
     rows.push_back(row);
   }
 
-  std::printf("| shape | q+k bytes | Rotate p50 us | ModelInfer p50 us | latency ratio | "
-              "Rotate calls/s (%d in flight) | ModelInfer calls/s | throughput ratio | "
-              "within 1.1x | errors |\n", conc);
+  std::printf(
+      "| shape | q+k bytes | Rotate p50 us | ModelInfer p50 us | latency ratio | "
+      "Rotate calls/s (%d in flight) | ModelInfer calls/s | throughput ratio | "
+      "within 1.1x | errors |\n",
+      conc);
   std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
-  std::string json = absl::StrFormat("{\"target\": \"%s\", \"rounds\": %d, \"concurrency\": %d, "
-                                     "\"cases\": [\n",
-                                     absl::GetFlag(FLAGS_target), rounds, conc);
+  std::string json = absl::StrFormat(
+      "{\"target\": \"%s\", \"rounds\": %d, \"concurrency\": %d, "
+      "\"cases\": [\n",
+      absl::GetFlag(FLAGS_target), rounds, conc);
   int64_t errors = 0;
   for (size_t i = 0; i < rows.size(); ++i) {
     const Row& r = rows[i];
     const double rp = Median(r.rotate_p50), ip = Median(r.infer_p50);
     const double rt = Median(r.rotate_tput), it = Median(r.infer_tput);
-    const double latency_ratio = ip / rp;      // <= 1.1 is within
-    const double throughput_ratio = it / rt;   // >= 1/1.1 is within
+    const double latency_ratio = ip / rp;     // <= 1.1 is within
+    const double throughput_ratio = it / rt;  // >= 1/1.1 is within
     const bool met = latency_ratio <= 1.1 && throughput_ratio >= 1 / 1.1;
     std::printf("| %s | %lld | %.0f | %.0f | %.3f | %.0f | %.0f | %.3f | %s | %lld |\n",
                 r.shape.c_str(), static_cast<long long>(r.bytes), rp, ip, latency_ratio, rt, it,

@@ -37,8 +37,7 @@ std::vector<TensorSpec> Outputs(const Model& model) {
     return {{"q_out", model.datatype, HeadShape(d), false},
             {"k_out", model.datatype, HeadShape(d), false}};
   }
-  return {{"scores", "FP32", {-1, -1, -1, -1}, false},
-          {"output", "FP32", {-1, -1, -1, -1}, false}};
+  return {{"scores", "FP32", {-1, -1, -1, -1}, false}, {"output", "FP32", {-1, -1, -1, -1}, false}};
 }
 
 inference::DataType ConfigType(const std::string& datatype) {
@@ -100,8 +99,9 @@ void ConfigureModel(const Model& model, inference::ModelInstanceGroup::Kind inst
   AddParameter("operation", model.operation == ModelOperation::kRotate ? "rotate" : "attention",
                out);
   if (model.builtin) {
-    AddParameter("config", "request parameters (theta, head_dim, rotary_dim, max_len, layout, "
-                           "rope_scaling, or hf_config_json)",
+    AddParameter("config",
+                 "request parameters (theta, head_dim, rotary_dim, max_len, layout, "
+                 "rope_scaling, or hf_config_json)",
                  out);
     return;
   }

@@ -1,11 +1,11 @@
 #include "server/kserve/kserve_infer.h"
 
+#include <array>
 #include <cstring>
 #include <limits>
 #include <optional>
 #include <utility>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -39,31 +39,45 @@ bool IsTritonParameter(const std::string& name) {
          name == "priority" || name == "timeout" || name == "triton_enable_empty_final_response";
 }
 
-std::vector<std::string> InputNames(ModelOperation operation) {
-  if (operation == ModelOperation::kRotate) return {"q", "k", "positions"};
-  return {"q", "k", "v"};
-}
+// A model's tensor and parameter names, by operation. Inputs: q, k and the
+// third (positions or v); the first `required_inputs` must be given.
+// Outputs: the first, and the second (k_out, output) that needs the second
+// (rotate) or third (attention) input.
+struct Names {
+  std::vector<std::string> inputs;
+  int required_inputs;
+  std::vector<std::string> outputs;
+  std::vector<std::string> parameters;  // the operation's, beside the configuration
+};
 
-std::vector<std::string> OutputNames(ModelOperation operation) {
-  if (operation == ModelOperation::kRotate) return {"q_out", "k_out"};
-  return {"scores", "output"};
-}
-
-// The request parameters a model takes, besides Triton's own.
-std::vector<std::string> OperationParameters(ModelOperation operation) {
-  if (operation == ModelOperation::kRotate) return {"start_pos", "inverse"};
-  return {"q_start_pos", "k_start_pos", "causal", "softmax", "scale"};
+const Names& NamesOf(ModelOperation operation) {
+  static const Names* rotate =
+      new Names{{"q", "k", "positions"}, 1, {"q_out", "k_out"}, {"start_pos", "inverse"}};
+  static const Names* attention =
+      new Names{{"q", "k", "v"},
+                2,
+                {"scores", "output"},
+                {"q_start_pos", "k_start_pos", "causal", "softmax", "scale"}};
+  return operation == ModelOperation::kRotate ? *rotate : *attention;
 }
 
 const std::vector<std::string>& ConfigParameters() {
-  static const std::vector<std::string>* names = new std::vector<std::string>{
-      "theta",  "head_dim",     "rotary_dim",     "max_len",
-      "layout", "rope_scaling", "hf_config_json", "hf_layer_type"};
+  static const std::vector<std::string>* names =
+      new std::vector<std::string>{"theta",  "head_dim",     "rotary_dim",     "max_len",
+                                   "layout", "rope_scaling", "hf_config_json", "hf_layer_type"};
   return *names;
 }
 
+// The index of `name` in `names`, or -1.
+int SlotOf(const std::vector<std::string>& names, const std::string& name) {
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (names[i] == name) return static_cast<int>(i);
+  }
+  return -1;
+}
+
 bool Contains(const std::vector<std::string>& names, const std::string& name) {
-  return std::find(names.begin(), names.end(), name) != names.end();
+  return SlotOf(names, name) >= 0;
 }
 
 std::string Quoted(const std::vector<std::string>& names) {
@@ -95,38 +109,41 @@ std::string ShapeText(const google::protobuf::RepeatedField<int64_t>& shape) {
 // Where an input's bytes come from.
 struct Input {
   InputTensor* tensor = nullptr;
-  std::string* raw = nullptr;                // an entry of raw_input_contents
-  std::optional<v1::SharedMemoryRef> shm;    // a registered region
+  std::string* raw = nullptr;              // an entry of raw_input_contents
+  std::optional<v1::SharedMemoryRef> shm;  // a registered region
 };
 
-// The shared-memory parameters of an input or output, if any.
+// The shared-memory parameters of `kind` ("input" / "output") `name`, if
+// any. Most tensors have no parameters at all: nothing is looked up then.
 absl::StatusOr<std::optional<v1::SharedMemoryRef>> RegionOf(const ParameterMap& parameters,
-                                                           const std::string& what) {
-  ROPE_ASSIGN_OR_RETURN(std::optional<std::string> region,
-                        GetString(parameters, kRegionParam,
-                                  absl::StrCat(what, " parameter '", kRegionParam, "'")));
-  ROPE_ASSIGN_OR_RETURN(std::optional<int64_t> offset,
-                        GetInt64(parameters, kOffsetParam,
-                                 absl::StrCat(what, " parameter '", kOffsetParam, "'")));
+                                                            absl::string_view kind,
+                                                            const std::string& name) {
+  if (parameters.empty()) return std::optional<v1::SharedMemoryRef>();
+  const std::string what = absl::StrCat(kind, " '", name, "'");
+  ROPE_ASSIGN_OR_RETURN(
+      std::optional<std::string> region,
+      GetString(parameters, kRegionParam, absl::StrCat(what, " parameter '", kRegionParam, "'")));
+  ROPE_ASSIGN_OR_RETURN(
+      std::optional<int64_t> offset,
+      GetInt64(parameters, kOffsetParam, absl::StrCat(what, " parameter '", kOffsetParam, "'")));
   ROPE_ASSIGN_OR_RETURN(std::optional<int64_t> byte_size,
                         GetInt64(parameters, kByteSizeParam,
                                  absl::StrCat(what, " parameter '", kByteSizeParam, "'")));
   if (!region.has_value()) {
     if (offset.has_value() || byte_size.has_value()) {
-      return absl::InvalidArgumentError(absl::StrCat(what, " has shared-memory parameters but no '",
-                                                     kRegionParam, "'"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, " has shared-memory parameters but no '", kRegionParam, "'"));
     }
     return std::optional<v1::SharedMemoryRef>();
   }
   if (!byte_size.has_value()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, " is in shared-memory region '", *region, "' but has no '",
-                     kByteSizeParam, "'"));
+    return absl::InvalidArgumentError(absl::StrCat(what, " is in shared-memory region '", *region,
+                                                   "' but has no '", kByteSizeParam, "'"));
   }
   if (*byte_size < 0 || offset.value_or(0) < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        what, " has shared_memory_offset ", offset.value_or(0), " and shared_memory_byte_size ",
-        *byte_size, ": both must be >= 0"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " has shared_memory_offset ", offset.value_or(0),
+                     " and shared_memory_byte_size ", *byte_size, ": both must be >= 0"));
   }
   v1::SharedMemoryRef ref;
   ref.set_region(*region);
@@ -148,9 +165,8 @@ absl::StatusOr<v1::DType> FloatDatatype(const std::string& datatype, const std::
 int64_t ElementBytes(v1::DType dtype) { return dtype == v1::FLOAT32 ? 4 : 2; }
 
 absl::Status ByteSizeError(int64_t got, const std::string& input, int64_t expected) {
-  return absl::InvalidArgumentError(absl::StrCat("unexpected total byte size ", got,
-                                                 " for input '", input, "', expecting ",
-                                                 expected));
+  return absl::InvalidArgumentError(absl::StrCat("unexpected total byte size ", got, " for input '",
+                                                 input, "', expecting ", expected));
 }
 
 absl::Status TooManyElements(const std::string& input, int64_t elements, int64_t limit) {
@@ -191,9 +207,9 @@ absl::Status FillFloatTensor(const Model& model, const std::string& name, Input&
   }
   const inference::InferTensorContents& contents = input.tensor->contents();
   if (dtype != v1::FLOAT32) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "inference input '", name, "' is ", input.tensor->datatype(),
-        ": FP16 and BF16 have no typed contents; send them as raw_input_contents"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("inference input '", name, "' is ", input.tensor->datatype(),
+                     ": FP16 and BF16 have no typed contents; send them as raw_input_contents"));
   }
   const int64_t other = contents.bool_contents_size() + contents.int_contents_size() +
                         contents.int64_contents_size() + contents.uint_contents_size() +
@@ -242,8 +258,7 @@ void AttentionResultBytes(const v1::AttentionScoresRequest& request, int64_t* sc
 // A region for an output is its capacity, as in Triton: it must hold the
 // result, which takes its first `needed` bytes (the rope.v1 reference then
 // names exactly those). `needed` < 0: unknown until the engine validates.
-absl::Status FitOutputRegion(const std::string& output, int64_t needed,
-                             v1::SharedMemoryRef* ref) {
+absl::Status FitOutputRegion(const std::string& output, int64_t needed, v1::SharedMemoryRef* ref) {
   if (needed < 0) return absl::OkStatus();
   if (ref->byte_size() < static_cast<uint64_t>(needed)) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -277,9 +292,9 @@ absl::Status FillPositions(Input& input, int64_t max_elements,
                            std::vector<InferPlan::RegionRead>* reads) {
   const std::string& datatype = input.tensor->datatype();
   if (datatype != "INT64" && datatype != "INT32") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("inference input 'positions' data-type is '", datatype,
-                     "', but it must be 'INT64' or 'INT32'"));
+    return absl::InvalidArgumentError(absl::StrCat("inference input 'positions' data-type is '",
+                                                   datatype,
+                                                   "', but it must be 'INT64' or 'INT32'"));
   }
   const bool int32 = datatype == "INT32";
   const int64_t width = int32 ? 4 : 8;
@@ -297,8 +312,8 @@ absl::Status FillPositions(Input& input, int64_t max_elements,
   if (input.shm.has_value()) {
     const uint64_t given = input.shm->byte_size();
     if (given != static_cast<uint64_t>(expected)) {
-      return ByteSizeError(static_cast<int64_t>(std::min<uint64_t>(given, kMaxInt64)),
-                           "positions", expected);
+      return ByteSizeError(static_cast<int64_t>(std::min<uint64_t>(given, kMaxInt64)), "positions",
+                           expected);
     }
     reads->push_back({"positions", *input.shm, datatype});
     return absl::OkStatus();
@@ -329,26 +344,27 @@ absl::Status FillPositions(Input& input, int64_t max_elements,
 
 // The request parameters of `model`: every name checked, then the values.
 absl::Status CheckParameterNames(const Model& model, const ParameterMap& parameters) {
-  const std::vector<std::string> operation = OperationParameters(model.operation);
+  const std::vector<std::string>& operation = NamesOf(model.operation).parameters;
   for (const auto& [name, value] : parameters) {
     if (IsTritonParameter(name) || Contains(operation, name)) continue;
     if (Contains(ConfigParameters(), name)) {
       if (model.builtin) continue;
-      return absl::InvalidArgumentError(absl::StrCat(
-          "parameter '", name, "' configures the built-in models: model '", model.name,
-          "' takes its RoPE configuration from its repository folder"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("parameter '", name, "' configures the built-in models: model '", model.name,
+                       "' takes its RoPE configuration from its repository folder"));
     }
-    std::vector<std::string> known = operation;
-    if (model.builtin) known.insert(known.end(), ConfigParameters().begin(), ConfigParameters().end());
-    return absl::InvalidArgumentError(absl::StrCat("model '", model.name,
-                                                   "' has no parameter '", name,
-                                                   "' (it takes ", Quoted(known), ")"));
+    std::vector<std::string> known = operation;  // for the message only
+    if (model.builtin)
+      known.insert(known.end(), ConfigParameters().begin(), ConfigParameters().end());
+    return absl::InvalidArgumentError(absl::StrCat("model '", model.name, "' has no parameter '",
+                                                   name, "' (it takes ", Quoted(known), ")"));
   }
   return absl::OkStatus();
 }
 
-absl::StatusOr<uint32_t> Uint32Parameter(const ParameterMap& parameters, const std::string& name) {
-  const std::string where = absl::StrCat("parameter '", name, "'");
+// `where` names the parameter in messages ("parameter 'head_dim'").
+absl::StatusOr<uint32_t> Uint32Parameter(const ParameterMap& parameters, const std::string& name,
+                                         absl::string_view where) {
   ROPE_ASSIGN_OR_RETURN(std::optional<int64_t> value, GetInt64(parameters, name, where));
   if (!value.has_value()) return 0u;
   if (*value < 0 || *value > std::numeric_limits<uint32_t>::max()) {
@@ -363,9 +379,12 @@ absl::StatusOr<v1::RopeConfig> BuiltinConfig(const ParameterMap& parameters) {
   v1::RopeConfig config;
   ROPE_ASSIGN_OR_RETURN(std::optional<double> theta,
                         GetDouble(parameters, "theta", "parameter 'theta'"));
-  ROPE_ASSIGN_OR_RETURN(uint32_t head_dim, Uint32Parameter(parameters, "head_dim"));
-  ROPE_ASSIGN_OR_RETURN(uint32_t rotary_dim, Uint32Parameter(parameters, "rotary_dim"));
-  ROPE_ASSIGN_OR_RETURN(uint32_t max_len, Uint32Parameter(parameters, "max_len"));
+  ROPE_ASSIGN_OR_RETURN(uint32_t head_dim,
+                        Uint32Parameter(parameters, "head_dim", "parameter 'head_dim'"));
+  ROPE_ASSIGN_OR_RETURN(uint32_t rotary_dim,
+                        Uint32Parameter(parameters, "rotary_dim", "parameter 'rotary_dim'"));
+  ROPE_ASSIGN_OR_RETURN(uint32_t max_len,
+                        Uint32Parameter(parameters, "max_len", "parameter 'max_len'"));
   ROPE_ASSIGN_OR_RETURN(std::optional<std::string> layout,
                         GetString(parameters, "layout", "parameter 'layout'"));
   ROPE_ASSIGN_OR_RETURN(std::optional<std::string> rope_scaling,
@@ -395,7 +414,8 @@ absl::StatusOr<v1::RopeConfig> BuiltinConfig(const ParameterMap& parameters) {
     // rope_theta and head_dim only let the parser accept the object; the
     // request's own theta and head_dim stay the config's.
     absl::StatusOr<HfRopeConfig> hf = ParseHfRopeConfig(
-        absl::StrCat("{\"rope_theta\": ", absl::StrFormat("%.17g", config.theta() > 0 ? config.theta() : 10000.0),
+        absl::StrCat("{\"rope_theta\": ",
+                     absl::StrFormat("%.17g", config.theta() > 0 ? config.theta() : 10000.0),
                      head_dim > 0 ? absl::StrCat(", \"head_dim\": ", head_dim) : "",
                      ", \"rope_scaling\": ", *rope_scaling, "}"),
         "");
@@ -461,17 +481,17 @@ absl::StatusOr<std::string> ReadRegion(const ShmAccess& shm, const v1::SharedMem
   ROPE_ASSIGN_OR_RETURN(std::shared_ptr<const MappedRegion> region,
                         shm.registry->Find(shm.owner, ref.region(), field));
   if (region->is_device()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "inference input '", input, "' is in CUDA region '", ref.region(),
-        "', which the server reads only on the device: ",
-        input == "positions" ? "send positions as raw_input_contents"
-                             : "give its output a CUDA region too"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("inference input '", input, "' is in CUDA region '", ref.region(),
+                     "', which the server reads only on the device: ",
+                     input == "positions" ? "send positions as raw_input_contents"
+                                          : "give its output a CUDA region too"));
   }
   if (ref.offset() > region->byte_size() || ref.byte_size() > region->byte_size() - ref.offset()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "inference input '", input, "': shared_memory_offset ", ref.offset(),
-        " + shared_memory_byte_size ", ref.byte_size(), " is past the end of region '",
-        ref.region(), "' (", region->byte_size(), " bytes)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("inference input '", input, "': shared_memory_offset ", ref.offset(),
+                     " + shared_memory_byte_size ", ref.byte_size(), " is past the end of region '",
+                     ref.region(), "' (", region->byte_size(), " bytes)"));
   }
   ROPE_RETURN_IF_ERROR(region->Check());
   std::string bytes(ref.byte_size(), '\0');
@@ -538,27 +558,28 @@ absl::StatusOr<InferPlan> PlanModelInfer(const Model& model, inference::ModelInf
   plan.model = &model;
   plan.id = request->id();
   ROPE_RETURN_IF_ERROR(CheckParameterNames(model, request->parameters()));
+  const Names& names = NamesOf(model.operation);
 
-  // Inputs: each named once, each with one source of bytes.
-  const std::vector<std::string> input_names = InputNames(model.operation);
-  absl::flat_hash_map<std::string, Input> inputs;
+  // Inputs, by slot (q, k, and positions or v): each named once, each with
+  // one source of bytes.
+  std::array<Input, 3> inputs{};
   int raw_used = 0;
   const int raw_count = request->raw_input_contents_size();
   for (InputTensor& tensor : *request->mutable_inputs()) {
     const std::string& name = tensor.name();
-    if (!Contains(input_names, name)) {
+    const int slot = SlotOf(names.inputs, name);
+    if (slot < 0) {
       return absl::InvalidArgumentError(
           absl::StrCat("unexpected inference input '", name, "' for model '", model.name,
-                       "' (its inputs are ", Quoted(input_names), ")"));
+                       "' (its inputs are ", Quoted(names.inputs), ")"));
     }
-    if (inputs.contains(name)) {
+    Input& input = inputs[slot];
+    if (input.tensor != nullptr) {
       return absl::InvalidArgumentError(
           absl::StrCat("inference input '", name, "' is given twice"));
     }
-    Input input;
     input.tensor = &tensor;
-    ROPE_ASSIGN_OR_RETURN(input.shm,
-                          RegionOf(tensor.parameters(), absl::StrCat("input '", name, "'")));
+    ROPE_ASSIGN_OR_RETURN(input.shm, RegionOf(tensor.parameters(), "input", name));
     const bool typed = tensor.has_contents();
     if (input.shm.has_value()) {
       if (typed) {
@@ -567,68 +588,64 @@ absl::StatusOr<InferPlan> PlanModelInfer(const Model& model, inference::ModelInf
       }
     } else if (typed) {
       if (raw_count != 0) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "contents field must not be specified when using raw_input_contents for '", name,
-            "' for model '", model.name, "'"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("contents field must not be specified when using raw_input_contents for '",
+                         name, "' for model '", model.name, "'"));
       }
     } else if (raw_used < raw_count) {
       input.raw = request->mutable_raw_input_contents(raw_used++);
     } else {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "inference input '", name, "' has no data: give it a raw_input_contents entry, "
-          "contents, or shared-memory parameters"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("inference input '", name,
+                       "' has no data: give it a raw_input_contents entry, "
+                       "contents, or shared-memory parameters"));
     }
-    inputs.emplace(name, input);
   }
   if (raw_used != raw_count) {
     return absl::InvalidArgumentError(
         absl::StrCat("raw_input_contents has ", raw_count, " entries for ", raw_used,
                      " inputs not in shared memory: one per such input, in the order of inputs"));
   }
-  const std::vector<std::string> required =
-      model.operation == ModelOperation::kRotate ? std::vector<std::string>{"q"}
-                                                 : std::vector<std::string>{"q", "k"};
-  for (const std::string& name : required) {
-    if (!inputs.contains(name)) {
-      return absl::InvalidArgumentError(absl::StrCat("model '", model.name,
-                                                     "' needs inference input '", name, "'"));
+  for (int slot = 0; slot < names.required_inputs; ++slot) {
+    if (inputs[slot].tensor == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "model '", model.name, "' needs inference input '", names.inputs[slot], "'"));
     }
   }
 
-  // Outputs: the ones asked for (default: every one the inputs give), each
-  // possibly to a region.
-  const std::vector<std::string> output_names = OutputNames(model.operation);
-  absl::flat_hash_map<std::string, std::optional<v1::SharedMemoryRef>> output_regions;
+  // Outputs, by slot: the ones asked for (default: every one the inputs
+  // give), each possibly to a region.
+  std::array<bool, 2> asked{};
+  std::array<std::optional<v1::SharedMemoryRef>, 2> output_regions;
   for (const auto& output : request->outputs()) {
     const std::string& name = output.name();
-    if (!Contains(output_names, name)) {
+    const int slot = SlotOf(names.outputs, name);
+    if (slot < 0) {
       return absl::InvalidArgumentError(
           absl::StrCat("unexpected inference output '", name, "' for model '", model.name,
-                       "' (its outputs are ", Quoted(output_names), ")"));
+                       "' (its outputs are ", Quoted(names.outputs), ")"));
     }
-    if (output_regions.contains(name)) {
+    if (asked[slot]) {
       return absl::InvalidArgumentError(
           absl::StrCat("inference output '", name, "' is requested twice"));
     }
-    ROPE_ASSIGN_OR_RETURN(std::optional<v1::SharedMemoryRef> region,
-                          RegionOf(output.parameters(), absl::StrCat("output '", name, "'")));
-    output_regions.emplace(name, std::move(region));
+    asked[slot] = true;
+    ROPE_ASSIGN_OR_RETURN(output_regions[slot], RegionOf(output.parameters(), "output", name));
     plan.outputs.push_back(name);
   }
-  // The input each output needs beyond the required ones.
-  const std::string second_input = model.operation == ModelOperation::kRotate ? "k" : "v";
-  const std::string second_output = output_names[1];
+  // The second output (k_out, output) needs the optional second input (k, v).
+  const int second_input = model.operation == ModelOperation::kRotate ? 1 : 2;
+  const bool has_second = inputs[second_input].tensor != nullptr;
   if (plan.outputs.empty()) {
-    plan.outputs.push_back(output_names[0]);
-    if (inputs.contains(second_input)) plan.outputs.push_back(second_output);
-  } else if (output_regions.contains(second_output) && !inputs.contains(second_input)) {
-    return absl::InvalidArgumentError(absl::StrCat("inference output '", second_output,
-                                                   "' needs inference input '", second_input,
-                                                   "', which the request does not have"));
+    plan.outputs.push_back(names.outputs[0]);
+    if (has_second) plan.outputs.push_back(names.outputs[1]);
+  } else if (asked[1] && !has_second) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("inference output '", names.outputs[1], "' needs inference input '",
+                     names.inputs[second_input], "', which the request does not have"));
   }
-  auto region_of = [&](const std::string& output) -> const v1::SharedMemoryRef* {
-    auto it = output_regions.find(output);
-    return it == output_regions.end() || !it->second.has_value() ? nullptr : &*it->second;
+  auto region_of = [&](int slot) -> const v1::SharedMemoryRef* {
+    return output_regions[slot].has_value() ? &*output_regions[slot] : nullptr;
   };
 
   // The rope.v1 request.
@@ -642,50 +659,46 @@ absl::StatusOr<InferPlan> PlanModelInfer(const Model& model, inference::ModelInf
   if (model.operation == ModelOperation::kRotate) {
     v1::RotateRequest& rotate = plan.rotate;
     *rotate.mutable_config() = std::move(config);
-    for (const char* name : {"q", "k"}) {
-      auto it = inputs.find(name);
-      if (it == inputs.end()) continue;
-      const std::string output = absl::StrCat(name, "_out");
-      const v1::SharedMemoryRef* out_region = region_of(output);
-      v1::Tensor* tensor = name[0] == 'q' ? rotate.mutable_q() : rotate.mutable_k();
-      ROPE_RETURN_IF_ERROR(FillFloatTensor(model, name, it->second,
+    for (int slot : {0, 1}) {
+      if (inputs[slot].tensor == nullptr) continue;
+      const std::string name = names.inputs[slot];
+      const v1::SharedMemoryRef* out_region = region_of(slot);
+      v1::Tensor* tensor = slot == 0 ? rotate.mutable_q() : rotate.mutable_k();
+      ROPE_RETURN_IF_ERROR(FillFloatTensor(model, name, inputs[slot],
                                            /*read_region=*/out_region == nullptr, max_elements,
                                            tensor, &plan.reads));
       if (out_region != nullptr) {
-        v1::SharedMemoryRef* ref = name[0] == 'q' ? rotate.mutable_q_out() : rotate.mutable_k_out();
+        v1::SharedMemoryRef* ref = slot == 0 ? rotate.mutable_q_out() : rotate.mutable_k_out();
         *ref = *out_region;
-        ROPE_RETURN_IF_ERROR(FitOutputRegion(output, TensorBytes(*tensor), ref));
+        ROPE_RETURN_IF_ERROR(FitOutputRegion(names.outputs[slot], TensorBytes(*tensor), ref));
       }
     }
-    auto positions = inputs.find("positions");
-    if (positions != inputs.end()) {
-      ROPE_RETURN_IF_ERROR(FillPositions(positions->second, max_elements,
-                                         rotate.mutable_positions(), &plan.reads));
+    if (inputs[2].tensor != nullptr) {
+      ROPE_RETURN_IF_ERROR(
+          FillPositions(inputs[2], max_elements, rotate.mutable_positions(), &plan.reads));
     }
   } else {
     v1::AttentionScoresRequest& attention = plan.attention;
     *attention.mutable_config() = std::move(config);
-    for (const char* name : {"q", "k", "v"}) {
-      auto it = inputs.find(name);
-      if (it == inputs.end()) continue;
-      v1::Tensor* tensor = name[0] == 'q'   ? attention.mutable_q()
-                           : name[0] == 'k' ? attention.mutable_k()
-                                            : attention.mutable_v();
+    for (int slot : {0, 1, 2}) {
+      if (inputs[slot].tensor == nullptr) continue;
+      v1::Tensor* tensor = slot == 0   ? attention.mutable_q()
+                           : slot == 1 ? attention.mutable_k()
+                                       : attention.mutable_v();
       // Attention never writes its inputs: references stay references.
-      ROPE_RETURN_IF_ERROR(FillFloatTensor(model, name, it->second, /*read_region=*/false,
-                                           max_elements, tensor, &plan.reads));
+      ROPE_RETURN_IF_ERROR(FillFloatTensor(model, names.inputs[slot], inputs[slot],
+                                           /*read_region=*/false, max_elements, tensor,
+                                           &plan.reads));
     }
     int64_t scores_bytes = -1, output_bytes = -1;
     AttentionResultBytes(attention, &scores_bytes, &output_bytes);
-    if (const v1::SharedMemoryRef* region = region_of("scores")) {
+    if (const v1::SharedMemoryRef* region = region_of(0)) {
       *attention.mutable_scores_out() = *region;
-      ROPE_RETURN_IF_ERROR(
-          FitOutputRegion("scores", scores_bytes, attention.mutable_scores_out()));
+      ROPE_RETURN_IF_ERROR(FitOutputRegion("scores", scores_bytes, attention.mutable_scores_out()));
     }
-    if (const v1::SharedMemoryRef* region = region_of("output")) {
+    if (const v1::SharedMemoryRef* region = region_of(1)) {
       *attention.mutable_output_out() = *region;
-      ROPE_RETURN_IF_ERROR(
-          FitOutputRegion("output", output_bytes, attention.mutable_output_out()));
+      ROPE_RETURN_IF_ERROR(FitOutputRegion("output", output_bytes, attention.mutable_output_out()));
     }
   }
   return plan;
@@ -704,9 +717,8 @@ int64_t PlanReplyBytes(const InferPlan& plan) {
   // its serialized copy.
   for (const InferPlan::RegionRead& read : plan.reads) {
     const uint64_t size = read.ref.byte_size();
-    const int64_t twice = size > static_cast<uint64_t>(kMaxInt64 / 2)
-                              ? kMaxInt64
-                              : static_cast<int64_t>(2 * size);
+    const int64_t twice =
+        size > static_cast<uint64_t>(kMaxInt64 / 2) ? kMaxInt64 : static_cast<int64_t>(2 * size);
     bytes = bytes > kMaxInt64 - twice ? kMaxInt64 : bytes + twice;
   }
   return bytes;
@@ -726,9 +738,9 @@ absl::Status RunModelInfer(Engine& engine, const ShmAccess& shm, InferPlan* plan
   response->set_id(std::move(plan->id));
   if (plan->model->operation == ModelOperation::kRotate) {
     v1::RotateResponse reply;
-    ROPE_RETURN_IF_ERROR(by_reference ? AnswerRotateShared(engine, *shm.registry, shm.owner,
-                                                           &plan->rotate, &reply)
-                                      : AnswerRotate(engine, &plan->rotate, &reply));
+    ROPE_RETURN_IF_ERROR(
+        by_reference ? AnswerRotateShared(engine, *shm.registry, shm.owner, &plan->rotate, &reply)
+                     : AnswerRotate(engine, &plan->rotate, &reply));
     const absl::Time computed = absl::Now();
     for (const std::string& name : plan->outputs) {
       AddOutput(name, name == "q_out" ? reply.mutable_q() : reply.mutable_k(), response);

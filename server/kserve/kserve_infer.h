@@ -66,10 +66,10 @@ struct ShmAccess {
 // A ModelInfer turned into its rope.v1 request.
 struct InferPlan {
   const Model* model = nullptr;
-  v1::RotateRequest rotate;               // rotate models
-  v1::AttentionScoresRequest attention;   // attention models
-  std::vector<std::string> outputs;       // the response's outputs, in order
-  std::string id;                         // the request's id, echoed
+  v1::RotateRequest rotate;              // rotate models
+  v1::AttentionScoresRequest attention;  // attention models
+  std::vector<std::string> outputs;      // the response's outputs, in order
+  std::string id;                        // the request's id, echoed
   // Inputs read out of their regions when the plan runs (after the call's
   // bytes are charged): positions, and a q or k whose output does not go to
   // shared memory. `input` is "q", "k" or "positions".

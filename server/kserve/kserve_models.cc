@@ -55,9 +55,9 @@ absl::StatusOr<std::string> ReadSmallFile(const std::filesystem::path& path, uin
 // max_position_embeddings of a config.json, at the top level or in
 // text_config (vision-language models); 0 when neither has one.
 uint32_t MaxPositionEmbeddings(const nlohmann::json& config) {
-  for (const nlohmann::json* scope : {&config, config.contains("text_config")
-                                                   ? &config["text_config"]
-                                                   : static_cast<const nlohmann::json*>(nullptr)}) {
+  for (const nlohmann::json* scope :
+       {&config, config.contains("text_config") ? &config["text_config"]
+                                                : static_cast<const nlohmann::json*>(nullptr)}) {
     if (scope == nullptr || !scope->is_object()) continue;
     auto it = scope->find("max_position_embeddings");
     if (it != scope->end() && it->is_number_unsigned() &&
@@ -86,17 +86,15 @@ absl::StatusOr<Model> LoadModel(const std::filesystem::path& folder, Engine& eng
         "model folder ", folder.string(), ": a model name is 1-128 characters [A-Za-z0-9._-]"));
   }
   if (model.name == kRotateModel || model.name == kAttentionModel) {
-    return absl::InvalidArgumentError(absl::StrCat("model folder ", folder.string(),
-                                                   ": \"", model.name,
+    return absl::InvalidArgumentError(absl::StrCat("model folder ", folder.string(), ": \"",
+                                                   model.name,
                                                    "\" is the name of a built-in model"));
   }
   const std::filesystem::path settings_path = folder / kModelSettingsFile;
-  ROPE_ASSIGN_OR_RETURN(std::string settings_text,
-                        ReadSmallFile(settings_path, kMaxSettingsBytes));
+  ROPE_ASSIGN_OR_RETURN(std::string settings_text, ReadSmallFile(settings_path, kMaxSettingsBytes));
   const nlohmann::json settings = nlohmann::json::parse(settings_text, nullptr, false);
   if (settings.is_discarded() || !settings.is_object()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(settings_path.string(), ": not a JSON object"));
+    return absl::InvalidArgumentError(absl::StrCat(settings_path.string(), ": not a JSON object"));
   }
   auto bad_key = [&](const std::string& key, const std::string& why) {
     return absl::InvalidArgumentError(
@@ -129,10 +127,12 @@ absl::StatusOr<Model> LoadModel(const std::filesystem::path& folder, Engine& eng
   } else if (operation == "attention") {
     model.operation = ModelOperation::kAttention;
   } else {
-    return bad_key("operation", absl::StrCat("is \"", operation, "\": must be rotate or attention"));
+    return bad_key("operation",
+                   absl::StrCat("is \"", operation, "\": must be rotate or attention"));
   }
   if (model.datatype != "FP32" && model.datatype != "FP16" && model.datatype != "BF16") {
-    return bad_key("datatype", absl::StrCat("is \"", model.datatype, "\": must be FP32, FP16 or BF16"));
+    return bad_key("datatype",
+                   absl::StrCat("is \"", model.datatype, "\": must be FP32, FP16 or BF16"));
   }
   absl::StatusOr<v1::Layout> parsed_layout = ParseLayout(layout, "\"layout\"");
   if (!parsed_layout.ok()) {
@@ -213,12 +213,12 @@ absl::StatusOr<ModelRepository> ModelRepository::Load(const std::string& dir, En
 
 absl::StatusOr<const Model*> ModelRepository::Find(absl::string_view name,
                                                    absl::string_view version) const {
-  auto it = std::lower_bound(models_.begin(), models_.end(), name,
-                             [](const Model& model, absl::string_view key) {
-                               return model.name < key;
-                             });
+  auto it =
+      std::lower_bound(models_.begin(), models_.end(), name,
+                       [](const Model& model, absl::string_view key) { return model.name < key; });
   if (it == models_.end() || it->name != name) {
-    return absl::NotFoundError(absl::StrCat("Request for unknown model: '", name, "' is not found"));
+    return absl::NotFoundError(
+        absl::StrCat("Request for unknown model: '", name, "' is not found"));
   }
   if (!version.empty() && version != kModelVersion) {
     return absl::NotFoundError(absl::StrCat("Request for unknown model: '", name, "' version ",

@@ -19,8 +19,8 @@ const inference::InferParameter* Lookup(const ParameterMap& map, const std::stri
 
 absl::Status WrongKind(absl::string_view where, const inference::InferParameter& parameter,
                        absl::string_view wanted) {
-  return absl::InvalidArgumentError(absl::StrCat(where, " is a ", ParameterKind(parameter),
-                                                 ": it must be ", wanted));
+  return absl::InvalidArgumentError(
+      absl::StrCat(where, " is a ", ParameterKind(parameter), ": it must be ", wanted));
 }
 
 }  // namespace
@@ -44,14 +44,14 @@ absl::string_view ParameterKind(const inference::InferParameter& parameter) {
 }
 
 absl::StatusOr<std::optional<int64_t>> GetInt64(const ParameterMap& map, const std::string& name,
-                                               absl::string_view where) {
+                                                absl::string_view where) {
   const inference::InferParameter* parameter = Lookup(map, name);
   if (parameter == nullptr) return std::optional<int64_t>();
   if (parameter->has_int64_param()) return std::optional<int64_t>(parameter->int64_param());
   if (parameter->has_uint64_param()) {
     if (parameter->uint64_param() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-      return absl::InvalidArgumentError(absl::StrCat(where, " is ", parameter->uint64_param(),
-                                                     ": over the int64 range"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, " is ", parameter->uint64_param(), ": over the int64 range"));
     }
     return std::optional<int64_t>(static_cast<int64_t>(parameter->uint64_param()));
   }
@@ -78,7 +78,7 @@ absl::StatusOr<std::optional<std::string>> GetString(const ParameterMap& map,
 }
 
 absl::StatusOr<std::optional<double>> GetDouble(const ParameterMap& map, const std::string& name,
-                                               absl::string_view where) {
+                                                absl::string_view where) {
   const inference::InferParameter* parameter = Lookup(map, name);
   if (parameter == nullptr) return std::optional<double>();
   if (parameter->has_double_param()) return std::optional<double>(parameter->double_param());

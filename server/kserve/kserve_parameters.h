@@ -28,14 +28,14 @@ using ParameterMap = google::protobuf::Map<std::string, inference::InferParamete
 //   Double: double_param, int64_param, or a string_param holding a decimal
 //     number (parsed exactly as strtod does: "500000", "1e4").
 absl::StatusOr<std::optional<int64_t>> GetInt64(const ParameterMap& map, const std::string& name,
-                                               absl::string_view where);
+                                                absl::string_view where);
 absl::StatusOr<std::optional<bool>> GetBool(const ParameterMap& map, const std::string& name,
                                             absl::string_view where);
 absl::StatusOr<std::optional<std::string>> GetString(const ParameterMap& map,
                                                      const std::string& name,
                                                      absl::string_view where);
 absl::StatusOr<std::optional<double>> GetDouble(const ParameterMap& map, const std::string& name,
-                                               absl::string_view where);
+                                                absl::string_view where);
 
 // The value's type as the proto names it ("int64_param", ...; "no value").
 absl::string_view ParameterKind(const inference::InferParameter& parameter);

@@ -127,9 +127,8 @@ class KServeServiceImpl::StreamReactor final
     const Interrupt interrupt([this] { return context_->IsCancelled(); },
                               absl::FromChrono(context_->deadline()));
     InferTimings timings;
-    absl::Status status =
-        RunModelInfer(service_.engine_, service_.ShmFor(*context_, plan_), &plan_, &interrupt,
-                      response_.mutable_infer_response(), &timings);
+    absl::Status status = RunModelInfer(service_.engine_, service_.ShmFor(*context_, plan_), &plan_,
+                                        &interrupt, response_.mutable_infer_response(), &timings);
     InferenceRecord record;
     record.ok = status.ok();
     record.total = absl::Now() - message_start_;
@@ -157,10 +156,9 @@ class KServeServiceImpl::StreamReactor final
       infer->set_model_version(request_.model_version());
       infer->set_id(request_.id());
     }
-    service_.metrics_.RecordRequest(Rpc::kModelStreamInfer, grpc_status.error_code(),
-                                    absl::Now() - message_start_, bytes_in_,
-                                    status.ok() ? static_cast<int64_t>(response_.ByteSizeLong())
-                                                : 0);
+    service_.metrics_.RecordRequest(
+        Rpc::kModelStreamInfer, grpc_status.error_code(), absl::Now() - message_start_, bytes_in_,
+        status.ok() ? static_cast<int64_t>(response_.ByteSizeLong()) : 0);
     StartWrite(&response_);
   }
 
@@ -257,9 +255,9 @@ grpc::ServerUnaryReactor* KServeServiceImpl::AnswerAdmitted(
   return call;
 }
 
-grpc::ServerUnaryReactor* KServeServiceImpl::ServerLive(
-    grpc::CallbackServerContext* context, const inference::ServerLiveRequest* request,
-    inference::ServerLiveResponse* response) {
+grpc::ServerUnaryReactor* KServeServiceImpl::ServerLive(grpc::CallbackServerContext* context,
+                                                        const inference::ServerLiveRequest* request,
+                                                        inference::ServerLiveResponse* response) {
   response->set_live(true);
   return AnswerProbe(Rpc::kServerLive, context, *request, response, absl::OkStatus());
 }
@@ -271,9 +269,9 @@ grpc::ServerUnaryReactor* KServeServiceImpl::ServerReady(
   return AnswerProbe(Rpc::kServerReady, context, *request, response, absl::OkStatus());
 }
 
-grpc::ServerUnaryReactor* KServeServiceImpl::ModelReady(
-    grpc::CallbackServerContext* context, const inference::ModelReadyRequest* request,
-    inference::ModelReadyResponse* response) {
+grpc::ServerUnaryReactor* KServeServiceImpl::ModelReady(grpc::CallbackServerContext* context,
+                                                        const inference::ModelReadyRequest* request,
+                                                        inference::ModelReadyResponse* response) {
   // A probe, as in Triton: a model (or version) that does not exist is not
   // ready, which is no error.
   const bool known = models_.Find(request->name(), request->version()).ok();
@@ -361,16 +359,17 @@ grpc::ServerUnaryReactor* KServeServiceImpl::RepositoryIndex(
                         });
 }
 
-grpc::ServerUnaryReactor* KServeServiceImpl::ModelInfer(
-    grpc::CallbackServerContext* context, const inference::ModelInferRequest* request,
-    inference::ModelInferResponse* response) {
+grpc::ServerUnaryReactor* KServeServiceImpl::ModelInfer(grpc::CallbackServerContext* context,
+                                                        const inference::ModelInferRequest* request,
+                                                        inference::ModelInferResponse* response) {
   auto* call = new UnaryCall(Rpc::kModelInfer, gate_, metrics_, options_.max_message_bytes);
   std::string client = ClientOf(*context);
   if (!call->Admit(*request, client)) return call;
   const absl::Time start = absl::Now();
   // Admit measured the request: its size is cached now.
   const int64_t request_bytes = request->GetCachedSize();
-  absl::StatusOr<const Model*> model = models_.Find(request->model_name(), request->model_version());
+  absl::StatusOr<const Model*> model =
+      models_.Find(request->model_name(), request->model_version());
   if (!model.ok()) {
     call->FinishWith(model.status(), nullptr);
     return call;
@@ -381,8 +380,8 @@ grpc::ServerUnaryReactor* KServeServiceImpl::ModelInfer(
   inference::ModelInferRequest* owned =
       MutableRequest<inference::ModelInferRequest, inference::ModelInferResponse>(context);
   if (owned == nullptr) {
-    call->FinishWith(absl::InternalError("ModelInfer: the owning message allocator is not installed"),
-                     nullptr);
+    call->FinishWith(
+        absl::InternalError("ModelInfer: the owning message allocator is not installed"), nullptr);
     return call;
   }
   absl::StatusOr<InferPlan> planned =

@@ -96,8 +96,7 @@ class KServeServiceImpl final : public inference::GRPCInferenceService::Callback
       const inference::SystemSharedMemoryUnregisterRequest* request,
       inference::SystemSharedMemoryUnregisterResponse* response) override;
   grpc::ServerUnaryReactor* CudaSharedMemoryStatus(
-      grpc::CallbackServerContext* context,
-      const inference::CudaSharedMemoryStatusRequest* request,
+      grpc::CallbackServerContext* context, const inference::CudaSharedMemoryStatusRequest* request,
       inference::CudaSharedMemoryStatusResponse* response) override;
   grpc::ServerUnaryReactor* CudaSharedMemoryRegister(
       grpc::CallbackServerContext* context,

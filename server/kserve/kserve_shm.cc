@@ -88,13 +88,13 @@ grpc::ServerUnaryReactor* KServeServiceImpl::CudaSharedMemoryRegister(
       Rpc::kCudaSharedMemoryRegister, context, *request, response,
       [this, context, request]() -> absl::Status {
         if (request->device_id() < 0 || request->device_id() > INT32_MAX) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "device_id is ", request->device_id(), ": must be a CUDA device ordinal >= 0"));
+          return absl::InvalidArgumentError(absl::StrCat("device_id is ", request->device_id(),
+                                                         ": must be a CUDA device ordinal >= 0"));
         }
         if (request->raw_handle().empty()) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "raw_handle is empty: it must hold the ", kCudaIpcHandleBytes,
-              " bytes of a cudaIpcMemHandle_t"));
+          return absl::InvalidArgumentError(absl::StrCat("raw_handle is empty: it must hold the ",
+                                                         kCudaIpcHandleBytes,
+                                                         " bytes of a cudaIpcMemHandle_t"));
         }
         v1::RegisterSharedMemoryRequest v1_request;
         v1_request.set_name(request->name());
@@ -155,29 +155,29 @@ grpc::ServerUnaryReactor* KServeServiceImpl::SystemSharedMemoryStatus(
 grpc::ServerUnaryReactor* KServeServiceImpl::CudaSharedMemoryStatus(
     grpc::CallbackServerContext* context, const inference::CudaSharedMemoryStatusRequest* request,
     inference::CudaSharedMemoryStatusResponse* response) {
-  return ServeRegionCall(
-      Rpc::kCudaSharedMemoryStatus, context, *request, response,
-      [this, context, request, response]() -> absl::Status {
-        if (options_.shm == nullptr) return NoShm();
-        absl::StatusOr<std::vector<ShmRegionInfo>> regions =
-            options_.shm->Status(OwnerOf(*context), request->name());
-        if (!regions.ok()) return regions.status();
-        for (const ShmRegionInfo& region : *regions) {
-          if (!region.cuda_ipc) {
-            if (!request->name().empty()) {
-              return absl::NotFoundError(absl::StrCat("region '", region.name,
-                                                      "' is system shared memory, not CUDA "
-                                                      "shared memory: see SystemSharedMemoryStatus"));
-            }
-            continue;
-          }
-          auto& status = (*response->mutable_regions())[region.name];
-          status.set_name(region.name);
-          status.set_device_id(static_cast<uint64_t>(region.cuda_device));
-          status.set_byte_size(region.byte_size);
-        }
-        return absl::OkStatus();
-      });
+  return ServeRegionCall(Rpc::kCudaSharedMemoryStatus, context, *request, response,
+                         [this, context, request, response]() -> absl::Status {
+                           if (options_.shm == nullptr) return NoShm();
+                           absl::StatusOr<std::vector<ShmRegionInfo>> regions =
+                               options_.shm->Status(OwnerOf(*context), request->name());
+                           if (!regions.ok()) return regions.status();
+                           for (const ShmRegionInfo& region : *regions) {
+                             if (!region.cuda_ipc) {
+                               if (!request->name().empty()) {
+                                 return absl::NotFoundError(
+                                     absl::StrCat("region '", region.name,
+                                                  "' is system shared memory, not CUDA "
+                                                  "shared memory: see SystemSharedMemoryStatus"));
+                               }
+                               continue;
+                             }
+                             auto& status = (*response->mutable_regions())[region.name];
+                             status.set_name(region.name);
+                             status.set_device_id(static_cast<uint64_t>(region.cuda_device));
+                             status.set_byte_size(region.byte_size);
+                           }
+                           return absl::OkStatus();
+                         });
 }
 
 }  // namespace kserve

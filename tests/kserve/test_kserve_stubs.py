@@ -386,3 +386,40 @@ def test_statistics_and_metrics_count_the_calls(kserve, server):
     counts = server.request_counts()
     assert counts.get(("ModelInfer", "OK"), 0) >= 3
     assert counts.get(("ModelStatistics", "OK"), 0) >= 2
+
+
+# ---- the port's security applies -----------------------------------------------------
+
+def test_tls_and_bearer_tokens_guard_the_inference_service(tmp_path):
+    import shutil
+    if shutil.which("openssl") is None:
+        pytest.fail("the openssl CLI is needed for the TLS test (Debian: openssl)")
+    from conftest import SERVER_ARGS, ropeserve_binary
+    from inference import grpc_service_pb2_grpc
+    from ropeserve_process import RopeServe
+    from throwaway_pki import make_certs
+    d = str(tmp_path)
+    make_certs(d)
+    token = "kserve-token-7f3"
+    with open(os.path.join(d, "tokens"), "w") as f:
+        f.write(token + "\n")
+    args = SERVER_ARGS + ["--tls_cert_file=%s/server.pem" % d, "--tls_key_file=%s/server.key" % d,
+                          "--auth_token_file=%s/tokens" % d]
+    with RopeServe(ropeserve_binary(), args) as server:
+        with open(os.path.join(d, "ca.pem"), "rb") as f:
+            credentials = grpc.ssl_channel_credentials(root_certificates=f.read())
+        with grpc.secure_channel(server.address, credentials) as channel:
+            stub = grpc_service_pb2_grpc.GRPCInferenceServiceStub(channel)
+            request = pb.ModelInferRequest(model_name="rotate")
+            request.parameters["head_dim"].int64_param = 8
+            request.parameters["max_len"].int64_param = 16
+            add_input(request, "q", "FP32", np.ones((1, 1, 1, 8), dtype=np.float32))
+            with pytest.raises(grpc.RpcError) as info:
+                stub.ModelInfer(request, timeout=DEADLINE)
+            assert info.value.code() == grpc.StatusCode.UNAUTHENTICATED
+            with pytest.raises(grpc.RpcError) as info:
+                stub.ServerReady(pb.ServerReadyRequest(), timeout=DEADLINE)
+            assert info.value.code() == grpc.StatusCode.UNAUTHENTICATED
+            metadata = [("authorization", "Bearer " + token)]
+            reply = stub.ModelInfer(request, timeout=DEADLINE, metadata=metadata)
+            assert len(reply.raw_output_contents[0]) == 32

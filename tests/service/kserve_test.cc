@@ -72,7 +72,8 @@ ModelInferRequest InferFor(const v1::RotateRequest& rotate) {
   request.set_model_name("rotate");
   request.set_id("req-1");
   SetConfigParameters(rotate.config(), &request);
-  if (rotate.start_pos() != 0) (*request.mutable_parameters())["start_pos"].set_int64_param(rotate.start_pos());
+  if (rotate.start_pos() != 0)
+    (*request.mutable_parameters())["start_pos"].set_int64_param(rotate.start_pos());
   if (rotate.inverse()) (*request.mutable_parameters())["inverse"].set_bool_param(true);
   AddInput("q", rotate.q(), &request);
   if (rotate.has_k()) AddInput("k", rotate.k(), &request);
@@ -180,8 +181,9 @@ TEST_P(KServeRotateEquality, ModelInferGivesRotatesBytes) {
   ASSERT_EQ(response.outputs_size(), c.with_k ? 2 : 1);
   EXPECT_EQ(response.outputs(0).name(), "q_out");
   EXPECT_EQ(response.outputs(0).datatype(), DatatypeOf(c.dtype));
-  EXPECT_EQ(std::vector<int64_t>(response.outputs(0).shape().begin(), response.outputs(0).shape().end()),
-            (std::vector<int64_t>{2, 5, 4, 64}));
+  EXPECT_EQ(
+      std::vector<int64_t>(response.outputs(0).shape().begin(), response.outputs(0).shape().end()),
+      (std::vector<int64_t>{2, 5, 4, 64}));
   EXPECT_TRUE(OutputBytes(response, "q_out") == want.q().data()) << "q_out differs from Rotate's q";
   if (c.with_k) {
     EXPECT_TRUE(OutputBytes(response, "k_out") == want.k().data())
@@ -191,11 +193,11 @@ TEST_P(KServeRotateEquality, ModelInferGivesRotatesBytes) {
 
 INSTANTIATE_TEST_SUITE_P(
     Cases, KServeRotateEquality,
-    ::testing::Values(RotateCase{"Fp32Interleaved", v1::FLOAT32, v1::INTERLEAVED, true, false, false},
-                      RotateCase{"Fp16HalfPositions", v1::FLOAT16, v1::HALF, true, true, false},
-                      RotateCase{"Bf16HalfInverse", v1::BFLOAT16, v1::HALF, true, false, true},
-                      RotateCase{"Fp32QOnlyPositions", v1::FLOAT32, v1::INTERLEAVED, false, true,
-                                 false}),
+    ::testing::Values(
+        RotateCase{"Fp32Interleaved", v1::FLOAT32, v1::INTERLEAVED, true, false, false},
+        RotateCase{"Fp16HalfPositions", v1::FLOAT16, v1::HALF, true, true, false},
+        RotateCase{"Bf16HalfInverse", v1::BFLOAT16, v1::HALF, true, false, true},
+        RotateCase{"Fp32QOnlyPositions", v1::FLOAT32, v1::INTERLEAVED, false, true, false}),
     [](const ::testing::TestParamInfo<RotateCase>& info) { return info.param.name; });
 
 TEST_F(KServeTest, AttentionGivesAttentionScoresBytes) {
@@ -244,7 +246,8 @@ TEST_F(KServeTest, TypedContentsAndInt32PositionsGiveTheSameBytes) {
   positions->set_datatype("INT32");
   positions->add_shape(1);
   positions->add_shape(3);
-  for (int64_t p : rotate.positions()) positions->mutable_contents()->add_int_contents(static_cast<int32_t>(p));
+  for (int64_t p : rotate.positions())
+    positions->mutable_contents()->add_int_contents(static_cast<int32_t>(p));
   request.add_outputs()->set_name("q_out");
   ModelInferResponse response;
   ASSERT_TRUE(GrpcStatusIs(Infer(request, &response), StatusCode::OK, ""));
@@ -310,8 +313,9 @@ std::vector<InferCase> InferCases() {
          Input(r, 1)->set_shape(2, 4);
        },
        kInvalid, "k"},
-      {"RawMissingForK", [](ModelInferRequest* r) { r->mutable_raw_input_contents()->RemoveLast(); },
-       kInvalid, "inference input 'k' has no data"},
+      {"RawMissingForK",
+       [](ModelInferRequest* r) { r->mutable_raw_input_contents()->RemoveLast(); }, kInvalid,
+       "inference input 'k' has no data"},
       {"RawExtraEntry", [](ModelInferRequest* r) { r->add_raw_input_contents("x"); }, kInvalid,
        "raw_input_contents has 3 entries for 2 inputs"},
       {"ContentsBesideRaw",
@@ -357,7 +361,9 @@ std::vector<InferCase> InferCases() {
       {"MaxLenMissing", [](ModelInferRequest* r) { r->mutable_parameters()->erase("max_len"); },
        kInvalid, "max_len"},
       {"LayoutUnknown",
-       [](ModelInferRequest* r) { (*r->mutable_parameters())["layout"].set_string_param("zigzag"); },
+       [](ModelInferRequest* r) {
+         (*r->mutable_parameters())["layout"].set_string_param("zigzag");
+       },
        kInvalid, "parameter 'layout' is \"zigzag\""},
       {"RopeScalingMalformed",
        [](ModelInferRequest* r) {
@@ -492,7 +498,8 @@ TEST_F(KServeTest, ProbesMetadataConfigAndIndex) {
     inference::ModelMetadataRequest request;
     request.set_name("rotate");
     inference::ModelMetadataResponse metadata;
-    ASSERT_TRUE(GrpcStatusIs(kserve_->ModelMetadata(&context, request, &metadata), StatusCode::OK, ""));
+    ASSERT_TRUE(
+        GrpcStatusIs(kserve_->ModelMetadata(&context, request, &metadata), StatusCode::OK, ""));
     ASSERT_EQ(metadata.inputs_size(), 3);
     EXPECT_EQ(metadata.inputs(0).name(), "q");
     EXPECT_EQ(metadata.inputs(0).shape(3), -1);
@@ -542,7 +549,8 @@ TEST_F(KServeTest, StatisticsCountSuccessesAndFailures) {
   inference::ModelStatisticsRequest request;
   request.set_name("rotate");
   inference::ModelStatisticsResponse stats;
-  ASSERT_TRUE(GrpcStatusIs(kserve_->ModelStatistics(&context, request, &stats), StatusCode::OK, ""));
+  ASSERT_TRUE(
+      GrpcStatusIs(kserve_->ModelStatistics(&context, request, &stats), StatusCode::OK, ""));
   ASSERT_EQ(stats.model_stats_size(), 1);
   EXPECT_EQ(stats.model_stats(0).inference_count(), 1u);
   EXPECT_EQ(stats.model_stats(0).inference_stats().success().count(), 1u);
@@ -592,7 +600,8 @@ TEST_F(KServeTest, DrainingServerIsNotReadyAndRefusesInference) {
 
 class ShmObject {
  public:
-  explicit ShmObject(size_t bytes) : key_(absl::StrCat("/rope-kserve-test-", getpid())), bytes_(bytes) {
+  explicit ShmObject(size_t bytes)
+      : key_(absl::StrCat("/rope-kserve-test-", getpid())), bytes_(bytes) {
     const int fd = shm_open(key_.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0600);
     EXPECT_GE(fd, 0);
     EXPECT_EQ(ftruncate(fd, static_cast<off_t>(bytes)), 0);
@@ -675,8 +684,8 @@ TEST_F(KServeTest, SystemSharedMemoryRoundTrip) {
     grpc::ClientContext context;
     SetDeadline(&context);
     inference::SystemSharedMemoryStatusResponse status;
-    ASSERT_TRUE(GrpcStatusIs(kserve_->SystemSharedMemoryStatus(&context, {}, &status),
-                             StatusCode::OK, ""));
+    ASSERT_TRUE(
+        GrpcStatusIs(kserve_->SystemSharedMemoryStatus(&context, {}, &status), StatusCode::OK, ""));
     ASSERT_EQ(status.regions().count("io"), 1u);
     EXPECT_EQ(status.regions().at("io").key(), object.key());
     EXPECT_EQ(status.regions().at("io").byte_size(), 1u << 16);
@@ -685,16 +694,17 @@ TEST_F(KServeTest, SystemSharedMemoryRoundTrip) {
     grpc::ClientContext context;
     SetDeadline(&context);
     inference::CudaSharedMemoryStatusResponse status;
-    ASSERT_TRUE(GrpcStatusIs(kserve_->CudaSharedMemoryStatus(&context, {}, &status),
-                             StatusCode::OK, ""));
+    ASSERT_TRUE(
+        GrpcStatusIs(kserve_->CudaSharedMemoryStatus(&context, {}, &status), StatusCode::OK, ""));
     EXPECT_TRUE(status.regions().empty());
   }
   {
     grpc::ClientContext context;
     SetDeadline(&context);
     inference::SystemSharedMemoryUnregisterResponse response_unregister;
-    ASSERT_TRUE(GrpcStatusIs(kserve_->SystemSharedMemoryUnregister(&context, {}, &response_unregister),
-                             StatusCode::OK, ""));
+    ASSERT_TRUE(
+        GrpcStatusIs(kserve_->SystemSharedMemoryUnregister(&context, {}, &response_unregister),
+                     StatusCode::OK, ""));
   }
   EXPECT_TRUE(GrpcStatusIs(Infer(request, &response), StatusCode::NOT_FOUND, "\"io\""));
 }
@@ -769,12 +779,12 @@ TEST_F(KServeTest, RepositoryThatDoesNotLoadStopsTheStart) {
     std::string settings;
     std::string message;
   };
-  for (const Bad& bad : {Bad{R"({"operation": "spin"})", "\"operation\" is \"spin\""},
-                         Bad{R"({"operation": "rotate", "colour": 1})", "\"colour\" is not a setting"},
-                         Bad{R"({"operation": "rotate", "max_len": 4096, "layer_type": "nope"})",
-                             "nope"},
-                         Bad{R"({"operation": "rotate", "max_len": 4294967295})", "max_len"},
-                         Bad{"not json", "not a JSON object"}}) {
+  for (const Bad& bad :
+       {Bad{R"({"operation": "spin"})", "\"operation\" is \"spin\""},
+        Bad{R"({"operation": "rotate", "colour": 1})", "\"colour\" is not a setting"},
+        Bad{R"({"operation": "rotate", "max_len": 4096, "layer_type": "nope"})", "nope"},
+        Bad{R"({"operation": "rotate", "max_len": 4294967295})", "max_len"},
+        Bad{"not json", "not a JSON object"}}) {
     ServerOptions options = DefaultOptions();
     options.model_repository = WriteRepository(bad.settings, "Llama-3.1-8B-Instruct.json");
     absl::StatusOr<std::unique_ptr<RopeServer>> server =
