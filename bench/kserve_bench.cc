@@ -3,7 +3,8 @@
 // rope.v1 Rotate it stands for, on the same server, with the same tensors,
 // in interleaved rounds. Reports per case and RPC the median over rounds of
 // p50 latency (1 call in flight) and calls/s (--concurrency in flight), and
-// the ModelInfer/Rotate ratios, as JSON (--out) and markdown on stdout.
+// the median over rounds of each round's ModelInfer/Rotate ratios, as JSON
+// (--out) and markdown on stdout.
 // Every loop is bounded in count and in time.
 #include <grpcpp/grpcpp.h>
 
@@ -29,6 +30,14 @@ ABSL_FLAG(std::string, out, "", "write results as JSON to this file");
 ABSL_FLAG(double, seconds_per_case, 1.0, "time cap of each measured case (one round, one RPC)");
 ABSL_FLAG(int, rounds, 5, "interleaved rounds (Rotate, ModelInfer, Rotate, ...)");
 ABSL_FLAG(int, concurrency, 4, "calls in flight for the throughput cases");
+ABSL_FLAG(std::vector<std::string>, shapes,
+          std::vector<std::string>({"decode-1", "decode-32", "prefill-1024"}),
+          "cases to measure (a subset of decode-1,decode-32,prefill-1024)");
+ABSL_FLAG(int64_t, calls, 0,
+          "> 0: each measured case makes exactly this many calls (no time cap), e.g. to divide a "
+          "profiler's CPU time by them");
+ABSL_FLAG(std::string, only, "",
+          "measure only this RPC (Rotate or ModelInfer), e.g. under a profiler; no ratios");
 
 namespace {
 
@@ -99,8 +108,12 @@ struct Sample {
 // `call` from `concurrency` threads until `max_calls` or the time cap.
 template <typename Call>
 Sample Measure(int concurrency, int64_t max_calls, Call call) {
-  const double cap = absl::GetFlag(FLAGS_seconds_per_case);
-  for (int i = 0; i < 2; ++i) call();  // warm-up
+  const int64_t fixed_calls = absl::GetFlag(FLAGS_calls);
+  if (fixed_calls > 0) max_calls = fixed_calls;
+  const double cap = fixed_calls > 0 ? 1e9 : absl::GetFlag(FLAGS_seconds_per_case);
+  if (fixed_calls == 0) {
+    for (int i = 0; i < 2; ++i) call();  // warm-up
+  }
   std::atomic<int64_t> issued{0}, errors{0};
   std::vector<std::vector<double>> lat(concurrency);
   const auto start = Clock::now();
@@ -158,7 +171,10 @@ int main(int argc, char** argv) {
     int64_t errors = 0;
   };
   std::vector<Row> rows;
+  const std::vector<std::string> wanted = absl::GetFlag(FLAGS_shapes);
+  const std::string only = absl::GetFlag(FLAGS_only);
   for (const Shape& shape : shapes) {
+    if (std::find(wanted.begin(), wanted.end(), shape.label) == wanted.end()) continue;
     const rope::v1::RotateRequest rotate = MakeRotate(shape);
     const inference::ModelInferRequest infer = MakeInfer(rotate);
     const size_t q_bytes = rotate.q().data().size();
@@ -180,6 +196,7 @@ int main(int argc, char** argv) {
       // Alternate which RPC goes first, so neither always follows the other.
       for (int i = 0; i < 2; ++i) {
         const bool rotate_now = (round + i) % 2 == 0;
+        if (!only.empty() && only != (rotate_now ? "Rotate" : "ModelInfer")) continue;
         const Sample latency = rotate_now ? Measure(1, shape.max_calls, do_rotate)
                                           : Measure(1, shape.max_calls, do_infer);
         const Sample tput = rotate_now ? Measure(conc, shape.max_calls, do_rotate)

@@ -183,8 +183,9 @@ absl::Status FillFloatTensor(const Model& model, const std::string& name, Input&
                              std::vector<InferPlan::RegionRead>* reads) {
   ROPE_ASSIGN_OR_RETURN(v1::DType dtype, FloatDatatype(input.tensor->datatype(), name, model));
   out->set_dtype(dtype);
-  *out->mutable_shape() = input.tensor->shape();
-  const int64_t elements = ElementCount(input.tensor->shape());
+  // The input's shape is not read again: moved, not copied.
+  out->mutable_shape()->Swap(input.tensor->mutable_shape());
+  const int64_t elements = ElementCount(out->shape());
   const int64_t expected = elements < 0 ? -1 : CheckedMul(elements, ElementBytes(dtype));
   if (input.shm.has_value()) {
     const int64_t given = input.shm->byte_size() > static_cast<uint64_t>(kMaxInt64)
@@ -523,7 +524,7 @@ void AddOutput(const std::string& name, v1::Tensor* tensor,
   OutputTensor* output = response->add_outputs();
   output->set_name(name);
   output->set_datatype(std::string(DatatypeName(tensor->dtype())));
-  *output->mutable_shape() = tensor->shape();
+  output->mutable_shape()->Swap(tensor->mutable_shape());
   std::string* raw = response->add_raw_output_contents();
   if (tensor->has_shm()) {
     // Written to the caller's region: Triton leaves an empty entry so that
@@ -631,14 +632,14 @@ absl::StatusOr<InferPlan> PlanModelInfer(const Model& model, inference::ModelInf
     }
     asked[slot] = true;
     ROPE_ASSIGN_OR_RETURN(output_regions[slot], RegionOf(output.parameters(), "output", name));
-    plan.outputs.push_back(name);
+    plan.outputs[plan.output_count++] = slot;
   }
   // The second output (k_out, output) needs the optional second input (k, v).
   const int second_input = model.operation == ModelOperation::kRotate ? 1 : 2;
   const bool has_second = inputs[second_input].tensor != nullptr;
-  if (plan.outputs.empty()) {
-    plan.outputs.push_back(names.outputs[0]);
-    if (has_second) plan.outputs.push_back(names.outputs[1]);
+  if (plan.output_count == 0) {
+    plan.outputs[plan.output_count++] = 0;
+    if (has_second) plan.outputs[plan.output_count++] = 1;
   } else if (asked[1] && !has_second) {
     return absl::InvalidArgumentError(
         absl::StrCat("inference output '", names.outputs[1], "' needs inference input '",
@@ -742,8 +743,10 @@ absl::Status RunModelInfer(Engine& engine, const ShmAccess& shm, InferPlan* plan
         by_reference ? AnswerRotateShared(engine, *shm.registry, shm.owner, &plan->rotate, &reply)
                      : AnswerRotate(engine, &plan->rotate, &reply));
     const absl::Time computed = absl::Now();
-    for (const std::string& name : plan->outputs) {
-      AddOutput(name, name == "q_out" ? reply.mutable_q() : reply.mutable_k(), response);
+    const Names& names = NamesOf(ModelOperation::kRotate);
+    for (int i = 0; i < plan->output_count; ++i) {
+      const int slot = plan->outputs[i];
+      AddOutput(names.outputs[slot], slot == 0 ? reply.mutable_q() : reply.mutable_k(), response);
     }
     if (timings != nullptr) {
       timings->infer = computed - start;
@@ -757,8 +760,11 @@ absl::Status RunModelInfer(Engine& engine, const ShmAccess& shm, InferPlan* plan
                                                          plan->attention, &reply, interrupt)
                            : AnswerAttentionScores(engine, plan->attention, &reply, interrupt));
   const absl::Time computed = absl::Now();
-  for (const std::string& name : plan->outputs) {
-    AddOutput(name, name == "scores" ? reply.mutable_scores() : reply.mutable_output(), response);
+  const Names& names = NamesOf(ModelOperation::kAttention);
+  for (int i = 0; i < plan->output_count; ++i) {
+    const int slot = plan->outputs[i];
+    AddOutput(names.outputs[slot], slot == 0 ? reply.mutable_scores() : reply.mutable_output(),
+              response);
   }
   if (timings != nullptr) {
     timings->infer = computed - start;

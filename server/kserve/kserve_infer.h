@@ -40,6 +40,7 @@
 #ifndef ROPE_SERVER_KSERVE_KSERVE_INFER_H_
 #define ROPE_SERVER_KSERVE_KSERVE_INFER_H_
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -68,7 +69,10 @@ struct InferPlan {
   const Model* model = nullptr;
   v1::RotateRequest rotate;              // rotate models
   v1::AttentionScoresRequest attention;  // attention models
-  std::vector<std::string> outputs;      // the response's outputs, in order
+  // The response's outputs, in order, by slot: 0 q_out / scores, 1 k_out /
+  // output; output_count of them.
+  std::array<int, 2> outputs{};
+  int output_count = 0;
   std::string id;                        // the request's id, echoed
   // Inputs read out of their regions when the plan runs (after the call's
   // bytes are charged): positions, and a q or k whose output does not go to

@@ -1,6 +1,7 @@
 #include "server/kserve/kserve_service.h"
 
 #include <memory>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -409,11 +410,16 @@ grpc::ServerUnaryReactor* KServeServiceImpl::ModelInfer(grpc::CallbackServerCont
             call->FinishWith(CancelledBeforeRun(Rpc::kModelInfer), nullptr);
             return;
           }
-          const Interrupt interrupt([context] { return context->IsCancelled(); },
-                                    absl::FromChrono(context->deadline()));
+          // Only attention polls it (the longest calls there are).
+          std::optional<Interrupt> interrupt;
+          if (plan->model->operation == ModelOperation::kAttention) {
+            interrupt.emplace([context] { return context->IsCancelled(); },
+                              absl::FromChrono(context->deadline()));
+          }
           InferTimings timings;
-          const absl::Status status = RunModelInfer(engine_, ShmFor(*context, *plan), plan.get(),
-                                                    &interrupt, response, &timings);
+          const absl::Status status =
+              RunModelInfer(engine_, ShmFor(*context, *plan), plan.get(),
+                            interrupt.has_value() ? &*interrupt : nullptr, response, &timings);
           record.ok = status.ok();
           record.total = absl::Now() - start;
           record.queue = run_start - start - input_time;
