@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 
 namespace rope {
 namespace kserve {
@@ -109,8 +110,14 @@ void ConfigureModel(const Model& model, inference::ModelInstanceGroup::Kind inst
   AddParameter("head_dim", absl::StrCat(model.head_dim), out);
   AddParameter("max_len", absl::StrCat(model.config.max_len()), out);
   AddParameter("layout", model.config.layout() == v1::HALF ? "half" : "interleaved", out);
-  if (!model.config.hf_layer_type().empty()) {
-    AddParameter("hf_layer_type", model.config.hf_layer_type(), out);
+  if (!model.layer_type.empty()) AddParameter("hf_layer_type", model.layer_type, out);
+  // The explicit configuration the config.json resolved to.
+  AddParameter("theta", absl::StrFormat("%.17g", model.config.theta()), out);
+  AddParameter("rotary_dim", absl::StrCat(model.config.rotary_dim()), out);
+  if (model.config.scaling_case() != v1::RopeConfig::SCALING_NOT_SET) {
+    const google::protobuf::FieldDescriptor* field =
+        v1::RopeConfig::descriptor()->FindFieldByNumber(model.config.scaling_case());
+    AddParameter("scaling", field != nullptr ? field->name() : "", out);
   }
 }
 

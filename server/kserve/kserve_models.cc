@@ -160,14 +160,17 @@ absl::StatusOr<Model> LoadModel(const std::filesystem::path& folder, Engine& eng
   if (!hf.ok()) return in_model(hf.status());
   model.head_dim = hf->head_dim;
 
-  model.config.set_hf_config_json(std::move(config_json));
-  model.config.set_hf_layer_type(layer_type);
-  model.config.set_max_len(static_cast<uint32_t>(max_len));
-  model.config.set_layout(*parsed_layout);
-  absl::StatusOr<RopeConfig> engine_config = ConfigFromProto(model.config);
+  v1::RopeConfig from_json;
+  from_json.set_hf_config_json(std::move(config_json));
+  from_json.set_hf_layer_type(layer_type);
+  from_json.set_max_len(static_cast<uint32_t>(max_len));
+  from_json.set_layout(*parsed_layout);
+  absl::StatusOr<RopeConfig> engine_config = ConfigFromProto(from_json);
   if (!engine_config.ok()) return in_model(engine_config.status());
   absl::StatusOr<ResolvedConfig> resolved = engine.ResolveConfig(*engine_config);
   if (!resolved.ok()) return in_model(resolved.status());
+  model.config = ConfigToProto(resolved->config);
+  model.layer_type = layer_type;
   model.head_dim = resolved->config.head_dim;
   return model;
 }
@@ -185,6 +188,7 @@ absl::StatusOr<v1::Layout> ParseLayout(absl::string_view text, absl::string_view
 ModelRepository::ModelRepository() {
   models_.push_back(Builtin(kAttentionModel, ModelOperation::kAttention));
   models_.push_back(Builtin(kRotateModel, ModelOperation::kRotate));
+  for (size_t i = 0; i < models_.size(); ++i) models_[i].index = i;
 }
 
 absl::StatusOr<ModelRepository> ModelRepository::Load(const std::string& dir, Engine& engine) {
@@ -208,6 +212,7 @@ absl::StatusOr<ModelRepository> ModelRepository::Load(const std::string& dir, En
   }
   std::sort(repository.models_.begin(), repository.models_.end(),
             [](const Model& a, const Model& b) { return a.name < b.name; });
+  for (size_t i = 0; i < repository.models_.size(); ++i) repository.models_[i].index = i;
   return repository;
 }
 

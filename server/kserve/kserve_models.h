@@ -6,8 +6,9 @@
 //   attention  AttentionScores (inputs q, k, optional v; outputs scores, output)
 // and ropeserve --model_repository=DIR adds one model per folder of DIR: the
 // folder's name is the model's, and it holds
-//   config.json     a Hugging Face model's config.json (sent to the engine as
-//                   RopeConfig.hf_config_json, at most 4 MiB)
+//   config.json     a Hugging Face model's config.json (at most 4 MiB), read
+//                   as rope.v1 reads RopeConfig.hf_config_json and resolved
+//                   once, at load time, into the explicit RopeConfig
 //   ropeserve.json  {"operation": "rotate" | "attention",       (required)
 //                    "layer_type": "sliding_attention",         (optional)
 //                    "max_len": 8192,        (optional: max_position_embeddings)
@@ -48,9 +49,15 @@ struct Model {
   // Built-in: the RoPE configuration comes from each request's parameters;
   // `config` is then empty.
   bool builtin = false;
-  // A repository model's configuration: hf_config_json, hf_layer_type,
-  // max_len and layout; the base of every request's rope.v1 config.
+  // A repository model's configuration, the base of every request's rope.v1
+  // config: its config.json (and layer type) as the engine resolved it at
+  // load time, in the explicit form (theta, head_dim, rotary_dim, scaling,
+  // mrope), with max_len and layout. rope.v1 guarantees that form gives the
+  // bits hf_config_json gives, and spares every call the JSON (and makes
+  // small rotations eligible to run inline, as explicit rope.v1 ones are).
   v1::RopeConfig config;
+  // The layer type whose rope it is ("" : full attention).
+  std::string layer_type;
   // Features per head the configuration gives (ModelMetadata's last dim of
   // q and k); 0: chosen by the request (-1 in metadata).
   uint32_t head_dim = 0;
@@ -58,6 +65,8 @@ struct Model {
   std::string datatype = "FP32";
   // The model's folder (repository models), for messages.
   std::string source;
+  // Its position in ModelRepository::models() (per-model statistics).
+  size_t index = 0;
 };
 
 class ModelRepository {

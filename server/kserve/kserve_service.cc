@@ -194,7 +194,8 @@ KServeServiceImpl::KServeServiceImpl(Engine& engine, CallGate& gate, ByteBudget&
       metrics_(metrics),
       work_(work),
       models_(models),
-      options_(std::move(options)) {
+      options_(std::move(options)),
+      statistics_(models.models().size()) {
   SetMessageAllocatorFor_ModelInfer(&infer_allocator_);
 }
 

@@ -8,27 +8,28 @@ namespace rope {
 namespace kserve {
 namespace {
 
-void SetDuration(uint64_t count, uint64_t ns, inference::StatisticDuration* out) {
-  out->set_count(count);
-  out->set_ns(ns);
-}
+constexpr auto kRelaxed = std::memory_order_relaxed;
 
 }  // namespace
 
+ModelStatisticsTable::ModelStatisticsTable(size_t models)
+    : size_(models), counters_(new Counters[models]) {}
+
 void ModelStatisticsTable::Durations::Add(absl::Duration d) {
-  ++count;
-  ns += static_cast<uint64_t>(std::max<int64_t>(absl::ToInt64Nanoseconds(d), 0));
+  count.fetch_add(1, kRelaxed);
+  ns.fetch_add(static_cast<uint64_t>(std::max<int64_t>(absl::ToInt64Nanoseconds(d), 0)), kRelaxed);
 }
 
 void ModelStatisticsTable::Record(const Model& model, const InferenceRecord& record) {
-  absl::MutexLock lock(&mu_);
-  Counters& counters = by_model_[model.name];
+  if (model.index >= size_) return;
+  Counters& counters = counters_[model.index];
   if (!record.ok) {
     counters.fail.Add(record.total);
     return;
   }
-  counters.last_inference_ms = static_cast<uint64_t>(absl::ToUnixMillis(absl::Now()));
-  ++counters.inference_count;
+  counters.last_inference_ms.store(static_cast<uint64_t>(absl::ToUnixMillis(absl::Now())),
+                                   kRelaxed);
+  counters.inference_count.fetch_add(1, kRelaxed);
   counters.success.Add(record.total);
   counters.queue.Add(record.queue);
   counters.input.Add(record.input);
@@ -40,28 +41,32 @@ void ModelStatisticsTable::Fill(const Model& model, inference::ModelStatistics* 
   out->set_name(model.name);
   out->set_version(kModelVersion);
   inference::InferStatistics* stats = out->mutable_inference_stats();
-  absl::MutexLock lock(&mu_);
-  auto it = by_model_.find(model.name);
-  const Counters counters = it == by_model_.end() ? Counters{} : it->second;
-  out->set_last_inference(counters.last_inference_ms);
-  out->set_inference_count(counters.inference_count);
-  // One engine call per inference: ropeserve batches nothing.
-  out->set_execution_count(counters.inference_count);
-  SetDuration(counters.success.count, counters.success.ns, stats->mutable_success());
-  SetDuration(counters.fail.count, counters.fail.ns, stats->mutable_fail());
-  SetDuration(counters.queue.count, counters.queue.ns, stats->mutable_queue());
-  SetDuration(counters.input.count, counters.input.ns, stats->mutable_compute_input());
-  SetDuration(counters.infer.count, counters.infer.ns, stats->mutable_compute_infer());
-  SetDuration(counters.output.count, counters.output.ns, stats->mutable_compute_output());
   stats->mutable_cache_hit();
   stats->mutable_cache_miss();
-  if (counters.inference_count > 0) {
+  if (model.index >= size_) return;
+  const Counters& counters = counters_[model.index];
+  auto set = [](const Durations& from, inference::StatisticDuration* to) {
+    to->set_count(from.count.load(kRelaxed));
+    to->set_ns(from.ns.load(kRelaxed));
+  };
+  const uint64_t inferences = counters.inference_count.load(kRelaxed);
+  out->set_last_inference(counters.last_inference_ms.load(kRelaxed));
+  out->set_inference_count(inferences);
+  // One engine call per inference: ropeserve batches nothing.
+  out->set_execution_count(inferences);
+  set(counters.success, stats->mutable_success());
+  set(counters.fail, stats->mutable_fail());
+  set(counters.queue, stats->mutable_queue());
+  set(counters.input, stats->mutable_compute_input());
+  set(counters.infer, stats->mutable_compute_infer());
+  set(counters.output, stats->mutable_compute_output());
+  if (inferences > 0) {
     // Every inference is one request of its own shapes: batch size 1.
     inference::InferBatchStatistics* batch = out->add_batch_stats();
     batch->set_batch_size(1);
-    SetDuration(counters.input.count, counters.input.ns, batch->mutable_compute_input());
-    SetDuration(counters.infer.count, counters.infer.ns, batch->mutable_compute_infer());
-    SetDuration(counters.output.count, counters.output.ns, batch->mutable_compute_output());
+    set(counters.input, batch->mutable_compute_input());
+    set(counters.infer, batch->mutable_compute_infer());
+    set(counters.output, batch->mutable_compute_output());
   }
 }
 

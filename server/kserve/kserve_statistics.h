@@ -1,16 +1,17 @@
 // Per-model inference statistics (ModelStatistics), kept by the KServe
 // service for every ModelInfer and every message of ModelStreamInfer.
 //
-// Thread-safe.
+// Thread-safe and lock-free: relaxed atomic counters per model (Model::index),
+// so recording costs every call a handful of additions. A reader may see
+// one call's counters half added; each counter is exact once calls stop.
 #ifndef ROPE_SERVER_KSERVE_KSERVE_STATISTICS_H_
 #define ROPE_SERVER_KSERVE_KSERVE_STATISTICS_H_
 
+#include <atomic>
+#include <cstddef>
 #include <cstdint>
-#include <map>
-#include <string>
+#include <memory>
 
-#include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "inference/grpc_service.pb.h"
 #include "server/kserve/kserve_models.h"
@@ -30,7 +31,8 @@ struct InferenceRecord {
 
 class ModelStatisticsTable {
  public:
-  ModelStatisticsTable() = default;
+  // For models with Model::index < `models`.
+  explicit ModelStatisticsTable(size_t models);
 
   void Record(const Model& model, const InferenceRecord& record);
 
@@ -39,18 +41,18 @@ class ModelStatisticsTable {
 
  private:
   struct Durations {
-    uint64_t count = 0;
-    uint64_t ns = 0;
+    std::atomic<uint64_t> count{0};
+    std::atomic<uint64_t> ns{0};
     void Add(absl::Duration d);
   };
   struct Counters {
-    uint64_t last_inference_ms = 0;
-    uint64_t inference_count = 0;
+    std::atomic<uint64_t> last_inference_ms{0};
+    std::atomic<uint64_t> inference_count{0};
     Durations success, fail, queue, input, infer, output;
   };
 
-  mutable absl::Mutex mu_;
-  std::map<std::string, Counters> by_model_ ABSL_GUARDED_BY(mu_);
+  const size_t size_;
+  const std::unique_ptr<Counters[]> counters_;
 };
 
 }  // namespace kserve
