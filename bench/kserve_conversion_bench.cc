@@ -96,7 +96,7 @@ void BM_KServeModelInfer(benchmark::State& state) {
     absl::StatusOr<rope::kserve::InferPlan> plan =
         rope::kserve::PlanModelInfer(*model, request.get(), int64_t{1} << 28);
     if (!plan.ok() ||
-        !rope::kserve::RunModelInfer(SharedEngine(), {}, &*plan, nullptr, response.get()).ok()) {
+        !rope::kserve::RunModelInfer(SharedEngine(), {}, &*plan, response.get()).ok()) {
       state.SkipWithError("ModelInfer failed");
       break;
     }

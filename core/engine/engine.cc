@@ -2,14 +2,20 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <functional>
 #include <new>
 #include <numeric>
+#include <optional>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "core/engine/hf_config.h"
+#include "core/engine/scaling.h"
+#include "core/engine/table_block.h"
 #include "core/engine/table_blocks_touched.h"
+#include "core/engine/tensor_size.h"
 #include "core/engine/validation.h"
 
 namespace rope {
@@ -27,14 +33,101 @@ Engine::Engine(std::unique_ptr<Backend> backend, EngineLimits limits)
 
 namespace {
 
+// INVALID_ARGUMENT naming the config's fields when the table `key` stands
+// for has a non-finite inverse frequency or attention factor: finite,
+// in-range parameters can still combine into one (a tiny scaling factor
+// dividing a frequency, a dynamic-NTK base past double's range), and would
+// give replies full of NaN or Inf. A thread's last key that passed is
+// remembered, so a client sending one config call after call pays for the
+// check once.
+absl::Status CheckDerivedValues(const TableKey& key) {
+  thread_local std::optional<TableKey> last_passed;
+  if (last_passed.has_value() && *last_passed == key) return absl::OkStatus();
+  const std::vector<double> inv_freq = ComputeInvFreq(key);
+  for (size_t i = 0; i < inv_freq.size(); ++i) {
+    if (!std::isfinite(inv_freq[i])) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "config.theta ", ExactDecimal(key.theta), ", config.rotary_dim ", key.rotary_dim,
+          " and config.scaling ", DescribeScaling(key.scaling), " give inv_freq[", i, "] = ",
+          inv_freq[i], ": not finite; the parameters are outside what this scaling can use"));
+    }
+  }
+  const double factor = ComputeAttentionFactor(key);
+  if (!std::isfinite(factor)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config.scaling ", DescribeScaling(key.scaling), " with config.max_len ", key.max_len,
+        " gives an attention factor of ", factor, ": not finite"));
+  }
+  last_passed = key;
+  return absl::OkStatus();
+}
+
 // Largest position of start-based positions (AttentionScores).
 int64_t MaxPosition(const math::PositionSpec& positions) {
   return positions.start_pos + positions.seq - 1;
 }
 
+// Checks where `result` (`what`: "the scores are") goes against the
+// result's shape and the call's memory, before any work.
+absl::Status CheckResult(const ResultBuffer& result, const std::vector<int64_t>& shape,
+                         const TensorMemory& memory, const char* what) {
+  if (result.bytes != nullptr) {
+    if (memory.is_host()) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrCat(
+        result.name, ": the call's tensors are in ", memory.ToString(),
+        ", so its results go there too (a region of that memory), not into the reply"));
+  }
+  if (result.view.memory != memory) {
+    return absl::InvalidArgumentError(absl::StrCat(result.name, " is in ",
+                                                   result.view.memory.ToString(),
+                                                   " but the call's tensors are in ",
+                                                   memory.ToString(),
+                                                   ": one call's tensors are all in one memory"));
+  }
+  const int64_t bytes = Float32Bytes(shape);
+  if (result.view.byte_size != static_cast<uint64_t>(bytes)) {
+    return absl::InvalidArgumentError(absl::StrCat(result.name, ".byte_size is ",
+                                                   result.view.byte_size, ": ", what, " ", bytes,
+                                                   " bytes"));
+  }
+  return absl::OkStatus();
+}
+
+// The result's memory: the reply's bytes, resized to the result, or the
+// caller's view (CheckResult passed).
+float* PlaceResult(ResultBuffer& result, const std::vector<int64_t>& shape) {
+  result.shape = shape;
+  if (result.bytes == nullptr) return static_cast<float*>(result.view.data);
+  result.bytes->resize(static_cast<size_t>(Float32Bytes(shape)));
+  return reinterpret_cast<float*>(result.bytes->data());
+}
+
 }  // namespace
 
-absl::StatusOr<RopeConfig> Engine::ExplicitConfig(const RopeConfig& config) {
+absl::StatusOr<DeviceMemory*> Engine::DeviceMemoryFor(absl::string_view field) {
+  DeviceMemory* memory = backend_->device_memory();
+  if (memory == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(field, ": this server's backend is ", backend_->info().name,
+                     ", which has no device memory; CUDA shared memory needs ropeserve "
+                     "--backend=cuda"));
+  }
+  return memory;
+}
+
+absl::Status Engine::CheckMemory(const TensorMemory& memory, absl::string_view field) {
+  if (memory.is_host()) return absl::OkStatus();
+  ROPE_ASSIGN_OR_RETURN(DeviceMemory* const device_memory, DeviceMemoryFor(field));
+  if (memory.device != device_memory->device()) {
+    return absl::InvalidArgumentError(absl::StrCat(field, " is in ", memory.ToString(),
+                                                   ": this server's backend computes on device ",
+                                                   device_memory->device()));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<RopeConfig> Engine::ExplicitConfig(const RopeConfig& config,
+                                                  const Interrupt* interrupt) {
   if (config.hf_config_json.empty()) {
     if (!config.hf_layer_type.empty()) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -50,7 +143,7 @@ absl::StatusOr<RopeConfig> Engine::ExplicitConfig(const RopeConfig& config) {
         limits_.max_hf_config_json_bytes, " bytes"));
   }
   const std::shared_ptr<const HfConfigCache::Result> parsed =
-      hf_configs_.Get(config.hf_config_json, config.hf_layer_type);
+      hf_configs_.Get(config.hf_config_json, config.hf_layer_type, interrupt);
   if (!parsed->ok()) return parsed->status();
   ROPE_ASSIGN_OR_RETURN(RopeConfig explicit_config, ApplyHfRopeConfig(config, **parsed));
   // What the JSON gives is checked here, so that the message says where the
@@ -68,6 +161,7 @@ absl::StatusOr<std::shared_ptr<const RopeTable>> Engine::TableFor(
     const RopeConfig& config, int64_t max_position,
     const std::function<void(BlocksTouched&)>& touch) {
   const TableKey key = MakeTableKey(config, max_position);
+  ROPE_RETURN_IF_ERROR(CheckDerivedValues(key));
   BlocksTouched touched(TableBlockShift(key), limits_.max_table_blocks_per_call);
   touch(touched);
   ROPE_ASSIGN_OR_RETURN(const std::vector<int64_t> blocks, touched.Sorted());
@@ -75,8 +169,9 @@ absl::StatusOr<std::shared_ptr<const RopeTable>> Engine::TableFor(
 }
 
 absl::Status Engine::Rotate(const RotateParams& params) {
-  ROPE_ASSIGN_OR_RETURN(const RopeConfig config, ExplicitConfig(params.config));
+  ROPE_ASSIGN_OR_RETURN(const RopeConfig config, ExplicitConfig(params.config, params.interrupt));
   ROPE_ASSIGN_OR_RETURN(ResolvedRotate resolved, ResolveRotate(params, config, limits_));
+  ROPE_RETURN_IF_ERROR(CheckMemory(resolved.args.memory, "q"));
   ROPE_ASSIGN_OR_RETURN(
       const std::shared_ptr<const RopeTable> table,
       TableFor(config, resolved.max_position, [&resolved](BlocksTouched& touched) {
@@ -119,41 +214,23 @@ absl::Status Engine::Rotate(const RotateParams& params) {
 }
 
 absl::Status Engine::AttentionScores(const AttentionParams& params, AttentionOutputs* outputs) {
-  if (outputs == nullptr || (params.on_device ? outputs->device_scores == nullptr
-                                              : outputs->scores == nullptr)) {
+  if (outputs == nullptr || !outputs->scores.requested()) {
     return absl::InvalidArgumentError("AttentionScores needs an outputs.scores buffer");
   }
-  ROPE_ASSIGN_OR_RETURN(const RopeConfig config, ExplicitConfig(params.config));
+  ROPE_ASSIGN_OR_RETURN(const RopeConfig config, ExplicitConfig(params.config, params.interrupt));
   ROPE_ASSIGN_OR_RETURN(ResolvedAttention resolved, ResolveAttention(params, config, limits_));
-  if (resolved.args.v != nullptr &&
-      (params.on_device ? outputs->device_output == nullptr : outputs->output == nullptr)) {
+  AttentionArgs& args = resolved.args;
+  if (args.v != nullptr && !outputs->output.requested()) {
     return absl::InvalidArgumentError("v is given but outputs.output is null");
   }
-  AttentionArgs& args = resolved.args;
-  args.interrupt = params.interrupt;
-  // The results' byte sizes (float32; shapes already checked against the
-  // element limit, so no overflow).
-  const auto float_bytes = [](const std::vector<int64_t>& shape) {
-    uint64_t n = sizeof(float);
-    for (int64_t d : shape) n *= static_cast<uint64_t>(d);
-    return n;
-  };
-  const uint64_t scores_bytes = float_bytes(resolved.scores_shape);
-  const uint64_t output_bytes = args.v != nullptr ? float_bytes(resolved.output_shape) : 0;
-  if (params.on_device) {
-    // Into the caller's device ranges, which must be the results' size.
-    args.on_device = true;
-    if (outputs->device_scores_bytes != scores_bytes) {
-      return absl::InvalidArgumentError(absl::StrCat("scores_out.byte_size is ",
-                                                     outputs->device_scores_bytes,
-                                                     ": the scores are ", scores_bytes, " bytes"));
-    }
-    if (args.v != nullptr && outputs->device_output_bytes != output_bytes) {
-      return absl::InvalidArgumentError(absl::StrCat("output_out.byte_size is ",
-                                                     outputs->device_output_bytes,
-                                                     ": the output is ", output_bytes, " bytes"));
-    }
+  ROPE_RETURN_IF_ERROR(CheckMemory(args.memory, "q"));
+  ROPE_RETURN_IF_ERROR(
+      CheckResult(outputs->scores, resolved.scores_shape, args.memory, "the scores are"));
+  if (args.v != nullptr) {
+    ROPE_RETURN_IF_ERROR(
+        CheckResult(outputs->output, resolved.output_shape, args.memory, "the output is"));
   }
+  args.interrupt = params.interrupt;
   ROPE_ASSIGN_OR_RETURN(
       const std::shared_ptr<const RopeTable> table,
       TableFor(config, std::max(MaxPosition(args.q_positions), MaxPosition(args.k_positions)),
@@ -162,25 +239,14 @@ absl::Status Engine::AttentionScores(const AttentionParams& params, AttentionOut
                  touched.AddPositions(args.k_positions);
                }));
 
-  outputs->scores_shape = resolved.scores_shape;
-  if (args.v != nullptr) outputs->output_shape = resolved.output_shape;
-  if (args.on_device) {
-    args.scores = outputs->device_scores;
-    args.output = args.v != nullptr ? outputs->device_output : nullptr;
-  } else {
-    outputs->scores->resize(scores_bytes);
-    args.scores = reinterpret_cast<float*>(outputs->scores->data());
-    if (args.v != nullptr) {
-      outputs->output->resize(output_bytes);
-      args.output = reinterpret_cast<float*>(outputs->output->data());
-    }
-  }
+  args.scores = PlaceResult(outputs->scores, resolved.scores_shape);
+  if (args.v != nullptr) args.output = PlaceResult(outputs->output, resolved.output_shape);
   return backend_->AttentionScores(*table, args);
 }
 
 absl::StatusOr<TableSlice> Engine::GetTable(const RopeConfig& requested, int64_t start,
-                                           int64_t count) {
-  ROPE_ASSIGN_OR_RETURN(const RopeConfig config, ExplicitConfig(requested));
+                                           int64_t count, const Interrupt* interrupt) {
+  ROPE_ASSIGN_OR_RETURN(const RopeConfig config, ExplicitConfig(requested, interrupt));
   ROPE_RETURN_IF_ERROR(ValidateConfig(config, limits_.max_len_cap));
   const int64_t max_len = config.max_len;
   if (start < 0) {
@@ -216,8 +282,9 @@ absl::StatusOr<TableSlice> Engine::GetTable(const RopeConfig& requested, int64_t
   return slice;
 }
 
-absl::StatusOr<ResolvedConfig> Engine::ResolveConfig(const RopeConfig& requested) {
-  ROPE_ASSIGN_OR_RETURN(RopeConfig config, ExplicitConfig(requested));
+absl::StatusOr<ResolvedConfig> Engine::ResolveConfig(const RopeConfig& requested,
+                                                     const Interrupt* interrupt) {
+  ROPE_ASSIGN_OR_RETURN(RopeConfig config, ExplicitConfig(requested, interrupt));
   ROPE_RETURN_IF_ERROR(ValidateConfig(config, limits_.max_len_cap));
   // No tensor bounds head_dim here: the inverse frequencies (doubles, two
   // values each as GetTable counts a row) are held to the element limit
@@ -231,6 +298,7 @@ absl::StatusOr<ResolvedConfig> Engine::ResolveConfig(const RopeConfig& requested
   }
   ResolvedConfig out;
   out.key = MakeTableKey(config, /*max_position=*/0);
+  ROPE_RETURN_IF_ERROR(CheckDerivedValues(out.key));
   out.inv_freq = ComputeInvFreq(out.key);
   out.attention_factor = ComputeAttentionFactor(out.key);
   // The defaults spelled out, so that sending the result back gives the

@@ -12,10 +12,10 @@
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
 #include "core/engine/hf_config.h"
-#include "core/proto_engine/reply_size.h"
+#include "core/engine/tensor_size.h"
 #include "core/proto_engine/request_conversion.h"
 #include "core/proto_engine/rope_calls.h"
-#include "core/proto_engine/shm_calls.h"
+#include "core/proto_engine/tensor_resolver.h"
 #include "server/kserve/kserve_parameters.h"
 
 namespace rope {
@@ -472,40 +472,40 @@ absl::Status OperationParametersInto(const ParameterMap& parameters, InferPlan* 
   return absl::OkStatus();
 }
 
-// Copies `ref`'s bytes out of the caller's host region.
-absl::StatusOr<std::string> ReadRegion(const ShmAccess& shm, const v1::SharedMemoryRef& ref,
-                                       const std::string& input) {
-  if (shm.registry == nullptr) {
-    return absl::FailedPreconditionError("shared memory is off on this server");
-  }
-  const std::string field = absl::StrCat("input '", input, "' shared_memory_region");
-  ROPE_ASSIGN_OR_RETURN(std::shared_ptr<const MappedRegion> region,
-                        shm.registry->Find(shm.owner, ref.region(), field));
-  if (region->is_device()) {
+// Copies `ref`'s bytes out of the caller's host region, through the
+// resolver every rope.v1 call uses (the region is the caller's, the range
+// within it, the backing object still there; a shrink during the copy is
+// caught after it). The alignment checked is that of `datatype`'s elements
+// (at most 4 bytes: the copy itself needs none).
+absl::StatusOr<std::string> ReadRegion(const CallerRegions& regions,
+                                       const v1::SharedMemoryRef& ref, const std::string& input,
+                                       const std::string& datatype) {
+  const std::string name = absl::StrCat("input '", input, "'");
+  v1::Tensor tensor;
+  *tensor.mutable_shm() = ref;
+  ConstTensorView view;
+  view.dtype = datatype == "FP16" || datatype == "BF16" ? DType::kFloat16 : DType::kFloat32;
+  TensorResolver resolver(regions);
+  ROPE_RETURN_IF_ERROR(resolver.ResolveInput(tensor, name, /*group=*/0, &view));
+  if (resolver.on_device()) {
     return absl::InvalidArgumentError(
         absl::StrCat("inference input '", input, "' is in CUDA region '", ref.region(),
                      "', which the server reads only on the device: ",
                      input == "positions" ? "send positions as raw_input_contents"
                                           : "give its output a CUDA region too"));
   }
-  if (ref.offset() > region->byte_size() || ref.byte_size() > region->byte_size() - ref.offset()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("inference input '", input, "': shared_memory_offset ", ref.offset(),
-                     " + shared_memory_byte_size ", ref.byte_size(), " is past the end of region '",
-                     ref.region(), "' (", region->byte_size(), " bytes)"));
-  }
-  ROPE_RETURN_IF_ERROR(region->Check());
-  std::string bytes(ref.byte_size(), '\0');
-  if (!bytes.empty()) std::memcpy(bytes.data(), region->data() + ref.offset(), bytes.size());
+  std::string bytes(view.byte_size, '\0');
+  if (!bytes.empty()) std::memcpy(bytes.data(), view.data, bytes.size());
   // A backing object shrunk while it was read left zero pages behind
   // (shm_fault_guard.h): the bytes are not the client's.
-  if (region->Faulted()) return region->Check();
+  ROPE_RETURN_IF_ERROR(resolver.CheckAfter());
   return bytes;
 }
 
-absl::Status ReadRegions(const ShmAccess& shm, InferPlan* plan) {
+absl::Status ReadRegions(const CallerRegions& regions, InferPlan* plan) {
   for (const InferPlan::RegionRead& read : plan->reads) {
-    ROPE_ASSIGN_OR_RETURN(std::string bytes, ReadRegion(shm, read.ref, read.input));
+    ROPE_ASSIGN_OR_RETURN(std::string bytes,
+                          ReadRegion(regions, read.ref, read.input, read.datatype));
     if (read.input == "positions") {
       DecodePositions(bytes, read.datatype == "INT32", plan->rotate.mutable_positions());
     } else {
@@ -705,43 +705,30 @@ absl::StatusOr<InferPlan> PlanModelInfer(const Model& model, inference::ModelInf
   return plan;
 }
 
-bool PlanUsesSharedMemory(const InferPlan& plan) {
-  return plan.model->operation == ModelOperation::kRotate ? UsesSharedMemory(plan.rotate)
-                                                          : UsesSharedMemory(plan.attention);
-}
-
-int64_t PlanReplyBytes(const InferPlan& plan) {
-  int64_t bytes = plan.model->operation == ModelOperation::kRotate
-                      ? RotateReplyBytes(plan.rotate)
-                      : AttentionScoresReplyBytes(plan.attention);
-  // Bytes read out of regions: held by the request, then by the reply and
-  // its serialized copy.
+CallEstimate PlanEstimate(const InferPlan& plan) {
+  CallEstimate estimate = plan.model->operation == ModelOperation::kRotate
+                              ? EstimateRotate(plan.rotate)
+                              : EstimateAttentionScores(plan.attention);
   for (const InferPlan::RegionRead& read : plan.reads) {
     const uint64_t size = read.ref.byte_size();
-    const int64_t twice =
-        size > static_cast<uint64_t>(kMaxInt64 / 2) ? kMaxInt64 : static_cast<int64_t>(2 * size);
-    bytes = bytes > kMaxInt64 - twice ? kMaxInt64 : bytes + twice;
+    const int64_t bytes =
+        size > static_cast<uint64_t>(kMaxInt64) ? kMaxInt64 : static_cast<int64_t>(size);
+    estimate.more_bytes = SaturatingAdd(estimate.more_bytes, SaturatingMul(bytes, 2));
+    estimate.may_run_inline = false;
   }
-  return bytes;
+  return estimate;
 }
 
-absl::Status RunModelInfer(Engine& engine, const ShmAccess& shm, InferPlan* plan,
-                           const Interrupt* interrupt, inference::ModelInferResponse* response,
-                           InferTimings* timings) {
+absl::Status RunModelInfer(Engine& engine, const CallContext& call, InferPlan* plan,
+                           inference::ModelInferResponse* response, InferTimings* timings) {
   const absl::Time start = absl::Now();
-  ROPE_RETURN_IF_ERROR(ReadRegions(shm, plan));
-  const bool by_reference = PlanUsesSharedMemory(*plan);
-  if (by_reference && shm.registry == nullptr) {
-    return absl::FailedPreconditionError("shared memory is off on this server");
-  }
+  ROPE_RETURN_IF_ERROR(ReadRegions(call.regions, plan));
   response->set_model_name(plan->model->name);
   response->set_model_version(kModelVersion);
   response->set_id(std::move(plan->id));
   if (plan->model->operation == ModelOperation::kRotate) {
     v1::RotateResponse reply;
-    ROPE_RETURN_IF_ERROR(
-        by_reference ? AnswerRotateShared(engine, *shm.registry, shm.owner, &plan->rotate, &reply)
-                     : AnswerRotate(engine, &plan->rotate, &reply));
+    ROPE_RETURN_IF_ERROR(AnswerRotate(engine, &plan->rotate, &reply, call));
     const absl::Time computed = absl::Now();
     const Names& names = NamesOf(ModelOperation::kRotate);
     for (int i = 0; i < plan->output_count; ++i) {
@@ -755,10 +742,7 @@ absl::Status RunModelInfer(Engine& engine, const ShmAccess& shm, InferPlan* plan
     return absl::OkStatus();
   }
   v1::AttentionScoresResponse reply;
-  ROPE_RETURN_IF_ERROR(by_reference
-                           ? AnswerAttentionScoresShared(engine, *shm.registry, shm.owner,
-                                                         plan->attention, &reply, interrupt)
-                           : AnswerAttentionScores(engine, plan->attention, &reply, interrupt));
+  ROPE_RETURN_IF_ERROR(AnswerAttentionScores(engine, plan->attention, &reply, call));
   const absl::Time computed = absl::Now();
   const Names& names = NamesOf(ModelOperation::kAttention);
   for (int i = 0; i < plan->output_count; ++i) {

@@ -4,9 +4,11 @@
 // RotateRequest or AttentionScoresRequest with the same tensors,
 // parameters and RoPE configuration, moving the request's raw bytes into it
 // (never copying them); RunModelInfer runs that request through the rope.v1
-// entries (core/proto_engine rope_calls.h, shm_calls.h), the very code the
+// entries (core/proto_engine/rope_calls.h: AnswerRotate,
+// AnswerAttentionScores, with the call's CallContext), the very code the
 // rope.v1 service runs, and moves the reply's bytes into the
-// ModelInferResponse. So a ModelInfer gives the bits the rope.v1 call gives.
+// ModelInferResponse. So a ModelInfer gives the bits the rope.v1 call gives,
+// and PlanEstimate is the rope.v1 call's Estimate* (what admission charges).
 //
 // The mapping (docs/design.md, "KServe v2 / Triton protocol"):
 //   rotate models     inputs q, k (optional), positions (optional, INT64 or
@@ -36,7 +38,8 @@
 // match the shape), and the engine's own statuses for the rope.v1 request,
 // whose field names are the tensors' names (q, k, v, positions).
 //
-// No gRPC: the service supplies the caller's regions (ShmAccess).
+// No gRPC: the service supplies the caller's regions and interrupt
+// (CallContext).
 #ifndef ROPE_SERVER_KSERVE_KSERVE_INFER_H_
 #define ROPE_SERVER_KSERVE_KSERVE_INFER_H_
 
@@ -49,20 +52,13 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "core/engine/engine.h"
-#include "core/engine/interrupt.h"
-#include "core/proto_engine/shm_registry.h"
+#include "core/proto_engine/rope_calls.h"
 #include "inference/grpc_service.pb.h"
 #include "rope/v1/rope.pb.h"
 #include "server/kserve/kserve_models.h"
 
 namespace rope {
 namespace kserve {
-
-// The caller's shared-memory regions.
-struct ShmAccess {
-  const ShmRegistry* registry = nullptr;  // null: shared memory is off
-  std::string owner;                      // caller_identity.h, kOwnership
-};
 
 // A ModelInfer turned into its rope.v1 request.
 struct InferPlan {
@@ -99,18 +95,20 @@ struct InferTimings {
 absl::StatusOr<InferPlan> PlanModelInfer(const Model& model, inference::ModelInferRequest* request,
                                          int64_t max_elements);
 
-// Whether the plan's rope.v1 request references shared memory.
-bool PlanUsesSharedMemory(const InferPlan& plan);
+// What admission needs to know of the plan: its rope.v1 request's estimate
+// (EstimateRotate / EstimateAttentionScores), plus the bytes of inputs to be
+// read out of regions (held by the request, then by the reply and its
+// serialized copy). A plan with such reads never runs inline (they look up
+// regions).
+CallEstimate PlanEstimate(const InferPlan& plan);
 
-// The bytes the response will hold (the rope.v1 reply's estimate, reply_size.h).
-int64_t PlanReplyBytes(const InferPlan& plan);
-
-// Reads the plan's queued inputs out of the caller's regions through `shm`,
-// runs its rope.v1 request (by reference when it uses shared memory) and
-// fills `response`. `interrupt` (may be null) stops an attention call.
-// On error `response` is unspecified. `timings` may be null.
-absl::Status RunModelInfer(Engine& engine, const ShmAccess& shm, InferPlan* plan,
-                           const Interrupt* interrupt, inference::ModelInferResponse* response,
+// Reads the plan's queued inputs out of the caller's regions
+// (`call.regions`, through TensorResolver, with its checks), runs its
+// rope.v1 request through AnswerRotate / AnswerAttentionScores with `call`
+// and fills `response`. On error `response` is unspecified. `timings` may
+// be null.
+absl::Status RunModelInfer(Engine& engine, const CallContext& call, InferPlan* plan,
+                           inference::ModelInferResponse* response,
                            InferTimings* timings = nullptr);
 
 // "FP32", "FP16", "BF16" for a rope.v1 dtype ("" for others).

@@ -1,7 +1,6 @@
 #include "server/kserve/kserve_service.h"
 
 #include <memory>
-#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -78,7 +77,7 @@ class KServeServiceImpl::StreamReactor final
     }
     plan_ = *std::move(plan);
     input_time_ = absl::Now() - message_start_;
-    const int64_t more_bytes = PlanReplyBytes(plan_);
+    const int64_t more_bytes = PlanEstimate(plan_).more_bytes;
     const std::string rpc_name(RpcName(Rpc::kModelStreamInfer));
     service_.budget_.Reserve(rpc_name, bytes_in_, more_bytes,
                              absl::FromChrono(context_->deadline()),
@@ -127,9 +126,11 @@ class KServeServiceImpl::StreamReactor final
     }
     const Interrupt interrupt([this] { return context_->IsCancelled(); },
                               absl::FromChrono(context_->deadline()));
+    CallContext call = CallContextOf(service_.options_, context_);
+    call.interrupt = &interrupt;
     InferTimings timings;
-    absl::Status status = RunModelInfer(service_.engine_, service_.ShmFor(*context_, plan_), &plan_,
-                                        &interrupt, response_.mutable_infer_response(), &timings);
+    absl::Status status = RunModelInfer(service_.engine_, call, &plan_,
+                                        response_.mutable_infer_response(), &timings);
     InferenceRecord record;
     record.ok = status.ok();
     record.total = absl::Now() - message_start_;
@@ -211,24 +212,6 @@ std::string KServeServiceImpl::ClientOf(const grpc::CallbackServerContext& conte
 
 std::string KServeServiceImpl::OwnerOf(const grpc::CallbackServerContext& context) const {
   return CallerIdentity(context, options_.tokens_verified, IdentityUse::kOwnership);
-}
-
-ShmAccess KServeServiceImpl::ShmFor(const grpc::CallbackServerContext& context,
-                                    const InferPlan& plan) const {
-  ShmAccess access;
-  access.registry = options_.shm;
-  if (!plan.reads.empty() || PlanUsesSharedMemory(plan)) access.owner = OwnerOf(context);
-  return access;
-}
-
-bool KServeServiceImpl::RunsInline(const InferPlan& plan, int64_t request_bytes) const {
-  if (plan.model->operation != ModelOperation::kRotate) return false;
-  const v1::RotateRequest& rotate = plan.rotate;
-  return options_.inline_rotate_max_bytes > 0 && engine_.backend_calls_never_wait() &&
-         plan.reads.empty() && !PlanUsesSharedMemory(plan) &&
-         rotate.config().hf_config_json().empty() &&
-         rotate.config().max_len() <= kInlineRotateMaxLen &&
-         request_bytes <= options_.inline_rotate_max_bytes;
 }
 
 grpc::ServerUnaryReactor* KServeServiceImpl::AnswerProbe(Rpc rpc,
@@ -397,9 +380,12 @@ grpc::ServerUnaryReactor* KServeServiceImpl::ModelInfer(grpc::CallbackServerCont
   }
   auto plan = std::make_shared<InferPlan>(*std::move(planned));
   const absl::Duration input_time = absl::Now() - start;
-  const bool inline_run = RunsInline(*plan, request_bytes);
+  // Admitted as the rope.v1 call it stands for: the same estimate, the same
+  // rule for running on this thread.
+  const CallEstimate estimate = PlanEstimate(*plan);
+  const bool inline_run = AnswersInline(options_, engine_, estimate, request_bytes);
   call->ReserveBytes(
-      budget_, PlanReplyBytes(*plan), absl::FromChrono(context->deadline()),
+      budget_, estimate.more_bytes, absl::FromChrono(context->deadline()),
       [this, call, context, response, plan, start, input_time, inline_run,
        client = std::move(client)]() mutable {
         auto run = [this, call, context, response, plan, start, input_time]() mutable {
@@ -411,16 +397,13 @@ grpc::ServerUnaryReactor* KServeServiceImpl::ModelInfer(grpc::CallbackServerCont
             call->FinishWith(CancelledBeforeRun(Rpc::kModelInfer), nullptr);
             return;
           }
-          // Only attention polls it (the longest calls there are).
-          std::optional<Interrupt> interrupt;
-          if (plan->model->operation == ModelOperation::kAttention) {
-            interrupt.emplace([context] { return context->IsCancelled(); },
-                              absl::FromChrono(context->deadline()));
-          }
+          const Interrupt interrupt([context] { return context->IsCancelled(); },
+                                    absl::FromChrono(context->deadline()));
+          CallContext call_context = CallContextOf(options_, context);
+          call_context.interrupt = &interrupt;
           InferTimings timings;
           const absl::Status status =
-              RunModelInfer(engine_, ShmFor(*context, *plan), plan.get(),
-                            interrupt.has_value() ? &*interrupt : nullptr, response, &timings);
+              RunModelInfer(engine_, call_context, plan.get(), response, &timings);
           record.ok = status.ok();
           record.total = absl::Now() - start;
           record.queue = run_start - start - input_time;

@@ -116,11 +116,6 @@ class KServeServiceImpl final : public inference::GRPCInferenceService::Callback
   // and as the owner of regions (caller_identity.h).
   std::string ClientOf(const grpc::CallbackServerContext& context) const;
   std::string OwnerOf(const grpc::CallbackServerContext& context) const;
-  // The caller's regions for a plan that uses any (else none looked up).
-  ShmAccess ShmFor(const grpc::CallbackServerContext& context, const InferPlan& plan) const;
-  // Whether a plan runs on the gRPC thread that admitted it: exactly the
-  // rope.v1 service's rule for a Rotate of `request_bytes`.
-  bool RunsInline(const InferPlan& plan, int64_t request_bytes) const;
   // A probe's answer: metrics recorded, no gate slot.
   grpc::ServerUnaryReactor* AnswerProbe(Rpc rpc, grpc::CallbackServerContext* context,
                                         const google::protobuf::Message& request,
