@@ -10,6 +10,7 @@ AssertionError or a client exception otherwise.
 """
 
 import argparse
+import os
 import queue
 import sys
 
@@ -146,6 +147,14 @@ def main():
     handle = triton_shm.create_shared_memory_region("rope_io", "/rope_kserve_io", 2 * q.nbytes)
     try:
         triton_shm.set_shared_memory_region(handle, [q])
+        # tritonclient's utility only sizes the object (ftruncate), and
+        # ropeserve refuses a sparse object (docs/operations.md, "Shared
+        # memory"): allocate it whole, as ropeserve's own clients do.
+        fd = os.open("/dev/shm/rope_kserve_io", os.O_RDWR)
+        try:
+            os.posix_fallocate(fd, 0, 2 * q.nbytes)
+        finally:
+            os.close(fd)
         client.register_system_shared_memory("rope_io", "/rope_kserve_io", 2 * q.nbytes)
         status = client.get_system_shared_memory_status(as_json=True)
         assert status["regions"]["rope_io"]["byte_size"] == str(2 * q.nbytes), status
