@@ -126,6 +126,13 @@ struct ServerOptions {
   ServerSecurity security;
 };
 
+// INVALID_ARGUMENT for options RopeServer::Start refuses: a message size
+// outside [1, INT_MAX], no listen address, a relative or too long Unix socket
+// path, a TCP address without a port, negative waits or ages, inconsistent
+// security. Start checks them too; a caller configuring from flags checks
+// them before it creates a backend.
+absl::Status ValidateServerOptions(const ServerOptions& options);
+
 // How max_inflight_bytes is split: `transport` sizes the ResourceQuota, so a
 // message up to that size can arrive; `calls` is the ByteBudget of admitted
 // calls. Both 0 (no limit) when max_inflight_bytes <= 0.
