@@ -273,18 +273,30 @@ void RopeServiceImpl::FillServerInfo(v1::ServerInfo* info) const {
   }
 }
 
+bool AnswersInline(const ServiceOptions& options, const Engine& engine,
+                   const CallEstimate& estimate, int64_t request_bytes) {
+  return estimate.may_run_inline && options.inline_rotate_max_bytes > 0 &&
+         engine.backend_calls_never_wait() && request_bytes <= options.inline_rotate_max_bytes;
+}
+
+CallContext CallContextOf(const ServiceOptions& options,
+                          const grpc::CallbackServerContext* context) {
+  CallContext call;
+  call.regions.registry = options.shm;
+  call.regions.owner = [tokens_verified = options.tokens_verified, context] {
+    return CallerIdentity(*context, tokens_verified, IdentityUse::kOwnership);
+  };
+  return call;
+}
+
 bool RopeServiceImpl::RunsInline(const CallEstimate& estimate,
                                   const google::protobuf::Message& request) const {
-  return estimate.may_run_inline && options_.inline_rotate_max_bytes > 0 &&
-         engine_.backend_calls_never_wait() &&
-         static_cast<int64_t>(request.ByteSizeLong()) <= options_.inline_rotate_max_bytes;
+  return AnswersInline(options_, engine_, estimate,
+                       static_cast<int64_t>(request.ByteSizeLong()));
 }
 
 CallContext RopeServiceImpl::CallOf(grpc::CallbackServerContext* context) const {
-  CallContext call;
-  call.regions.registry = options_.shm;
-  call.regions.owner = [this, context] { return OwnerOf(*context); };
-  return call;
+  return CallContextOf(options_, context);
 }
 
 grpc::ServerUnaryReactor* RopeServiceImpl::Rotate(grpc::CallbackServerContext* context,

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "inference/grpc_service.pb.h"
 #include "rope/v1/rope.pb.h"
 #include "tests/fuzz/request_fuzz_target.h"
 
@@ -455,6 +456,99 @@ std::vector<std::pair<std::string, v1::BuildPositionsRequest>> PositionsSeeds() 
   return seeds;
 }
 
+// KServe v2 ModelInfer requests to the built-in models: raw bytes, typed
+// contents, INT32 positions, a config.json and a rope_scaling parameter, and
+// tensors in the fuzz target's 64 KiB region "fuzz".
+void AddInput(const std::string& name, const v1::Tensor& tensor,
+              inference::ModelInferRequest* request) {
+  auto* input = request->add_inputs();
+  input->set_name(name);
+  input->set_datatype(tensor.dtype() == v1::FLOAT32   ? "FP32"
+                      : tensor.dtype() == v1::FLOAT16 ? "FP16"
+                                                      : "BF16");
+  *input->mutable_shape() = tensor.shape();
+  request->add_raw_input_contents(tensor.data());
+}
+
+void SetParameter(inference::ModelInferRequest* r, const std::string& name, int64_t value) {
+  (*r->mutable_parameters())[name].set_int64_param(value);
+}
+
+std::vector<std::pair<std::string, inference::ModelInferRequest>> ModelInferSeeds() {
+  std::vector<std::pair<std::string, inference::ModelInferRequest>> seeds;
+  inference::ModelInferRequest r;
+  r.set_model_name("rotate");
+  SetParameter(&r, "head_dim", 8);
+  SetParameter(&r, "max_len", 32);
+  SetParameter(&r, "start_pos", 3);
+  (*r.mutable_parameters())["theta"].set_string_param("500000");
+  AddInput("q", MakeTensor(v1::FLOAT32, {1, 2, 2, 8}, 1), &r);
+  AddInput("k", MakeTensor(v1::FLOAT32, {1, 2, 1, 8}, 2), &r);
+  seeds.emplace_back("kserve_rotate_f32_q_k", r);
+
+  r = inference::ModelInferRequest();
+  r.set_model_name("rotate");
+  SetParameter(&r, "head_dim", 8);
+  SetParameter(&r, "max_len", 64);
+  (*r.mutable_parameters())["layout"].set_string_param("half");
+  (*r.mutable_parameters())["rope_scaling"].set_string_param(
+      R"({"rope_type": "yarn", "factor": 4, "original_max_position_embeddings": 16})");
+  (*r.mutable_parameters())["inverse"].set_bool_param(true);
+  AddInput("q", MakeTensor(v1::BFLOAT16, {2, 2, 8}, 3), &r);
+  auto* positions = r.add_inputs();
+  positions->set_name("positions");
+  positions->set_datatype("INT32");
+  positions->add_shape(2);
+  positions->mutable_contents()->add_int_contents(5);
+  positions->mutable_contents()->add_int_contents(63);
+  seeds.emplace_back("kserve_rotate_bf16_yarn_int32_positions", r);
+
+  r = inference::ModelInferRequest();
+  r.set_model_name("rotate");
+  SetParameter(&r, "max_len", 64);
+  (*r.mutable_parameters())["hf_config_json"].set_string_param(
+      R"({"rope_theta": 10000, "head_dim": 8, "partial_rotary_factor": 0.5})");
+  auto* q = r.add_inputs();
+  q->set_name("q");
+  q->set_datatype("FP32");
+  q->add_shape(1);
+  q->add_shape(2);
+  q->add_shape(8);
+  for (int i = 0; i < 16; ++i) q->mutable_contents()->add_fp32_contents(0.125f * i);
+  seeds.emplace_back("kserve_rotate_hf_config_typed_contents", r);
+
+  r = inference::ModelInferRequest();
+  r.set_model_name("rotate");
+  SetParameter(&r, "head_dim", 8);
+  SetParameter(&r, "max_len", 32);
+  q = r.add_inputs();
+  q->set_name("q");
+  q->set_datatype("FP32");
+  for (int64_t d : {1, 2, 2, 8}) q->add_shape(d);
+  (*q->mutable_parameters())["shared_memory_region"].set_string_param("fuzz");
+  (*q->mutable_parameters())["shared_memory_byte_size"].set_int64_param(128);
+  auto* out = r.add_outputs();
+  out->set_name("q_out");
+  (*out->mutable_parameters())["shared_memory_region"].set_string_param("fuzz");
+  (*out->mutable_parameters())["shared_memory_offset"].set_int64_param(4096);
+  (*out->mutable_parameters())["shared_memory_byte_size"].set_int64_param(1024);
+  seeds.emplace_back("kserve_rotate_shm_in_out", r);
+
+  r = inference::ModelInferRequest();
+  r.set_model_name("attention");
+  SetParameter(&r, "head_dim", 8);
+  SetParameter(&r, "max_len", 32);
+  (*r.mutable_parameters())["causal"].set_bool_param(true);
+  (*r.mutable_parameters())["softmax"].set_bool_param(true);
+  (*r.mutable_parameters())["scale"].set_double_param(0.25);
+  AddInput("q", MakeTensor(v1::FLOAT16, {1, 3, 2, 8}, 4), &r);
+  AddInput("k", MakeTensor(v1::FLOAT16, {1, 4, 1, 8}, 5), &r);
+  AddInput("v", MakeTensor(v1::FLOAT16, {1, 4, 1, 4}, 6), &r);
+  r.add_outputs()->set_name("output");
+  seeds.emplace_back("kserve_attention_f16_v_output", r);
+  return seeds;
+}
+
 }  // namespace
 }  // namespace fuzz
 }  // namespace rope
@@ -490,6 +584,10 @@ int main(int argc, char** argv) {
   }
   for (const auto& [name, m] : PositionsSeeds()) {
     ok = ok && Write(dir, name, RequestKind::kBuildPositions, m);
+    ++written;
+  }
+  for (const auto& [name, m] : ModelInferSeeds()) {
+    ok = ok && Write(dir, name, RequestKind::kModelInfer, m);
     ++written;
   }
   if (!ok) {
