@@ -923,7 +923,7 @@ def compose_mutations():
     ]
 
 
-# ---- the same-host sidecar example-----------------------------------
+# ---- the same-host sidecar example ----------------------------------
 
 def _sidecar_parts(docs, c):
     deployment = one(docs, "Deployment", c)
