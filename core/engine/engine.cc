@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "core/engine/rope_math.h"
 #include "core/engine/hf_config.h"
 #include "core/engine/table_blocks_touched.h"
 #include "core/engine/validation.h"
@@ -32,14 +33,57 @@ int64_t MaxPosition(const math::PositionSpec& positions) {
   return positions.start_pos + positions.seq - 1;
 }
 
+// The view a layer without rotary embedding hands a backend: no blocks, and
+// arguments with rotary_dim 0, so that no kernel reads a row.
+std::shared_ptr<const RopeTable> NoRotaryTable(const RopeConfig& config) {
+  TableKey key = MakeTableKey(config, 0);
+  return std::make_shared<const RopeTable>(key, 0,
+                                           std::vector<std::shared_ptr<const TableBlock>>());
+}
+
+// The last dimension of a tensor's shape, or 0 without one.
+int64_t Width(const std::vector<int64_t>& shape) { return shape.empty() ? 0 : shape.back(); }
+
+// Llama 4's temperature tuning of a NoPE layer's queries: a copy of q whose
+// token (b, i) is multiplied by the temperature of its position, each
+// product rounded to q's dtype, as transformers multiplies query_states
+// by attn_scales and casts back.
+template <typename Tag>
+void ScaleQueries(const AttentionArgs& args, const NoRopeConfig& no_rope, void* out) {
+  using S = typename Tag::Storage;
+  const S* in = static_cast<const S*>(args.q);
+  S* dst = static_cast<S*>(out);
+  const int64_t token = args.q_heads * args.head_dim;
+  for (int64_t b = 0; b < args.batch; ++b) {
+    for (int64_t i = 0; i < args.q_seq; ++i) {
+      const float t = static_cast<float>(no_rope.Temperature(args.q_positions.At(b, i)));
+      const int64_t first = (b * args.q_seq + i) * token;
+      for (int64_t e = first; e < first + token; ++e) {
+        math::Store<Tag>(dst + e, math::Load<Tag>(in + e) * t);
+      }
+    }
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<RopeConfig> Engine::ExplicitConfig(const RopeConfig& config) {
+  return ExplicitConfig(config, nullptr);
+}
+
+absl::StatusOr<RopeConfig> Engine::ExplicitConfig(
+    const RopeConfig& config, std::shared_ptr<const HfConfigCache::Result>* derived) {
   if (config.hf_config_json.empty()) {
     if (!config.hf_layer_type.empty()) {
       return absl::InvalidArgumentError(absl::StrCat(
           "config.hf_layer_type is set but config.hf_config_json is empty: the layer type picks "
           "from a config.json's rope parameters"));
+    }
+    if (config.hf_layer_index.has_value()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "config.hf_layer_index is ", *config.hf_layer_index,
+          " but config.hf_config_json is empty: the index picks a decoder layer of a "
+          "config.json (without one, set config.no_rope for a layer without rotary embedding)"));
     }
     return config;
   }
@@ -49,9 +93,13 @@ absl::StatusOr<RopeConfig> Engine::ExplicitConfig(const RopeConfig& config) {
         "config.hf_config_json is ", json_bytes, " bytes: over the server's limit of ",
         limits_.max_hf_config_json_bytes, " bytes"));
   }
+  HfLayerSelector selector;
+  selector.layer_type = config.hf_layer_type;
+  selector.layer_index = config.hf_layer_index;
   const std::shared_ptr<const HfConfigCache::Result> parsed =
-      hf_configs_.Get(config.hf_config_json, config.hf_layer_type);
+      hf_configs_.Get(config.hf_config_json, selector);
   if (!parsed->ok()) return parsed->status();
+  if (derived != nullptr) *derived = parsed;
   ROPE_ASSIGN_OR_RETURN(RopeConfig explicit_config, ApplyHfRopeConfig(config, **parsed));
   // What the JSON gives is checked here, so that the message says where the
   // value came from.
@@ -75,8 +123,36 @@ absl::StatusOr<std::shared_ptr<const RopeTable>> Engine::TableFor(
 }
 
 absl::Status Engine::Rotate(const RotateParams& params) {
-  ROPE_ASSIGN_OR_RETURN(const RopeConfig config, ExplicitConfig(params.config));
+  ROPE_ASSIGN_OR_RETURN(RopeConfig config, ExplicitConfig(params.config));
+  // A DeepSeek config.json's whole-head tensors rotate their last features.
+  config = ForTensorWidth(config, Width(params.q.shape));
   ROPE_ASSIGN_OR_RETURN(ResolvedRotate resolved, ResolveRotate(params, config, limits_));
+  if (IsFloat8(resolved.args.output_dtype)) {
+    // Sized after validation: the element limit bounds them.
+    const auto elements = [&](int64_t heads) {
+      return static_cast<size_t>(resolved.args.batch * resolved.args.seq * heads *
+                                 resolved.args.head_dim);
+    };
+    try {
+      params.q_out->resize(elements(resolved.args.q_heads));
+      resolved.args.q_out = params.q_out->data();
+      if (resolved.args.k != nullptr) {
+        params.k_out->resize(elements(resolved.args.k_heads));
+        resolved.args.k_out = params.k_out->data();
+      }
+    } catch (const std::bad_alloc&) {
+      return absl::ResourceExhaustedError("out of memory allocating the float8 outputs");
+    }
+  }
+  if (config.no_rope.enabled) {
+    // A NoPE layer: nothing rotates; a float8 output is only converted.
+    if (!IsFloat8(resolved.args.output_dtype)) return absl::OkStatus();
+    resolved.args.rotary_dim = 0;
+    resolved.args.rotary_offset = 0;
+    resolved.args.positions = math::PositionSpec{};
+    resolved.args.positions.seq = resolved.args.seq;
+    return backend_->Rotate(*NoRotaryTable(config), resolved.args);
+  }
   ROPE_ASSIGN_OR_RETURN(
       const std::shared_ptr<const RopeTable> table,
       TableFor(config, resolved.max_position, [&resolved](BlocksTouched& touched) {
@@ -123,7 +199,8 @@ absl::Status Engine::AttentionScores(const AttentionParams& params, AttentionOut
                                               : outputs->scores == nullptr)) {
     return absl::InvalidArgumentError("AttentionScores needs an outputs.scores buffer");
   }
-  ROPE_ASSIGN_OR_RETURN(const RopeConfig config, ExplicitConfig(params.config));
+  ROPE_ASSIGN_OR_RETURN(RopeConfig config, ExplicitConfig(params.config));
+  config = ForTensorWidth(config, Width(params.q.shape));
   ROPE_ASSIGN_OR_RETURN(ResolvedAttention resolved, ResolveAttention(params, config, limits_));
   if (resolved.args.v != nullptr &&
       (params.on_device ? outputs->device_output == nullptr : outputs->output == nullptr)) {
@@ -154,13 +231,48 @@ absl::Status Engine::AttentionScores(const AttentionParams& params, AttentionOut
                                                      ": the output is ", output_bytes, " bytes"));
     }
   }
-  ROPE_ASSIGN_OR_RETURN(
-      const std::shared_ptr<const RopeTable> table,
-      TableFor(config, std::max(MaxPosition(args.q_positions), MaxPosition(args.k_positions)),
-               [&args](BlocksTouched& touched) {
-                 touched.AddPositions(args.q_positions);
-                 touched.AddPositions(args.k_positions);
-               }));
+  std::shared_ptr<const RopeTable> table;
+  std::string scaled_q;  // a NoPE layer's tuned queries
+  if (config.no_rope.enabled) {
+    args.rotary_dim = 0;
+    args.rotary_offset = 0;
+    table = NoRotaryTable(config);
+    if (config.no_rope.tuned()) {
+      if (params.on_device) {
+        return absl::InvalidArgumentError(
+            "config.no_rope has attention temperature tuning, which this server applies to a "
+            "copy of q in host memory: not with q in CUDA shared memory");
+      }
+      try {
+        scaled_q.resize(static_cast<size_t>(args.batch * args.q_seq * args.q_heads *
+                                            args.head_dim) *
+                        DTypeSize(args.dtype));
+      } catch (const std::bad_alloc&) {
+        return absl::ResourceExhaustedError(
+            "out of memory copying q for the attention temperature tuning");
+      }
+      switch (args.dtype) {
+        case DType::kFloat16:
+          ScaleQueries<math::F16>(args, config.no_rope, scaled_q.data());
+          break;
+        case DType::kBFloat16:
+          ScaleQueries<math::BF16>(args, config.no_rope, scaled_q.data());
+          break;
+        default:
+          ScaleQueries<math::F32>(args, config.no_rope, scaled_q.data());
+          break;
+      }
+      args.q = scaled_q.data();
+    }
+  } else {
+    ROPE_ASSIGN_OR_RETURN(
+        table,
+        TableFor(config, std::max(MaxPosition(args.q_positions), MaxPosition(args.k_positions)),
+                 [&args](BlocksTouched& touched) {
+                   touched.AddPositions(args.q_positions);
+                   touched.AddPositions(args.k_positions);
+                 }));
+  }
 
   outputs->scores_shape = resolved.scores_shape;
   if (args.v != nullptr) outputs->output_shape = resolved.output_shape;
@@ -182,6 +294,10 @@ absl::StatusOr<TableSlice> Engine::GetTable(const RopeConfig& requested, int64_t
                                            int64_t count) {
   ROPE_ASSIGN_OR_RETURN(const RopeConfig config, ExplicitConfig(requested));
   ROPE_RETURN_IF_ERROR(ValidateConfig(config, limits_.max_len_cap));
+  if (config.no_rope.enabled) {
+    return absl::InvalidArgumentError(
+        "config.no_rope is set (a layer without rotary embedding): it has no cos/sin table");
+  }
   const int64_t max_len = config.max_len;
   if (start < 0) {
     return absl::InvalidArgumentError(absl::StrCat("start is ", start, ": must be >= 0"));
@@ -217,7 +333,8 @@ absl::StatusOr<TableSlice> Engine::GetTable(const RopeConfig& requested, int64_t
 }
 
 absl::StatusOr<ResolvedConfig> Engine::ResolveConfig(const RopeConfig& requested) {
-  ROPE_ASSIGN_OR_RETURN(RopeConfig config, ExplicitConfig(requested));
+  std::shared_ptr<const HfConfigCache::Result> derived;
+  ROPE_ASSIGN_OR_RETURN(RopeConfig config, ExplicitConfig(requested, &derived));
   ROPE_RETURN_IF_ERROR(ValidateConfig(config, limits_.max_len_cap));
   // No tensor bounds head_dim here: the inverse frequencies (doubles, two
   // values each as GetTable counts a row) are held to the element limit
@@ -230,9 +347,21 @@ absl::StatusOr<ResolvedConfig> Engine::ResolveConfig(const RopeConfig& requested
         limits_.max_elements_per_request));
   }
   ResolvedConfig out;
+  if (derived != nullptr) {
+    const HfRopeConfig& hf = **derived;
+    out.hf_layout = hf.layout;
+    out.max_position_embeddings = hf.max_position_embeddings;
+    out.layer_type = hf.layer_type;
+  }
+  out.whole_head_dim = config.whole_head_dim;
+  config.whole_head_dim = 0;  // reported above; never part of a request
   out.key = MakeTableKey(config, /*max_position=*/0);
-  out.inv_freq = ComputeInvFreq(out.key);
-  out.attention_factor = ComputeAttentionFactor(out.key);
+  if (config.no_rope.enabled) {
+    out.has_table = false;
+  } else {
+    out.inv_freq = ComputeInvFreq(out.key);
+    out.attention_factor = ComputeAttentionFactor(out.key);
+  }
   // The defaults spelled out, so that sending the result back gives the
   // same tables.
   if (config.theta == 0) config.theta = config.EffectiveTheta();

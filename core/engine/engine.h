@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -36,7 +37,7 @@ struct EngineLimits {
   int64_t hf_config_cache_entries = 1024;
 };
 
-// Rotate q (and optionally k) in place.
+// Rotate q (and optionally k) in place, or into float8 outputs.
 struct RotateParams {
   RopeConfig config;
   TensorView q;                      // [B,S,Hq,D] or [S,Hq,D] (B = 1)
@@ -49,6 +50,16 @@ struct RotateParams {
   // q.data and k.data are device memory the backend opened
   // (OpenCudaIpcMemory), not host memory; see RotateArgs::on_device.
   bool on_device = false;
+  // Float8 outputs (FlashInfer's rope_quantize_fp8): with output_dtype a
+  // float8 type, q and k are left as they are, and the rotated values times
+  // q_output_scale (k_output_scale) are rounded to it and written to
+  // *q_out (*k_out, when k is given), which the engine resizes to one byte
+  // per element. Unset or q's own dtype: in place, as without it.
+  std::optional<DType> output_dtype;
+  double q_output_scale = 1.0;
+  double k_output_scale = 1.0;
+  std::string* q_out = nullptr;
+  std::string* k_out = nullptr;
 };
 
 struct AttentionParams {
@@ -99,12 +110,22 @@ struct TableSlice {
 // hf_config_json resolved, defaults filled in), and the key, inverse
 // frequencies and attention factor of the table a request at position 0
 // uses (for LongRoPE with max_position_embeddings and for dynamic NTK,
-// longer requests use other tables; see scaling.h).
+// longer requests use other tables; see scaling.h). A NoPE layer
+// (config.no_rope) has no table: has_table is false and inv_freq empty.
 struct ResolvedConfig {
   RopeConfig config;
+  bool has_table = true;
   TableKey key;
   std::vector<double> inv_freq;
   double attention_factor = 1;
+  // With a config.json: the layout its model_type's transformers code
+  // pairs features in, its max_position_embeddings (0: none), the layer
+  // type (or rope group) the rope is for, and a DeepSeek MLA head's whole
+  // width (0 unless config describes the rope part of one).
+  std::optional<Layout> hf_layout;
+  uint32_t max_position_embeddings = 0;
+  std::string layer_type;
+  uint32_t whole_head_dim = 0;
 };
 
 class Engine {
@@ -161,6 +182,11 @@ class Engine {
   absl::StatusOr<std::shared_ptr<const RopeTable>> TableFor(
       const RopeConfig& config, int64_t max_position,
       const std::function<void(BlocksTouched&)>& touch);
+
+  // ExplicitConfig, and the config.json derivation it came from (null
+  // without hf_config_json).
+  absl::StatusOr<RopeConfig> ExplicitConfig(const RopeConfig& config,
+                                            std::shared_ptr<const HfConfigCache::Result>* derived);
 
   std::unique_ptr<Backend> backend_;
   const EngineLimits limits_;

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -37,6 +38,12 @@ struct Dims4 {
 // byte size of tensor `name`.
 template <typename View>
 absl::StatusOr<Dims4> CheckTensor(const char* name, const View& t) {
+  if (IsFloat8(t.dtype)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        name, ".dtype is ", DTypeName(t.dtype),
+        ": float8 is an output type only (Rotate's output_dtype); send FLOAT32, FLOAT16 or "
+        "BFLOAT16"));
+  }
   if (!IsValidDType(t.dtype)) {
     return absl::InvalidArgumentError(absl::StrCat(name, ".dtype is ", static_cast<int>(t.dtype),
                                                    ": must be FLOAT32, FLOAT16 or BFLOAT16"));
@@ -164,6 +171,47 @@ absl::Status CheckPosition(int64_t p, uint32_t max_len, const std::string& where
   return absl::OkStatus();
 }
 
+// Rotate's output: in place, or float8 (output_dtype) with its scales.
+absl::Status ResolveRotateOutput(const RotateParams& params, bool has_k, RotateArgs* args,
+                                 int64_t* elements) {
+  const bool to_float8 = params.output_dtype.has_value() && *params.output_dtype != params.q.dtype;
+  if (to_float8 && !IsFloat8(*params.output_dtype)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "output_dtype is ", DTypeName(*params.output_dtype), ": must be q's dtype ",
+        DTypeName(params.q.dtype), " (in place) or FLOAT8_E4M3FN / FLOAT8_E5M2"));
+  }
+  const std::pair<const char*, double> scales[] = {{"output_scale", params.q_output_scale},
+                                                   {"k_output_scale", params.k_output_scale}};
+  for (const auto& [field, scale] : scales) {
+    if (!std::isfinite(scale) || scale <= 0 || scale > std::numeric_limits<float>::max()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, " is ", scale, ": must be finite as float32 and > 0 (0 on the wire means 1)"));
+    }
+    if (!to_float8 && scale != 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, " is ", scale,
+          ": only a float8 output_dtype takes a scale (FlashInfer's quant_scale)"));
+    }
+  }
+  if (!to_float8) return absl::OkStatus();
+  if (params.on_device) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "output_dtype is ", DTypeName(*params.output_dtype),
+        ": float8 outputs go into the reply, not into CUDA shared memory"));
+  }
+  if (params.q_out == nullptr || (has_k && params.k_out == nullptr)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "output_dtype is ", DTypeName(*params.output_dtype),
+        ": this call has nowhere to write float8 outputs"));
+  }
+  args->output_dtype = *params.output_dtype;
+  args->q_scale = static_cast<float>(params.q_output_scale);
+  args->k_scale = static_cast<float>(params.k_output_scale);
+  // The outputs are new bytes beside the inputs: count them as elements too.
+  *elements = CheckedAdd(*elements, *elements);
+  return absl::OkStatus();
+}
+
 // M-RoPE positions: 3*S or 3*B*S values, [axis][b][s].
 absl::Status ResolveMropePositions(const RotateParams& params, const RopeConfig& config,
                                    const Dims4& q, ResolvedRotate* out) {
@@ -217,6 +265,7 @@ absl::StatusOr<ResolvedRotate> ResolveRotate(const RotateParams& params, const R
   args.seq = q.seq;
   args.head_dim = config.head_dim;
   args.rotary_dim = config.EffectiveRotaryDim();
+  args.rotary_offset = config.rotary_offset;
   args.q = params.q.data;
   args.q_heads = q.heads;
 
@@ -225,11 +274,14 @@ absl::StatusOr<ResolvedRotate> ResolveRotate(const RotateParams& params, const R
     ROPE_ASSIGN_OR_RETURN(const Dims4 k, CheckTensor("k", params.k));
     ROPE_RETURN_IF_ERROR(CheckHeadDim("k", k, config));
     ROPE_RETURN_IF_ERROR(CheckCompanion("k", params.k, k, "q", params.q, q, /*same_seq=*/true));
-    ROPE_RETURN_IF_ERROR(CheckGqa("q", q.heads, "k", k.heads));
+    // Any head counts: rotation pairs no query head with a key head (only
+    // attention does, AttentionScores checks Hq % Hkv); FlashInfer and vLLM
+    // rotate such q and k in one call too.
     args.k = params.k.data;
     args.k_heads = k.heads;
     elements = CheckedAdd(elements, k.elements);
   }
+  ROPE_RETURN_IF_ERROR(ResolveRotateOutput(params, has_k, &args, &elements));
   ROPE_RETURN_IF_ERROR(CheckElementLimit(elements, limits));
 
   args.positions.seq = q.seq;
@@ -300,6 +352,7 @@ absl::StatusOr<ResolvedAttention> ResolveAttention(const AttentionParams& params
   a.k_heads = k.heads;
   a.head_dim = config.head_dim;
   a.rotary_dim = config.EffectiveRotaryDim();
+  a.rotary_offset = config.rotary_offset;
   a.q = params.q.data;
   a.k = params.k.data;
   a.causal = params.causal;

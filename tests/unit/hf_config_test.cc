@@ -522,12 +522,15 @@ TEST(HfConfigTest, RopeKeysAloneTakeHeadDimFromTheRequest) {
   EXPECT_TRUE(r->config.scaling == ScalingConfig(DynamicNtkScaling{2.0, 2048}));
 }
 
-TEST(HfConfigTest, YarnWithoutFactorTakesTheLengthRatio) {
-  auto r = Resolve(R"({"rope_theta": 10000, "head_dim": 64, "max_position_embeddings": 32768,
-                      "rope_scaling": {"rope_type": "yarn",
-                                       "original_max_position_embeddings": 4096}})");
-  ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_EQ(std::get<YarnScaling>(r->config.scaling).factor, 8);
+// transformers' validate_rope requires factor for yarn (a KeyError).
+TEST(HfConfigErrorsTest, YarnWithoutFactorIsRefusedAsTransformersRefusesIt) {
+  EXPECT_TRUE(StatusIs(Resolve(R"({"rope_theta": 10000, "head_dim": 64,
+                                  "max_position_embeddings": 32768,
+                                  "rope_scaling": {"rope_type": "yarn",
+                                                   "original_max_position_embeddings": 4096}})")
+                           .status(),
+                       absl::StatusCode::kInvalidArgument,
+                       "hf_config_json: rope_scaling.factor is missing: rope_type yarn needs it"));
 }
 
 // ---- Refusals -----------------------------------------------------------------------------

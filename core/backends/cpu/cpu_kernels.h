@@ -29,7 +29,14 @@ namespace cpu {
 // Rotates tokens of q (and k) in place: token t = b * seq + s of q is
 // q_heads head vectors of head_dim elements at q + t * q_heads * head_dim
 // (likewise k, which may be null), rotated by the table row of
-// positions.At(b, s). Features rotary_dim.. are not touched.
+// positions.At(b, s). Features rotary_offset .. rotary_offset + rotary_dim
+// - 1 rotate; the others are not touched (rotary_dim 0: the table is not
+// read).
+//
+// With IsFloat8(output_dtype), out of place instead: q and k are only read,
+// and each head, its rotated features and the others, times q_scale
+// (k_scale) in float32, is rounded to output_dtype (common/float8.h) into
+// q_out (k_out), one byte per element in the same layout.
 struct RotateParams {
   DType dtype = DType::kFloat32;
   bool interleaved = true;
@@ -40,15 +47,22 @@ struct RotateParams {
   int64_t k_heads = 0;
   int64_t head_dim = 0;
   int64_t rotary_dim = 0;
+  int64_t rotary_offset = 0;
   int64_t seq = 1;
   TableRows table;
   math::PositionSpec positions;
+  DType output_dtype = DType::kFloat32;
+  uint8_t* q_out = nullptr;
+  uint8_t* k_out = nullptr;
+  float q_scale = 1.0f;
+  float k_scale = 1.0f;
 };
 
 // Float32 rotated copies: head h of token t (t = b * seq + s) is read from
 // src + t * src_token_stride + h * head_dim (elements of dtype), widened,
 // rotated forward by the row of positions.At(b, s) (every feature copied,
-// the first rotary_dim rotated) and written to
+// features rotary_offset .. rotary_offset + rotary_dim - 1 rotated; the
+// table is not read when rotary_dim is 0) and written to
 // dst + (t - dst_first_token) * dst_token_stride + h * dst_head_stride.
 struct RotateCopyParams {
   DType dtype = DType::kFloat32;
@@ -62,6 +76,7 @@ struct RotateCopyParams {
   int64_t heads = 0;
   int64_t head_dim = 0;
   int64_t rotary_dim = 0;
+  int64_t rotary_offset = 0;
   int64_t seq = 1;
   TableRows table;
   math::PositionSpec positions;
@@ -74,11 +89,13 @@ struct CpuKernels {
   // target's (avx512_bf16: AVX-512 BF16); null when it uses none.
   bool (*cpu_has_extensions)();
 
-  // Tokens [begin, end) of RotateParams / RotateCopyParams.
+  // Tokens [begin, end) of RotateParams (in place or to float8) /
+  // RotateCopyParams.
   void (*rotate)(const RotateParams& p, int64_t begin, int64_t end);
   void (*rotate_copy)(const RotateCopyParams& p, int64_t begin, int64_t end);
 
-  // n elements of 16-bit storage <-> float32.
+  // n elements of 16-bit storage <-> float32; narrow also takes the float8
+  // types (as RotateParams' outputs round: common/float8.h).
   void (*widen)(DType dtype, const void* src, int64_t n, float* dst);
   void (*narrow)(DType dtype, const float* src, int64_t n, void* dst);
 

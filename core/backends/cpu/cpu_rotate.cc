@@ -21,9 +21,15 @@ void CpuRotate(const cpu::CpuKernels& kernels, const RopeTable& table, const Rot
   p.k_heads = args.k_heads;
   p.head_dim = args.head_dim;
   p.rotary_dim = args.rotary_dim;
+  p.rotary_offset = args.rotary_offset;
   p.seq = args.seq;
   p.table = table.rows();
   p.positions = args.positions;
+  p.output_dtype = args.output_dtype;
+  p.q_out = static_cast<uint8_t*>(args.q_out);
+  p.k_out = static_cast<uint8_t*>(args.k_out);
+  p.q_scale = args.q_scale;
+  p.k_scale = args.k_scale;
   pool->ParallelFor(args.batch * args.seq, kMinTokensPerTask,
                     [&](int64_t begin, int64_t end) { kernels.rotate(p, begin, end); });
 }
