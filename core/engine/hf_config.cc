@@ -287,6 +287,8 @@ constexpr RefusedKey kRefusedKeys[] = {
     {"use_logn_attn", true, "Qwen-1's log-n attention scaling"},
     {"alibi", true, "ALiBi position biases instead of rotary embedding"},
     {"rotary_emb_scale_base", false, "xPos scaling of the rotary embedding"},
+    {"dual_chunk_attention_config", false,
+     "Qwen2.5-1M's dual-chunk attention, with positions of its own per chunk"},
 };
 
 absl::Status CheckRefusedKeys(const Scope& cfg) {
@@ -780,8 +782,8 @@ absl::StatusOr<ScalingConfig> Scaling(const std::string& rope_type, const Scope&
     s.truncate = truncate.value_or(true);
     return ScalingConfig(s);
   }
-  if (rope_type == "deepseek_yarn") {
-    // vLLM's name for DeepSeek's YaRN (DeepseekScalingRotaryEmbedding):
+  if (rope_type == "deepseek_yarn" || rope_type == "deepseek_llama_scaling") {
+    // vLLM's names for DeepSeek's YaRN (DeepseekScalingRotaryEmbedding):
     // factor and original_max_position_embeddings required, the rest at
     // vLLM's defaults.
     DeepseekYarnScaling s;
@@ -884,7 +886,8 @@ absl::StatusOr<ScalingConfig> Scaling(const std::string& rope_type, const Scope&
   return absl::InvalidArgumentError(absl::StrCat(
       "hf_config_json: ", p.Path("rope_type"), " is \"", Truncated(rope_type, kMaxShown),
       "\": not supported (this server serves default, linear, dynamic (with factor or alpha), "
-      "yarn, deepseek_yarn, llama3, longrope, proportional, ntk, ernie_3d, and mrope sections "
+      "yarn, deepseek_yarn (deepseek_llama_scaling), llama3, longrope, proportional, ntk, "
+      "ernie_3d, and mrope sections "
       "with them)"));
 }
 

@@ -87,9 +87,13 @@ absl::StatusOr<Dims4> CheckTensor(const char* name, const View& t) {
 
 absl::Status CheckHeadDim(const char* name, const Dims4& dims, const RopeConfig& config) {
   if (dims.dim != config.head_dim) {
-    return absl::InvalidArgumentError(absl::StrCat(name, ".shape[-1] (head_dim) is ", dims.dim,
-                                                   ": must equal config.head_dim ",
-                                                   config.head_dim));
+    const bool mla = config.whole_head_dim != 0 && config.whole_head_dim != config.head_dim;
+    return absl::InvalidArgumentError(absl::StrCat(
+        name, ".shape[-1] (head_dim) is ", dims.dim, ": must equal config.head_dim ",
+        config.head_dim,
+        mla ? absl::StrCat(" (the rope part) or ", config.whole_head_dim,
+                           " (the whole MLA head, whose last features rotate)")
+            : std::string()));
   }
   return absl::OkStatus();
 }

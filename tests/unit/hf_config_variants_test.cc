@@ -414,6 +414,13 @@ TEST(HfVariantsTest, VllmRopeTypesNtkAndDeepseekYarn) {
   ExpectInvFreq(deepseek->inv_freq,
                 reference::DeepseekYarnInvFreq(10000, 64, 40, 4096, 32, 1, 1));
   EXPECT_NEAR(deepseek->attention_factor, reference::DeepseekYarnMscale(40, 0.707, 0, 1), 1e-15);
+  // vLLM's other name for it.
+  auto llama_named = Resolve(FromJson(R"({"rope_theta": 10000, "qk_rope_head_dim": 64,
+      "rope_scaling": {"rope_type": "deepseek_llama_scaling", "factor": 40,
+                       "original_max_position_embeddings": 4096, "mscale": 0.707}})"));
+  ASSERT_TRUE(llama_named.ok()) << llama_named.status();
+  EXPECT_EQ(llama_named->inv_freq, deepseek->inv_freq);
+  EXPECT_EQ(llama_named->attention_factor, deepseek->attention_factor);
   EXPECT_TRUE(StatusIs(Resolve(FromJson(R"({"rope_theta": 10000, "head_dim": 64,
       "rope_scaling": {"rope_type": "deepseek_yarn", "factor": 40}})"))
                            .status(),
@@ -459,6 +466,10 @@ TEST(HfVariantsErrorsTest, KeysThatChangeRopeAreReadOrRefused) {
            {R"("use_logn_attn": true)", "hf_config_json: use_logn_attn is true"},
            {R"("alibi": true)", "hf_config_json: alibi is true"},
            {R"("rotary_emb_scale_base": 512)", "hf_config_json: rotary_emb_scale_base is 512"},
+           {R"("dual_chunk_attention_config": {"chunk_size": 262144, "local_size": 8192})",
+            "hf_config_json: dual_chunk_attention_config is {\"chunk_size\":262144"},
+           {R"("rope_scaling": {"rope_type": "xdrope", "alpha": 1000})",
+            "hf_config_json: rope_scaling.rope_type is \"xdrope\": not supported"},
            {R"("position_embedding_type": "absolute")",
             "hf_config_json: position_embedding_type is \"absolute\": the model's positions are "
             "not rotary"},
