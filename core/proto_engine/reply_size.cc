@@ -68,6 +68,12 @@ int64_t AttentionScoresReplyBytes(const v1::AttentionScoresRequest& request) {
     const int64_t dim_v = DimFromEnd(request.v(), 1);
     bytes = Add(bytes, Mul(Mul(Mul(Mul(batch, seq_q), heads_q), dim_v), sizeof(float)));
   }
+  // A NoPE layer with temperature tuning (config.no_rope, or a layer
+  // hf_layer_index picks) scales a copy of q in its own dtype.
+  if (request.config().has_no_rope() || request.config().has_hf_layer_index()) {
+    const int64_t element = request.q().dtype() == v1::FLOAT32 ? 4 : 2;
+    bytes = Add(bytes, Mul(Elements(request.q()), element));
+  }
   return bytes;
 }
 

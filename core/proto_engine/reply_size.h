@@ -18,7 +18,8 @@ namespace rope {
 int64_t RotateReplyBytes(const v1::RotateRequest& request);
 
 // float32 scores [B, Hq, Sq, Sk], plus float32 output [B, Sq, Hq, Dv] when v
-// is given, plus the engine's float32 working copies of q and k. Tensors sent
+// is given, plus the engine's float32 working copies of q and k (and a copy
+// of q in its dtype when the config may be a tuned NoPE layer). Tensors sent
 // by shared-memory reference count by their shapes: the engine computes
 // into server memory before copying into the caller's region.
 int64_t AttentionScoresReplyBytes(const v1::AttentionScoresRequest& request);

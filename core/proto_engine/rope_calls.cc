@@ -26,7 +26,23 @@ void SetFloatTensor(const std::vector<int64_t>& shape, v1::Tensor* tensor) {
 
 absl::Status AnswerRotate(Engine& engine, v1::RotateRequest* request, v1::RotateResponse* reply) {
   ROPE_ASSIGN_OR_RETURN(RotateParams params, RotateParamsFromProto(request));
+  const bool to_float8 = params.output_dtype.has_value() && IsFloat8(*params.output_dtype);
+  if (to_float8) {
+    // Written by the engine straight into the reply's bytes.
+    params.q_out = reply->mutable_q()->mutable_data();
+    if (request->has_k()) params.k_out = reply->mutable_k()->mutable_data();
+  }
   ROPE_RETURN_IF_ERROR(engine.Rotate(params));
+  if (to_float8) {
+    const v1::DType dtype = DTypeToProto(*params.output_dtype);
+    reply->mutable_q()->set_dtype(dtype);
+    *reply->mutable_q()->mutable_shape() = request->q().shape();
+    if (request->has_k()) {
+      reply->mutable_k()->set_dtype(dtype);
+      *reply->mutable_k()->mutable_shape() = request->k().shape();
+    }
+    return absl::OkStatus();
+  }
   MoveTensor(request->mutable_q(), reply->mutable_q());
   if (request->has_k()) MoveTensor(request->mutable_k(), reply->mutable_k());
   return absl::OkStatus();

@@ -98,6 +98,10 @@ void RunRotate(const uint8_t* data, size_t size) {
   absl::StatusOr<RotateParams> params = RotateParamsFromProto(&request);
   CheckRejection(params.status());
   if (!params.ok()) return;
+  // Where a float8 output_dtype's bytes go (the reply's data, in the service).
+  std::string q_out, k_out;
+  params->q_out = &q_out;
+  params->k_out = &k_out;
   const absl::Status status = SharedEngine().Rotate(*params);
   CheckRejection(status);
   if (status.ok()) {
