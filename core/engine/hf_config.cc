@@ -329,15 +329,36 @@ absl::StatusOr<std::optional<std::pair<double, std::string>>> AliasedNumber(
 }
 
 // The layer types of the config, explicit (layer_types) or as the model
-// class derives them when the config omits the list.
+// class derives them when the config omits the list. A derived pattern is
+// kept as its rule, never spelled out per layer: num_hidden_layers may be
+// anything up to 2^32 - 1 in a hostile config.
 struct LayerPlan {
-  std::vector<std::string> layer_types;  // empty: every layer full_attention
+  std::vector<std::string> layer_types;  // explicit; empty: derived or all full_attention
   std::string layer_types_key;           // where they come from, for messages
-  // no_rope_layers (1: the layer rotates, 0: NoPE), explicit or the model
-  // class's default; empty: every layer rotates.
+  // no_rope_layers (1: the layer rotates, 0: NoPE) as given; empty: see
+  // nope_every.
   std::vector<bool> uses_rope;
   std::string uses_rope_key;
+  // The model class's default NoPE rule: layer i is NoPE when
+  // (i + 1) % nope_every == 0, for nope_layers layers (0: no rule).
+  uint32_t nope_every = 0;
+  uint32_t nope_layers = 0;
+  // Llama 4: a layer's type follows its rope (chunked_attention when it
+  // rotates, full_attention when NoPE).
+  bool types_follow_rope = false;
+  // Gemma 3: layer i is full_attention when (i + 1) % global_every == 0,
+  // else sliding_attention, for global_layers layers (0: no rule).
+  uint32_t global_every = 0;
+  uint32_t global_layers = 0;
   std::optional<uint32_t> num_hidden_layers;
+
+  // The distinct layer type names the config has (for SelectParams).
+  std::vector<std::string> TypeNames() const {
+    if (!layer_types.empty()) return layer_types;
+    if (types_follow_rope) return {"chunked_attention", kFullAttention};
+    if (global_every != 0) return {kSlidingAttention, kFullAttention};
+    return {};
+  }
 };
 
 absl::StatusOr<std::vector<std::string>> StringList(const Scope& cfg, const std::string& key) {
@@ -380,29 +401,25 @@ absl::StatusOr<LayerPlan> PlanLayers(const Scope& cfg, const std::string& model_
   if (!cfg.Has("no_rope_layers") && (IsLlama4(model_type) || model_type == "smollm3" ||
                                      interval.has_value())) {
     // Llama4TextConfig: 48 layers; SmolLM3Config: 36.
-    const uint32_t layers =
-        plan.num_hidden_layers.value_or(model_type == "smollm3" ? 36 : 48);
-    const uint32_t every = interval.value_or(4);
-    for (uint32_t i = 0; i < layers; ++i) plan.uses_rope.push_back((i + 1) % every != 0);
-    plan.uses_rope_key = absl::StrCat(cfg.Path("no_rope_layer_interval"), " (", every, ")");
+    plan.nope_layers = plan.num_hidden_layers.value_or(model_type == "smollm3" ? 36 : 48);
+    plan.nope_every = interval.value_or(4);
+    plan.uses_rope_key =
+        absl::StrCat(cfg.Path("no_rope_layer_interval"), " (", plan.nope_every, ")");
   }
 
   if (plan.layer_types.empty()) {
-    if (IsLlama4(model_type) && !plan.uses_rope.empty()) {
+    if (IsLlama4(model_type) && (!plan.uses_rope.empty() || plan.nope_every != 0)) {
       // Llama4TextConfig: rope layers are chunked_attention, NoPE layers
       // full_attention.
-      for (bool rope : plan.uses_rope) {
-        plan.layer_types.push_back(rope ? "chunked_attention" : kFullAttention);
-      }
+      plan.types_follow_rope = true;
       plan.layer_types_key = plan.uses_rope_key;
     } else if (model_type == "gemma3_text") {
       // Gemma3TextConfig: every sliding_window_pattern-th layer is global.
       ROPE_ASSIGN_OR_RETURN(std::optional<uint32_t> pattern, cfg.Count("sliding_window_pattern"));
-      const uint32_t every = pattern.value_or(6);
-      for (uint32_t i = 0; i < plan.num_hidden_layers.value_or(26); ++i) {
-        plan.layer_types.push_back((i + 1) % every != 0 ? kSlidingAttention : kFullAttention);
-      }
-      plan.layer_types_key = absl::StrCat(cfg.Path("sliding_window_pattern"), " (", every, ")");
+      plan.global_every = pattern.value_or(6);
+      plan.global_layers = plan.num_hidden_layers.value_or(26);
+      plan.layer_types_key =
+          absl::StrCat(cfg.Path("sliding_window_pattern"), " (", plan.global_every, ")");
     } else if (model_type == "deepseek_v4" && cfg.Has("compress_ratios")) {
       // DeepseekV4Config folds the legacy per-layer compress_ratios in.
       const Json& ratios = *cfg.Find("compress_ratios");
@@ -454,11 +471,33 @@ absl::StatusOr<ChosenLayer> ChooseLayer(const LayerPlan& plan, const HfLayerSele
   if (!plan.layer_types.empty() && index >= plan.layer_types.size()) {
     return out_of_range(plan.layer_types.size(), plan.layer_types_key);
   }
+  if (plan.global_every != 0 && index >= plan.global_layers) {
+    return out_of_range(plan.global_layers, plan.layer_types_key);
+  }
   if (!plan.uses_rope.empty() && index >= plan.uses_rope.size()) {
     return out_of_range(plan.uses_rope.size(), plan.uses_rope_key);
   }
-  chosen.layer_type = plan.layer_types.empty() ? kFullAttention : plan.layer_types[index];
-  chosen.no_rope = !plan.uses_rope.empty() && !plan.uses_rope[index];
+  if (plan.nope_every != 0 && index >= plan.nope_layers) {
+    return out_of_range(plan.nope_layers, plan.uses_rope_key);
+  }
+  bool rotates = true;
+  if (!plan.uses_rope.empty()) {
+    rotates = plan.uses_rope[index];
+  } else if (plan.nope_every != 0) {
+    rotates = (static_cast<uint64_t>(index) + 1) % plan.nope_every != 0;
+  }
+  chosen.no_rope = !rotates;
+  if (!plan.layer_types.empty()) {
+    chosen.layer_type = plan.layer_types[index];
+  } else if (plan.types_follow_rope) {
+    chosen.layer_type = rotates ? "chunked_attention" : kFullAttention;
+  } else if (plan.global_every != 0) {
+    chosen.layer_type = (static_cast<uint64_t>(index) + 1) % plan.global_every != 0
+                            ? kSlidingAttention
+                            : kFullAttention;
+  } else {
+    chosen.layer_type = kFullAttention;
+  }
   return chosen;
 }
 
@@ -1150,14 +1189,14 @@ absl::StatusOr<HfRopeConfig> ParseHfRopeConfig(absl::string_view json,
     }
   } else {
     ROPE_ASSIGN_OR_RETURN(const Selection sel,
-                          SelectParams(cfg, model_type, layer.layer_type, plan.layer_types));
+                          SelectParams(cfg, model_type, layer.layer_type, plan.TypeNames()));
     if (sel.per_layer) {
       // transformers' validate_rope checks every layer type's dict: one
       // unusable entry refuses the whole config, whichever is asked for.
       for (auto it = dict.object().begin(); it != dict.object().end(); ++it) {
         if (it.key() == layer.layer_type) continue;
         ROPE_ASSIGN_OR_RETURN(const Selection other,
-                              SelectParams(cfg, model_type, it.key(), plan.layer_types));
+                              SelectParams(cfg, model_type, it.key(), plan.TypeNames()));
         ROPE_ASSIGN_OR_RETURN(HfRopeConfig entry, Derive(cfg, other, it.key(), model_type, defaults));
         ROPE_RETURN_IF_ERROR(AddModelKeys(cfg, model_type, defaults, &entry));
         ROPE_RETURN_IF_ERROR(CheckEntry(entry, other.params.Name()));

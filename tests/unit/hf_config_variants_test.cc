@@ -162,6 +162,26 @@ TEST(HfVariantsTest, KimiK2EqualBetasAreAccepted) {
   EXPECT_EQ(r->hf_layout, Layout::kInterleaved);  // DeepSeek-V3's remote code
 }
 
+// M-RoPE with YaRN (Qwen3-VL's long-context setting): transformers' yarn
+// over the whole rotary width with its own correction range from
+// original_max_position_embeddings, not the 4x longer range vLLM's enlarged
+// M-RoPE cache gives.
+TEST(HfVariantsTest, MropeWithYarnUsesTransformersCorrectionRange) {
+  auto r = Resolve(FromJson(R"({"model_type": "qwen3_vl", "text_config": {"head_dim": 128,
+      "rope_theta": 5000000, "max_position_embeddings": 262144,
+      "rope_scaling": {"rope_type": "yarn", "factor": 4.0,
+                       "original_max_position_embeddings": 65536,
+                       "mrope_section": [24, 20, 20], "mrope_interleaved": true}}})"));
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_TRUE(std::holds_alternative<YarnScaling>(r->config.scaling));
+  EXPECT_EQ(r->config.mrope.section, (std::vector<uint32_t>{24, 20, 20}));
+  EXPECT_TRUE(r->config.mrope.interleaved);
+  ExpectInvFreq(r->inv_freq, reference::YarnInvFreq(5000000, 128, 4, 65536, 32, 1));
+  const std::vector<double> vllm_range = reference::YarnInvFreq(5000000, 128, 4, 4 * 65536, 32, 1);
+  EXPECT_NE(r->inv_freq, vllm_range);
+  EXPECT_DOUBLE_EQ(r->attention_factor, reference::YarnAttentionFactor(4, 0, 0, 0));
+}
+
 TEST(HfVariantsTest, DeepSeekV3PairsNeighboursUnlessRopeInterleaveIsFalse) {
   auto r = Resolve(FromJson(Fixture("DeepSeek-V3")));
   ASSERT_TRUE(r.ok()) << r.status();
@@ -254,6 +274,29 @@ TEST(HfVariantsTest, NoRopeLayersDefaultFromTheIntervalWithoutTheList) {
 }
 
 // ---- Ernie 4.5-VL ---------------------------------------------------------------------------
+
+// A derived layer pattern is a rule, not a list: a config claiming 2^32 - 1
+// layers costs nothing, and its last layers are still chosen by index.
+TEST(HfVariantsTest, DerivedLayerPatternsOfHugeLayerCountsAreRules) {
+  auto last = Resolve(FromJson(R"({"model_type": "llama4_text", "head_dim": 64,
+      "rope_theta": 500000, "num_hidden_layers": 4294967295, "no_rope_layer_interval": 4})",
+                               "", 4294967294u));
+  ASSERT_TRUE(last.ok()) << last.status();
+  EXPECT_FALSE(last->config.no_rope.enabled);  // (4294967294 + 1) % 4 != 0
+  EXPECT_EQ(last->layer_type, "chunked_attention");
+  auto nope = Resolve(FromJson(R"({"model_type": "llama4_text", "head_dim": 64,
+      "rope_theta": 500000, "num_hidden_layers": 4294967295, "no_rope_layer_interval": 4})",
+                               "", 4294967291u));
+  ASSERT_TRUE(nope.ok()) << nope.status();
+  EXPECT_TRUE(nope->config.no_rope.enabled);
+  EXPECT_EQ(nope->layer_type, "full_attention");
+  auto gemma = Resolve(FromJson(R"({"model_type": "gemma3_text", "head_dim": 64,
+      "num_hidden_layers": 4294967295, "sliding_window_pattern": 6})",
+                                "", 4294967291u));
+  ASSERT_TRUE(gemma.ok()) << gemma.status();
+  EXPECT_EQ(gemma->layer_type, "full_attention");  // (4294967291 + 1) % 6 == 0
+  EXPECT_EQ(gemma->config.theta, 1000000);
+}
 
 TEST(HfVariantsTest, ErnieFreqAllocationIsTheTAxisOfItsThreeDLayout) {
   auto r = Resolve(FromJson(Fixture("ERNIE-4.5-VL-28B-A3B-PT")));
