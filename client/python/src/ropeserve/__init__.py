@@ -20,8 +20,9 @@ from . import aio
 from ._calls import Resolved, RotateRequest, Scores, Table
 from .client import Client
 from .shm import CudaRegion, SharedRegion
-from .config import (DynamicNtkScaling, Layout, Llama3Scaling, LinearScaling, LongRopeScaling,
-                     Mrope, ProportionalScaling, RopeConfig, YarnScaling)
+from .config import (DeepseekYarnScaling, DynamicNtkAlphaScaling, DynamicNtkScaling, Layout,
+                     Llama3Scaling, LinearScaling, LongRopeScaling, Mrope, NoRope, NtkScaling,
+                     ProportionalScaling, RopeConfig, YarnScaling)
 from .errors import (Aborted, AlreadyExists, Cancelled, DataLoss, DeadlineExceeded, FailedPrecondition,
                      Internal, InvalidArgument, NotFound, OutOfRange, PermissionDenied, ResourceExhausted,
                      RopeError, Unauthenticated, Unavailable, Unimplemented, Unknown)
@@ -32,7 +33,8 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Client", "RopeConfig", "Layout", "LinearScaling", "DynamicNtkScaling", "YarnScaling",
-    "Llama3Scaling", "LongRopeScaling", "ProportionalScaling", "Mrope", "RotateRequest", "Scores",
+    "Llama3Scaling", "LongRopeScaling", "ProportionalScaling", "DynamicNtkAlphaScaling", "NtkScaling",
+    "DeepseekYarnScaling", "NoRope", "Mrope", "RotateRequest", "Scores",
     "Table", "Resolved",
     "RopeError", "Cancelled", "Unknown", "InvalidArgument", "DeadlineExceeded", "NotFound",
     "AlreadyExists", "PermissionDenied", "ResourceExhausted", "FailedPrecondition", "Aborted",
