@@ -19,8 +19,20 @@
 # BUILD_IMAGE and RUNTIME_IMAGE must be the same distribution release: the
 # runtime stage installs the packages, by name, that own the libraries the
 # binaries were linked against in the build stage.
+#
+# BINARIES names the stage the runtime stage takes its binaries from:
+#   build     (the default) compile them in the build stage above;
+#   prebuilt  take them from image-bin/ in the build context: bin/ (ropeserve,
+#             ropectl, ropeload, stripped) and runtime-packages.txt (from
+#             deploy/image/runtime-packages.sh), made on a host of the same
+#             release as RUNTIME_IMAGE. scripts/container_test.sh does this
+#             with the binaries the test build already made, so that CI does
+#             not compile them twice.
+# The stage not named is skipped (BuildKit; podman/buildah, which need the
+# value spelled out: --build-arg BINARIES=build).
 ARG BUILD_IMAGE=nvidia/cuda:12.8.1-devel-ubuntu24.04
 ARG RUNTIME_IMAGE=nvidia/cuda:12.8.1-runtime-ubuntu24.04
+ARG BINARIES=build
 
 FROM ${BUILD_IMAGE} AS build
 # Marks this project's layers, so that scripts can prune the stale ones alone.
@@ -46,10 +58,15 @@ RUN cmake -S /src -B /build -DCMAKE_BUILD_TYPE=Release \
     && deploy/image/runtime-packages.sh /out/bin/* > /out/runtime-packages.txt \
     && echo "runtime packages:" $(cat /out/runtime-packages.txt)
 
+FROM scratch AS prebuilt
+COPY image-bin/ /out/
+
+FROM ${BINARIES} AS binaries
+
 FROM ${RUNTIME_IMAGE} AS runtime
 LABEL ropeserve.stage=runtime
 ENV DEBIAN_FRONTEND=noninteractive
-COPY --from=build /out/runtime-packages.txt /tmp/runtime-packages.txt
+COPY --from=binaries /out/runtime-packages.txt /tmp/runtime-packages.txt
 RUN apt-get update -qq \
     && apt-get install -y -qq --no-install-recommends $(cat /tmp/runtime-packages.txt) \
     && rm -rf /var/lib/apt/lists/* /var/cache/apt/archives/*.deb /tmp/runtime-packages.txt \
@@ -57,7 +74,7 @@ RUN apt-get update -qq \
          --home-dir /nonexistent --shell /usr/sbin/nologin ropeserve
 
 # ropeserve, ropectl (and ropeload when the build has it).
-COPY --from=build /out/bin/ /usr/local/bin/
+COPY --from=binaries /out/bin/ /usr/local/bin/
 
 LABEL org.opencontainers.image.title="ropeserve" \
       org.opencontainers.image.description="Rotary position embeddings as a gRPC service"

@@ -275,8 +275,8 @@ void BM_RotateToFloat8(benchmark::State& state) {
   to_float8.output_dtype = out;
   to_float8.q_output_scale = 0.5;
   to_float8.k_output_scale = 2;
-  to_float8.q_out = &q_out;
-  to_float8.k_out = &k_out;
+  to_float8.q_float8_out = &q_out;
+  to_float8.k_float8_out = &k_out;
   if (!engine->Rotate(in_place).ok() || !engine->Rotate(to_float8).ok()) {
     state.SkipWithError("rotate failed");
     return;
@@ -361,7 +361,7 @@ void BM_AttentionScores(benchmark::State& state) {
   p.softmax = true;
   std::string scores;
   AttentionOutputs out;
-  out.scores = &scores;
+  out.scores.bytes = &scores;
   // One untimed call first, as the baseline's output is allocated before its
   // loop: it builds the table and sizes `scores` (128 MiB, zero-filled and
   // faulted in once), which every later call reuses. Without it, the first

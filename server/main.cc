@@ -40,6 +40,7 @@
 #include "server/service/malloc_settings.h"
 #include "server/service/memory_limit.h"
 #include "server/service/rope_server.h"
+#include "server/service/server_log.h"
 #include "server/service/server_security.h"
 
 ABSL_FLAG(std::string, listen, absl::StrCat("0.0.0.0:", rope::kDefaultPort),
@@ -108,6 +109,11 @@ ABSL_FLAG(int64_t, shm_max_mapped_bytes, int64_t{16} << 30,
 ABSL_FLAG(std::string, shm_allowed_dir, "",
           "directory under which RegisterSharedMemory may name files (besides POSIX "
           "shared-memory objects \"/name\"); empty: none");
+
+ABSL_FLAG(std::string, grpc_verbosity, "",
+          "gRPC's own log lines on stderr: debug, info or error (that severity and above); "
+          "empty: none (ropeserve names failures itself), unless GRPC_VERBOSITY or GRPC_TRACE "
+          "is set");
 
 ABSL_FLAG(bool, enable_echo, false,
           "also serve rope.bench.v1.EchoService (benchmarks of the transport alone)");
@@ -441,6 +447,9 @@ void ArmTeardownWatchdog(absl::Duration bound, int exit_code) {
 
 // Serves until SIGTERM or SIGINT, then drains. Returns the process exit code.
 int RunServer() {
+  // One ordered log stream (stderr), gRPC's lines only when asked.
+  absl::Status log_ok = SetUpServerLog(absl::GetFlag(FLAGS_grpc_verbosity));
+  if (!log_ok.ok()) return Fail(log_ok, kExitUsage);
   const std::string malloc_line = SetUpMalloc();
   // All configuration first: a bad flag or certificate must not wait for
   // (or disturb) a GPU being initialised.

@@ -157,7 +157,7 @@ int SetUpRun(const client::FlagSet& flags, std::ostream& err, RunSetup* setup) {
   absl::StatusOr<v1::ServerInfo> info = setup->pool->Connect();
   if (!info.ok()) {
     const absl::Status explained =
-        client::ExplainTransportFailure(info.status(), setup->spec.security);
+        client::ExplainTransportFailure(info.status(), setup->spec.security, setup->spec.target);
     ReportError(absl::Status(explained.code(), absl::StrCat("cannot use ", setup->spec.target,
                                                             ": ", explained.message())),
                 err);

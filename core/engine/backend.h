@@ -1,8 +1,10 @@
 // Backend: where the arithmetic runs (CPU threads, or a CUDA device).
 //
 // A backend receives fully validated, resolved arguments: shapes agree, byte
-// sizes match, every position is in [0, table.max_len()). It must not be
-// handed anything else; the Engine guarantees this. Implementations are
+// sizes match, every position is in [0, table.max_len()), and every tensor
+// is in host memory or, for a backend with device memory, on its device
+// (backend_args.h). It must not be handed anything else; the Engine
+// guarantees this. Implementations are
 // thread-safe: the service calls them from many threads at once.
 #ifndef ROPE_ENGINE_BACKEND_H_
 #define ROPE_ENGINE_BACKEND_H_
@@ -12,10 +14,10 @@
 #include <memory>
 #include <optional>
 #include <string>
-#include <string_view>
 
 #include "absl/status/status.h"
-#include "absl/status/statusor.h"
+#include "core/engine/backend_args.h"
+#include "core/engine/device_memory.h"
 #include "core/engine/dtype.h"
 #include "core/engine/interrupt.h"
 #include "core/engine/keyed_lru_cache.h"
@@ -23,85 +25,6 @@
 #include "core/engine/rope_table.h"
 
 namespace rope {
-
-// Rotate q (and k when non-null) in place. q is [batch, seq, q_heads, head_dim]
-// and k is [batch, seq, k_heads, head_dim], both of `dtype`, contiguous.
-// Features rotary_offset .. rotary_offset + rotary_dim - 1 of each head
-// rotate (rotary_dim 0: none, and the table is not read); the rest pass
-// through.
-struct RotateArgs {
-  DType dtype = DType::kFloat32;
-  Layout layout = Layout::kInterleaved;
-  bool inverse = false;
-  int64_t batch = 0, seq = 0, head_dim = 0, rotary_dim = 0, rotary_offset = 0;
-  void* q = nullptr;
-  int64_t q_heads = 0;
-  void* k = nullptr;  // optional
-  int64_t k_heads = 0;
-  math::PositionSpec positions;
-  // q and k are device memory of this backend (CUDA shared memory opened by
-  // OpenCudaIpcMemory), not host memory: rotated there, no copies. Only a
-  // backend that opened them is ever handed such arguments.
-  bool on_device = false;
-  // Out of place to float8 (FlashInfer's rope_quantize_fp8), when
-  // IsFloat8(output_dtype): q and k are only read; every feature of q (k),
-  // rotated or passed through, times q_scale (k_scale) in float32, is
-  // rounded to output_dtype (to nearest even, saturating to the largest
-  // finite value, NaN to 0x7f) and written to q_out (k_out), one byte per
-  // element in q's (k's) layout. Host memory (never with on_device).
-  DType output_dtype = DType::kFloat32;
-  void* q_out = nullptr;
-  void* k_out = nullptr;
-  float q_scale = 1.0f;
-  float k_scale = 1.0f;
-};
-
-// Device memory of another process, opened from a CUDA IPC handle
-// (Backend::OpenCudaIpcMemory), mapped while this object lives; the
-// destructor closes the mapping. data() is a device pointer: the host must
-// not dereference it.
-class DeviceMemoryLease {
- public:
-  virtual ~DeviceMemoryLease() = default;
-  virtual void* data() const = 0;
-  // Bytes of the allocation the handle names (>= the bytes asked for).
-  virtual uint64_t allocation_bytes() const = 0;
-  virtual int device() const = 0;
-};
-
-// Scores [batch, q_heads, q_seq, k_seq] float32 of rotated q against rotated
-// k, scaled, optionally causally masked (-inf where key position > query
-// position) and softmaxed over keys; optional output = softmax(S) v
-// [batch, q_seq, q_heads, v_dim]. Query head h reads key/value head
-// h / (q_heads / k_heads).
-//
-// Fully masked rows (every key position after the query position): the
-// scores row is all -inf; with softmax, the probabilities row is all 0 and
-// the output row is 0 (no NaN), as FlashAttention does.
-struct AttentionArgs {
-  DType dtype = DType::kFloat32;  // of q, k and v
-  Layout layout = Layout::kInterleaved;
-  int64_t batch = 0, q_seq = 0, k_seq = 0, q_heads = 0, k_heads = 0;
-  // Features rotary_offset .. rotary_offset + rotary_dim - 1 of q and k
-  // rotate (rotary_dim 0: none, and the table is not read).
-  int64_t head_dim = 0, rotary_dim = 0, rotary_offset = 0, v_dim = 0;
-  const void* q = nullptr;
-  const void* k = nullptr;
-  const void* v = nullptr;  // optional
-  math::PositionSpec q_positions;
-  math::PositionSpec k_positions;
-  bool causal = false;
-  bool softmax = false;
-  float scale = 1.0f;
-  float* scores = nullptr;  // [batch, q_heads, q_seq, k_seq]
-  float* output = nullptr;  // [batch, q_seq, q_heads, v_dim] when v != null
-  // q, k, v, scores and output are all device memory of this backend (CUDA
-  // shared memory opened by OpenCudaIpcMemory): read and written there.
-  bool on_device = false;
-  // Polled between pieces of work when set; a backend that sees a non-OK
-  // Check() may stop and return that status (outputs then unspecified).
-  const Interrupt* interrupt = nullptr;
-};
 
 struct BackendInfo {
   std::string name;    // "cpu" or "cuda"
@@ -141,20 +64,10 @@ class Backend {
   // (ServiceOptions::inline_rotate_max_bytes). The CPU backend's answer.
   virtual bool CallsNeverWait() const { return false; }
 
-  // Opens the device allocation that a client process exported with
-  // cudaIpcGetMemHandle (`handle`: the cudaIpcMemHandle_t's bytes) on CUDA
-  // device `device`, and checks that it has at least `byte_size` bytes.
-  // INVALID_ARGUMENT naming cuda_ipc_handle / cuda_device / byte_size when
-  // the handle cannot be opened, the device is not this backend's or the
-  // allocation is smaller; FAILED_PRECONDITION from a backend without
-  // device memory (the default).
-  virtual absl::StatusOr<std::shared_ptr<DeviceMemoryLease>> OpenCudaIpcMemory(
-      std::string_view handle, int device, uint64_t byte_size);
-
-  // Copies `bytes` between two places in device memory that this backend
-  // opened (OpenCudaIpcMemory); returns after the copy. The default:
-  // FAILED_PRECONDITION.
-  virtual absl::Status CopyOnDevice(void* destination, const void* source, uint64_t bytes);
+  // The backend's device memory (device_memory.h), or null when it has
+  // none (the default; the CPU backend): then it is never handed a device
+  // view (the engine refuses them, Engine::DeviceMemoryFor).
+  virtual DeviceMemory* device_memory() { return nullptr; }
 
   // Runs fill(begin, end) over [0, rows) on the backend's threads; used to
   // build tables in parallel. The default runs it on the calling thread.

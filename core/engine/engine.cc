@@ -8,9 +8,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "core/engine/rope_math.h"
 #include "core/engine/hf_config.h"
+#include "core/engine/rope_math.h"
 #include "core/engine/table_blocks_touched.h"
+#include "core/engine/tensor_size.h"
 #include "core/engine/validation.h"
 
 namespace rope {
@@ -65,7 +66,64 @@ void ScaleQueries(const AttentionArgs& args, const NoRopeConfig& no_rope, void* 
   }
 }
 
+// Checks where `result` (`what`: "the scores are") goes against the
+// result's shape and the call's memory, before any work.
+absl::Status CheckResult(const ResultBuffer& result, const std::vector<int64_t>& shape,
+                         const TensorMemory& memory, const char* what) {
+  if (result.bytes != nullptr) {
+    if (memory.is_host()) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrCat(
+        result.name, ": the call's tensors are in ", memory.ToString(),
+        ", so its results go there too (a region of that memory), not into the reply"));
+  }
+  if (result.view.memory != memory) {
+    return absl::InvalidArgumentError(absl::StrCat(result.name, " is in ",
+                                                   result.view.memory.ToString(),
+                                                   " but the call's tensors are in ",
+                                                   memory.ToString(),
+                                                   ": one call's tensors are all in one memory"));
+  }
+  const int64_t bytes = Float32Bytes(shape);
+  if (result.view.byte_size != static_cast<uint64_t>(bytes)) {
+    return absl::InvalidArgumentError(absl::StrCat(result.name, ".byte_size is ",
+                                                   result.view.byte_size, ": ", what, " ", bytes,
+                                                   " bytes"));
+  }
+  return absl::OkStatus();
+}
+
+// The result's memory: the reply's bytes, resized to the result, or the
+// caller's view (CheckResult passed).
+float* PlaceResult(ResultBuffer& result, const std::vector<int64_t>& shape) {
+  result.shape = shape;
+  if (result.bytes == nullptr) return static_cast<float*>(result.view.data);
+  result.bytes->resize(static_cast<size_t>(Float32Bytes(shape)));
+  return reinterpret_cast<float*>(result.bytes->data());
+}
+
 }  // namespace
+
+absl::StatusOr<DeviceMemory*> Engine::DeviceMemoryFor(absl::string_view field) {
+  DeviceMemory* memory = backend_->device_memory();
+  if (memory == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(field, ": this server's backend is ", backend_->info().name,
+                     ", which has no device memory; CUDA shared memory needs ropeserve "
+                     "--backend=cuda"));
+  }
+  return memory;
+}
+
+absl::Status Engine::CheckMemory(const TensorMemory& memory, absl::string_view field) {
+  if (memory.is_host()) return absl::OkStatus();
+  ROPE_ASSIGN_OR_RETURN(DeviceMemory* const device_memory, DeviceMemoryFor(field));
+  if (memory.device != device_memory->device()) {
+    return absl::InvalidArgumentError(absl::StrCat(field, " is in ", memory.ToString(),
+                                                   ": this server's backend computes on device ",
+                                                   device_memory->device()));
+  }
+  return absl::OkStatus();
+}
 
 absl::StatusOr<RopeConfig> Engine::ExplicitConfig(const RopeConfig& config) {
   return ExplicitConfig(config, nullptr);
@@ -127,6 +185,7 @@ absl::Status Engine::Rotate(const RotateParams& params) {
   // A DeepSeek config.json's whole-head tensors rotate their last features.
   config = ForTensorWidth(config, Width(params.q.shape));
   ROPE_ASSIGN_OR_RETURN(ResolvedRotate resolved, ResolveRotate(params, config, limits_));
+  ROPE_RETURN_IF_ERROR(CheckMemory(resolved.args.memory, "q"));
   if (IsFloat8(resolved.args.output_dtype)) {
     // Sized after validation: the element limit bounds them.
     const auto elements = [&](int64_t heads) {
@@ -134,19 +193,24 @@ absl::Status Engine::Rotate(const RotateParams& params) {
                                  resolved.args.head_dim);
     };
     try {
-      params.q_out->resize(elements(resolved.args.q_heads));
-      resolved.args.q_out = params.q_out->data();
+      params.q_float8_out->resize(elements(resolved.args.q_heads));
+      resolved.args.q_out = params.q_float8_out->data();
       if (resolved.args.k != nullptr) {
-        params.k_out->resize(elements(resolved.args.k_heads));
-        resolved.args.k_out = params.k_out->data();
+        params.k_float8_out->resize(elements(resolved.args.k_heads));
+        resolved.args.k_out = params.k_float8_out->data();
       }
     } catch (const std::bad_alloc&) {
       return absl::ResourceExhaustedError("out of memory allocating the float8 outputs");
     }
   }
   if (config.no_rope.enabled) {
-    // A NoPE layer: nothing rotates; a float8 output is only converted.
-    if (!IsFloat8(resolved.args.output_dtype)) return absl::OkStatus();
+    // A NoPE layer: nothing rotates. In place, q and k stay as they are; a
+    // float8 output is only converted and an output reference (q_out) only
+    // receives its input, both by the kernels with rotary_dim 0.
+    const RotateArgs& args = resolved.args;
+    if (!IsFloat8(args.output_dtype) && args.q_source == nullptr && args.k_source == nullptr) {
+      return absl::OkStatus();
+    }
     resolved.args.rotary_dim = 0;
     resolved.args.rotary_offset = 0;
     resolved.args.positions = math::PositionSpec{};
@@ -195,42 +259,24 @@ absl::Status Engine::Rotate(const RotateParams& params) {
 }
 
 absl::Status Engine::AttentionScores(const AttentionParams& params, AttentionOutputs* outputs) {
-  if (outputs == nullptr || (params.on_device ? outputs->device_scores == nullptr
-                                              : outputs->scores == nullptr)) {
+  if (outputs == nullptr || !outputs->scores.requested()) {
     return absl::InvalidArgumentError("AttentionScores needs an outputs.scores buffer");
   }
   ROPE_ASSIGN_OR_RETURN(RopeConfig config, ExplicitConfig(params.config));
   config = ForTensorWidth(config, Width(params.q.shape));
   ROPE_ASSIGN_OR_RETURN(ResolvedAttention resolved, ResolveAttention(params, config, limits_));
-  if (resolved.args.v != nullptr &&
-      (params.on_device ? outputs->device_output == nullptr : outputs->output == nullptr)) {
+  AttentionArgs& args = resolved.args;
+  if (args.v != nullptr && !outputs->output.requested()) {
     return absl::InvalidArgumentError("v is given but outputs.output is null");
   }
-  AttentionArgs& args = resolved.args;
-  args.interrupt = params.interrupt;
-  // The results' byte sizes (float32; shapes already checked against the
-  // element limit, so no overflow).
-  const auto float_bytes = [](const std::vector<int64_t>& shape) {
-    uint64_t n = sizeof(float);
-    for (int64_t d : shape) n *= static_cast<uint64_t>(d);
-    return n;
-  };
-  const uint64_t scores_bytes = float_bytes(resolved.scores_shape);
-  const uint64_t output_bytes = args.v != nullptr ? float_bytes(resolved.output_shape) : 0;
-  if (params.on_device) {
-    // Into the caller's device ranges, which must be the results' size.
-    args.on_device = true;
-    if (outputs->device_scores_bytes != scores_bytes) {
-      return absl::InvalidArgumentError(absl::StrCat("scores_out.byte_size is ",
-                                                     outputs->device_scores_bytes,
-                                                     ": the scores are ", scores_bytes, " bytes"));
-    }
-    if (args.v != nullptr && outputs->device_output_bytes != output_bytes) {
-      return absl::InvalidArgumentError(absl::StrCat("output_out.byte_size is ",
-                                                     outputs->device_output_bytes,
-                                                     ": the output is ", output_bytes, " bytes"));
-    }
+  ROPE_RETURN_IF_ERROR(CheckMemory(args.memory, "q"));
+  ROPE_RETURN_IF_ERROR(
+      CheckResult(outputs->scores, resolved.scores_shape, args.memory, "the scores are"));
+  if (args.v != nullptr) {
+    ROPE_RETURN_IF_ERROR(
+        CheckResult(outputs->output, resolved.output_shape, args.memory, "the output is"));
   }
+  args.interrupt = params.interrupt;
   std::shared_ptr<const RopeTable> table;
   std::string scaled_q;  // a NoPE layer's tuned queries
   if (config.no_rope.enabled) {
@@ -238,10 +284,10 @@ absl::Status Engine::AttentionScores(const AttentionParams& params, AttentionOut
     args.rotary_offset = 0;
     table = NoRotaryTable(config);
     if (config.no_rope.tuned()) {
-      if (params.on_device) {
-        return absl::InvalidArgumentError(
+      if (!args.memory.is_host()) {
+        return absl::InvalidArgumentError(absl::StrCat(
             "config.no_rope has attention temperature tuning, which this server applies to a "
-            "copy of q in host memory: not with q in CUDA shared memory");
+            "copy of q in host memory: not with q in ", args.memory.ToString()));
       }
       try {
         scaled_q.resize(static_cast<size_t>(args.batch * args.q_seq * args.q_heads *
@@ -274,19 +320,8 @@ absl::Status Engine::AttentionScores(const AttentionParams& params, AttentionOut
                  }));
   }
 
-  outputs->scores_shape = resolved.scores_shape;
-  if (args.v != nullptr) outputs->output_shape = resolved.output_shape;
-  if (args.on_device) {
-    args.scores = outputs->device_scores;
-    args.output = args.v != nullptr ? outputs->device_output : nullptr;
-  } else {
-    outputs->scores->resize(scores_bytes);
-    args.scores = reinterpret_cast<float*>(outputs->scores->data());
-    if (args.v != nullptr) {
-      outputs->output->resize(output_bytes);
-      args.output = reinterpret_cast<float*>(outputs->output->data());
-    }
-  }
+  args.scores = PlaceResult(outputs->scores, resolved.scores_shape);
+  if (args.v != nullptr) args.output = PlaceResult(outputs->output, resolved.output_shape);
   return backend_->AttentionScores(*table, args);
 }
 

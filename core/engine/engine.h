@@ -11,11 +11,11 @@
 #include <memory>
 #include <optional>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "core/engine/backend.h"
 #include "core/engine/hf_config_cache.h"
 #include "core/engine/rope_config.h"
@@ -37,29 +37,35 @@ struct EngineLimits {
   int64_t hf_config_cache_entries = 1024;
 };
 
-// Rotate q (and optionally k) in place, or into float8 outputs.
+// Rotate q (and optionally k), in place, into q_out (k_out), or into float8
+// outputs. Every tensor of one call is in the same memory
+// (TensorView::memory).
 struct RotateParams {
   RopeConfig config;
   TensorView q;                      // [B,S,Hq,D] or [S,Hq,D] (B = 1)
   TensorView k;                      // same rank/B/S/D, its own head count; data == nullptr: absent
+  // Where rotated q (k) go instead of q (k) itself, which is then only read:
+  // q's byte size, never partly overlapping an input (the caller's
+  // contract: core/proto_engine/tensor_resolver.h checks references).
+  // data == nullptr: rotated in place.
+  TensorView q_out;
+  TensorView k_out;
   int64_t start_pos = 0;             // positions start_pos + s when `positions` is empty
   // S or B*S explicit positions (start_pos must then be 0). With
   // config.mrope: 3*S or 3*B*S, ordered [axis][b][s] (axes t, h, w).
   std::vector<int64_t> positions;
   bool inverse = false;
-  // q.data and k.data are device memory the backend opened
-  // (OpenCudaIpcMemory), not host memory; see RotateArgs::on_device.
-  bool on_device = false;
   // Float8 outputs (FlashInfer's rope_quantize_fp8): with output_dtype a
   // float8 type, q and k are left as they are, and the rotated values times
   // q_output_scale (k_output_scale) are rounded to it and written to
-  // *q_out (*k_out, when k is given), which the engine resizes to one byte
-  // per element. Unset or q's own dtype: in place, as without it.
+  // *q_float8_out (*k_float8_out, when k is given), which the engine resizes
+  // to one byte per element. Host memory only, never with q_out (k_out).
+  // Unset or q's own dtype: as without it.
   std::optional<DType> output_dtype;
   double q_output_scale = 1.0;
   double k_output_scale = 1.0;
-  std::string* q_out = nullptr;
-  std::string* k_out = nullptr;
+  std::string* q_float8_out = nullptr;
+  std::string* k_float8_out = nullptr;
 };
 
 struct AttentionParams {
@@ -75,28 +81,31 @@ struct AttentionParams {
   // Optional: lets the backend stop early (CANCELLED / DEADLINE_EXCEEDED)
   // when the caller has gone. Must outlive the call.
   const Interrupt* interrupt = nullptr;
-  // q, k and v are device memory the backend opened (OpenCudaIpcMemory);
-  // the results then go to AttentionOutputs' device ranges.
-  bool on_device = false;
 };
 
-// Result buffers for AttentionScores. The engine resizes each string to the
-// result's byte size and writes little-endian float32 into it, so a caller
-// can hand it the bytes field of a reply and avoid a copy.
-//
-// With AttentionParams::on_device the results go instead to device memory
-// the backend opened: device_scores (and device_output when v is present),
-// whose byte sizes must be exactly the results' (INVALID_ARGUMENT naming
-// scores_out / output_out otherwise, before any work).
+// Where one result of a call goes (a float32 tensor whose shape the engine
+// computes and sets in `shape`):
+//  - `bytes` (a reply's bytes field): the engine resizes it to the result
+//    and writes it there, so that a reply carries the result without a
+//    copy (host memory; not for a call on device memory); or, when `bytes`
+//    is null,
+//  - `view`: memory the caller provides (a shared-memory region, host or
+//    device, in the call's memory) of exactly the result's byte size:
+//    INVALID_ARGUMENT naming `name`.byte_size otherwise, before any work.
+// Neither: the result is not asked for.
+struct ResultBuffer {
+  std::string* bytes = nullptr;
+  TensorView view;
+  const char* name = "";  // the field a message names, e.g. "scores_out"
+  std::vector<int64_t> shape;
+  bool requested() const { return bytes != nullptr || view.data != nullptr; }
+};
+
+// Result buffers for AttentionScores: scores is required, output is required
+// exactly when v is given.
 struct AttentionOutputs {
-  std::string* scores = nullptr;     // required: [B,Hq,Sq,Sk]
-  std::vector<int64_t> scores_shape;
-  std::string* output = nullptr;     // required when v is present: [B,Sq,Hq,Dv]
-  std::vector<int64_t> output_shape;
-  float* device_scores = nullptr;
-  uint64_t device_scores_bytes = 0;
-  float* device_output = nullptr;
-  uint64_t device_output_bytes = 0;
+  ResultBuffer scores;  // [B,Hq,Sq,Sk]
+  ResultBuffer output;  // [B,Sq,Hq,Dv]
 };
 
 // A slice of a table for GetTable: rows [start, start + count) of cos and sin.
@@ -157,16 +166,10 @@ class Engine {
   // RESOURCE_EXHAUSTED for a JSON over limits.max_hf_config_json_bytes.
   absl::StatusOr<RopeConfig> ExplicitConfig(const RopeConfig& config);
 
-  // The backend's Backend::OpenCudaIpcMemory and CopyOnDevice (CUDA shared
-  // memory; FAILED_PRECONDITION on a backend without device memory).
-  absl::StatusOr<std::shared_ptr<DeviceMemoryLease>> OpenCudaIpcMemory(std::string_view handle,
-                                                                       int device,
-                                                                       uint64_t byte_size) {
-    return backend_->OpenCudaIpcMemory(handle, device, byte_size);
-  }
-  absl::Status CopyOnDevice(void* destination, const void* source, uint64_t bytes) {
-    return backend_->CopyOnDevice(destination, source, bytes);
-  }
+  // The backend's device memory for `field` (e.g. "cuda_ipc_handle"), or
+  // FAILED_PRECONDITION naming it on a backend without any (the CPU's):
+  // the one place where device memory is refused.
+  absl::StatusOr<DeviceMemory*> DeviceMemoryFor(absl::string_view field);
 
   const EngineLimits& limits() const { return limits_; }
   BackendInfo backend_info() const { return backend_->info(); }
@@ -176,6 +179,11 @@ class Engine {
   HfConfigCache::Stats hf_config_cache_stats() const { return hf_configs_.stats(); }
 
  private:
+  // OK for host memory, and for device memory of the backend's device;
+  // FAILED_PRECONDITION (no device memory) or INVALID_ARGUMENT (another
+  // device) naming `field` otherwise.
+  absl::Status CheckMemory(const TensorMemory& memory, absl::string_view field);
+
   // The rows of the table for a validated config and the largest position
   // the request uses (dynamic NTK's base depends on it) that `touch` adds:
   // the blocks they fall in, built if missing, held by the returned view.

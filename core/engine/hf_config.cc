@@ -1241,6 +1241,7 @@ absl::StatusOr<RopeConfig> ApplyHfRopeConfig(const RopeConfig& request, const Hf
   RopeConfig out;
   out.max_len = request.max_len;
   out.layout = request.layout;
+  out.angle_precision = request.angle_precision;
   out.theta = hf.theta;
   out.scaling = hf.scaling;
   out.mrope = hf.mrope;

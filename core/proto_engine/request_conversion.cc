@@ -111,6 +111,18 @@ absl::StatusOr<RopeConfig> ConfigFromProto(const v1::RopeConfig& proto) {
     }
     config.mrope.ernie_3d = true;
   }
+  switch (proto.angle_precision()) {
+    case v1::ANGLE_EXACT:
+      config.angle_precision = AnglePrecision::kExact;
+      break;
+    case v1::ANGLE_FLOAT32:
+      config.angle_precision = AnglePrecision::kFloat32;
+      break;
+    default:
+      return absl::InvalidArgumentError(absl::StrCat(
+          "config.angle_precision is ", proto.angle_precision(),
+          ": not a rope.v1.AnglePrecision (ANGLE_EXACT = 0, ANGLE_FLOAT32 = 1)"));
+  }
   return config;
 }
 
@@ -136,6 +148,8 @@ v1::RopeConfig ConfigToProto(const RopeConfig& config) {
     proto.mutable_no_rope()->set_floor_scale(config.no_rope.floor_scale);
     proto.mutable_no_rope()->set_attn_scale(config.no_rope.attn_scale);
   }
+  proto.set_angle_precision(config.angle_precision == AnglePrecision::kFloat32 ? v1::ANGLE_FLOAT32
+                                                                               : v1::ANGLE_EXACT);
   return proto;
 }
 

@@ -17,6 +17,16 @@
 namespace rope {
 namespace {
 
+// Regions outlive the calls (and processes) that registered them, so the
+// usual cause is an earlier run of the same client that never unregistered.
+absl::Status RegionTakenError(const std::string& name) {
+  return absl::AlreadyExistsError(absl::StrCat(
+      "region \"", name, "\" is already registered by this client (the same token, "
+      "certificate or host; perhaps an earlier run that did not unregister it): unregister it "
+      "first (UnregisterSharedMemory; Python: client.unregister_shm(\"", name,
+      "\")) or use another name"));
+}
+
 constexpr size_t kMaxNameLength = 128;
 
 bool ValidRegionName(const std::string& name) {
@@ -138,8 +148,7 @@ absl::Status ShmRegistry::CheckRoom(const std::string& owner, const std::string&
   }
   absl::MutexLock lock(&mu_);
   if (regions_.count({owner, name}) != 0) {
-    return absl::AlreadyExistsError(absl::StrCat(
-        "region \"", name, "\" is already registered by this client; unregister it first"));
+    return RegionTakenError(name);
   }
   auto it = per_owner_.find(owner);
   if (it != per_owner_.end() && it->second >= limits_.max_regions_per_client) {
@@ -163,8 +172,7 @@ absl::Status ShmRegistry::Add(const std::string& owner, const std::string& name,
   // Checked again: another registration may have won the race meanwhile.
   // (A refused region is released by the caller, outside the lock.)
   if (regions_.count({owner, name}) != 0) {
-    return absl::AlreadyExistsError(absl::StrCat(
-        "region \"", name, "\" is already registered by this client; unregister it first"));
+    return RegionTakenError(name);
   }
   if (per_owner_[owner] >= limits_.max_regions_per_client ||
       mapped_bytes_ + static_cast<int64_t>(host_bytes) > limits_.max_mapped_bytes) {

@@ -38,7 +38,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "core/engine/backend.h"
+#include "core/engine/device_memory.h"
+#include "core/engine/tensor.h"
 
 namespace rope {
 
@@ -70,6 +71,10 @@ class MappedRegion {
   // Whether the region is CUDA device memory (RegisterDevice), and its device.
   bool is_device() const { return device_memory_ != nullptr; }
   int cuda_device() const { return is_device() ? device_memory_->device() : 0; }
+  // Where data() points: host memory, or the device's.
+  TensorMemory memory() const {
+    return is_device() ? TensorMemory::Device(cuda_device()) : TensorMemory::Host();
+  }
 
   // OK while the backing object still covers the region and no access has
   // faulted (always OK for a device region); FAILED_PRECONDITION naming the
@@ -103,7 +108,7 @@ struct ShmRegionInfo {
   int cuda_device = 0;
 };
 
-// Opens a device region's memory (the backend's OpenCudaIpcMemory).
+// Opens a device region's memory (DeviceMemory::OpenIpcHandle).
 using DeviceMemoryOpener = std::function<absl::StatusOr<std::shared_ptr<DeviceMemoryLease>>()>;
 
 class ShmRegistry {

@@ -21,6 +21,7 @@
 #include "grpcpp/server_builder.h"
 #include "prometheus/exposer.h"
 #include "prometheus/registry.h"
+#include "server/service/bind_diagnosis.h"
 #include "server/service/byte_budget_metrics.h"
 
 namespace rope {
@@ -225,19 +226,30 @@ absl::StatusOr<std::unique_ptr<RopeServer>> RopeServer::Start(std::unique_ptr<En
   const bool tcp_failed = !options.listen_address.empty() && server->port_ == 0;
   if (server->server_ == nullptr || tcp_failed) {
     if (server->server_ != nullptr) server->server_->Shutdown();
+    // Name the address that failed and why (gRPC's builder says neither).
+    std::string address, cause;
+    if (tcp_failed) {
+      address = options.listen_address;
+      cause = DiagnoseTcpBind(address, options.reuse_port);
+    }
+    for (size_t i = 0; i < options.unix_socket_paths.size() && cause.empty(); ++i) {
+      if (unix_bound[i] != 0) continue;
+      address = absl::StrCat("unix://", options.unix_socket_paths[i]);
+      cause = DiagnoseUnixBind(options.unix_socket_paths[i]);
+    }
+    if (address.empty()) address = options.listen_address;
     return absl::UnavailableError(absl::StrCat(
-        "cannot listen on ",
-        options.listen_address.empty() ? absl::StrJoin(options.unix_socket_paths, ", ")
-                                       : options.listen_address,
-        ": the address is in use, not local, or malformed"));
+        "cannot listen on ", address, ": ",
+        cause.empty() ? "the address is in use, not local, or malformed" : cause));
   }
   for (size_t i = 0; i < options.unix_socket_paths.size(); ++i) {
     const std::string& path = options.unix_socket_paths[i];
     if (unix_bound[i] == 0 || chmod(path.c_str(), options.unix_socket_mode) != 0) {
       server->server_->Shutdown();
+      const std::string cause = DiagnoseUnixBind(path);
       return absl::UnavailableError(absl::StrCat(
-          "cannot serve the Unix socket ", path,
-          ": its directory is missing or not writable, or the mode cannot be set"));
+          "cannot serve the Unix socket ", path, ": ",
+          cause.empty() ? "its mode cannot be set (--unix_socket_mode)" : cause));
     }
   }
   if (grpc::HealthCheckServiceInterface* health = server->server_->GetHealthCheckService()) {

@@ -123,6 +123,8 @@ std::vector<std::pair<std::string, v1::RotateRequest>> RotateSeeds() {
   *r.mutable_config() = Config(8, 64, v1::HALF, 0, 500000);
   r.mutable_config()->mutable_llama3()->set_original_max_position_embeddings(16);
   seeds.emplace_back("rotate_llama3", r);
+  r.mutable_config()->set_angle_precision(v1::ANGLE_FLOAT32);
+  seeds.emplace_back("rotate_llama3_float32_angles", r);
 
   r = scaled;
   *r.mutable_config() = Config(8, 64);

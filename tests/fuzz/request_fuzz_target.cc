@@ -11,6 +11,7 @@
 #include "core/backends/cpu/cpu_backend.h"
 #include "core/engine/engine.h"
 #include "core/proto_engine/request_conversion.h"
+#include "core/proto_engine/rope_calls.h"
 #include "core/proto_engine/shm_calls.h"
 #include "core/proto_engine/shm_registry.h"
 
@@ -87,47 +88,37 @@ void CheckRejection(const absl::Status& status) {
   }
 }
 
+// Calls as the service makes them: references resolve against the fuzz
+// region, owned by the fuzzer.
+CallContext FuzzCall() {
+  CallContext call;
+  call.regions.registry = &SharedRegions();
+  call.regions.owner = [] { return std::string(kFuzzOwner); };
+  return call;
+}
+
 void RunRotate(const uint8_t* data, size_t size) {
   v1::RotateRequest request;
   if (!request.ParseFromArray(data, static_cast<int>(size))) return;
-  if (UsesSharedMemory(request)) {
-    v1::RotateResponse reply;
-    CheckRejection(AnswerRotateShared(SharedEngine(), SharedRegions(), kFuzzOwner, &request, &reply));
-    return;
-  }
-  absl::StatusOr<RotateParams> params = RotateParamsFromProto(&request);
-  CheckRejection(params.status());
-  if (!params.ok()) return;
-  // Where a float8 output_dtype's bytes go (the reply's data, in the service).
-  std::string q_out, k_out;
-  params->q_out = &q_out;
-  params->k_out = &k_out;
-  const absl::Status status = SharedEngine().Rotate(*params);
+  v1::RotateResponse reply;
+  const absl::Status status = AnswerRotate(SharedEngine(), &request, &reply, FuzzCall());
   CheckRejection(status);
   if (status.ok()) {
-    // Undo it: the same validated request with inverse flipped must pass too.
-    params->inverse = !params->inverse;
-    CheckRejection(SharedEngine().Rotate(*params));
+    // Undo it: the reply's tensors (bytes, or the references written) sent
+    // back with inverse flipped must pass too.
+    *request.mutable_q() = reply.q();
+    if (request.has_k()) *request.mutable_k() = reply.k();
+    request.set_inverse(!request.inverse());
+    v1::RotateResponse undone;
+    CheckRejection(AnswerRotate(SharedEngine(), &request, &undone, FuzzCall()));
   }
 }
 
 void RunAttention(const uint8_t* data, size_t size) {
   v1::AttentionScoresRequest request;
   if (!request.ParseFromArray(data, static_cast<int>(size))) return;
-  if (UsesSharedMemory(request)) {
-    v1::AttentionScoresResponse reply;
-    CheckRejection(AnswerAttentionScoresShared(SharedEngine(), SharedRegions(), kFuzzOwner,
-                                               request, &reply));
-    return;
-  }
-  absl::StatusOr<AttentionParams> params = AttentionParamsFromProto(request);
-  CheckRejection(params.status());
-  if (!params.ok()) return;
-  std::string scores, output;
-  AttentionOutputs outputs;
-  outputs.scores = &scores;
-  outputs.output = &output;
-  CheckRejection(SharedEngine().AttentionScores(*params, &outputs));
+  v1::AttentionScoresResponse reply;
+  CheckRejection(AnswerAttentionScores(SharedEngine(), request, &reply, FuzzCall()));
 }
 
 void RunGetTable(const uint8_t* data, size_t size) {

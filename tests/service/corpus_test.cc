@@ -307,6 +307,18 @@ std::vector<MalformedCase> Cases() {
       {"LayoutNegative", kTable,
        [](Requests* r) { r->table.mutable_config()->set_layout(static_cast<v1::Layout>(-7)); },
        kInvalid, "config.layout is -7"},
+      {"AnglePrecisionUnknown", kRotate,
+       [](Requests* r) {
+         RotateConfig(r)->set_angle_precision(static_cast<v1::AnglePrecision>(2));
+       },
+       kInvalid, "config.angle_precision is 2: not a rope.v1.AnglePrecision"},
+      {"AnglePrecisionFloat32WithYarn", kTable,
+       [](Requests* r) {
+         r->table.mutable_config()->set_angle_precision(v1::ANGLE_FLOAT32);
+         r->table.mutable_config()->mutable_yarn()->set_factor(4);
+         r->table.mutable_config()->mutable_yarn()->set_original_max_position_embeddings(16);
+       },
+       kInvalid, "config.angle_precision is ANGLE_FLOAT32 with scaling yarn"},
 
       // ---- Positions ----
       {"NegativeStartPos", kRotate, [](Requests* r) { r->rotate.set_start_pos(-1); }, kInvalid,

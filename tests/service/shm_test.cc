@@ -420,16 +420,6 @@ TEST_F(ShmServiceTest, DrainReleasesEveryRegion) {
   EXPECT_EQ(server_->shm().mapped_bytes(), 0);
 }
 
-TEST_F(ShmServiceTest, ReferencedBytesCountsEveryReference) {
-  v1::RotateRequest request = MakeRotateRequest(1, 8, 2, 16);
-  EXPECT_EQ(ReferencedBytes(request), 0);
-  *request.mutable_q()->mutable_shm() = client::SharedRegion::Create("x", 16).value()->Ref(0, 1024);
-  *request.mutable_q_out() = request.q().shm();
-  EXPECT_EQ(ReferencedBytes(request), 2048);
-  request.mutable_q_out()->set_byte_size(UINT64_MAX);
-  EXPECT_EQ(ReferencedBytes(request), INT64_MAX);
-}
-
 // The SIGBUS guard: a region whose object shrinks under a call is read as
 // zeros instead of killing the process, and answers FAILED_PRECONDITION.
 TEST(ShmRegistryTest, ShrinkDuringUseIsCaughtNotFatal) {

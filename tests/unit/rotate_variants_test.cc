@@ -152,7 +152,7 @@ TEST_F(VariantsTest, RotateTakesAnyQAndKHeadCounts) {
   a.k = k.const_view();
   std::string scores;
   AttentionOutputs out;
-  out.scores = &scores;
+  out.scores.bytes = &scores;
   EXPECT_TRUE(StatusIs(engine_->AttentionScores(a, &out), absl::StatusCode::kInvalidArgument,
                        "q heads (3) % k heads (2) != 0"));
 }
@@ -211,8 +211,8 @@ TEST_F(VariantsTest, Float8OutputsRoundTheRotatedValuesAsFlashInfer) {
             p.output_dtype = out;
             p.q_output_scale = 0.5;
             p.k_output_scale = 37.25;
-            p.q_out = &q_out;
-            p.k_out = &k_out;
+            p.q_float8_out = &q_out;
+            p.k_float8_out = &k_out;
             ASSERT_TRUE(engine_->Rotate(p).ok()) << engine_->Rotate(p);
             EXPECT_EQ(q.bytes, q_before) << "q is an input only";
             const bool e5m2 = out == DType::kFloat8E5M2;
@@ -251,7 +251,7 @@ TEST_F(VariantsTest, Float8OutputsAreWithinOneStepOfTheExactRotation) {
   p.q = q.view();
   p.start_pos = 3000;
   p.output_dtype = DType::kFloat8E4M3;
-  p.q_out = &out;
+  p.q_float8_out = &out;
   ASSERT_TRUE(engine_->Rotate(p).ok());
   std::vector<double> want = in;
   reference::RotateTensor(RefRope(config), 1, 4, 2, {3000, 3001, 3002, 3003}, false, &want);
@@ -268,7 +268,7 @@ TEST_F(VariantsTest, Float8OutputValidation) {
   RotateParams p;
   p.config = Config(8, 0, 0, Layout::kHalf);
   p.q = q.view();
-  p.q_out = &out;
+  p.q_float8_out = &out;
   p.output_dtype = DType::kBFloat16;
   EXPECT_TRUE(StatusIs(engine_->Rotate(p), absl::StatusCode::kInvalidArgument,
                        "output_dtype is bfloat16: must be q's dtype float32 (in place) or "
@@ -318,7 +318,7 @@ TEST_F(VariantsTest, NoPeLayersRotateNothingAndFloat8OnlyConverts) {
   EXPECT_EQ(q.bytes, before);
   std::string out;
   p.output_dtype = DType::kFloat8E4M3;
-  p.q_out = &out;
+  p.q_float8_out = &out;
   ASSERT_TRUE(engine_->Rotate(p).ok());
   for (size_t i = 0; i < in.size(); ++i) {
     EXPECT_EQ(static_cast<uint8_t>(out[i]), reference::DoubleToFloat8(in[i], false)) << i;
@@ -348,7 +348,7 @@ TEST_F(VariantsTest, NoPeAttentionAppliesLlama4TemperatureTuning) {
     a.k_start_pos = 8;
     std::string scores;
     AttentionOutputs out;
-    out.scores = &scores;
+    out.scores.bytes = &scores;
     ASSERT_TRUE(engine_->AttentionScores(a, &out).ok()) << engine_->AttentionScores(a, &out);
     std::vector<float> got(scores.size() / 4);
     std::memcpy(got.data(), scores.data(), scores.size());
@@ -399,7 +399,7 @@ TEST_F(VariantsTest, AttentionRotatesTheFeaturesFromTheOffset) {
   a.scale = 1;
   std::string scores;
   AttentionOutputs out;
-  out.scores = &scores;
+  out.scores.bytes = &scores;
   ASSERT_TRUE(engine_->AttentionScores(a, &out).ok()) << engine_->AttentionScores(a, &out);
   std::vector<float> got(scores.size() / 4);
   std::memcpy(got.data(), scores.data(), scores.size());

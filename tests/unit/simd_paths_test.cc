@@ -19,11 +19,11 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "common/float8.h"
 #include "core/backends/cpu/cpu_backend.h"
 #include "core/backends/cpu/cpu_kernels.h"
 #include "core/backends/cpu/cpu_simd.h"
 #include "core/engine/engine.h"
-#include "common/float8.h"
 #include "core/engine/rope_math.h"
 #include "core/engine/rope_table.h"
 #include "tests/support/status_matchers.h"
@@ -165,13 +165,14 @@ std::vector<uint8_t> RandomStorage(DType dtype, int64_t n, std::mt19937* rng) {
 // Rotation of q/k exactly as math::RotatePair on widened values; with a
 // float8 output_dtype, every feature (rotated or not) times the scale,
 // rounded by common/float8.h, into q_out / k_out.
-void RotateScalar(const cpu::RotateParams& p, int64_t tokens) {
+void RotateScalar(const RotateArgs& p, const TableRows& table, int64_t tokens) {
   const int64_t half = p.rotary_dim / 2;
+  const bool interleaved = p.layout == Layout::kInterleaved;
   const bool to_float8 = IsFloat8(p.output_dtype);
   for (int64_t t = 0; t < tokens; ++t) {
     const int64_t pos = p.positions.At(t / p.seq, t % p.seq);
-    const float* c = p.rotary_dim > 0 ? p.table.Cos(pos) : nullptr;
-    const float* s = p.rotary_dim > 0 ? p.table.Sin(pos) : nullptr;
+    const float* c = p.rotary_dim > 0 ? table.Cos(pos) : nullptr;
+    const float* s = p.rotary_dim > 0 ? table.Sin(pos) : nullptr;
     for (int tensor = 0; tensor < 2; ++tensor) {
       void* base = tensor == 0 ? p.q : p.k;
       const int64_t heads = tensor == 0 ? p.q_heads : p.k_heads;
@@ -182,19 +183,19 @@ void RotateScalar(const cpu::RotateParams& p, int64_t tokens) {
           std::vector<float> x(p.head_dim);
           for (int64_t f = 0; f < p.head_dim; ++f) x[f] = LoadScalar(p.dtype, base, head + f);
           for (int64_t i = 0; i < half; ++i) {
-            const int64_t f0 = p.rotary_offset + (p.interleaved ? 2 * i : i);
-            const int64_t f1 = p.rotary_offset + (p.interleaved ? 2 * i + 1 : i + half);
+            const int64_t f0 = p.rotary_offset + (interleaved ? 2 * i : i);
+            const int64_t f1 = p.rotary_offset + (interleaved ? 2 * i + 1 : i + half);
             math::RotatePair(x[f0], x[f1], c[i], p.inverse ? -s[i] : s[i], &x[f0], &x[f1]);
           }
-          uint8_t* out = (tensor == 0 ? p.q_out : p.k_out) + head;
+          uint8_t* out = static_cast<uint8_t*>(tensor == 0 ? p.q_out : p.k_out) + head;
           const float scale = tensor == 0 ? p.q_scale : p.k_scale;
           for (int64_t f = 0; f < p.head_dim; ++f) StoreScalar(p.output_dtype, out, f, x[f] * scale);
           continue;
         }
         const int64_t v = head + p.rotary_offset;
         for (int64_t i = 0; i < half; ++i) {
-          const int64_t f0 = p.interleaved ? v + 2 * i : v + i;
-          const int64_t f1 = p.interleaved ? v + 2 * i + 1 : v + i + half;
+          const int64_t f0 = interleaved ? v + 2 * i : v + i;
+          const int64_t f1 = interleaved ? v + 2 * i + 1 : v + i + half;
           float y0, y1;
           math::RotatePair(LoadScalar(p.dtype, base, f0), LoadScalar(p.dtype, base, f1), c[i],
                            p.inverse ? -s[i] : s[i], &y0, &y1);
@@ -304,16 +305,17 @@ TEST_P(SimdPathTest, RotatesBitForBitLikeScalarMath) {
                 std::vector<uint8_t> k = RandomStorage(dtype, k_elems, &rng);
                 std::vector<uint8_t> q_want = q, k_want = k;
                 std::vector<int64_t> positions = {0, 511, 17, 300, 1, 255};
-                cpu::RotateParams p;
+                RotateArgs p;
                 p.dtype = dtype;
-                p.interleaved = interleaved;
+                p.layout = interleaved ? Layout::kInterleaved : Layout::kHalf;
                 p.inverse = inverse;
                 p.q_heads = heads;
                 p.k_heads = 2;
                 p.head_dim = head_dim;
                 p.rotary_dim = rotary;
+                p.batch = batch;
                 p.seq = seq;
-                p.table = table->rows();
+                const TableRows rows = table->rows();
                 p.positions.seq = seq;
                 if (explicit_positions) {
                   p.positions.explicit_positions = positions.data();
@@ -323,12 +325,12 @@ TEST_P(SimdPathTest, RotatesBitForBitLikeScalarMath) {
                 }
                 p.q = q_want.data();
                 p.k = k_want.data();
-                RotateScalar(p, batch * seq);
+                RotateScalar(p, rows, batch * seq);
                 p.q = q.data();
                 p.k = k.data();
                 // Two calls over token ranges, as the thread pool splits them.
-                kernels_->rotate(p, 0, 1);
-                kernels_->rotate(p, 1, batch * seq);
+                kernels_->rotate(p, rows, 0, 1);
+                kernels_->rotate(p, rows, 1, batch * seq);
                 const std::string what = DTypeTag(dtype) + (interleaved ? " interleaved" : " half") +
                                          " rotary_dim " + std::to_string(rotary) + " head_dim " +
                                          std::to_string(head_dim) + " heads " +
@@ -377,17 +379,18 @@ TEST_P(SimdPathTest, OffsetsAndFloat8OutputsAreBitForBitScalarMath) {
             std::vector<uint8_t> k_out(k.size() / DTypeSize(dtype) * out_size, 0xAA);
             std::vector<uint8_t> q_out_want = q_out, k_out_want = k_out;
             std::vector<int64_t> positions = {0, 511, 17, 300, 1, 255};
-            cpu::RotateParams p;
+            RotateArgs p;
             p.dtype = dtype;
-            p.interleaved = interleaved;
+            p.layout = interleaved ? Layout::kInterleaved : Layout::kHalf;
             p.inverse = inverse;
             p.q_heads = heads;
             p.k_heads = 2;
             p.head_dim = head_dim;
             p.rotary_dim = rotary;
             p.rotary_offset = offset;
+            p.batch = batch;
             p.seq = seq;
-            p.table = table->rows();
+            const TableRows rows = table->rows();
             p.positions.seq = seq;
             p.positions.explicit_positions = positions.data();
             p.positions.count = batch * seq;
@@ -398,13 +401,13 @@ TEST_P(SimdPathTest, OffsetsAndFloat8OutputsAreBitForBitScalarMath) {
             p.k = k_want.data();
             p.q_out = q_out_want.data();
             p.k_out = k_out_want.data();
-            RotateScalar(p, batch * seq);
+            RotateScalar(p, rows, batch * seq);
             p.q = q.data();
             p.k = k.data();
             p.q_out = q_out.data();
             p.k_out = k_out.data();
-            kernels_->rotate(p, 0, 1);
-            kernels_->rotate(p, 1, batch * seq);
+            kernels_->rotate(p, rows, 0, 1);
+            kernels_->rotate(p, rows, 1, batch * seq);
             const std::string what = DTypeTag(dtype) + " -> " + std::string(DTypeName(out)) +
                                      (interleaved ? " interleaved" : " half") + " head_dim " +
                                      std::to_string(head_dim) + " rotary " +
@@ -484,23 +487,24 @@ TEST_P(SimdPathTest, LargeCallsRotateBitForBitLikeScalarMath) {
         std::vector<uint8_t> q = RandomStorage(dtype, seq * q_heads * head_dim, &rng);
         std::vector<uint8_t> k = RandomStorage(dtype, seq * k_heads * head_dim, &rng);
         std::vector<uint8_t> q_want = q, k_want = k;
-        cpu::RotateParams p;
+        RotateArgs p;
         p.dtype = dtype;
-        p.interleaved = interleaved;
+        p.layout = interleaved ? Layout::kInterleaved : Layout::kHalf;
         p.q_heads = q_heads;
         p.k_heads = k_heads;
         p.head_dim = head_dim;
         p.rotary_dim = rotary;
+        p.batch = 1;
         p.seq = seq;
-        p.table = table->rows();
+        const TableRows rows = table->rows();
         p.positions.seq = seq;
         p.positions.start_pos = 1000;
         p.q = q_want.data();
         p.k = k_want.data();
-        RotateScalar(p, seq);
+        RotateScalar(p, rows, seq);
         p.q = q.data();
         p.k = k.data();
-        kernels_->rotate(p, 0, seq);
+        kernels_->rotate(p, rows, 0, seq);
         const std::string what = DTypeTag(dtype) + (interleaved ? " interleaved" : " half") +
                                  " rotary_dim " + std::to_string(rotary);
         EXPECT_TRUE(SameBuffers(dtype, q, q_want)) << "q: " << what;
@@ -703,8 +707,11 @@ TEST_P(SimdPathTest, EngineAttentionIsBitForBitTheBestPaths) {
       params.causal = true;
       params.softmax = softmax;
       std::string scores, output, best_scores, best_output;
-      AttentionOutputs out{&scores, {}, &output, {}};
-      AttentionOutputs best_out{&best_scores, {}, &best_output, {}};
+      AttentionOutputs out, best_out;
+      out.scores.bytes = &scores;
+      out.output.bytes = &output;
+      best_out.scores.bytes = &best_scores;
+      best_out.output.bytes = &best_output;
       ASSERT_TRUE(engine->AttentionScores(params, &out).ok());
       ASSERT_TRUE(best->AttentionScores(params, &best_out).ok());
       EXPECT_EQ(scores, best_scores) << DTypeTag(dtype) << (softmax ? " softmax" : " raw");
@@ -736,7 +743,7 @@ TEST_P(SimdPathTest, EngineAttentionWithStreamedScoresMatchesTheReference) {
     params.softmax = softmax;
     std::string scores;
     AttentionOutputs out;
-    out.scores = &scores;
+    out.scores.bytes = &scores;
     ASSERT_TRUE(engine->AttentionScores(params, &out).ok());
     reference::Rope rope;
     rope.theta = 10000;

@@ -399,7 +399,7 @@ constexpr int64_t kCacheLine = 64;
 // CachedIo: the storage access of calls whose data sits in cache (all heads
 // of a token block by block); the same type and row form as Io.
 template <class Io, bool kInterleaved, class CachedIo = Io>
-void RotateTokens(const RotateParams& p, int64_t begin, int64_t end) {
+void RotateTokens(const RotateArgs& p, const TableRows& table, int64_t begin, int64_t end) {
   using T = typename Io::T;
   static_assert(std::is_same_v<T, typename CachedIo::T> && Io::kSplit == CachedIo::kSplit &&
                 Io::kLanesCap == CachedIo::kLanesCap);
@@ -427,7 +427,7 @@ void RotateTokens(const RotateParams& p, int64_t begin, int64_t end) {
     const int64_t pos = p.positions.At(b, s);
     if (++s == p.seq) s = 0, ++b;
     const TokenRow row = PrepareRow<Io, kInterleaved>(
-        p.table.Cos(pos), p.table.Sin(pos), p.inverse, p.rotary_dim,
+        table.Cos(pos), table.Sin(pos), p.inverse, p.rotary_dim,
         scratch.data());
     for (int tensor = 0; tensor < 2; ++tensor) {
       void* base = tensor == 0 ? p.q : p.k;
@@ -515,10 +515,12 @@ math::Float8Format Float8FormatOf(DType dtype) {
 template <class Io>
 void WidenRow(const typename Io::T* src, int64_t n, float* dst);
 
-// RotateParams with a float8 output_dtype: each head widened to float32,
-// rotated there, scaled and rounded into q_out / k_out.
+// RotateArgs with a float8 output_dtype: each head of q (k), or of
+// q_source (k_source) when set, widened to float32, rotated there, scaled
+// and rounded into q_out / k_out.
 template <class Io, bool kInterleaved>
-void RotateToFloat8Tokens(const RotateParams& p, int64_t begin, int64_t end) {
+void RotateToFloat8Tokens(const RotateArgs& p, const TableRows& table, int64_t begin,
+                          int64_t end) {
   using T = typename Io::T;
   const math::Float8Format fmt = Float8FormatOf(p.output_dtype);
   RowScratch scratch(p.rotary_dim);
@@ -529,12 +531,15 @@ void RotateToFloat8Tokens(const RotateParams& p, int64_t begin, int64_t end) {
     if (++s == p.seq) s = 0, ++b;
     TokenRow row{};
     if (p.rotary_dim > 0) {
-      row = PrepareRow<F32Io, kInterleaved>(p.table.Cos(pos), p.table.Sin(pos), p.inverse,
+      row = PrepareRow<F32Io, kInterleaved>(table.Cos(pos), table.Sin(pos), p.inverse,
                                             p.rotary_dim, scratch.data());
     }
     for (int tensor = 0; tensor < 2; ++tensor) {
-      const T* src = static_cast<const T*>(tensor == 0 ? p.q : p.k);
-      uint8_t* out = tensor == 0 ? p.q_out : p.k_out;
+      if ((tensor == 0 ? p.q : p.k) == nullptr) continue;
+      const void* source = tensor == 0 ? (p.q_source != nullptr ? p.q_source : p.q)
+                                       : (p.k_source != nullptr ? p.k_source : p.k);
+      const T* src = static_cast<const T*>(source);
+      uint8_t* out = static_cast<uint8_t*>(tensor == 0 ? p.q_out : p.k_out);
       const int64_t heads = tensor == 0 ? p.q_heads : p.k_heads;
       const float scale = tensor == 0 ? p.q_scale : p.k_scale;
       if (src == nullptr) continue;
@@ -551,18 +556,19 @@ void RotateToFloat8Tokens(const RotateParams& p, int64_t begin, int64_t end) {
   }
 }
 
-void Rotate(const RotateParams& p, int64_t begin, int64_t end) {
+void Rotate(const RotateArgs& p, const TableRows& table, int64_t begin, int64_t end) {
+  const bool interleaved = p.layout == Layout::kInterleaved;
   if (IsFloat8(p.output_dtype)) {
     switch (p.dtype) {
       case DType::kFloat32:
-        return p.interleaved ? RotateToFloat8Tokens<F32Io, true>(p, begin, end)
-                             : RotateToFloat8Tokens<F32Io, false>(p, begin, end);
+        return interleaved ? RotateToFloat8Tokens<F32Io, true>(p, table, begin, end)
+                           : RotateToFloat8Tokens<F32Io, false>(p, table, begin, end);
       case DType::kFloat16:
-        return p.interleaved ? RotateToFloat8Tokens<F16Io, true>(p, begin, end)
-                             : RotateToFloat8Tokens<F16Io, false>(p, begin, end);
+        return interleaved ? RotateToFloat8Tokens<F16Io, true>(p, table, begin, end)
+                           : RotateToFloat8Tokens<F16Io, false>(p, table, begin, end);
       case DType::kBFloat16:
-        return p.interleaved ? RotateToFloat8Tokens<Bf16Io, true>(p, begin, end)
-                             : RotateToFloat8Tokens<Bf16Io, false>(p, begin, end);
+        return interleaved ? RotateToFloat8Tokens<Bf16Io, true>(p, table, begin, end)
+                           : RotateToFloat8Tokens<Bf16Io, false>(p, table, begin, end);
       case DType::kFloat8E4M3:
       case DType::kFloat8E5M2:
         return;  // never handed: float8 is an output type only
@@ -571,14 +577,14 @@ void Rotate(const RotateParams& p, int64_t begin, int64_t end) {
   if (p.rotary_dim == 0) return;
   switch (p.dtype) {
     case DType::kFloat32:
-      return p.interleaved ? RotateTokens<F32Io, true>(p, begin, end)
-                           : RotateTokens<F32Io, false>(p, begin, end);
+      return interleaved ? RotateTokens<F32Io, true>(p, table, begin, end)
+                         : RotateTokens<F32Io, false>(p, table, begin, end);
     case DType::kFloat16:
-      return p.interleaved ? RotateTokens<F16Io, true>(p, begin, end)
-                           : RotateTokens<F16Io, false>(p, begin, end);
+      return interleaved ? RotateTokens<F16Io, true>(p, table, begin, end)
+                         : RotateTokens<F16Io, false>(p, table, begin, end);
     case DType::kBFloat16:
-      return p.interleaved ? RotateTokens<Bf16Io, true>(p, begin, end)
-                           : RotateTokens<Bf16Io, false>(p, begin, end);
+      return interleaved ? RotateTokens<Bf16Io, true>(p, table, begin, end)
+                         : RotateTokens<Bf16Io, false>(p, table, begin, end);
     case DType::kFloat8E4M3:
     case DType::kFloat8E5M2:
       return;  // never handed: float8 is an output type only
@@ -588,12 +594,14 @@ void Rotate(const RotateParams& p, int64_t begin, int64_t end) {
 #if ROPE_HAS_BF16_NARROWING
 // Rotate for CPUs with AVX-512 BF16 (the avx512_bf16 path): bfloat16 calls
 // narrow with its instruction; the other types are Rotate's.
-void RotateWithBf16Instructions(const RotateParams& p, int64_t begin, int64_t end) {
+void RotateWithBf16Instructions(const RotateArgs& p, const TableRows& table, int64_t begin,
+                                int64_t end) {
   if (p.dtype != DType::kBFloat16 || IsFloat8(p.output_dtype) || p.rotary_dim == 0) {
-    return Rotate(p, begin, end);
+    return Rotate(p, table, begin, end);
   }
-  return p.interleaved ? RotateTokens<Bf16Io, true, Bf16NativeIo>(p, begin, end)
-                       : RotateTokens<Bf16Io, false, Bf16NativeIo>(p, begin, end);
+  return p.layout == Layout::kInterleaved
+             ? RotateTokens<Bf16Io, true, Bf16NativeIo>(p, table, begin, end)
+             : RotateTokens<Bf16Io, false, Bf16NativeIo>(p, table, begin, end);
 }
 #endif
 

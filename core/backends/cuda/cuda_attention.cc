@@ -53,10 +53,10 @@ absl::Status CudaAttentionScores(WorkerContext& context, const DeviceTable& tabl
   // before any work is enqueued. Allocated in order on the compute stream;
   // the other slot's stream, which also copies q, k, v in and the results
   // out, is then ordered after the allocations.
-  // With args.on_device the inputs are read, and the scores and output
-  // written, where they lie: no staging buffers, no copies.
+  // In device memory (args.memory) the inputs are read, and the scores and
+  // output written, where they lie: no staging buffers, no copies.
   const cudaStream_t compute = context.compute_stream();
-  const bool staged = !args.on_device;
+  const bool staged = args.memory.is_host();
   if (staged) {
     ROPE_RETURN_IF_ERROR(context.q_in.Reserve(q_elems * elem, "q", compute));
     ROPE_RETURN_IF_ERROR(context.k_in.Reserve(k_elems * elem, "k", compute));
