@@ -67,14 +67,21 @@ FROM ${RUNTIME_IMAGE} AS runtime
 LABEL ropeserve.stage=runtime
 ENV DEBIAN_FRONTEND=noninteractive
 COPY --from=binaries /out/runtime-packages.txt /tmp/runtime-packages.txt
+# haproxy: the front proxy the Kubernetes and compose deployments run as the
+# pod's listener (a second container of this image, command haproxy; see
+# deploy/proxy/haproxy.cfg).
 RUN apt-get update -qq \
-    && apt-get install -y -qq --no-install-recommends $(cat /tmp/runtime-packages.txt) \
+    && apt-get install -y -qq --no-install-recommends $(cat /tmp/runtime-packages.txt) haproxy \
     && rm -rf /var/lib/apt/lists/* /var/cache/apt/archives/*.deb /tmp/runtime-packages.txt \
     && useradd --system --uid 10001 --user-group --no-create-home \
          --home-dir /nonexistent --shell /usr/sbin/nologin ropeserve
 
 # ropeserve, ropectl (and ropeload when the build has it).
 COPY --from=binaries /out/bin/ /usr/local/bin/
+# The front proxy's configuration, driven by its environment (ROPE_BACKEND,
+# ROPE_PROXY_BIND, ROPE_PROXY_TLS_CERT, ...): `haproxy -W -db -f
+# /usr/share/ropeserve/haproxy.cfg`.
+COPY deploy/proxy/haproxy.cfg /usr/share/ropeserve/haproxy.cfg
 
 LABEL org.opencontainers.image.title="ropeserve" \
       org.opencontainers.image.description="Rotary position embeddings as a gRPC service"
@@ -83,7 +90,10 @@ LABEL org.opencontainers.image.title="ropeserve" \
 # system works (deploy/ sets readOnlyRootFilesystem).
 USER 10001:10001
 
-# gRPC (rope.v1.RopeService, grpc.health.v1, reflection) and Prometheus /metrics.
+# gRPC (rope.v1.RopeService, grpc.health.v1, reflection) and Prometheus
+# /metrics. This default command serves gRPC directly: for trusted networks
+# only. From any untrusted network, run the proxy in front (the Kubernetes
+# and compose files do; docs/operations.md "Security").
 EXPOSE 50051 9090
 
 # The project's own client: exit 0 only while health is SERVING (a draining
@@ -91,7 +101,8 @@ EXPOSE 50051 9090
 HEALTHCHECK --interval=15s --timeout=5s --start-period=10s --retries=3 \
   CMD ["ropectl", "health", "--target=127.0.0.1:50051", "--deadline=3s"]
 
-# ropeserve is PID 1 and handles SIGTERM itself: health turns NOT_SERVING,
+# ropeserve is PID 1 and handles SIGTERM itself (SIGQUIT too; SIGHUP and
+# other stray signals are ignored): health turns NOT_SERVING,
 # new calls get UNAVAILABLE, calls in flight finish within
 # --shutdown_grace_period, then it exits 0. Arguments given to `docker run`
 # (or Kubernetes `args`) follow these flags, and a repeated flag's last value

@@ -8,7 +8,8 @@
 # build, -O0: optimising instrumented code costs more again (the same file
 # under ASan + UBSan: 32 s at -O1, 20 s at -O0), while the product libraries
 # the tests drive keep the build type's -O1. -O levels do not change IEEE
-# results here (no -ffast-math; -std=c++17 keeps FP contraction off).
+# results here: no -ffast-math, and test code is compiled for baseline
+# x86-64, which has no fused multiply-add to contract into.
 # -pthread everywhere, so that every test target shares the precompiled
 # header below (GCC refuses it when _REENTRANT differs).
 if(ROPE_SANITIZE)

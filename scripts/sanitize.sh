@@ -6,6 +6,7 @@
 # only what they need (target rope_tests_asan), then runs them with ctest.
 #
 #   scripts/sanitize.sh                                   # the asan label
+#   scripts/sanitize.sh --build-only                      # build, run nothing
 #   SANITIZE_CTEST_ARGS="-L unit" scripts/sanitize.sh     # other ctest arguments
 #   SANITIZE_TARGETS=all SANITIZE_CTEST_ARGS= scripts/sanitize.sh  # every test
 #
@@ -35,6 +36,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 BUILD_DIR=${SANITIZE_BUILD_DIR:-build-asan}
+BUILD_ONLY=0
+if [ "${1:-}" = "--build-only" ]; then BUILD_ONLY=1; fi
 
 # -O1 -g1 (ASan's advice; line tables are enough for symbolized stack
 # traces) compiles in about half the time of RelWithDebInfo's -O2 -g, the
@@ -48,6 +51,7 @@ cmake -S . -B "$BUILD_DIR" \
 start=$SECONDS
 cmake --build "$BUILD_DIR" -j"$(nproc)" --target "${SANITIZE_TARGETS:-rope_tests_asan}"
 echo "sanitize: built in $((SECONDS - start)) s"
+[ "$BUILD_ONLY" = 0 ] || exit 0
 
 export ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=1:detect_leaks=1:strict_string_checks=1:detect_stack_use_after_return=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}

@@ -16,10 +16,10 @@ PACKAGES=(
   nlohmann-json3-dev
   # SLEEF: the float32 powf / cosf / sinf of torch's CPU kernels (angle_precision FLOAT32)
   libsleef-dev
-  # metrics, BLAS; TLS (certificate checks at startup, and the openssl CLI
+  # metrics (prometheus-cpp's registry, served by libmicrohttpd), BLAS; TLS (certificate checks at startup, and the openssl CLI
   # that makes throw-away certificates in the tests); Google Highway (the CPU
   # backend's SIMD kernels, one per instruction set, chosen at run time)
-  prometheus-cpp-dev libopenblas-dev libssl-dev openssl libhwy-dev
+  prometheus-cpp-dev libmicrohttpd-dev libopenblas-dev libssl-dev openssl libhwy-dev
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev
   # libFuzzer (scripts/fuzz.sh): clang 14 and its sanitizer/fuzzer runtimes
@@ -32,13 +32,17 @@ PACKAGES=(
   python3-venv python3-setuptools python3-wheel python3-pytest
   # tools used by scripts and tests
   curl procps
+  # the front proxy of the deployments (deploy/proxy/haproxy.cfg) and the
+  # hostile-client tests (tests/hostile): raw HTTP/2 (python3-h2), prlimit
+  haproxy python3-h2 util-linux
 )
 # python3-torch: the torch oracle of tests/e2e/hf_models_test.py
 # (transformers' apply functions re-implemented in torch) and the Python
 # package's torch tensors; about 1 GB installed, the largest package here,
 # so not in image builds.
 # yamllint and python3-yaml: scripts/k8s_check.sh.
-TEST_ONLY_PACKAGES=(python3-torch yamllint python3-yaml)
+# nginx-light: the comparison front of bench/front_proxy.py.
+TEST_ONLY_PACKAGES=(python3-torch yamllint python3-yaml nginx-light)
 case "${1:-}" in
   "") PACKAGES+=("${TEST_ONLY_PACKAGES[@]}") ;;
   --build) ;;

@@ -78,8 +78,10 @@ skip_stage() {  # skip_stage NAME WHY
 
 BACKGROUND_PID=""
 BACKGROUND_DIR=$(mktemp -d /tmp/ropeserve-test-background.XXXXXX)
+ASAN_BUILD_PID=""
 cleanup() {
-  if [ -n "$BACKGROUND_PID" ]; then kill -- -"$BACKGROUND_PID" 2>/dev/null || true; fi
+  local pid
+  for pid in $BACKGROUND_PID $ASAN_BUILD_PID; do kill -- -"$pid" 2>/dev/null || true; done
   rm -rf "$BACKGROUND_DIR" "$TIMES_FILE"
 }
 trap cleanup EXIT
@@ -126,20 +128,20 @@ setsid bash -c '
   fi' background "$BACKGROUND_DIR" "$([ -z "$container_why" ] && echo 1 || echo 0)" &
 BACKGROUND_PID=$!
 
-# wait_background STEP: waits (at most an hour) for a background step, shows
-# its log and returns its exit status.
+# wait_background STEP PID: waits (at most an hour) for a background step of
+# the process PID, shows its log and returns its exit status.
 wait_background() {
-  local step=$1 waited=0
+  local step=$1 pid=$2 waited=0
   while [ ! -f "$BACKGROUND_DIR/$step.status" ] && [ $waited -lt 3600 ]; do
     # Ended (or a zombie: nobody waits for it) without writing the status.
-    if ! grep -qs '^State:[[:space:]]*[^Z]' "/proc/$BACKGROUND_PID/status" &&
+    if ! grep -qs '^State:[[:space:]]*[^Z]' "/proc/$pid/status" &&
        [ ! -f "$BACKGROUND_DIR/$step.status" ]; then
       break
     fi
     sleep 1
     waited=$((waited + 1))
   done
-  sed "s/^/  ($step, beside the build) /" "$BACKGROUND_DIR/$step.log" 2>/dev/null || true
+  sed "s/^/  ($step, in the background) /" "$BACKGROUND_DIR/$step.log" 2>/dev/null || true
   if [ ! -f "$BACKGROUND_DIR/$step.status" ]; then
     echo "test.sh: the background step $step did not finish" >&2
     return 1
@@ -148,7 +150,18 @@ wait_background() {
 }
 
 run_stage build ./scripts/build.sh "${build_args[@]}"
-run_stage setup-test wait_background setup
+
+# The ASan build at the lowest priority, in the CPU the next stages leave
+# idle (tests waiting on servers and timers, the image's network steps); the
+# asan stage waits for it and finishes what it did not.
+if [ "${ROPE_SKIP_SANITIZE:-0}" != 1 ]; then
+  setsid bash -c '
+    nice -n 19 ./scripts/sanitize.sh --build-only > "$1/asan-build.log" 2>&1
+    echo $? > "$1/asan-build.status"' background "$BACKGROUND_DIR" &
+  ASAN_BUILD_PID=$!
+fi
+
+run_stage setup-test wait_background setup "$BACKGROUND_PID"
 run_stage ctest bash -c "cd '$BUILD_DIR' && ctest --output-on-failure -j$(nproc) --timeout 600"
 run_stage k8s ./scripts/k8s_check.sh
 
@@ -157,7 +170,7 @@ if [ -n "$container_why" ]; then
 else
   container_stage() {
     # A failed preparation is done again, in the open, by the test itself.
-    wait_background prepare || echo "test.sh: the container preparation failed; the test repeats it"
+    wait_background prepare "$BACKGROUND_PID" || echo "test.sh: the container preparation failed; the test repeats it"
     ./scripts/container_test.sh
   }
   run_stage container container_stage
@@ -166,7 +179,13 @@ fi
 if [ "${ROPE_SKIP_SANITIZE:-0}" = 1 ]; then
   skip_stage asan "ROPE_SKIP_SANITIZE=1"
 else
-  run_stage asan ./scripts/sanitize.sh
+  asan_stage() {
+    # A failed background build shows its log; the build below repeats it.
+    wait_background asan-build "$ASAN_BUILD_PID" ||
+      echo "test.sh: the background ASan build failed; building again"
+    ./scripts/sanitize.sh
+  }
+  run_stage asan asan_stage
 fi
 if [ "${ROPE_SKIP_TSAN:-0}" = 1 ]; then
   skip_stage tsan "ROPE_SKIP_TSAN=1"

@@ -2,14 +2,19 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <functional>
 #include <new>
 #include <numeric>
+#include <optional>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "core/engine/hf_config.h"
 #include "core/engine/rope_math.h"
+#include "core/engine/scaling.h"
+#include "core/engine/table_block.h"
 #include "core/engine/table_blocks_touched.h"
 #include "core/engine/tensor_size.h"
 #include "core/engine/validation.h"
@@ -28,6 +33,35 @@ Engine::Engine(std::unique_ptr<Backend> backend, EngineLimits limits)
       hf_configs_(limits.hf_config_cache_bytes, limits.hf_config_cache_entries) {}
 
 namespace {
+
+// INVALID_ARGUMENT naming the config's fields when the table `key` stands
+// for has a non-finite inverse frequency or attention factor: finite,
+// in-range parameters can still combine into one (a tiny scaling factor
+// dividing a frequency, a dynamic-NTK base past double's range), and would
+// give replies full of NaN or Inf. A thread's last key that passed is
+// remembered, so a client sending one config call after call pays for the
+// check once.
+absl::Status CheckDerivedValues(const TableKey& key) {
+  thread_local std::optional<TableKey> last_passed;
+  if (last_passed.has_value() && *last_passed == key) return absl::OkStatus();
+  const std::vector<double> inv_freq = ComputeInvFreq(key);
+  for (size_t i = 0; i < inv_freq.size(); ++i) {
+    if (!std::isfinite(inv_freq[i])) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "config.theta ", ExactDecimal(key.theta), ", config.rotary_dim ", key.rotary_dim,
+          " and config.scaling ", DescribeScaling(key.scaling), " give inv_freq[", i, "] = ",
+          inv_freq[i], ": not finite; the parameters are outside what this scaling can use"));
+    }
+  }
+  const double factor = ComputeAttentionFactor(key);
+  if (!std::isfinite(factor)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config.scaling ", DescribeScaling(key.scaling), " with config.max_len ", key.max_len,
+        " gives an attention factor of ", factor, ": not finite"));
+  }
+  last_passed = key;
+  return absl::OkStatus();
+}
 
 // Largest position of start-based positions (AttentionScores).
 int64_t MaxPosition(const math::PositionSpec& positions) {
@@ -125,12 +159,14 @@ absl::Status Engine::CheckMemory(const TensorMemory& memory, absl::string_view f
   return absl::OkStatus();
 }
 
-absl::StatusOr<RopeConfig> Engine::ExplicitConfig(const RopeConfig& config) {
-  return ExplicitConfig(config, nullptr);
+absl::StatusOr<RopeConfig> Engine::ExplicitConfig(const RopeConfig& config,
+                                                  const Interrupt* interrupt) {
+  return ExplicitConfig(config, interrupt, nullptr);
 }
 
 absl::StatusOr<RopeConfig> Engine::ExplicitConfig(
-    const RopeConfig& config, std::shared_ptr<const HfConfigCache::Result>* derived) {
+    const RopeConfig& config, const Interrupt* interrupt,
+    std::shared_ptr<const HfConfigCache::Result>* derived) {
   if (config.hf_config_json.empty()) {
     if (!config.hf_layer_type.empty()) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -155,7 +191,7 @@ absl::StatusOr<RopeConfig> Engine::ExplicitConfig(
   selector.layer_type = config.hf_layer_type;
   selector.layer_index = config.hf_layer_index;
   const std::shared_ptr<const HfConfigCache::Result> parsed =
-      hf_configs_.Get(config.hf_config_json, selector);
+      hf_configs_.Get(config.hf_config_json, selector, interrupt);
   if (!parsed->ok()) return parsed->status();
   if (derived != nullptr) *derived = parsed;
   ROPE_ASSIGN_OR_RETURN(RopeConfig explicit_config, ApplyHfRopeConfig(config, **parsed));
@@ -174,6 +210,7 @@ absl::StatusOr<std::shared_ptr<const RopeTable>> Engine::TableFor(
     const RopeConfig& config, int64_t max_position,
     const std::function<void(BlocksTouched&)>& touch) {
   const TableKey key = MakeTableKey(config, max_position);
+  ROPE_RETURN_IF_ERROR(CheckDerivedValues(key));
   BlocksTouched touched(TableBlockShift(key), limits_.max_table_blocks_per_call);
   touch(touched);
   ROPE_ASSIGN_OR_RETURN(const std::vector<int64_t> blocks, touched.Sorted());
@@ -181,7 +218,7 @@ absl::StatusOr<std::shared_ptr<const RopeTable>> Engine::TableFor(
 }
 
 absl::Status Engine::Rotate(const RotateParams& params) {
-  ROPE_ASSIGN_OR_RETURN(RopeConfig config, ExplicitConfig(params.config));
+  ROPE_ASSIGN_OR_RETURN(RopeConfig config, ExplicitConfig(params.config, params.interrupt));
   // A DeepSeek config.json's whole-head tensors rotate their last features.
   config = ForTensorWidth(config, Width(params.q.shape));
   ROPE_ASSIGN_OR_RETURN(ResolvedRotate resolved, ResolveRotate(params, config, limits_));
@@ -262,7 +299,7 @@ absl::Status Engine::AttentionScores(const AttentionParams& params, AttentionOut
   if (outputs == nullptr || !outputs->scores.requested()) {
     return absl::InvalidArgumentError("AttentionScores needs an outputs.scores buffer");
   }
-  ROPE_ASSIGN_OR_RETURN(RopeConfig config, ExplicitConfig(params.config));
+  ROPE_ASSIGN_OR_RETURN(RopeConfig config, ExplicitConfig(params.config, params.interrupt));
   config = ForTensorWidth(config, Width(params.q.shape));
   ROPE_ASSIGN_OR_RETURN(ResolvedAttention resolved, ResolveAttention(params, config, limits_));
   AttentionArgs& args = resolved.args;
@@ -326,8 +363,8 @@ absl::Status Engine::AttentionScores(const AttentionParams& params, AttentionOut
 }
 
 absl::StatusOr<TableSlice> Engine::GetTable(const RopeConfig& requested, int64_t start,
-                                           int64_t count) {
-  ROPE_ASSIGN_OR_RETURN(const RopeConfig config, ExplicitConfig(requested));
+                                           int64_t count, const Interrupt* interrupt) {
+  ROPE_ASSIGN_OR_RETURN(const RopeConfig config, ExplicitConfig(requested, interrupt));
   ROPE_RETURN_IF_ERROR(ValidateConfig(config, limits_.max_len_cap));
   if (config.no_rope.enabled) {
     return absl::InvalidArgumentError(
@@ -367,9 +404,10 @@ absl::StatusOr<TableSlice> Engine::GetTable(const RopeConfig& requested, int64_t
   return slice;
 }
 
-absl::StatusOr<ResolvedConfig> Engine::ResolveConfig(const RopeConfig& requested) {
+absl::StatusOr<ResolvedConfig> Engine::ResolveConfig(const RopeConfig& requested,
+                                                     const Interrupt* interrupt) {
   std::shared_ptr<const HfConfigCache::Result> derived;
-  ROPE_ASSIGN_OR_RETURN(RopeConfig config, ExplicitConfig(requested, &derived));
+  ROPE_ASSIGN_OR_RETURN(RopeConfig config, ExplicitConfig(requested, interrupt, &derived));
   ROPE_RETURN_IF_ERROR(ValidateConfig(config, limits_.max_len_cap));
   // No tensor bounds head_dim here: the inverse frequencies (doubles, two
   // values each as GetTable counts a row) are held to the element limit
@@ -394,6 +432,7 @@ absl::StatusOr<ResolvedConfig> Engine::ResolveConfig(const RopeConfig& requested
   if (config.no_rope.enabled) {
     out.has_table = false;
   } else {
+    ROPE_RETURN_IF_ERROR(CheckDerivedValues(out.key));
     out.inv_freq = ComputeInvFreq(out.key);
     out.attention_factor = ComputeAttentionFactor(out.key);
   }

@@ -66,6 +66,9 @@ struct RotateParams {
   double k_output_scale = 1.0;
   std::string* q_float8_out = nullptr;
   std::string* k_float8_out = nullptr;
+  // Optional: polled while the config is derived (hf_config_json), so a
+  // cancelled or late call stops there. Must outlive the call.
+  const Interrupt* interrupt = nullptr;
 };
 
 struct AttentionParams {
@@ -154,17 +157,24 @@ class Engine {
   // Validates `config` and returns its table (building it if needed) with the
   // requested row range checked against max_len. count == 0 means up to the
   // end of the table. For dynamic NTK the sequence length is start + count.
-  absl::StatusOr<TableSlice> GetTable(const RopeConfig& config, int64_t start, int64_t count);
+  // `interrupt` (may be null) stops the parse of an hf_config_json.
+  absl::StatusOr<TableSlice> GetTable(const RopeConfig& config, int64_t start, int64_t count,
+                                      const Interrupt* interrupt = nullptr);
 
-  // Resolves and validates `config` without building a table.
-  absl::StatusOr<ResolvedConfig> ResolveConfig(const RopeConfig& config);
+  // Resolves and validates `config` without building a table; `interrupt`
+  // as GetTable's.
+  absl::StatusOr<ResolvedConfig> ResolveConfig(const RopeConfig& config,
+                                               const Interrupt* interrupt = nullptr);
 
   // The explicit config `config` stands for: itself when hf_config_json is
   // empty, else the JSON's derivation (hf_config.h; cached by content) with
   // the request's max_len and layout. Not yet validated against limits.
   // INVALID_ARGUMENT for an unusable JSON or a conflicting field;
-  // RESOURCE_EXHAUSTED for a JSON over limits.max_hf_config_json_bytes.
-  absl::StatusOr<RopeConfig> ExplicitConfig(const RopeConfig& config);
+  // RESOURCE_EXHAUSTED for a JSON over limits.max_hf_config_json_bytes;
+  // CANCELLED or DEADLINE_EXCEEDED when `interrupt` (may be null) stops the
+  // parse.
+  absl::StatusOr<RopeConfig> ExplicitConfig(const RopeConfig& config,
+                                            const Interrupt* interrupt = nullptr);
 
   // The backend's device memory for `field` (e.g. "cuda_ipc_handle"), or
   // FAILED_PRECONDITION naming it on a backend without any (the CPU's):
@@ -193,7 +203,7 @@ class Engine {
 
   // ExplicitConfig, and the config.json derivation it came from (null
   // without hf_config_json).
-  absl::StatusOr<RopeConfig> ExplicitConfig(const RopeConfig& config,
+  absl::StatusOr<RopeConfig> ExplicitConfig(const RopeConfig& config, const Interrupt* interrupt,
                                             std::shared_ptr<const HfConfigCache::Result>* derived);
 
   std::unique_ptr<Backend> backend_;

@@ -30,6 +30,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "core/engine/dtype.h"
+#include "core/engine/interrupt.h"
 #include "core/engine/mrope.h"
 #include "core/engine/rope_config.h"
 #include "core/engine/scaling.h"
@@ -76,17 +77,21 @@ struct HfRopeConfig {
 };
 
 // Parses `json` (a whole config.json, or only its rope keys) for the layer
-// `selector` names. Nesting deeper than 64 levels is refused. Every entry of
-// a per-layer-type rope dict (and both of DeepSeek-V4's groups) is derived
-// and checked, not only the selected one, as transformers validates the
-// whole config. INVALID_ARGUMENT, the message starting "hf_config_json" and
+// `selector` names, in time linear in its length. Nesting deeper than 64
+// levels (the top-level object being level 1) is refused. `interrupt` (may
+// be null) is polled while parsing: CANCELLED or DEADLINE_EXCEEDED when it
+// says stop. Every entry of a per-layer-type rope dict (and both of
+// DeepSeek-V4's groups) is derived and checked, not only the selected one,
+// as transformers validates the whole config. INVALID_ARGUMENT, the message
+// starting "hf_config_json" and
 // naming the key path (e.g. "text_config.rope_scaling.factor") and value,
 // for malformed JSON, a wrong type, a non-finite or out-of-range number, a
 // missing required key (a yarn without factor included), an unknown
 // rope_type, a key this server does not read that changes RoPE, an unknown
 // layer type and an out-of-range or disagreeing layer index.
 absl::StatusOr<HfRopeConfig> ParseHfRopeConfig(absl::string_view json,
-                                               const HfLayerSelector& selector);
+                                               const HfLayerSelector& selector,
+                                               const Interrupt* interrupt = nullptr);
 
 // The explicit config `request` stands for: theta, head_dim, rotary_dim,
 // rotary_offset, scaling, mrope and no_rope from `hf`; max_len and layout

@@ -10,14 +10,16 @@ HfConfigCache::HfConfigCache(int64_t budget_bytes, int64_t max_entries)
     : budget_bytes_(budget_bytes), max_entries_(max_entries) {}
 
 std::shared_ptr<const HfConfigCache::Result> HfConfigCache::Get(absl::string_view json,
-                                                                absl::string_view layer_type) {
+                                                                absl::string_view layer_type,
+                                                                const Interrupt* interrupt) {
   HfLayerSelector selector;
   selector.layer_type = std::string(layer_type);
-  return Get(json, selector);
+  return Get(json, selector, interrupt);
 }
 
 std::shared_ptr<const HfConfigCache::Result> HfConfigCache::Get(absl::string_view json,
-                                                                const HfLayerSelector& selector) {
+                                                                const HfLayerSelector& selector,
+                                                                const Interrupt* interrupt) {
   // Length-prefixed, so that no (layer selector, JSON) pair can spell
   // another's key.
   const std::string index =
@@ -35,8 +37,10 @@ std::shared_ptr<const HfConfigCache::Result> HfConfigCache::Get(absl::string_vie
     }
     ++misses_;
   }
-  auto result = std::make_shared<const Result>(ParseHfRopeConfig(json, selector));
-  if (key_bytes > budget_bytes_ || max_entries_ <= 0) return result;
+  auto result = std::make_shared<const Result>(ParseHfRopeConfig(json, selector, interrupt));
+  const bool interrupted = result->status().code() == absl::StatusCode::kCancelled ||
+                           result->status().code() == absl::StatusCode::kDeadlineExceeded;
+  if (interrupted || key_bytes > budget_bytes_ || max_entries_ <= 0) return result;
 
   absl::MutexLock lock(&mu_);
   auto [it, inserted] = entries_.try_emplace(std::move(key));

@@ -42,11 +42,15 @@ class HfConfigCache {
   HfConfigCache(const HfConfigCache&) = delete;
   HfConfigCache& operator=(const HfConfigCache&) = delete;
 
-  // ParseHfRopeConfig(json, selector), from the cache when it holds it. The
-  // key is the JSON text and the whole selector (layer type and index).
-  std::shared_ptr<const Result> Get(absl::string_view json, const HfLayerSelector& selector);
+  // ParseHfRopeConfig(json, selector, interrupt), from the cache when it
+  // holds it. The key is the JSON text and the whole selector (layer type
+  // and index). A parse the interrupt stopped (CANCELLED,
+  // DEADLINE_EXCEEDED) is not cached: it says nothing about the text.
+  std::shared_ptr<const Result> Get(absl::string_view json, const HfLayerSelector& selector,
+                                    const Interrupt* interrupt = nullptr);
   // The layer type alone.
-  std::shared_ptr<const Result> Get(absl::string_view json, absl::string_view layer_type);
+  std::shared_ptr<const Result> Get(absl::string_view json, absl::string_view layer_type,
+                                    const Interrupt* interrupt = nullptr);
 
   Stats stats() const;
 

@@ -76,6 +76,13 @@ struct RopeConfig {
   }
 };
 
+// The largest head_dim (and so rotary_dim) accepted: 32 times the widest
+// heads of published models (256), and small enough that what a config
+// makes per call before any tensor bounds it (rotary_dim/2 inverse
+// frequencies, LongRoPE's factor lists, a ResolveConfig reply) stays a few
+// tens of KiB.
+inline constexpr uint32_t kMaxHeadDim = 8192;
+
 // The whole-head form of a config whose whole_head_dim is set: head_dim
 // whole_head_dim, its last rotary_dim features rotating. Unchanged when
 // `width` is not whole_head_dim (or it is unset).

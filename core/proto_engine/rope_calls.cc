@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "core/engine/rope_config.h"
 #include "core/engine/tensor_size.h"
 #include "core/proto_engine/request_conversion.h"
 
@@ -177,6 +178,7 @@ absl::Status AnswerRotate(Engine& engine, RotateRequest* request, RotateResponse
     }
   }
   ROPE_ASSIGN_OR_RETURN(RotateParams params, RotateParamsFromProto(request));
+  params.interrupt = call.interrupt;
   TensorResolver tensors(call.regions);
   for (int i = 0; i < static_cast<int>(std::size(kRotateTensors)); ++i) {
     const RotateTensor& t = kRotateTensors[i];
@@ -332,13 +334,14 @@ CallEstimate EstimateAttentionScores(const AttentionScoresRequest& request) {
 // ---- GetTable and ResolveConfig -----------------------------------------------------
 
 absl::Status AnswerGetTable(Engine& engine, const v1::GetTableRequest& request,
-                            const ReplyLimit& limit, v1::GetTableResponse* reply) {
+                            const ReplyLimit& limit, v1::GetTableResponse* reply,
+                            const Interrupt* interrupt) {
   if (!request.has_config()) {
     return absl::InvalidArgumentError("config is missing: it is required");
   }
   ROPE_ASSIGN_OR_RETURN(RopeConfig config, ConfigFromProto(request.config()));
   ROPE_ASSIGN_OR_RETURN(TableSlice slice,
-                        engine.GetTable(config, request.start(), request.count()));
+                        engine.GetTable(config, request.start(), request.count(), interrupt));
   const RopeTable& table = *slice.table;
   const int64_t half = table.half();
   const std::vector<int64_t> shape = {slice.count, half};
@@ -365,7 +368,14 @@ CallEstimate EstimateGetTable(const v1::GetTableRequest& request, int64_t max_le
                               const ReplyLimit& limit) {
   const v1::RopeConfig& config = request.config();
   const int64_t max_len = config.max_len() != 0 ? config.max_len() : max_len_cap;
-  const int64_t rows = request.count() > 0 ? request.count() : max_len - request.start();
+  // A request reaching past the table's end is charged no rows, so that it
+  // is admitted and answered OUT_OF_RANGE by the engine's checks instead of
+  // RESOURCE_EXHAUSTED by the budget.
+  const int64_t available =
+      std::max<int64_t>(0, max_len - std::max<int64_t>(0, request.start()));
+  const int64_t rows = request.count() <= 0           ? available
+                       : request.count() > available ? 0
+                                                      : request.count();
   const int64_t dim = config.rotary_dim() != 0 ? config.rotary_dim()
                       : config.head_dim() != 0 ? config.head_dim()
                                                : 256;
@@ -377,18 +387,26 @@ CallEstimate EstimateGetTable(const v1::GetTableRequest& request, int64_t max_le
 }
 
 absl::Status AnswerResolveConfig(Engine& engine, const v1::RopeConfig& config,
-                                 v1::ResolvedConfig* reply) {
+                                 v1::ResolvedConfig* reply, const Interrupt* interrupt) {
   ROPE_ASSIGN_OR_RETURN(RopeConfig parsed, ConfigFromProto(config));
-  ROPE_ASSIGN_OR_RETURN(ResolvedConfig resolved, engine.ResolveConfig(parsed));
+  ROPE_ASSIGN_OR_RETURN(ResolvedConfig resolved, engine.ResolveConfig(parsed, interrupt));
   *reply = ResolvedConfigToProto(resolved);
   return absl::OkStatus();
 }
 
 CallEstimate EstimateResolveConfig(const v1::RopeConfig& config) {
-  // The reply is about the size of the config it resolves.
+  // The reply: the explicit config (the request's fields, config.json's
+  // values in their place: at most about the request's size, plus LongRoPE's
+  // factor lists of at most kMaxHeadDim / 2 values each when config.json
+  // held them), kMaxHeadDim / 2 inverse frequencies at most, and a table key
+  // of bounded size (its lists by digest). Charged in full whatever
+  // head_dim turns out to be, since hf_config_json is parsed after admission.
+  constexpr int64_t kListBytes = int64_t{kMaxHeadDim} / 2 * sizeof(double);
+  constexpr int64_t kKeyAndFieldsBytes = 4096;
   CallEstimate estimate;
-  estimate.more_bytes =
-      WithSerializedCopy(SaturatingAdd(static_cast<int64_t>(config.ByteSizeLong()), 4096));
+  estimate.more_bytes = WithSerializedCopy(
+      SaturatingAdd(static_cast<int64_t>(config.ByteSizeLong()),
+                    3 * kListBytes + kKeyAndFieldsBytes));
   return estimate;
 }
 

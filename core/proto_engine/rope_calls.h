@@ -35,8 +35,9 @@ struct CallContext {
   // The caller's shared-memory regions, for references; none by default
   // (a reference is then refused).
   CallerRegions regions;
-  // Lets a long call (AttentionScores) stop early when the caller has gone
-  // (CANCELLED or DEADLINE_EXCEEDED); may be null.
+  // Lets a call stop early when the caller has gone (CANCELLED or
+  // DEADLINE_EXCEEDED): while an hf_config_json is parsed (every RPC) and
+  // between pieces of AttentionScores' work; may be null.
   const Interrupt* interrupt = nullptr;
 };
 
@@ -83,9 +84,11 @@ CallEstimate EstimateAttentionScores(const v1::AttentionScoresRequest& request);
 // RESOURCE_EXHAUSTED naming the row count when cos + sin would exceed
 // `limit` (checked before any row is copied).
 absl::Status AnswerGetTable(Engine& engine, const v1::GetTableRequest& request,
-                            const ReplyLimit& limit, v1::GetTableResponse* reply);
+                            const ReplyLimit& limit, v1::GetTableResponse* reply,
+                            const Interrupt* interrupt = nullptr);
 // The rows come from the request (count, or max_len - start; `max_len_cap`
-// for a config without max_len), rotary_dim, else head_dim, else 256 (a
+// for a config without max_len; 0 when start + count passes max_len: such a
+// request is refused OUT_OF_RANGE by the engine's checks, not by the budget), rotary_dim, else head_dim, else 256 (a
 // config.json's); the payload at most `limit`.
 CallEstimate EstimateGetTable(const v1::GetTableRequest& request, int64_t max_len_cap,
                               const ReplyLimit& limit);
@@ -94,7 +97,7 @@ CallEstimate EstimateGetTable(const v1::GetTableRequest& request, int64_t max_le
 // (from its hf_config_json when set), with inv_freq, the attention factor
 // and the table-cache key.
 absl::Status AnswerResolveConfig(Engine& engine, const v1::RopeConfig& config,
-                                 v1::ResolvedConfig* reply);
+                                 v1::ResolvedConfig* reply, const Interrupt* interrupt = nullptr);
 CallEstimate EstimateResolveConfig(const v1::RopeConfig& config);
 
 }  // namespace rope

@@ -19,10 +19,10 @@
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/resource_quota.h"
 #include "grpcpp/server_builder.h"
-#include "prometheus/exposer.h"
 #include "prometheus/registry.h"
 #include "server/service/bind_diagnosis.h"
 #include "server/service/byte_budget_metrics.h"
+#include "server/service/metrics_http_server.h"
 
 namespace rope {
 
@@ -41,7 +41,30 @@ void EnableHealthAndReflection() {
   });
 }
 
-absl::Status CheckOptions(const ServerOptions& options) {
+// Reloads are logged on stderr (one line each: they are rare) and counted.
+CredentialReloader::Callbacks ReloadCallbacks(ServiceMetrics* metrics,
+                                              std::function<void(AuthFailure)> on_auth_failure) {
+  CredentialReloader::Callbacks callbacks;
+  callbacks.on_reload = [metrics](ReloadedPart part) {
+    metrics->RecordCredentialReload(part == ReloadedPart::kTls, true);
+    std::fprintf(stderr, "ropeserve: reloaded the %s files\n", ReloadedPartName(part).c_str());
+  };
+  callbacks.on_failure = [metrics](ReloadedPart part, const absl::Status& status) {
+    metrics->RecordCredentialReload(part == ReloadedPart::kTls, false);
+    std::fprintf(stderr, "ropeserve: refused the changed %s files, keeping the current ones: %s\n",
+                 ReloadedPartName(part).c_str(), status.ToString().c_str());
+  };
+  callbacks.on_auth_failure = std::move(on_auth_failure);
+  return callbacks;
+}
+
+std::string WithPort(const std::string& address, int port) {
+  return absl::StrCat(address.substr(0, address.rfind(':')), ":", port);
+}
+
+}  // namespace
+
+absl::Status ValidateServerOptions(const ServerOptions& options) {
   if (options.max_message_bytes <= 0 || options.max_message_bytes > INT_MAX) {
     return absl::InvalidArgumentError(absl::StrCat(
         "max_message_bytes is ", options.max_message_bytes, ": must be in [1, ", INT_MAX, "]"));
@@ -86,29 +109,6 @@ absl::Status CheckOptions(const ServerOptions& options) {
   return ValidateServerSecurity(options.security);
 }
 
-// Reloads are logged on stderr (one line each: they are rare) and counted.
-CredentialReloader::Callbacks ReloadCallbacks(ServiceMetrics* metrics,
-                                              std::function<void(AuthFailure)> on_auth_failure) {
-  CredentialReloader::Callbacks callbacks;
-  callbacks.on_reload = [metrics](ReloadedPart part) {
-    metrics->RecordCredentialReload(part == ReloadedPart::kTls, true);
-    std::fprintf(stderr, "ropeserve: reloaded the %s files\n", ReloadedPartName(part).c_str());
-  };
-  callbacks.on_failure = [metrics](ReloadedPart part, const absl::Status& status) {
-    metrics->RecordCredentialReload(part == ReloadedPart::kTls, false);
-    std::fprintf(stderr, "ropeserve: refused the changed %s files, keeping the current ones: %s\n",
-                 ReloadedPartName(part).c_str(), status.ToString().c_str());
-  };
-  callbacks.on_auth_failure = std::move(on_auth_failure);
-  return callbacks;
-}
-
-std::string WithPort(const std::string& address, int port) {
-  return absl::StrCat(address.substr(0, address.rfind(':')), ":", port);
-}
-
-}  // namespace
-
 InflightShares SplitInflightBytes(int64_t max_inflight_bytes) {
   if (max_inflight_bytes <= 0) return InflightShares{};
   const int64_t calls = std::max<int64_t>(max_inflight_bytes / 2, 1);
@@ -136,7 +136,7 @@ RopeServer::RopeServer(std::unique_ptr<Engine> engine, const ServerOptions& opti
 
 absl::StatusOr<std::unique_ptr<RopeServer>> RopeServer::Start(std::unique_ptr<Engine> engine,
                                                               const ServerOptions& options) {
-  absl::Status valid = CheckOptions(options);
+  absl::Status valid = ValidateServerOptions(options);
   if (!valid.ok()) return valid;
   EnableHealthAndReflection();
   std::unique_ptr<RopeServer> server(new RopeServer(std::move(engine), options));
@@ -144,21 +144,19 @@ absl::StatusOr<std::unique_ptr<RopeServer>> RopeServer::Start(std::unique_ptr<En
   if (!options.metrics_address.empty()) {
     server->state_collector_ =
         ServiceMetrics::NewStateCollector(&server->gate_, server->engine_.get());
-    // prometheus-cpp reports a failed bind by throwing; nothing else here does.
-    try {
-      server->exposer_ = std::make_unique<prometheus::Exposer>(options.metrics_address);
-    } catch (const std::exception& e) {
-      return absl::UnavailableError(
-          absl::StrCat("cannot serve metrics on ", options.metrics_address, ": ", e.what()));
-    }
-    server->exposer_->RegisterCollectable(server->metrics_.registry());
-    server->exposer_->RegisterCollectable(server->state_collector_);
     server->budget_collector_ = NewByteBudgetCollector(&server->budget_);
-    server->exposer_->RegisterCollectable(server->budget_collector_);
     server->shm_collector_ = NewShmStateCollector(&server->shm_);
-    server->exposer_->RegisterCollectable(server->shm_collector_);
-    std::vector<int> ports = server->exposer_->GetListeningPorts();
-    server->metrics_port_ = ports.empty() ? 0 : ports.front();
+    MetricsHttpOptions metrics_options;
+    metrics_options.address = options.metrics_address;
+    metrics_options.client_timeout = options.metrics_client_timeout;
+    metrics_options.max_connections = options.metrics_max_connections;
+    metrics_options.max_connections_per_address = options.metrics_max_connections_per_address;
+    absl::StatusOr<std::unique_ptr<MetricsHttpServer>> metrics_http = MetricsHttpServer::Start(
+        metrics_options, {server->metrics_.registry(), server->state_collector_,
+                          server->budget_collector_, server->shm_collector_});
+    if (!metrics_http.ok()) return metrics_http.status();
+    server->metrics_http_ = *std::move(metrics_http);
+    server->metrics_port_ = server->metrics_http_->port();
   }
 
   grpc::ServerBuilder builder;
@@ -271,12 +269,8 @@ absl::StatusOr<std::unique_ptr<RopeServer>> RopeServer::Start(std::unique_ptr<En
 
 RopeServer::~RopeServer() {
   Drain(absl::ZeroDuration());
-  if (exposer_ != nullptr) {
-    exposer_->RemoveCollectable(budget_collector_);
-    exposer_->RemoveCollectable(state_collector_);
-    exposer_->RemoveCollectable(shm_collector_);
-    exposer_->RemoveCollectable(metrics_.registry());
-  }
+  // The endpoint's thread reads the collectors' subjects: stop it first.
+  metrics_http_.reset();
 }
 
 void RopeServer::StartDraining() {

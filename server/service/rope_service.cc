@@ -133,10 +133,15 @@ class RopeServiceImpl::RotateStreamReactor final
 
   void RotateCurrent() {
     const int64_t bytes_in = static_cast<int64_t>(request_.ByteSizeLong());
+    grpc::CallbackServerContext* const context = context_;
+    const Interrupt interrupt([context] { return context->IsCancelled(); },
+                              absl::FromChrono(context_->deadline()));
+    CallContext call = service_.CallOf(context_);
+    call.interrupt = &interrupt;
     absl::Status status =
         context_->IsCancelled()
             ? CancelledBeforeRun(Rpc::kRotateStream)
-            : AnswerRotate(service_.engine_, &request_, &response_, service_.CallOf(context_));
+            : AnswerRotate(service_.engine_, &request_, &response_, call);
     if (!status.ok()) {
       bytes_in_ = bytes_in;
       FinishStream(status);
@@ -281,7 +286,13 @@ grpc::ServerUnaryReactor* RopeServiceImpl::Rotate(grpc::CallbackServerContext* c
         if (owned == nullptr) {
           return absl::InternalError("Rotate: the owning message allocator is not installed");
         }
-        return AnswerRotate(engine_, owned, response, CallOf(context));
+        // Stops the parse of an hf_config_json when the caller goes or its
+        // deadline passes.
+        const Interrupt interrupt([context] { return context->IsCancelled(); },
+                                  absl::FromChrono(context->deadline()));
+        CallContext call = CallOf(context);
+        call.interrupt = &interrupt;
+        return AnswerRotate(engine_, owned, response, call);
       },
       owned != nullptr && RunsInline(estimate, *request) ? RunOn::kThisThread
                                                          : RunOn::kWorkQueue);
@@ -316,8 +327,10 @@ grpc::ServerUnaryReactor* RopeServiceImpl::GetTable(grpc::CallbackServerContext*
   const ReplyLimit limit(options_.max_message_bytes);
   return ServeUnary(Rpc::kGetTable, context, *request,
                     EstimateGetTable(*request, engine_.limits().max_len_cap, limit).more_bytes,
-                    response, [this, request, response, limit] {
-                      return AnswerGetTable(engine_, *request, limit, response);
+                    response, [this, context, request, response, limit] {
+                      const Interrupt interrupt([context] { return context->IsCancelled(); },
+                                                absl::FromChrono(context->deadline()));
+                      return AnswerGetTable(engine_, *request, limit, response, &interrupt);
                     });
 }
 
@@ -328,7 +341,11 @@ grpc::ServerUnaryReactor* RopeServiceImpl::ResolveConfig(grpc::CallbackServerCon
   return ServeUnary(
       Rpc::kResolveConfig, context, *request, EstimateResolveConfig(*request).more_bytes,
       response,
-      [this, request, response] { return AnswerResolveConfig(engine_, *request, response); });
+      [this, context, request, response] {
+        const Interrupt interrupt([context] { return context->IsCancelled(); },
+                                  absl::FromChrono(context->deadline()));
+        return AnswerResolveConfig(engine_, *request, response, &interrupt);
+      });
 }
 
 std::string RopeServiceImpl::ClientOf(const grpc::CallbackServerContext& context) const {

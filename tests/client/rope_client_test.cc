@@ -5,11 +5,16 @@
 
 #include <grpcpp/create_channel.h>
 #include <grpcpp/security/credentials.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <memory>
 #include <sstream>
@@ -477,15 +482,29 @@ TEST_F(RopeClientTest, CpuServerRefusesACudaRegion) {
   EXPECT_EQ(status->regions_size(), 0);
 }
 
-TEST_F(RopeClientTest, PastDeadlineIsDeadlineExceeded) {
-  // A deadline already past when the call starts: gRPC fails it locally.
+TEST_F(RopeClientTest, DeadlineIsDeadlineExceeded) {
+  // A peer that completes the TCP handshake (the kernel's listen backlog does)
+  // but never speaks HTTP/2: the channel never becomes ready, so the call can
+  // only end at the client's deadline. Deterministic, unlike a 1 ns deadline
+  // racing a fast loopback reply.
+  const int listener = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(listener, 0) << strerror(errno);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(listener, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0)
+      << strerror(errno);
+  ASSERT_EQ(listen(listener, 4), 0) << strerror(errno);
+  socklen_t length = sizeof(address);
+  ASSERT_EQ(getsockname(listener, reinterpret_cast<sockaddr*>(&address), &length), 0);
   ClientOptions options = TestOptions();
-  options.deadline = absl::Nanoseconds(1);
+  options.deadline = absl::Milliseconds(200);
   absl::StatusOr<std::unique_ptr<RopeClient>> client =
-      RopeClient::Create(server_->address(), options);
-  ASSERT_TRUE(client.ok());
+      RopeClient::Create(absl::StrCat("127.0.0.1:", ntohs(address.sin_port)), options);
+  ASSERT_TRUE(client.ok()) << client.status();
   absl::StatusOr<v1::ServerInfo> info = (*client)->GetServerInfo();
-  EXPECT_EQ(info.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(info.status().code(), absl::StatusCode::kDeadlineExceeded) << info.status();
+  close(listener);
 }
 
 // Table-cache lookups (hits + misses) a server has served: each GetTable

@@ -1,5 +1,6 @@
 #include "tests/fuzz/request_fuzz_target.h"
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -53,7 +54,7 @@ const ShmRegistry& SharedRegions() {
     auto* regions = new ShmRegistry(ShmLimits{});
     const std::string key = "/rope-fuzz-" + std::to_string(getpid());
     const int fd = shm_open(key.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
-    if (fd < 0 || ftruncate(fd, 1 << 16) != 0) {
+    if (fd < 0 || posix_fallocate(fd, 0, 1 << 16) != 0) {
       std::fprintf(stderr, "cannot create the fuzz region %s\n", key.c_str());
       std::abort();
     }
@@ -147,6 +148,20 @@ void RunResolveConfig(const uint8_t* data, size_t size) {
   absl::StatusOr<ResolvedConfig> resolved = SharedEngine().ResolveConfig(*config);
   CheckRejection(resolved.status());
   if (!resolved.ok()) return;
+  // An accepted config derives finite values only (else its tables and
+  // replies would be NaN or Inf).
+  for (double f : resolved->inv_freq) {
+    if (!std::isfinite(f)) {
+      std::fprintf(stderr, "an accepted config derives a non-finite inv_freq: %s\n",
+                   resolved->key.ToString().c_str());
+      std::abort();
+    }
+  }
+  if (!std::isfinite(resolved->attention_factor)) {
+    std::fprintf(stderr, "an accepted config derives a non-finite attention factor: %s\n",
+                 resolved->key.ToString().c_str());
+    std::abort();
+  }
   // The explicit form must resolve to the same table.
   absl::StatusOr<ResolvedConfig> again = SharedEngine().ResolveConfig(resolved->config);
   CheckRejection(again.status());

@@ -56,6 +56,22 @@ const std::string& CorpusShmKey() {
     std::string key = absl::StrCat("/rope-corpus-", getpid());
     Object() {
       const int fd = shm_open(key.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0600);
+      if (fd < 0 || posix_fallocate(fd, 0, 4096) != 0) std::abort();
+      close(fd);
+    }
+    ~Object() { shm_unlink(key.c_str()); }
+  };
+  static const Object object;
+  return object.key;
+}
+
+// A 4 KiB POSIX shared-memory object that is sized but never allocated (a
+// sparse object), made once and unlinked at exit.
+const std::string& CorpusSparseShmKey() {
+  struct Object {
+    std::string key = absl::StrCat("/rope-corpus-sparse-", getpid());
+    Object() {
+      const int fd = shm_open(key.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0600);
       if (fd < 0 || ftruncate(fd, 4096) != 0) std::abort();
       close(fd);
     }
@@ -270,9 +286,9 @@ std::vector<MalformedCase> Cases() {
        [](Requests* r) { r->table.mutable_config()->set_head_dim(0xFFFFFFFFu); }, kInvalid,
        "config.head_dim is 4294967295"},
       {"GetTableHugeEvenHeadDim", kTable,
-       // 4 rows x 2^31 x 2 values: refused by count, before any allocation.
-       [](Requests* r) { r->table.mutable_config()->set_head_dim(0xFFFFFFFEu); }, kExhausted,
-       "table slice of 4 rows x 2147483647 x 2 values: over the max_elements_per_request limit"},
+       // 4 rows x 2^31 x 2 values: refused by the head_dim cap, before any allocation.
+       [](Requests* r) { r->table.mutable_config()->set_head_dim(0xFFFFFFFEu); }, kInvalid,
+       "config.head_dim is 4294967294: at most 8192"},
       {"MaxLenZero", kRotate, [](Requests* r) { RotateConfig(r)->set_max_len(0); }, kInvalid,
        "config.max_len is 0: must be > 0"},
       {"MaxLenOverCap", kTable, [](Requests* r) { r->table.mutable_config()->set_max_len(~0u); },
@@ -336,6 +352,13 @@ std::vector<MalformedCase> Cases() {
        kInvalid, "positions[1] is -1: must be >= 0"},
       {"ExplicitPositionAtMaxLen", kRotate, [](Requests* r) { SetPositions(r, {0, 1, 64}); },
        kOutOfRange, "positions[2] is 64: must be < config.max_len 64"},
+      // Varint-heavy: each position costs 1 byte on the wire and 8 parsed.
+      {"ManyOneBytePositionsOfTheWrongCount", kRotate,
+       [](Requests* r) { SetPositions(r, std::vector<int64_t>(1 << 20, 1)); }, kInvalid,
+       "positions has 1048576 values: must be S"},
+      {"ManyTenBytePositions", kRotate,
+       [](Requests* r) { SetPositions(r, std::vector<int64_t>(1 << 16, -1)); }, kInvalid,
+       "positions has 65536 values: must be S"},
       {"ExplicitPositionInt64Max", kRotate,
        [](Requests* r) { SetPositions(r, {0, 1, 2, 3, 4, kInt64Max}); }, kOutOfRange,
        "positions[5] is 9223372036854775807"},
@@ -420,6 +443,13 @@ std::vector<MalformedCase> Cases() {
       {"LinearFactorNaN", kRotate,
        [](Requests* r) { RotateConfig(r)->mutable_linear()->set_factor(kNaN); }, kInvalid,
        "config.linear.factor is nan"},
+      // Finite, in-range parameters whose derived values are not finite.
+      {"LinearFactorDenormalGivesInfiniteInvFreq", kRotate,
+       [](Requests* r) { RotateConfig(r)->mutable_linear()->set_factor(1e-310); }, kInvalid,
+       "give inv_freq[0] = inf: not finite"},
+      {"LinearFactorDenormalGivesInfiniteInvFreqInTable", kTable,
+       [](Requests* r) { r->table.mutable_config()->mutable_linear()->set_factor(1e-310); },
+       kInvalid, "give inv_freq[0] = inf: not finite"},
       {"LinearFactorInf", kTable,
        [](Requests* r) { r->table.mutable_config()->mutable_linear()->set_factor(kInf); },
        kInvalid, "config.linear.factor is inf"},
@@ -894,6 +924,12 @@ std::vector<MalformedCase> Cases() {
        "name is \"a/b\""},
       {"RegionRelativeKey", kRegister, [](Requests* r) { r->region.set_key("relative"); },
        kInvalid, "key is \"relative\""},
+      {"RegionSparseObject", kRegister,
+       [](Requests* r) { r->region.set_key(CorpusSparseShmKey()); },
+       StatusCode::FAILED_PRECONDITION, "(a sparse object)"},
+      {"RegionFileKeyWithoutAllowedDir", kRegister,
+       [](Requests* r) { r->region.set_key("/etc/passwd"); }, StatusCode::PERMISSION_DENIED,
+       "the server allows none (--shm_allowed_dir unset)"},
       {"CudaRegionOnTheCpuBackend", kRegister,
        [](Requests* r) {
          r->region.clear_key();

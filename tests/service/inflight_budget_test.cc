@@ -104,6 +104,28 @@ class InflightBudgetTest : public ServiceTest {
   int64_t budget_ = 0;  // the admitted calls' half of max_inflight_bytes
 };
 
+// Validation before budget: a GetTable whose rows lie past the table's end
+// asks for more bytes than the budget holds, but it is wrong before it is
+// large: OUT_OF_RANGE naming the rows, not RESOURCE_EXHAUSTED.
+TEST_F(InflightBudgetTest, GetTablePastTheTableIsOutOfRangeNotOverBudget) {
+  v1::GetTableRequest request;
+  request.mutable_config()->set_head_dim(128);
+  request.mutable_config()->set_max_len(1 << 20);
+  request.set_start((1 << 20) + 5);
+  request.set_count(1 << 20);  // 512 MiB of cos/sin, far over the budget
+  v1::GetTableResponse response;
+  grpc::ClientContext context;
+  SetDeadline(&context);
+  EXPECT_TRUE(GrpcStatusIs(stub_->GetTable(&context, request, &response),
+                           grpc::StatusCode::OUT_OF_RANGE, "start is 1048581"));
+  request.set_start(1000);
+  request.set_count((1 << 20) - 999);
+  grpc::ClientContext past_end;
+  SetDeadline(&past_end);
+  EXPECT_TRUE(GrpcStatusIs(stub_->GetTable(&past_end, request, &response),
+                           grpc::StatusCode::OUT_OF_RANGE, "is past config.max_len 1048576"));
+}
+
 TEST_F(InflightBudgetTest, CallsWithinTheBudgetRunAndReturnTheirBytes) {
   for (unsigned seed = 1; seed <= 3; ++seed) {
     EXPECT_TRUE(GrpcStatusIs(Rotate(Request(seed)), grpc::StatusCode::OK, ""));

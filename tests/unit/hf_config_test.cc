@@ -12,11 +12,15 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "core/backends/cpu/cpu_backend.h"
 #include "core/engine/engine.h"
 #include "core/engine/hf_config.h"
+#include "core/engine/hf_config_cache.h"
+#include "core/engine/interrupt.h"
 #include "tests/unit/reference_scaling.h"
 #include "tests/support/status_matchers.h"
 #include "tests/unit/test_util.h"
@@ -549,6 +553,68 @@ TEST(HfConfigErrorsTest, MalformedJsonNamesTheProblem) {
                        absl::StatusCode::kInvalidArgument, "deeper than 64 levels"));
 }
 
+// `levels` nested objects, the top-level one included: {"a":{"a":{}}} is 3.
+std::string NestedObjects(int levels) {
+  std::string json;
+  for (int i = 1; i < levels; ++i) json += R"({"a":)";
+  json += "{}";
+  json += std::string(levels - 1, '}');
+  return json;
+}
+
+TEST(HfConfigErrorsTest, DepthLimitIsExactlySixtyFourLevels) {
+  // 64 levels are parsed (and refused for what they lack, not for depth).
+  const absl::Status at_limit = Resolve(NestedObjects(64)).status();
+  EXPECT_FALSE(absl::StrContains(at_limit.message(), "deeper")) << at_limit;
+  EXPECT_TRUE(StatusIs(at_limit, absl::StatusCode::kInvalidArgument, "hf_config_json"));
+  EXPECT_TRUE(StatusIs(Resolve(NestedObjects(65)).status(), absl::StatusCode::kInvalidArgument,
+                       "deeper than 64 levels"));
+  // Arrays count as levels too.
+  const std::string arrays = absl::StrCat(R"({"x": )", std::string(63, '['),
+                                          std::string(63, ']'), "}");
+  EXPECT_FALSE(absl::StrContains(Resolve(arrays).status().message(), "deeper"));
+  EXPECT_TRUE(StatusIs(Resolve(absl::StrCat(R"({"x": )", std::string(64, '['),
+                                            std::string(64, ']'), "}"))
+                           .status(),
+                       absl::StatusCode::kInvalidArgument, "deeper than 64 levels"));
+  // Brackets inside strings are text, not nesting.
+  EXPECT_TRUE(StatusIs(Resolve(absl::StrCat(R"({"rope_theta": 10000, "head_dim": 64, "s": ")",
+                                            std::string(100, '['), R"(\"]"})"))
+                           .status(),
+                       absl::StatusCode::kOk, ""));
+}
+
+// 4 MiB of empty objects in one array: nlohmann's callback parser walked the
+// array after every '}' (quadratic: minutes); the parse is linear now. The
+// deadline is far beyond a linear parse (well under a second here, and
+// under AddressSanitizer) and far short of the quadratic one.
+TEST(HfConfigErrorsTest, FourMebibytesOfEmptyObjectsParseWithinADeadline) {
+  std::string json = R"({"rope_theta": 10000, "head_dim": 64, "x": [)";
+  while (json.size() < (4u << 20) - 16) json += "{},";
+  json += "{}]}";
+  const Interrupt interrupt(nullptr, absl::Now() + absl::Seconds(60));
+  absl::StatusOr<HfRopeConfig> parsed = ParseHfRopeConfig(json, HfLayerSelector{}, &interrupt);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->theta, 10000);
+}
+
+TEST(HfConfigErrorsTest, ParsingStopsWhenTheCallerGoesOrItsDeadlinePasses) {
+  std::string json = R"({"x": [)";
+  for (int i = 0; i < 100000; ++i) json += "1,";
+  json += "1]}";
+  const Interrupt cancelled([] { return true; }, absl::InfiniteFuture());
+  EXPECT_TRUE(StatusIs(ParseHfRopeConfig(json, HfLayerSelector{}, &cancelled).status(),
+                       absl::StatusCode::kCancelled, "parsing hf_config_json stopped"));
+  const Interrupt late(nullptr, absl::Now() - absl::Seconds(1));
+  EXPECT_TRUE(StatusIs(ParseHfRopeConfig(json, HfLayerSelector{}, &late).status(),
+                       absl::StatusCode::kDeadlineExceeded, "parsing hf_config_json stopped"));
+  // A stopped parse is not cached: the same text parses in full next time.
+  HfConfigCache cache(/*budget_bytes=*/1 << 20, /*max_entries=*/4);
+  EXPECT_EQ(cache.Get(json, "", &late)->status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(cache.stats().entries, 0);
+  EXPECT_EQ(cache.Get(json, "")->status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST(HfConfigErrorsTest, WrongTypesNameKeyAndValue) {
   const std::string base = R"("rope_theta": 500000, "hidden_size": 4096, "num_attention_heads": 32)";
   EXPECT_TRUE(StatusIs(
@@ -664,7 +730,8 @@ TEST(HfConfigErrorsTest, UnusableDerivedValuesSayTheyCameFromTheJson) {
 
 TEST(HfConfigErrorsTest, AHugeHeadDimIsRefusedBeforeAnyAllocation) {
   // Found by rope_request_fuzzer: ResolveConfig has no tensor to bound
-  // head_dim, and 2415919102 / 2 inverse frequencies are 9.6 GB.
+  // head_dim, and 2415919102 / 2 inverse frequencies are 9.6 GB; kMaxHeadDim
+  // refuses it before anything is made.
   EngineLimits limits;
   limits.max_elements_per_request = 1 << 16;
   for (const RopeConfig& config : [] {
@@ -675,9 +742,8 @@ TEST(HfConfigErrorsTest, AHugeHeadDimIsRefusedBeforeAnyAllocation) {
          return std::vector<RopeConfig>{fields, json};
        }()) {
     EXPECT_TRUE(StatusIs(NewEngine(limits)->ResolveConfig(config).status(),
-                         absl::StatusCode::kResourceExhausted,
-                         "config.rotary_dim is 2415919102: its 1207959551 inverse frequencies (2 "
-                         "values each) are over the max_elements_per_request limit of 65536"));
+                         absl::StatusCode::kInvalidArgument,
+                         "config.head_dim is 2415919102: at most 8192"));
   }
 }
 
