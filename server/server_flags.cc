@@ -54,8 +54,9 @@ ABSL_FLAG(int64_t, max_table_blocks_per_call, 256,
 ABSL_FLAG(int64_t, max_elements_per_request, int64_t{1} << 28,
           "most tensor elements per request (q + k + v + scores)");
 ABSL_FLAG(int64_t, max_concurrent_calls, 64,
-          "calls in flight across all methods (a stream counts as one); more are refused with "
-          "RESOURCE_EXHAUSTED; 0: no limit");
+          "calls in flight across all methods (a stream counts as one while a message of it is "
+          "served; an idle stream holds no slot); more are refused with RESOURCE_EXHAUSTED; 0: "
+          "no limit");
 ABSL_FLAG(int32_t, metrics_port, 0, "port of the Prometheus /metrics endpoint; 0: off");
 ABSL_FLAG(std::string, metrics_host, "127.0.0.1",
           "address the /metrics endpoint binds (plaintext; 0.0.0.0 or the pod's address only "
@@ -94,6 +95,12 @@ ABSL_FLAG(absl::Duration, shm_owner_idle_lease, absl::Hours(1),
 ABSL_FLAG(std::string, shm_allowed_dir, "",
           "directory under which RegisterSharedMemory may name files (besides POSIX "
           "shared-memory objects \"/name\"); empty: none");
+
+ABSL_FLAG(std::string, model_repository, "",
+          "directory of models for the KServe v2 / Triton protocol (inference."
+          "GRPCInferenceService, served beside rope.v1): one folder per model holding a "
+          "config.json and a ropeserve.json (docs/operations.md); the built-in models rotate "
+          "and attention are always there; empty: only those");
 
 ABSL_FLAG(std::string, grpc_verbosity, "",
           "gRPC's own log lines on stderr: debug, info or error (that severity and above); "
@@ -325,6 +332,8 @@ absl::Status ApplyServerOptions(ServerConfig* config) {
   ROPE_RETURN_IF_ERROR(NonNegative("max_connection_age_grace", options.max_connection_age_grace,
                                    " (inf: no bound)"));
   options.enable_echo = absl::GetFlag(FLAGS_enable_echo);
+  // Loaded (and each folder checked) when the server starts: RopeServer::Start.
+  options.model_repository = absl::GetFlag(FLAGS_model_repository);
   options.health_listen_address = absl::GetFlag(FLAGS_health_listen);
   ROPE_RETURN_IF_ERROR(ApplyInflightBudget(config));
   options.max_inflight_wait = absl::GetFlag(FLAGS_max_inflight_wait);

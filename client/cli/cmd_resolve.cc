@@ -58,6 +58,9 @@ absl::Status RunResolve(const FlagSet& flags, std::ostream& out) {
   out << "  inv_freq[" << resolved->inv_freq_size() << "]=[" << absl::StrJoin(inv_freq, ", ")
       << "]\n";
   out << "  table_key: " << resolved->table_key() << "\n";
+  for (int a = 0; a < resolved->axis_table_keys_size(); ++a) {
+    out << "  axis " << a << " table_key: " << resolved->axis_table_keys(a) << "\n";
+  }
   out << "  elapsed " << FormatMillis(elapsed) << "\n";
   return absl::OkStatus();
 }

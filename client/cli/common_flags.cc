@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "client/cli/axial_flags.h"
 #include "absl/strings/strip.h"
 #include "client/cli/cli_parsing.h"
 #include "client/cli/scaling_flags.h"
@@ -200,6 +201,7 @@ void AddRopeConfigFlags(FlagSet* flags) {
              "linear and llama3 scaling).",
              ValidateAnglePrecision);
   AddScalingFlags(flags);
+  AddAxialFlags(flags);
   flags->BeginGroup("Hugging Face config.json");
   flags->Add("hf_config", FlagSet::Kind::kString, "",
              "A model's config.json (whole, or its rope keys), or the model's directory. The "
@@ -265,6 +267,7 @@ absl::StatusOr<v1::RopeConfig> RopeConfigFromFlags(const FlagSet& flags,
                                           "mrope_ernie_3d", "no_rope",
                                           "floor_scale", "attn_scale"};
     for (const std::string& name : ScalingFlagNames()) exclusive.push_back(name);
+    for (const std::string& name : AxialFlagNames()) exclusive.push_back(name);
     for (const std::string& name : exclusive) {
       if (flags.IsSet(name)) {
         return UsageError(absl::StrCat("--", name,
@@ -319,6 +322,7 @@ absl::StatusOr<v1::RopeConfig> RopeConfigFromFlags(const FlagSet& flags,
   } else if (flags.IsSet("mrope_ernie_3d")) {
     return UsageError("--mrope_ernie_3d needs --mrope_section");
   }
+  ROPE_RETURN_IF_ERROR(ApplyAxialFlags(flags, &config));
   return config;
 }
 
@@ -342,6 +346,7 @@ std::string ConfigAsFlags(const v1::RopeConfig& config) {
     if (config.mrope().interleaved()) absl::StrAppend(&out, " --mrope_interleaved");
     if (config.mrope_ernie_3d()) absl::StrAppend(&out, " --mrope_ernie_3d");
   }
+  if (config.has_axial()) absl::StrAppend(&out, " ", AxialAsFlags(config));
   if (config.angle_precision() == v1::ANGLE_FLOAT32) {
     absl::StrAppend(&out, " --angle_precision=float32");
   }
@@ -380,6 +385,7 @@ std::string DescribeConfig(const v1::RopeConfig& config) {
                                                    : "chunked[",
                     absl::StrJoin(config.mrope().section(), ","), "]");
   }
+  if (config.has_axial()) absl::StrAppend(&out, " ", DescribeAxial(config));
   if (config.angle_precision() == v1::ANGLE_FLOAT32) absl::StrAppend(&out, " angles=float32");
   return out;
 }

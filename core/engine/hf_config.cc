@@ -15,16 +15,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
+#include "core/engine/bounded_json.h"
 
 namespace rope {
 namespace {
 
 using Json = nlohmann::json;
 
-// Real config.json files nest 3 or 4 levels; the limit keeps a hostile
-// document from building a deep tree (nlohmann's parser itself is
-// iterative, its tree is not). The top-level object is level 1.
-constexpr int kMaxDepth = 64;
 constexpr size_t kMaxShown = 64;  // bytes of a value quoted in a message
 
 constexpr double kPythonDefaultTheta = 10000.0;
@@ -91,15 +88,7 @@ bool IsLlama4(const std::string& model_type) {
   return model_type == "llama4" || model_type == "llama4_text";
 }
 
-// `text` cut to at most `max` bytes on a UTF-8 character boundary.
-std::string Truncated(const std::string& text, size_t max) {
-  if (text.size() <= max) return text;
-  size_t end = max;
-  while (end > 0 && (static_cast<unsigned char>(text[end]) & 0xC0) == 0x80) --end;
-  return absl::StrCat(text.substr(0, end), "... (", text.size(), " bytes)");
-}
-
-std::string Show(const Json& value) { return Truncated(value.dump(), kMaxShown); }
+std::string Show(const Json& value) { return TruncatedUtf8(value.dump(), kMaxShown); }
 
 absl::Status Invalid(const std::string& path, const Json& value, absl::string_view must) {
   return absl::InvalidArgumentError(
@@ -236,100 +225,6 @@ class Scope {
   const Json* object_;
   std::string prefix_;
 };
-
-// nlohmann's DOM builder behind a SAX handler that counts nesting and polls
-// the caller's interrupt. Not nlohmann's callback parser: after every closing
-// brace it walks the parent container looking for values the callback
-// discarded, so `[{},{},...]` took time quadratic in its length (4 MiB of
-// `{}`: minutes of a work thread). This is one pass, linear in the text.
-class BoundedDomBuilder {
- public:
-  using number_integer_t = Json::number_integer_t;
-  using number_unsigned_t = Json::number_unsigned_t;
-  using number_float_t = Json::number_float_t;
-  using string_t = Json::string_t;
-  using binary_t = Json::binary_t;
-
-  BoundedDomBuilder(Json& root, const Interrupt* interrupt)
-      : dom_(root, /*allow_exceptions_=*/false), interrupt_(interrupt) {}
-
-  bool null() { return Tick() && dom_.null(); }
-  bool boolean(bool value) { return Tick() && dom_.boolean(value); }
-  bool number_integer(number_integer_t value) { return Tick() && dom_.number_integer(value); }
-  bool number_unsigned(number_unsigned_t value) { return Tick() && dom_.number_unsigned(value); }
-  bool number_float(number_float_t value, const string_t& text) {
-    return Tick() && dom_.number_float(value, text);
-  }
-  bool string(string_t& value) { return Tick() && dom_.string(value); }
-  bool binary(binary_t& value) { return Tick() && dom_.binary(value); }
-  bool key(string_t& value) { return Tick() && dom_.key(value); }
-  bool start_object(std::size_t size) { return Enter() && dom_.start_object(size); }
-  bool end_object() {
-    --depth_;
-    return dom_.end_object();
-  }
-  bool start_array(std::size_t size) { return Enter() && dom_.start_array(size); }
-  bool end_array() {
-    --depth_;
-    return dom_.end_array();
-  }
-  bool parse_error(std::size_t /*position*/, const std::string& /*token*/,
-                   const nlohmann::detail::exception& error) {
-    status_ = absl::InvalidArgumentError(
-        absl::StrCat("hf_config_json is not valid JSON: ", Truncated(error.what(), 240)));
-    return false;
-  }
-
-  // Why parsing stopped early; OK when it did not.
-  const absl::Status& status() const { return status_; }
-
- private:
-  // The top-level object is level 1; kMaxDepth levels are accepted.
-  bool Enter() {
-    if (++depth_ > kMaxDepth) {
-      status_ = absl::InvalidArgumentError(absl::StrCat(
-          "hf_config_json nests objects and arrays deeper than ", kMaxDepth, " levels"));
-      return false;
-    }
-    return Tick();
-  }
-
-  // Polls the interrupt every kEventsPerCheck values (a few microseconds of
-  // parsing), so a cancelled or late call stops within that.
-  bool Tick() {
-    static constexpr int64_t kEventsPerCheck = 4096;
-    if (interrupt_ == nullptr || ++events_ % kEventsPerCheck != 0) return true;
-    status_ = interrupt_->Check("parsing hf_config_json");
-    return status_.ok();
-  }
-
-  nlohmann::detail::json_sax_dom_parser<Json> dom_;
-  const Interrupt* const interrupt_;
-  int depth_ = 0;
-  int64_t events_ = 0;
-  absl::Status status_;
-};
-
-absl::StatusOr<Json> ParseJson(absl::string_view text, const Interrupt* interrupt) {
-  Json root;
-  BoundedDomBuilder builder(root, interrupt);
-  bool parsed = false;
-  // The SAX parser reports malformed input through parse_error; anything it
-  // still throws is caught here and never leaves.
-  try {
-    parsed = Json::sax_parse(text.begin(), text.end(), &builder);
-  } catch (const Json::exception& e) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("hf_config_json is not valid JSON: ", Truncated(e.what(), 240)));
-  }
-  if (!builder.status().ok()) return builder.status();
-  if (!parsed) return absl::InvalidArgumentError("hf_config_json is not valid JSON");
-  if (!root.is_object()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "hf_config_json is ", Show(root), ": must be a JSON object (a model's config.json)"));
-  }
-  return root;
-}
 
 // Python's truthiness of a JSON value (null, false, 0, "", [] and {} are
 // false), as `if config.get(key)` reads it.
@@ -635,7 +530,7 @@ absl::StatusOr<std::string> GroupOf(const std::string& layer_type) {
         "them, or hf_layer_index");
   }
   return absl::InvalidArgumentError(absl::StrCat(
-      "hf_layer_type is '", Truncated(layer_type, kMaxShown),
+      "hf_layer_type is '", TruncatedUtf8(layer_type, kMaxShown),
       "': DeepSeek-V4's layers are sliding_attention (rope group main), "
       "compressed_sparse_attention or heavily_compressed_attention (rope group compress)"));
 }
@@ -676,7 +571,7 @@ absl::StatusOr<Selection> SelectParams(const Scope& cfg, const std::string& mode
     ROPE_ASSIGN_OR_RETURN(std::optional<Scope> entry, dict.Object(layer_type));
     if (!entry.has_value()) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "hf_layer_type is '", Truncated(layer_type, kMaxShown), "': hf_config_json's ",
+          "hf_layer_type is '", TruncatedUtf8(layer_type, kMaxShown), "': hf_config_json's ",
           dict.Name(), " has no entry for it (it has ", Keys(dict.object()), ")"));
     }
     sel.params = *entry;
@@ -692,7 +587,7 @@ absl::StatusOr<Selection> SelectParams(const Scope& cfg, const std::string& mode
   if (!known_layer || (gemma_style && layer_type != kFullAttention &&
                        layer_type != kSlidingAttention)) {
     return absl::InvalidArgumentError(
-        absl::StrCat("hf_layer_type is '", Truncated(layer_type, kMaxShown),
+        absl::StrCat("hf_layer_type is '", TruncatedUtf8(layer_type, kMaxShown),
                      "': must be full_attention or sliding_attention",
                      layer_types.empty() ? "" : " (or a name in hf_config_json's layer_types)"));
   }
@@ -991,7 +886,7 @@ absl::StatusOr<ScalingConfig> Scaling(const std::string& rope_type, const Scope&
     return ScalingConfig(s);
   }
   return absl::InvalidArgumentError(absl::StrCat(
-      "hf_config_json: ", p.Path("rope_type"), " is \"", Truncated(rope_type, kMaxShown),
+      "hf_config_json: ", p.Path("rope_type"), " is \"", TruncatedUtf8(rope_type, kMaxShown),
       "\": not supported (this server serves default, linear, dynamic (with factor or alpha), "
       "yarn, deepseek_yarn (deepseek_llama_scaling), llama3, longrope, proportional, ntk, "
       "ernie_3d, and mrope sections "
@@ -1213,7 +1108,7 @@ absl::Status CheckEntry(const HfRopeConfig& entry, const std::string& where) {
 absl::StatusOr<HfRopeConfig> ParseHfRopeConfig(absl::string_view json,
                                                const HfLayerSelector& selector,
                                                const Interrupt* interrupt) {
-  ROPE_ASSIGN_OR_RETURN(const Json root, ParseJson(json, interrupt));
+  ROPE_ASSIGN_OR_RETURN(const Json root, ParseConfigJson(json, interrupt));
   const Scope top(root, "");
   // Vision-language models keep the language model's keys in text_config.
   ROPE_ASSIGN_OR_RETURN(std::optional<Scope> text_config, top.Object("text_config"));
@@ -1237,7 +1132,7 @@ absl::StatusOr<HfRopeConfig> ParseHfRopeConfig(absl::string_view json,
     absl::StatusOr<std::string> indexed = GroupOf(layer.layer_type);
     if (model_type != "deepseek_v4" || !named.ok() || !indexed.ok() || *named != *indexed) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "hf_layer_type is '", Truncated(selector.layer_type, kMaxShown), "' but hf_layer_index ",
+          "hf_layer_type is '", TruncatedUtf8(selector.layer_type, kMaxShown), "' but hf_layer_index ",
           *selector.layer_index, " is a '", layer.layer_type, "' layer (", plan.layer_types_key,
           "): leave one of them unset"));
     }

@@ -71,6 +71,36 @@ absl::Status ValidateConfig(const RopeConfig& config, uint32_t max_len_cap) {
   if (absl::Status s = ValidateMrope(config.mrope, config.EffectiveRotaryDim()); !s.ok()) {
     return s;
   }
+  // A NoPE layer has no ladder to split into axes, and the axial models
+  // rotate their whole head (or its first features), never a tail after
+  // rotary_offset features that pass through.
+  if (config.axial.enabled() && config.no_rope.enabled) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config.axial (", DescribeAxial(config.axial),
+        ") and config.no_rope are both set: a layer without rotary embedding has no axes; give "
+        "one of them"));
+  }
+  if (config.axial.enabled() && config.rotary_offset != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config.axial (", DescribeAxial(config.axial), ") is set with config.rotary_offset ",
+        config.rotary_offset, ": axial RoPE rotates features from 0; leave rotary_offset 0"));
+  }
+  if (absl::Status s = ValidateAxial(config.axial, config.EffectiveRotaryDim(),
+                                     config.EffectiveTheta());
+      !s.ok()) {
+    return s;
+  }
+  if (config.axial.enabled() && config.mrope.enabled()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config.axial (", DescribeAxial(config.axial), ") and config.mrope (",
+        DescribeMrope(config.mrope), ") are both set: give one of them"));
+  }
+  if (config.axial.enabled() && !std::holds_alternative<NoScaling>(config.scaling)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config.axial is set with scaling ", ScalingName(config.scaling),
+        ": an axial config takes no scaling (each axis has its own theta_rescale and "
+        "interpolation)"));
+  }
   if (config.angle_precision != AnglePrecision::kExact &&
       config.angle_precision != AnglePrecision::kFloat32) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -82,6 +112,11 @@ absl::Status ValidateConfig(const RopeConfig& config, uint32_t max_len_cap) {
         "config.angle_precision is ANGLE_FLOAT32 with scaling ", ScalingName(config.scaling),
         ": transformers' float32 angles are reproduced for plain RoPE and the linear and llama3 "
         "scalings only; use ANGLE_EXACT"));
+  }
+  if (config.axial.enabled() && config.angle_precision == AnglePrecision::kFloat32) {
+    return absl::InvalidArgumentError(
+        "config.angle_precision is ANGLE_FLOAT32 with config.axial set: transformers' float32 "
+        "angles are reproduced for one frequency ladder only; use ANGLE_EXACT");
   }
   if (config.max_len == 0) {
     return absl::InvalidArgumentError("config.max_len is 0: must be > 0 (the table length)");
@@ -130,6 +165,16 @@ TableKey MakeTableKey(const RopeConfig& config, int64_t max_position) {
     longrope->attention_factor = ScaledAttentionFactor(*longrope, config.max_len);
     longrope->max_position_embeddings = 0;
   }
+  return key;
+}
+
+TableKey AxisTableKey(const RopeConfig& config, int axis) {
+  const AxialAxis defaulted = WithAxisDefaults(config.axial.axes[axis], config.EffectiveTheta());
+  TableKey key;
+  key.theta = AxisBase(defaulted);
+  key.rotary_dim = defaulted.dim;
+  key.max_len = config.max_len;
+  key.scaling = AxisScaling(defaulted);
   return key;
 }
 

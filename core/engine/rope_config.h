@@ -9,6 +9,7 @@
 
 #include "absl/status/status.h"
 #include "common/defaults.h"  // kDefaultTheta
+#include "core/engine/axial.h"
 #include "core/engine/dtype.h"
 #include "core/engine/mrope.h"
 #include "core/engine/scaling.h"
@@ -55,6 +56,11 @@ struct RopeConfig {
   ScalingConfig scaling = NoScaling{};
   MropeConfig mrope;  // disabled: one position per token
   NoRopeConfig no_rope;  // disabled: the layer rotates
+  // Disabled: one frequency ladder. Enabled: one ladder and one position per
+  // axis (axial.h); excludes mrope and scaling (each axis has its own
+  // theta_rescale and interpolation), hf_config_json, rotary_offset and
+  // no_rope.
+  AxialConfig axial;
   AnglePrecision angle_precision = AnglePrecision::kExact;
   // A model's config.json (whole, or only its rope keys). When set, theta,
   // rotary_dim, rotary_offset, scaling, mrope and no_rope must be unset and
@@ -74,6 +80,13 @@ struct RopeConfig {
   uint32_t EffectiveRotaryDim() const {
     return rotary_dim != 0 ? rotary_dim : head_dim > rotary_offset ? head_dim - rotary_offset : 0;
   }
+  // Positions each token has: 3 with M-RoPE, one per axis with axial RoPE,
+  // else 1.
+  int PositionAxes() const {
+    if (mrope.enabled()) return kMropeAxes;
+    if (axial.enabled()) return axial.count();
+    return 1;
+  }
 };
 
 // The largest head_dim (and so rotary_dim) accepted: 32 times the widest
@@ -92,13 +105,14 @@ RopeConfig ForTensorWidth(const RopeConfig& config, int64_t width);
 // tensors. `max_len_cap` is the server's limit on table length. Returns
 // INVALID_ARGUMENT naming the field and value for a malformed config (and
 // for a config whose hf_config_json was not resolved; rotary_offset +
-// rotary_dim past head_dim; a non-finite or negative no_rope parameter),
-// RESOURCE_EXHAUSTED when max_len exceeds the cap.
+// rotary_dim past head_dim; a non-finite or negative no_rope parameter;
+// axial with mrope, scaling, no_rope or rotary_offset), RESOURCE_EXHAUSTED when max_len exceeds the cap.
 absl::Status ValidateConfig(const RopeConfig& config, uint32_t max_len_cap);
 
 // Every field that changes the table, and nothing else: head_dim,
-// rotary_offset, layout, mrope and no_rope do not (pairing and the choice of position are applied when
-// rotating), so configs that differ only in those share one table. theta is
+// rotary_offset, layout, mrope and no_rope do not (pairing and the choice of
+// position are applied when rotating), so configs that differ only in those
+// share one table (an axial config has one table per axis: AxisTableKey). theta is
 // the effective base (after defaults, and after dynamic NTK's change for the
 // request's length); scaling holds every parameter of the variant with
 // defaults filled in (LongRoPE: its attention factor resolved, and
@@ -139,6 +153,11 @@ struct TableKey {
 // sequence length max_position + 1, and by LongRoPE's per-request choice of
 // list).
 TableKey MakeTableKey(const RopeConfig& config, int64_t max_position);
+
+// The table of axis `axis` of a validated axial config: rotary_dim the
+// axis' dim, theta its rescaled base, its interpolation as linear scaling
+// (axial.h), the config's max_len.
+TableKey AxisTableKey(const RopeConfig& config, int axis);
 
 }  // namespace rope
 

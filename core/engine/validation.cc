@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include <tuple>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -242,39 +243,111 @@ absl::Status ResolveRotateOutput(const RotateParams& params, bool has_k, RotateA
   return absl::OkStatus();
 }
 
-// M-RoPE positions: 3*S or 3*B*S values, [axis][b][s].
-absl::Status ResolveMropePositions(const RotateParams& params, const RopeConfig& config,
-                                   const Dims4& q, ResolvedRotate* out) {
+int AxesOf(const RopeConfig& config) { return config.PositionAxes(); }
+
+std::string AxisLabel(const RopeConfig& config, int64_t axis) {
+  if (config.mrope.enabled()) return MropeAxisName(static_cast<int>(axis));
+  return absl::StrCat(axis);
+}
+
+// The rule for a list of `axes` positions per token, for messages.
+std::string CountRule(const RopeConfig& config, int64_t seq, int64_t batch,
+                      const std::vector<int64_t>& shape, const char* tensor) {
+  const int axes = AxesOf(config);
+  if (axes == 1) {
+    return absl::StrCat("must be S (", seq, ") or B*S (", batch * seq, ") for ", tensor,
+                        ".shape ", ShapeString(shape));
+  }
+  const std::string with = config.mrope.enabled()
+                               ? std::string("with config.mrope")
+                               : absl::StrCat("with config.axial (", axes, " axes)");
+  const std::string order = config.mrope.enabled() ? "[axis t,h,w][b][s]" : "[axis][b][s]";
+  return absl::StrCat(with, " it must be ", axes, "*S (", axes * seq, ") or ", axes, "*B*S (",
+                      axes * batch * seq, ") for ", tensor, ".shape ", ShapeString(shape),
+                      ", ordered ", order);
+}
+
+// Where value i of a list of `rows` rows of positions lies, for messages:
+// "positions[9] (axis w, b 0, s 1)", or "positions[3]" with one axis.
+std::string PositionPlace(const RopeConfig& config, const std::string& field, int64_t i,
+                          int64_t rows, int64_t seq, bool batched) {
+  const int axes = AxesOf(config);
+  const int64_t axis = i / rows, token = i % rows;
+  std::string where = absl::StrCat(field, "[", i, "]");
+  if (axes == 1) return where;
+  if (batched) {
+    return absl::StrCat(where, " (axis ", AxisLabel(config, axis), ", b ", token / seq, ", s ",
+                        token % seq, ")");
+  }
+  return absl::StrCat(where, " (axis ", AxisLabel(config, axis), ", s ", token, ")");
+}
+
+// Several positions per token (M-RoPE or axial): axes*S or axes*B*S values,
+// [axis][b][s].
+absl::Status ResolveAxisPositions(const RotateParams& params, const RopeConfig& config,
+                                  const Dims4& q, ResolvedRotate* out) {
+  const int axes = AxesOf(config);
   const int64_t n = static_cast<int64_t>(params.positions.size());
-  const int64_t shared = kMropeAxes * q.seq;
-  const int64_t per_row = kMropeAxes * q.batch * q.seq;
+  const int64_t shared = axes * q.seq;
+  const int64_t per_row = axes * q.batch * q.seq;
   if (n != shared && n != per_row) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "positions has ", n, " values: with config.mrope it must be 3*S (", shared,
-        ") or 3*B*S (", per_row, ") for q.shape ", ShapeString(params.q.shape),
-        ", ordered [axis t,h,w][b][s]"));
+        "positions has ", n, " values: ", CountRule(config, q.seq, q.batch, params.q.shape, "q")));
   }
-  const int64_t rows = n / kMropeAxes;
+  const int64_t rows = n / axes;
   const bool batched = n == per_row && q.batch > 1;
   int64_t max_pos = 0;
   for (int64_t i = 0; i < n; ++i) {
     const int64_t p = params.positions[i];
     if (p < 0 || p >= static_cast<int64_t>(config.max_len)) {
-      const int64_t axis = i / rows, token = i % rows;
-      const std::string where =
-          batched ? absl::StrCat("positions[", i, "] (axis ", MropeAxisName(axis), ", b ",
-                                 token / q.seq, ", s ", token % q.seq, ")")
-                  : absl::StrCat("positions[", i, "] (axis ", MropeAxisName(axis), ", s ", token,
-                                 ")");
-      return CheckPosition(p, config.max_len, where);
+      return CheckPosition(p, config.max_len,
+                           PositionPlace(config, "positions", i, rows, q.seq, batched));
     }
     max_pos = std::max(max_pos, p);
   }
-  out->mrope_positions = params.positions.data();
-  out->mrope_rows = rows;
+  out->axis_positions = params.positions.data();
+  out->axis_rows = rows;
   out->max_position = max_pos;
   return absl::OkStatus();
 }
+
+// Fractional positions of one tensor (`field`; empty: none): axes*S or
+// axes*B*S finite values in [0, max_len), [axis][b][s].
+absl::StatusOr<FractionalPositions> ResolveFractionalPositions(
+    const std::vector<double>& values, const std::string& field, const RopeConfig& config,
+    int64_t batch, int64_t seq, const std::vector<int64_t>& shape, const char* tensor) {
+  FractionalPositions out;
+  if (values.empty()) return out;
+  const int axes = AxesOf(config);
+  const int64_t n = static_cast<int64_t>(values.size());
+  if (n != axes * seq && n != axes * batch * seq) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, " has ", n, " values: ", CountRule(config, seq, batch, shape, tensor)));
+  }
+  out.rows = n / axes;
+  out.axes = axes;
+  const bool batched = out.rows == batch * seq && batch > 1;
+  for (int64_t i = 0; i < n; ++i) {
+    const double p = values[i];
+    if (std::isfinite(p) && p >= 0 && p < static_cast<double>(config.max_len)) {
+      out.max = std::max(out.max, p);
+      continue;
+    }
+    const std::string where = PositionPlace(config, field, i, out.rows, seq, batched);
+    if (!std::isfinite(p) || p < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, " is ", p, ": must be finite and >= 0"));
+    }
+    return absl::OutOfRangeError(
+        absl::StrCat(where, " is ", p, ": must be < config.max_len ", config.max_len));
+  }
+  out.values = values.data();
+  return out;
+}
+
+// The largest fractional position rounded up: what dynamic NTK and
+// LongRoPE take as the request's largest position.
+int64_t CeilPosition(double p) { return static_cast<int64_t>(std::ceil(p)); }
 
 }  // namespace
 
@@ -328,12 +401,29 @@ absl::StatusOr<ResolvedRotate> ResolveRotate(const RotateParams& params, const R
         "start_pos and positions are both set (start_pos is ", params.start_pos, ", positions has ",
         params.positions.size(), " values): give one of them"));
   }
+  if (!params.fractional_positions.empty()) {
+    if (!params.positions.empty() || params.start_pos != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "fractional_positions (", params.fractional_positions.size(),
+          " values) and ", params.positions.empty() ? absl::StrCat("start_pos ", params.start_pos)
+                                                    : absl::StrCat("positions (",
+                                                                   params.positions.size(),
+                                                                   " values)"),
+          " are both set: give one of them"));
+    }
+    ROPE_ASSIGN_OR_RETURN(out.fractional,
+                          ResolveFractionalPositions(params.fractional_positions,
+                                                     "fractional_positions", config, q.batch,
+                                                     q.seq, params.q.shape, "q"));
+    out.max_position = CeilPosition(out.fractional.max);
+    return out;
+  }
   if (params.positions.empty()) {
     ROPE_RETURN_IF_ERROR(CheckStartPos("start_pos", params.start_pos, q.seq, config.max_len));
     args.positions.start_pos = params.start_pos;
     out.max_position = params.start_pos + q.seq - 1;
-  } else if (config.mrope.enabled()) {
-    ROPE_RETURN_IF_ERROR(ResolveMropePositions(params, config, q, &out));
+  } else if (config.mrope.enabled() || config.axial.enabled()) {
+    ROPE_RETURN_IF_ERROR(ResolveAxisPositions(params, config, q, &out));
   } else {
     const int64_t n = static_cast<int64_t>(params.positions.size());
     if (n != q.seq && n != q.batch * q.seq) {
@@ -421,6 +511,29 @@ absl::StatusOr<ResolvedAttention> ResolveAttention(const AttentionParams& params
 
   ROPE_RETURN_IF_ERROR(CheckStartPos("q_start_pos", params.q_start_pos, q.seq, config.max_len));
   ROPE_RETURN_IF_ERROR(CheckStartPos("k_start_pos", params.k_start_pos, k.seq, config.max_len));
+  ROPE_ASSIGN_OR_RETURN(r.q_fractional,
+                        ResolveFractionalPositions(params.q_fractional_positions,
+                                                   "q_fractional_positions", config, q.batch,
+                                                   q.seq, params.q.shape, "q"));
+  ROPE_ASSIGN_OR_RETURN(r.k_fractional,
+                        ResolveFractionalPositions(params.k_fractional_positions,
+                                                   "k_fractional_positions", config, k.batch,
+                                                   k.seq, params.k.shape, "k"));
+  for (const auto& [fractional, field, start] :
+       {std::tuple<const FractionalPositions&, const char*, int64_t>{
+            r.q_fractional, "q_fractional_positions", params.q_start_pos},
+        std::tuple<const FractionalPositions&, const char*, int64_t>{
+            r.k_fractional, "k_fractional_positions", params.k_start_pos}}) {
+    if (fractional.values != nullptr && start != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(field, " and its start position (",
+                                                     start, ") are both set: give one of them"));
+    }
+  }
+  if (params.causal && (r.q_fractional.values != nullptr || r.k_fractional.values != nullptr)) {
+    return absl::InvalidArgumentError(
+        "causal is set with q_fractional_positions / k_fractional_positions: the causal mask "
+        "compares start-based positions (q_start_pos + i, k_start_pos + j); send causal false");
+  }
   a.q_positions.start_pos = params.q_start_pos;
   a.q_positions.seq = q.seq;
   a.k_positions.start_pos = params.k_start_pos;

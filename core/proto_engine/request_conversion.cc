@@ -7,6 +7,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "core/proto_engine/positions_conversion.h"
 #include "core/proto_engine/scaling_conversion.h"
 
 namespace rope {
@@ -93,6 +94,16 @@ absl::StatusOr<RopeConfig> ConfigFromProto(const v1::RopeConfig& proto) {
           "config.mrope is set with no section: give its 3 sections (t, h, w), or leave it unset");
     }
   }
+  if (proto.has_axial()) {
+    for (const v1::RopeAxis& axis : proto.axial().axes()) {
+      config.axial.axes.push_back(
+          AxialAxis{axis.dim(), axis.theta(), axis.theta_rescale(), axis.interpolation()});
+    }
+    if (config.axial.axes.empty()) {
+      return absl::InvalidArgumentError(
+          "config.axial is set with no axes: give one RopeAxis per axis, or leave it unset");
+    }
+  }
   config.hf_config_json = proto.hf_config_json();
   config.hf_layer_type = proto.hf_layer_type();
   // The serving engines' variants (RopeConfig 20-29).
@@ -140,6 +151,13 @@ v1::RopeConfig ConfigToProto(const RopeConfig& config) {
     proto.mutable_mrope()->set_interleaved(config.mrope.interleaved);
     proto.set_mrope_ernie_3d(config.mrope.ernie_3d);
   }
+  for (const AxialAxis& axis : config.axial.axes) {
+    v1::RopeAxis* out = proto.mutable_axial()->add_axes();
+    out->set_dim(axis.dim);
+    out->set_theta(axis.theta);
+    out->set_theta_rescale(axis.theta_rescale);
+    out->set_interpolation(axis.interpolation);
+  }
   proto.set_hf_config_json(config.hf_config_json);
   proto.set_hf_layer_type(config.hf_layer_type);
   proto.set_rotary_offset(config.rotary_offset);
@@ -159,6 +177,7 @@ v1::ResolvedConfig ResolvedConfigToProto(const ResolvedConfig& resolved) {
   proto.mutable_inv_freq()->Assign(resolved.inv_freq.begin(), resolved.inv_freq.end());
   proto.set_attention_factor(resolved.attention_factor);
   if (resolved.has_table) proto.set_table_key(resolved.key.ToString());
+  for (const TableKey& key : resolved.axis_keys) proto.add_axis_table_keys(key.ToString());
   if (resolved.hf_layout.has_value()) {
     proto.set_hf_layout(*resolved.hf_layout == Layout::kHalf ? v1::HALF : v1::INTERLEAVED);
   }
@@ -195,6 +214,11 @@ absl::StatusOr<RotateParams> RotateParamsFromProto(v1::RotateRequest* request) {
   }
   params.start_pos = request->start_pos();
   params.positions.assign(request->positions().begin(), request->positions().end());
+  params.fractional_positions.assign(request->fractional_positions().begin(),
+                                     request->fractional_positions().end());
+  if (request->has_build_positions()) {
+    params.build_positions = PositionsRequestFromProto(request->build_positions());
+  }
   params.inverse = request->inverse();
   // Float8 outputs (RotateRequest 20-22): the dtype, and FlashInfer's
   // quant scales, 0 meaning 1 (k's: q's).
@@ -235,6 +259,10 @@ absl::StatusOr<AttentionParams> AttentionParamsFromProto(
   }
   params.q_start_pos = request.q_start_pos();
   params.k_start_pos = request.k_start_pos();
+  params.q_fractional_positions.assign(request.q_fractional_positions().begin(),
+                                       request.q_fractional_positions().end());
+  params.k_fractional_positions.assign(request.k_fractional_positions().begin(),
+                                       request.k_fractional_positions().end());
   params.causal = request.causal();
   params.softmax = request.softmax();
   params.scale = request.scale();

@@ -1,13 +1,16 @@
 #include "core/proto_engine/rope_calls.h"
 
+#include <algorithm>
 #include <iterator>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "core/engine/axial.h"
 #include "core/engine/rope_config.h"
 #include "core/engine/tensor_size.h"
+#include "core/proto_engine/positions_conversion.h"
 #include "core/proto_engine/request_conversion.h"
 
 namespace rope {
@@ -246,8 +249,23 @@ CallEstimate EstimateRotate(const RotateRequest& request) {
           SaturatingAdd(estimate.more_bytes, static_cast<int64_t>(tensor.data().size()));
     }
   }
-  estimate.may_run_inline = !references && request.config().hf_config_json().empty() &&
-                            request.config().max_len() <= kInlineMaxLen;
+  // Positions per axis (M-RoPE, axial RoPE, fractional or built positions)
+  // make a per-request table: at most one row of rotary_dim floats (cos and
+  // sin) per token of q, and a build_positions up to kMaxAxialAxes 8-byte
+  // values per token (the engine's bound on what it builds).
+  const v1::RopeConfig& config = request.config();
+  const bool built = request.has_build_positions();
+  if ((built || config.has_axial() || config.has_mrope() ||
+       request.fractional_positions_size() > 0) &&
+      ShapeMatchesBytes(request.q())) {
+    const int64_t tokens = SaturatingMul(Batch(request.q()), DimFromEnd(request.q(), 3));
+    int64_t rows = SaturatingProduct({tokens, DimFromEnd(request.q(), 1), sizeof(float)});
+    if (built) rows = SaturatingAdd(rows, SaturatingProduct({tokens, kMaxAxialAxes, 8}));
+    estimate.more_bytes = SaturatingAdd(estimate.more_bytes, rows);
+  }
+  // Building positions may parse a config.json: never inline.
+  estimate.may_run_inline = !references && !built && config.hf_config_json().empty() &&
+                            config.max_len() <= kInlineMaxLen;
   return estimate;
 }
 
@@ -407,6 +425,43 @@ CallEstimate EstimateResolveConfig(const v1::RopeConfig& config) {
   estimate.more_bytes = WithSerializedCopy(
       SaturatingAdd(static_cast<int64_t>(config.ByteSizeLong()),
                     3 * kListBytes + kKeyAndFieldsBytes));
+  return estimate;
+}
+
+// ---- BuildPositions -----------------------------------------------------------------
+
+absl::Status AnswerBuildPositions(Engine& engine, const v1::BuildPositionsRequest& request,
+                                  const ReplyLimit& limit, v1::BuildPositionsResponse* reply,
+                                  const Interrupt* interrupt) {
+  // A value takes at most 10 bytes on the wire (a negative int64 varint).
+  constexpr int64_t kMaxValueBytes = 10;
+  int64_t max_values = engine.limits().max_elements_per_request;
+  if (limit.max_bytes() > 0) max_values = std::min(max_values, limit.max_bytes() / kMaxValueBytes);
+  const int64_t requested = RequestedPositionValues(request);
+  if (requested > max_values) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "BuildPositions would build ", requested, " position values: over the server's limit of ",
+        max_values, " (max_elements_per_request, and the reply within max_message_bytes ",
+        limit.max_bytes(), " at 10 bytes a value)"));
+  }
+  ROPE_ASSIGN_OR_RETURN(
+      BuiltPositions built,
+      engine.BuildPositions(PositionsRequestFromProto(request), max_values, interrupt));
+  BuiltPositionsToProto(built, reply);
+  return absl::OkStatus();
+}
+
+CallEstimate EstimateBuildPositions(const v1::BuildPositionsRequest& request,
+                                    const ReplyLimit& limit) {
+  // The largest reply the request can produce (its values as 10-byte
+  // varints; AnswerBuildPositions holds it to the limit), and the engine's
+  // list of 8-byte values behind it.
+  int64_t values = RequestedPositionValues(request);
+  if (limit.max_bytes() > 0) values = std::min(values, limit.max_bytes() / 10);  // else refused
+  CallEstimate estimate;
+  estimate.more_bytes =
+      SaturatingAdd(WithSerializedCopy(limit.Clamp(BuildPositionsReplyBytes(request))),
+                    SaturatingMul(values, 8));
   return estimate;
 }
 

@@ -410,6 +410,7 @@ MODELS = [
     ("Qwen3-8B", ["full_attention"], True),
     ("Qwen3-8B-yarn", ["full_attention"], True),
     ("Qwen2-VL-7B-Instruct", ["full_attention"], True),
+    ("Qwen2.5-VL-7B-Instruct", ["full_attention"], True),
     ("Qwen3-VL-8B-Instruct", ["full_attention"], True),
 ]
 

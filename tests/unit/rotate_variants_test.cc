@@ -2,8 +2,10 @@
 // the CPU backend (the SIMD path ROPE_CPU_SIMD names), against
 // tests/unit/reference_rope.* and reference_scaling.*: a rotary_offset (MLA
 // heads rotating their last features), q and k of any head counts, float8
-// outputs (FlashInfer's rope_quantize_fp8), and NoPE layers (identity, and
-// Llama 4's attention temperature tuning).
+// outputs (FlashInfer's rope_quantize_fp8), NoPE layers (identity, and
+// Llama 4's attention temperature tuning), and how they meet axial RoPE and
+// fractional positions.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -11,9 +13,11 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "absl/strings/str_cat.h"
 #include "common/float8.h"
 #include "core/engine/engine.h"
 #include "tests/support/status_matchers.h"
@@ -328,6 +332,72 @@ TEST_F(VariantsTest, NoPeLayersRotateNothingAndFloat8OnlyConverts) {
   EXPECT_TRUE(StatusIs(engine_->Rotate(p), absl::StatusCode::kOutOfRange, "start_pos is 4096"));
 }
 
+// Out of place, a NoPE layer's output references receive the inputs as
+// they are (the kernels copy with rotary_dim 0), and the inputs stay.
+TEST_F(VariantsTest, NoPeLayerIntoOutputReferencesCopiesItsInputs) {
+  std::mt19937 rng(21);
+  for (bool tuned : {false, true}) {
+    RopeConfig config = Config(16, 0, 0, Layout::kHalf);
+    config.no_rope.enabled = true;
+    if (tuned) {  // the temperature is AttentionScores' only: Rotate still copies
+      config.no_rope.floor_scale = 8;
+      config.no_rope.attn_scale = 0.1;
+    }
+    HostTensor q = Encode(DType::kBFloat16, {2, 3, 2, 16},
+                          RandomValues(DType::kBFloat16, 2 * 3 * 2 * 16, &rng));
+    HostTensor k = Encode(DType::kBFloat16, {2, 3, 1, 16},
+                          RandomValues(DType::kBFloat16, 2 * 3 * 1 * 16, &rng));
+    const HostTensor q_before = q, k_before = k;
+    HostTensor q_out = q, k_out = k;
+    std::fill(q_out.bytes.begin(), q_out.bytes.end(), 0xee);
+    std::fill(k_out.bytes.begin(), k_out.bytes.end(), 0xee);
+    RotateParams p;
+    p.config = config;
+    p.q = q.view();
+    p.k = k.view();
+    p.q_out = q_out.view();
+    p.k_out = k_out.view();
+    p.start_pos = 7;
+    const absl::Status status = engine_->Rotate(p);
+    ASSERT_TRUE(status.ok()) << status;
+    EXPECT_EQ(q_out.bytes, q_before.bytes) << "tuned " << tuned;
+    EXPECT_EQ(k_out.bytes, k_before.bytes) << "tuned " << tuned;
+    EXPECT_EQ(q.bytes, q_before.bytes) << "q is an input only";
+    EXPECT_EQ(k.bytes, k_before.bytes) << "k is an input only";
+  }
+}
+
+// Float8 outputs go into the reply's bytes: an output reference beside them
+// is refused before anything is written.
+TEST_F(VariantsTest, Float8OutputWithAnOutputReferenceIsInvalid) {
+  HostTensor q = Encode(DType::kFloat32, {1, 2, 1, 8}, std::vector<double>(16, 0.5));
+  HostTensor k = q;
+  HostTensor q_out = q, k_out = k;
+  std::fill(q_out.bytes.begin(), q_out.bytes.end(), 0xee);
+  std::fill(k_out.bytes.begin(), k_out.bytes.end(), 0xee);
+  const std::vector<uint8_t> untouched = q_out.bytes;
+  std::string q8, k8;
+  RotateParams p;
+  p.config = Config(8, 0, 0, Layout::kHalf);
+  p.q = q.view();
+  p.output_dtype = DType::kFloat8E4M3;
+  p.q_float8_out = &q8;
+  p.k_float8_out = &k8;
+  p.q_out = q_out.view();
+  EXPECT_TRUE(StatusIs(engine_->Rotate(p), absl::StatusCode::kInvalidArgument,
+                       "output_dtype is float8_e4m3fn with q_out: float8 outputs go into the "
+                       "reply's bytes, not into an output reference"));
+  p.q_out = TensorView();
+  p.k = k.view();
+  p.k_out = k_out.view();
+  p.output_dtype = DType::kFloat8E5M2;
+  EXPECT_TRUE(StatusIs(engine_->Rotate(p), absl::StatusCode::kInvalidArgument,
+                       "output_dtype is float8_e5m2 with k_out"));
+  EXPECT_EQ(q_out.bytes, untouched);
+  EXPECT_EQ(k_out.bytes, untouched);
+  EXPECT_TRUE(q8.empty() && k8.empty());
+}
+
 TEST_F(VariantsTest, NoPeAttentionAppliesLlama4TemperatureTuning) {
   std::mt19937 rng(16);
   for (DType dtype : {DType::kFloat32, DType::kBFloat16}) {
@@ -413,6 +483,115 @@ TEST_F(VariantsTest, AttentionRotatesTheFeaturesFromTheOffset) {
       EXPECT_NEAR(got[i * Sk + j], dot, 2e-6 * (1 + std::fabs(dot))) << i << " " << j;
     }
   }
+}
+
+// ---- With axial RoPE and fractional positions -----------------------------------------
+
+// Calls whose rows are made per request (axial, fractional) rotate past
+// Engine::kRequestRowsChunk tokens in chunks: each chunk writes its own
+// tokens' float8 codes, equal to the same call's float32 rotation in place
+// times the scale, rounded by the reference.
+TEST_F(VariantsTest, Float8OutputsOfAxialAndFractionalCallsPastOneChunk) {
+  std::mt19937 rng(22);
+  RopeConfig config = Config(16, 0, 0, Layout::kHalf);
+  config.axial.axes = {{8, 0, 0, 0}, {8, 0, 2, 0.5}};
+  constexpr int64_t kS = Engine::kRequestRowsChunk + 300, kH = 2;
+  const std::vector<double> q_in = RandomValues(DType::kBFloat16, kS * kH * 16, &rng, -40, 40);
+  const std::vector<double> k_in = RandomValues(DType::kBFloat16, kS * 16, &rng, -4, 4);
+  std::uniform_int_distribution<int64_t> position(0, kMaxLen - 1);
+  for (bool axial : {true, false}) {
+    for (bool fractional : {false, true}) {
+      if (!axial && !fractional) continue;  // a plain table: covered above
+      SCOPED_TRACE(absl::StrCat("axial ", axial, " fractional ", fractional));
+      RotateParams p;
+      p.config = axial ? config : Config(16, 0, 0, Layout::kHalf);
+      for (int64_t i = 0; i < (axial ? 2 : 1) * kS; ++i) {
+        const int64_t at = position(rng);
+        if (fractional) {
+          p.fractional_positions.push_back(static_cast<double>(at) + 0.5);
+        } else {
+          p.positions.push_back(at);
+        }
+      }
+      // The want: float32 copies rotated in place by the same call.
+      HostTensor q32 = Encode(DType::kFloat32, {1, kS, kH, 16}, q_in);
+      HostTensor k32 = Encode(DType::kFloat32, {1, kS, 1, 16}, k_in);
+      RotateParams in_place = p;
+      in_place.q = q32.view();
+      in_place.k = k32.view();
+      ASSERT_TRUE(engine_->Rotate(in_place).ok()) << engine_->Rotate(in_place);
+      HostTensor q = Encode(DType::kBFloat16, {1, kS, kH, 16}, q_in);
+      HostTensor k = Encode(DType::kBFloat16, {1, kS, 1, 16}, k_in);
+      const HostTensor q_before = q;
+      std::string q8, k8;
+      p.q = q.view();
+      p.k = k.view();
+      p.output_dtype = DType::kFloat8E4M3;
+      p.q_output_scale = 8;
+      p.k_output_scale = 0.25;
+      p.q_float8_out = &q8;
+      p.k_float8_out = &k8;
+      const absl::Status status = engine_->Rotate(p);
+      ASSERT_TRUE(status.ok()) << status;
+      EXPECT_EQ(q.bytes, q_before.bytes) << "q is an input only";
+      for (const auto& [got, want, scale] :
+           {std::tuple<const std::string*, const HostTensor*, float>{&q8, &q32, 8.0f},
+            {&k8, &k32, 0.25f}}) {
+        ASSERT_EQ(got->size(), want->bytes.size() / 4);
+        for (size_t i = 0; i < got->size(); ++i) {
+          float value;
+          std::memcpy(&value, want->bytes.data() + 4 * i, 4);
+          ASSERT_EQ(static_cast<uint8_t>((*got)[i]),
+                    reference::DoubleToFloat8(static_cast<double>(value * scale), false))
+              << "element " << i << " of " << got->size();
+        }
+      }
+    }
+  }
+}
+
+// Axial RoPE splits one ladder into axes from feature 0: a NoPE layer (no
+// ladder) or a rotary_offset (a tail of the head) beside it is refused,
+// naming both fields. A tuned NoPE layer's temperature needs integer query
+// positions.
+TEST_F(VariantsTest, AxialWithNoRopeOrRotaryOffsetIsInvalid) {
+  HostTensor q = Encode(DType::kFloat32, {1, 2, 1, 16}, std::vector<double>(32, 0.5));
+  RotateParams p;
+  p.config = Config(16, 0, 0, Layout::kHalf);
+  p.config.axial.axes = {{8, 0, 0, 0}, {8, 0, 0, 0}};
+  p.q = q.view();
+  p.positions = {0, 1, 2, 3};
+  ASSERT_TRUE(engine_->Rotate(p).ok());
+  RotateParams no_rope = p;
+  no_rope.config.no_rope.enabled = true;
+  EXPECT_TRUE(StatusIs(engine_->Rotate(no_rope), absl::StatusCode::kInvalidArgument,
+                       "config.axial (axial[8,8]) and config.no_rope are both set"));
+  RotateParams offset = p;
+  offset.config.rotary_offset = 8;
+  offset.config.axial.axes = {{4, 0, 0, 0}, {4, 0, 0, 0}};
+  EXPECT_TRUE(StatusIs(engine_->Rotate(offset), absl::StatusCode::kInvalidArgument,
+                       "config.axial (axial[4,4]) is set with config.rotary_offset 8"));
+  EXPECT_TRUE(StatusIs(engine_->ResolveConfig(offset.config).status(),
+                       absl::StatusCode::kInvalidArgument, "is set with config.rotary_offset 8"));
+
+  RopeConfig tuned = Config(16, 0, 0, Layout::kHalf);
+  tuned.no_rope.enabled = true;
+  tuned.no_rope.floor_scale = 8;
+  tuned.no_rope.attn_scale = 0.1;
+  AttentionParams a;
+  a.config = tuned;
+  a.q = q.const_view();
+  a.k = q.const_view();
+  a.q_fractional_positions = {0.5, 1.5};
+  std::string scores;
+  AttentionOutputs out;
+  out.scores.bytes = &scores;
+  EXPECT_TRUE(StatusIs(engine_->AttentionScores(a, &out), absl::StatusCode::kInvalidArgument,
+                       "config.no_rope has attention temperature tuning (floor_scale 8) with "
+                       "q_fractional_positions"));
+  // Without tuning the positions do not matter: no rotation, plain scores.
+  a.config.no_rope = NoRopeConfig{true, 0, 0};
+  EXPECT_TRUE(engine_->AttentionScores(a, &out).ok());
 }
 
 }  // namespace

@@ -185,6 +185,57 @@ class Mrope:
         object.__setattr__(self, "section", tuple(int(x) for x in self.section))
 
 
+@dataclasses.dataclass(frozen=True)
+class RopeAxis:
+    """One axis of axial RoPE (rope.proto's RopeAxis): dim features (dim/2 consecutive pairs).
+
+    Pair j of the axis turns by p * interpolation * theta'^(-2j/dim), with
+    theta' = theta * theta_rescale^(dim / (dim - 2)) and p the token's
+    position on this axis. None: theta is the config's, the factors 1.
+    """
+    dim: int
+    theta: Optional[float] = None
+    theta_rescale: Optional[float] = None
+    interpolation: Optional[float] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class AxialRope:
+    """Axial RoPE (Flux, Wan 2.1, HunyuanVideo, SAM 2): a frequency ladder per axis.
+
+    axes: RopeAxis values (or plain ints, each a dim), in pair order; their
+    dims sum to rotary_dim. With it, positions are [n_axes, S] or
+    [n_axes, B, S]. The model helpers give the published splits.
+    """
+    axes: Tuple[RopeAxis, ...]
+
+    def __post_init__(self):
+        axes = tuple(a if isinstance(a, RopeAxis) else RopeAxis(int(a)) for a in self.axes)
+        object.__setattr__(self, "axes", axes)
+
+    @classmethod
+    def flux(cls):
+        """Flux.1's EmbedND(dim=128, theta=10000, axes_dim=[16, 56, 56]) (with RopeConfig theta 10000)."""
+        return cls((16, 56, 56))
+
+    @classmethod
+    def wan(cls, head_dim=128):
+        """Wan 2.1's split of head_dim: c - 2(c // 3), c // 3, c // 3 pairs, c = head_dim // 2."""
+        c = head_dim // 2
+        return cls((2 * (c - 2 * (c // 3)), 2 * (c // 3), 2 * (c // 3)))
+
+    @classmethod
+    def hunyuan_video(cls, rope_dim_list=(16, 56, 56), theta_rescale=None, interpolation=None):
+        """HunyuanVideo's get_nd_rotary_pos_embed(rope_dim_list, ...) (RopeConfig theta 256)."""
+        return cls(tuple(RopeAxis(int(d), theta_rescale=theta_rescale, interpolation=interpolation)
+                         for d in rope_dim_list))
+
+    @classmethod
+    def sam2(cls, head_dim):
+        """SAM 2's compute_axial_cis(dim=head_dim): x then y, head_dim/2 features each."""
+        return cls((head_dim // 2, head_dim // 2))
+
+
 SCALINGS = (LinearScaling, DynamicNtkScaling, YarnScaling, Llama3Scaling, LongRopeScaling,
             ProportionalScaling, DynamicNtkAlphaScaling, NtkScaling, DeepseekYarnScaling)
 Scaling = Union[LinearScaling, DynamicNtkScaling, YarnScaling, Llama3Scaling, LongRopeScaling,
@@ -304,6 +355,8 @@ class RopeConfig:
         derive the rest from (see from_hf); needs a rope.proto that has them.
     hf_layer_index: with hf_config_json, the decoder layer (from 0) meant:
         its layer type, NoPE or not, its rope group; None: unset.
+    axial: AxialRope (a frequency ladder per axis of an image or video
+        grid), or None.
     angle_precision: "exact" (angles in double, cos/sin rounded once) or
         "float32" (transformers' float32 angle arithmetic, for bit-parity
         checks against a transformers model; plain, linear and llama3 only).
@@ -322,6 +375,7 @@ class RopeConfig:
     mrope_ernie_3d: bool = False
     no_rope: Optional[NoRope] = None
     hf_layer_index: Optional[int] = None
+    axial: Optional[AxialRope] = None
     angle_precision: str = "exact"
 
     def __post_init__(self):
@@ -340,6 +394,13 @@ class RopeConfig:
                             % type(self.no_rope).__name__)
         if (self.hf_config_json is not None or self.hf_layer_type is not None) and not _proto.HAS_HF_CONFIG:
             raise _hf_unsupported("RopeConfig.hf_config_json")
+        if self.axial is not None:
+            if not isinstance(self.axial, AxialRope):
+                raise TypeError("RopeConfig.axial is a %s: expected ropeserve.AxialRope or None"
+                                % type(self.axial).__name__)
+            if not _proto.HAS_AXIAL:
+                raise Unimplemented("RopeConfig.axial: this ropeserve package was built from a "
+                                    "rope.proto without it; rebuild the package")
 
     def __repr__(self):
         # A config.json is shown by its size and model_type, not its text.
@@ -388,6 +449,14 @@ class RopeConfig:
                     value = getattr(self.no_rope, name)
                     if value is not None:
                         _set_field(message.no_rope, "RopeConfig.no_rope", name, value)
+            if self.axial is not None:
+                message.axial.SetInParent()
+                for axis in self.axial.axes:
+                    added = message.axial.axes.add()
+                    for field in dataclasses.fields(axis):
+                        value = getattr(axis, field.name)
+                        if value is not None:
+                            _set_field(added, "RopeConfig.axial.axes", field.name, value)
             cached = message.SerializeToString()
             # Frozen: the serialized form cannot go stale. Kept outside the
             # dataclass fields, so equality and hashing ignore it.
@@ -416,6 +485,10 @@ class RopeConfig:
             values["hf_layer_type"] = message.hf_layer_type or None
             values["hf_layer_index"] = (message.hf_layer_index
                                         if message.HasField("hf_layer_index") else None)
+        if _proto.HAS_AXIAL and message.HasField("axial"):
+            values["axial"] = AxialRope(tuple(
+                RopeAxis(a.dim, a.theta or None, a.theta_rescale or None, a.interpolation or None)
+                for a in message.axial.axes))
         return cls(**values)
 
     def replace(self, **changes):
