@@ -14,6 +14,7 @@
 #include "common/status_macros.h"
 #include "core/engine/hf_config.h"
 #include "core/engine/request_rows.h"
+#include "core/engine/rope_math.h"
 #include "core/engine/scaling.h"
 #include "core/engine/table_block.h"
 #include "core/engine/table_blocks_touched.h"
@@ -67,6 +68,38 @@ absl::Status CheckDerivedValues(const TableKey& key) {
 // Largest position of start-based positions (AttentionScores).
 int64_t MaxPosition(const math::PositionSpec& positions) {
   return positions.start_pos + positions.seq - 1;
+}
+
+// The view a layer without rotary embedding hands a backend: no blocks, and
+// arguments with rotary_dim 0, so that no kernel reads a row.
+std::shared_ptr<const RopeTable> NoRotaryTable(const RopeConfig& config) {
+  TableKey key = MakeTableKey(config, 0);
+  return std::make_shared<const RopeTable>(key, 0,
+                                           std::vector<std::shared_ptr<const TableBlock>>());
+}
+
+// The last dimension of a tensor's shape, or 0 without one.
+int64_t Width(const std::vector<int64_t>& shape) { return shape.empty() ? 0 : shape.back(); }
+
+// Llama 4's temperature tuning of a NoPE layer's queries: a copy of q whose
+// token (b, i) is multiplied by the temperature of its position, each
+// product rounded to q's dtype, as transformers multiplies query_states
+// by attn_scales and casts back.
+template <typename Tag>
+void ScaleQueries(const AttentionArgs& args, const NoRopeConfig& no_rope, void* out) {
+  using S = typename Tag::Storage;
+  const S* in = static_cast<const S*>(args.q);
+  S* dst = static_cast<S*>(out);
+  const int64_t token = args.q_heads * args.head_dim;
+  for (int64_t b = 0; b < args.batch; ++b) {
+    for (int64_t i = 0; i < args.q_seq; ++i) {
+      const float t = static_cast<float>(no_rope.Temperature(args.q_positions.At(b, i)));
+      const int64_t first = (b * args.q_seq + i) * token;
+      for (int64_t e = first; e < first + token; ++e) {
+        math::Store<Tag>(dst + e, math::Load<Tag>(in + e) * t);
+      }
+    }
+  }
 }
 
 // What a per-request table of an axial config reports: the axes' inverse
@@ -175,11 +208,23 @@ absl::Status Engine::CheckMemory(const TensorMemory& memory, absl::string_view f
 
 absl::StatusOr<RopeConfig> Engine::ExplicitConfig(const RopeConfig& config,
                                                   const Interrupt* interrupt) {
+  return ExplicitConfig(config, interrupt, nullptr);
+}
+
+absl::StatusOr<RopeConfig> Engine::ExplicitConfig(
+    const RopeConfig& config, const Interrupt* interrupt,
+    std::shared_ptr<const HfConfigCache::Result>* derived) {
   if (config.hf_config_json.empty()) {
     if (!config.hf_layer_type.empty()) {
       return absl::InvalidArgumentError(absl::StrCat(
           "config.hf_layer_type is set but config.hf_config_json is empty: the layer type picks "
           "from a config.json's rope parameters"));
+    }
+    if (config.hf_layer_index.has_value()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "config.hf_layer_index is ", *config.hf_layer_index,
+          " but config.hf_config_json is empty: the index picks a decoder layer of a "
+          "config.json (without one, set config.no_rope for a layer without rotary embedding)"));
     }
     return config;
   }
@@ -195,9 +240,13 @@ absl::StatusOr<RopeConfig> Engine::ExplicitConfig(const RopeConfig& config,
         ") is set with config.hf_config_json: a config.json gives no axial rope; send one of "
         "them"));
   }
+  HfLayerSelector selector;
+  selector.layer_type = config.hf_layer_type;
+  selector.layer_index = config.hf_layer_index;
   const std::shared_ptr<const HfConfigCache::Result> parsed =
-      hf_configs_.Get(config.hf_config_json, config.hf_layer_type, interrupt);
+      hf_configs_.Get(config.hf_config_json, selector, interrupt);
   if (!parsed->ok()) return parsed->status();
+  if (derived != nullptr) *derived = parsed;
   ROPE_ASSIGN_OR_RETURN(RopeConfig explicit_config, ApplyHfRopeConfig(config, **parsed));
   // What the JSON gives is checked here, so that the message says where the
   // value came from.
@@ -331,6 +380,13 @@ absl::Status Engine::RotateRequestRows(const RotateArgs& args, int64_t rows,
           part.k_source = static_cast<const char*>(args.k_source) + k_offset;
         }
       }
+      // Float8 outputs: one byte per element, in q's (k's) token order.
+      if (args.q_out != nullptr) {
+        part.q_out = static_cast<char*>(args.q_out) + t0 * args.q_heads * args.head_dim;
+      }
+      if (args.k_out != nullptr) {
+        part.k_out = static_cast<char*>(args.k_out) + t0 * args.k_heads * args.head_dim;
+      }
       part.positions = math::PositionSpec{};
       part.positions.seq = count;
       ROPE_RETURN_IF_ERROR(backend_->Rotate(*chunk.table, part));
@@ -345,9 +401,42 @@ absl::Status Engine::RotateRequestRows(const RotateArgs& args, int64_t rows,
 
 absl::Status Engine::Rotate(const RotateParams& params) {
   if (params.build_positions.has_value()) return RotateBuilt(params);
-  ROPE_ASSIGN_OR_RETURN(const RopeConfig config, ExplicitConfig(params.config, params.interrupt));
+  ROPE_ASSIGN_OR_RETURN(RopeConfig config, ExplicitConfig(params.config, params.interrupt));
+  // A DeepSeek config.json's whole-head tensors rotate their last features.
+  config = ForTensorWidth(config, Width(params.q.shape));
   ROPE_ASSIGN_OR_RETURN(ResolvedRotate resolved, ResolveRotate(params, config, limits_));
   ROPE_RETURN_IF_ERROR(CheckMemory(resolved.args.memory, "q"));
+  if (IsFloat8(resolved.args.output_dtype)) {
+    // Sized after validation: the element limit bounds them.
+    const auto elements = [&](int64_t heads) {
+      return static_cast<size_t>(resolved.args.batch * resolved.args.seq * heads *
+                                 resolved.args.head_dim);
+    };
+    try {
+      params.q_float8_out->resize(elements(resolved.args.q_heads));
+      resolved.args.q_out = params.q_float8_out->data();
+      if (resolved.args.k != nullptr) {
+        params.k_float8_out->resize(elements(resolved.args.k_heads));
+        resolved.args.k_out = params.k_float8_out->data();
+      }
+    } catch (const std::bad_alloc&) {
+      return absl::ResourceExhaustedError("out of memory allocating the float8 outputs");
+    }
+  }
+  if (config.no_rope.enabled) {
+    // A NoPE layer: nothing rotates. In place, q and k stay as they are; a
+    // float8 output is only converted and an output reference (q_out) only
+    // receives its input, both by the kernels with rotary_dim 0.
+    const RotateArgs& args = resolved.args;
+    if (!IsFloat8(args.output_dtype) && args.q_source == nullptr && args.k_source == nullptr) {
+      return absl::OkStatus();
+    }
+    resolved.args.rotary_dim = 0;
+    resolved.args.rotary_offset = 0;
+    resolved.args.positions = math::PositionSpec{};
+    resolved.args.positions.seq = resolved.args.seq;
+    return backend_->Rotate(*NoRotaryTable(config), resolved.args);
+  }
   RotateArgs args = resolved.args;
   std::vector<int64_t> token_rows;
 
@@ -486,7 +575,8 @@ absl::Status Engine::AttentionScores(const AttentionParams& params, AttentionOut
   if (outputs == nullptr || !outputs->scores.requested()) {
     return absl::InvalidArgumentError("AttentionScores needs an outputs.scores buffer");
   }
-  ROPE_ASSIGN_OR_RETURN(const RopeConfig config, ExplicitConfig(params.config, params.interrupt));
+  ROPE_ASSIGN_OR_RETURN(RopeConfig config, ExplicitConfig(params.config, params.interrupt));
+  config = ForTensorWidth(config, Width(params.q.shape));
   ROPE_ASSIGN_OR_RETURN(ResolvedAttention resolved, ResolveAttention(params, config, limits_));
   AttentionArgs& args = resolved.args;
   if (args.v != nullptr && !outputs->output.requested()) {
@@ -502,7 +592,45 @@ absl::Status Engine::AttentionScores(const AttentionParams& params, AttentionOut
   args.interrupt = params.interrupt;
   std::shared_ptr<const RopeTable> table;
   std::vector<int64_t> q_rows, k_rows;  // explicit row lists of a per-request table
-  if (resolved.q_fractional.values != nullptr || resolved.k_fractional.values != nullptr) {
+  std::string scaled_q;  // a NoPE layer's tuned queries
+  if (config.no_rope.enabled) {
+    args.rotary_dim = 0;
+    args.rotary_offset = 0;
+    table = NoRotaryTable(config);
+    if (config.no_rope.tuned()) {
+      if (resolved.q_fractional.values != nullptr) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "config.no_rope has attention temperature tuning (floor_scale ",
+            config.no_rope.floor_scale, ") with q_fractional_positions: the tuning floors "
+            "integer positions, as Llama 4's cache positions are; send q_start_pos"));
+      }
+      if (!args.memory.is_host()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "config.no_rope has attention temperature tuning, which this server applies to a "
+            "copy of q in host memory: not with q in ", args.memory.ToString()));
+      }
+      try {
+        scaled_q.resize(static_cast<size_t>(args.batch * args.q_seq * args.q_heads *
+                                            args.head_dim) *
+                        DTypeSize(args.dtype));
+      } catch (const std::bad_alloc&) {
+        return absl::ResourceExhaustedError(
+            "out of memory copying q for the attention temperature tuning");
+      }
+      switch (args.dtype) {
+        case DType::kFloat16:
+          ScaleQueries<math::F16>(args, config.no_rope, scaled_q.data());
+          break;
+        case DType::kBFloat16:
+          ScaleQueries<math::BF16>(args, config.no_rope, scaled_q.data());
+          break;
+        default:
+          ScaleQueries<math::F32>(args, config.no_rope, scaled_q.data());
+          break;
+      }
+      args.q = scaled_q.data();
+    }
+  } else if (resolved.q_fractional.values != nullptr || resolved.k_fractional.values != nullptr) {
     // One per-request table: q's rows, then k's, computed from the
     // positions themselves (start-based ones as start + s on every axis).
     const int axes = config.PositionAxes();
@@ -569,6 +697,10 @@ absl::StatusOr<TableSlice> Engine::GetTable(const RopeConfig& requested, int64_t
                                            int64_t count, const Interrupt* interrupt) {
   ROPE_ASSIGN_OR_RETURN(const RopeConfig config, ExplicitConfig(requested, interrupt));
   ROPE_RETURN_IF_ERROR(ValidateConfig(config, limits_.max_len_cap));
+  if (config.no_rope.enabled) {
+    return absl::InvalidArgumentError(
+        "config.no_rope is set (a layer without rotary embedding): it has no cos/sin table");
+  }
   const int64_t max_len = config.max_len;
   if (start < 0) {
     return absl::InvalidArgumentError(absl::StrCat("start is ", start, ": must be >= 0"));
@@ -619,7 +751,8 @@ absl::StatusOr<TableSlice> Engine::GetTable(const RopeConfig& requested, int64_t
 
 absl::StatusOr<ResolvedConfig> Engine::ResolveConfig(const RopeConfig& requested,
                                                      const Interrupt* interrupt) {
-  ROPE_ASSIGN_OR_RETURN(RopeConfig config, ExplicitConfig(requested, interrupt));
+  std::shared_ptr<const HfConfigCache::Result> derived;
+  ROPE_ASSIGN_OR_RETURN(RopeConfig config, ExplicitConfig(requested, interrupt, &derived));
   ROPE_RETURN_IF_ERROR(ValidateConfig(config, limits_.max_len_cap));
   // No tensor bounds head_dim here: the inverse frequencies (doubles, two
   // values each as GetTable counts a row) are held to the element limit
@@ -632,7 +765,18 @@ absl::StatusOr<ResolvedConfig> Engine::ResolveConfig(const RopeConfig& requested
         limits_.max_elements_per_request));
   }
   ResolvedConfig out;
-  if (config.axial.enabled()) {
+  if (derived != nullptr) {
+    const HfRopeConfig& hf = **derived;
+    out.hf_layout = hf.layout;
+    out.max_position_embeddings = hf.max_position_embeddings;
+    out.layer_type = hf.layer_type;
+  }
+  out.whole_head_dim = config.whole_head_dim;
+  config.whole_head_dim = 0;  // reported above; never part of a request
+  if (config.no_rope.enabled) {
+    out.key = MakeTableKey(config, /*max_position=*/0);
+    out.has_table = false;
+  } else if (config.axial.enabled()) {
     for (int a = 0; a < config.axial.count(); ++a) {
       out.axis_keys.push_back(AxisTableKey(config, a));
       ROPE_RETURN_IF_ERROR(CheckDerivedValues(out.axis_keys.back()));

@@ -39,8 +39,9 @@ struct EngineLimits {
   int64_t hf_config_cache_entries = 1024;
 };
 
-// Rotate q (and optionally k), in place or into q_out (k_out). Every tensor
-// of one call is in the same memory (TensorView::memory).
+// Rotate q (and optionally k), in place, into q_out (k_out), or into float8
+// outputs. Every tensor of one call is in the same memory
+// (TensorView::memory).
 struct RotateParams {
   RopeConfig config;
   TensorView q;                      // [B,S,Hq,D] or [S,Hq,D] (B = 1)
@@ -63,6 +64,17 @@ struct RotateParams {
   // form (hf_config_json empty: config.hf_config_json's) or grids.
   std::optional<PositionsRequest> build_positions;
   bool inverse = false;
+  // Float8 outputs (FlashInfer's rope_quantize_fp8): with output_dtype a
+  // float8 type, q and k are left as they are, and the rotated values times
+  // q_output_scale (k_output_scale) are rounded to it and written to
+  // *q_float8_out (*k_float8_out, when k is given), which the engine resizes
+  // to one byte per element. Host memory only, never with q_out (k_out).
+  // Unset or q's own dtype: as without it.
+  std::optional<DType> output_dtype;
+  double q_output_scale = 1.0;
+  double k_output_scale = 1.0;
+  std::string* q_float8_out = nullptr;
+  std::string* k_float8_out = nullptr;
   // Optional: polled while the config is derived (hf_config_json), so a
   // cancelled or late call stops there. Must outlive the call.
   const Interrupt* interrupt = nullptr;
@@ -124,14 +136,24 @@ struct TableSlice {
 // hf_config_json resolved, defaults filled in), and the key, inverse
 // frequencies and attention factor of the table a request at position 0
 // uses (for LongRoPE with max_position_embeddings and for dynamic NTK,
-// longer requests use other tables; see scaling.h).
+// longer requests use other tables; see scaling.h). A NoPE layer
+// (config.no_rope) has no table: has_table is false and inv_freq empty.
 struct ResolvedConfig {
   RopeConfig config;
+  bool has_table = true;
   TableKey key;
   // Axial configs: the table of each axis (key is then the first axis').
   std::vector<TableKey> axis_keys;
   std::vector<double> inv_freq;
   double attention_factor = 1;
+  // With a config.json: the layout its model_type's transformers code
+  // pairs features in, its max_position_embeddings (0: none), the layer
+  // type (or rope group) the rope is for, and a DeepSeek MLA head's whole
+  // width (0 unless config describes the rope part of one).
+  std::optional<Layout> hf_layout;
+  uint32_t max_position_embeddings = 0;
+  std::string layer_type;
+  uint32_t whole_head_dim = 0;
 };
 
 class Engine {
@@ -241,6 +263,11 @@ class Engine {
 
   // The fewest rows one thread of a parallel fill makes.
   static constexpr int64_t kMinParallelFillRows = 1024;
+
+  // ExplicitConfig, and the config.json derivation it came from (null
+  // without hf_config_json).
+  absl::StatusOr<RopeConfig> ExplicitConfig(const RopeConfig& config, const Interrupt* interrupt,
+                                            std::shared_ptr<const HfConfigCache::Result>* derived);
 
   std::unique_ptr<Backend> backend_;
   const EngineLimits limits_;

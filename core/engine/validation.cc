@@ -5,6 +5,7 @@
 #include <limits>
 #include <string>
 #include <tuple>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -31,6 +32,12 @@ struct Dims4 {
 // byte size of tensor `name`.
 template <typename View>
 absl::StatusOr<Dims4> CheckTensor(const char* name, const View& t) {
+  if (IsFloat8(t.dtype)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        name, ".dtype is ", DTypeName(t.dtype),
+        ": float8 is an output type only (Rotate's output_dtype); send FLOAT32, FLOAT16 or "
+        "BFLOAT16"));
+  }
   if (!IsValidDType(t.dtype)) {
     return absl::InvalidArgumentError(absl::StrCat(name, ".dtype is ", static_cast<int>(t.dtype),
                                                    ": must be FLOAT32, FLOAT16 or BFLOAT16"));
@@ -74,9 +81,13 @@ absl::StatusOr<Dims4> CheckTensor(const char* name, const View& t) {
 
 absl::Status CheckHeadDim(const char* name, const Dims4& dims, const RopeConfig& config) {
   if (dims.dim != config.head_dim) {
-    return absl::InvalidArgumentError(absl::StrCat(name, ".shape[-1] (head_dim) is ", dims.dim,
-                                                   ": must equal config.head_dim ",
-                                                   config.head_dim));
+    const bool mla = config.whole_head_dim != 0 && config.whole_head_dim != config.head_dim;
+    return absl::InvalidArgumentError(absl::StrCat(
+        name, ".shape[-1] (head_dim) is ", dims.dim, ": must equal config.head_dim ",
+        config.head_dim,
+        mla ? absl::StrCat(" (the rope part) or ", config.whole_head_dim,
+                           " (the whole MLA head, whose last features rotate)")
+            : std::string()));
   }
   return absl::OkStatus();
 }
@@ -180,6 +191,55 @@ absl::Status CheckPosition(int64_t p, uint32_t max_len, const std::string& where
     return absl::OutOfRangeError(
         absl::StrCat(where, " is ", p, ": must be < config.max_len ", max_len));
   }
+  return absl::OkStatus();
+}
+
+// Rotate's output: in place, or float8 (output_dtype) with its scales.
+absl::Status ResolveRotateOutput(const RotateParams& params, bool has_k, RotateArgs* args,
+                                 int64_t* elements) {
+  const bool to_float8 = params.output_dtype.has_value() && *params.output_dtype != params.q.dtype;
+  if (to_float8 && !IsFloat8(*params.output_dtype)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "output_dtype is ", DTypeName(*params.output_dtype), ": must be q's dtype ",
+        DTypeName(params.q.dtype), " (in place) or FLOAT8_E4M3FN / FLOAT8_E5M2"));
+  }
+  const std::pair<const char*, double> scales[] = {{"output_scale", params.q_output_scale},
+                                                   {"k_output_scale", params.k_output_scale}};
+  for (const auto& [field, scale] : scales) {
+    if (!std::isfinite(scale) || scale <= 0 || scale > std::numeric_limits<float>::max()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, " is ", scale, ": must be finite as float32 and > 0 (0 on the wire means 1)"));
+    }
+    if (!to_float8 && scale != 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, " is ", scale,
+          ": only a float8 output_dtype takes a scale (FlashInfer's quant_scale)"));
+    }
+  }
+  if (!to_float8) return absl::OkStatus();
+  if (!params.q.memory.is_host()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "output_dtype is ", DTypeName(*params.output_dtype), " with q in ",
+        params.q.memory.ToString(), ": float8 outputs are made from host memory into the reply"));
+  }
+  for (const auto& [field, out] : {std::pair<const char*, const TensorView*>{"q_out", &params.q_out},
+                                   {"k_out", &params.k_out}}) {
+    if (out->data != nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "output_dtype is ", DTypeName(*params.output_dtype), " with ", field,
+          ": float8 outputs go into the reply's bytes, not into an output reference"));
+    }
+  }
+  if (params.q_float8_out == nullptr || (has_k && params.k_float8_out == nullptr)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "output_dtype is ", DTypeName(*params.output_dtype),
+        ": this call has nowhere to write float8 outputs"));
+  }
+  args->output_dtype = *params.output_dtype;
+  args->q_scale = static_cast<float>(params.q_output_scale);
+  args->k_scale = static_cast<float>(params.k_output_scale);
+  // The outputs are new bytes beside the inputs: count them as elements too.
+  *elements = CheckedAdd(*elements, *elements);
   return absl::OkStatus();
 }
 
@@ -308,6 +368,7 @@ absl::StatusOr<ResolvedRotate> ResolveRotate(const RotateParams& params, const R
   args.seq = q.seq;
   args.head_dim = config.head_dim;
   args.rotary_dim = config.EffectiveRotaryDim();
+  args.rotary_offset = config.rotary_offset;
   ROPE_RETURN_IF_ERROR(
       ResolveDestination("q_out", params.q_out, "q", params.q, &args.q, &args.q_source));
   args.q_heads = q.heads;
@@ -317,7 +378,9 @@ absl::StatusOr<ResolvedRotate> ResolveRotate(const RotateParams& params, const R
     ROPE_ASSIGN_OR_RETURN(const Dims4 k, CheckTensor("k", params.k));
     ROPE_RETURN_IF_ERROR(CheckHeadDim("k", k, config));
     ROPE_RETURN_IF_ERROR(CheckCompanion("k", params.k, k, "q", params.q, q, /*same_seq=*/true));
-    ROPE_RETURN_IF_ERROR(CheckGqa("q", q.heads, "k", k.heads));
+    // Any head counts: rotation pairs no query head with a key head (only
+    // attention does, AttentionScores checks Hq % Hkv); FlashInfer and vLLM
+    // rotate such q and k in one call too.
     ROPE_RETURN_IF_ERROR(CheckSameMemory("k", params.k.memory, "q", params.q.memory));
     ROPE_RETURN_IF_ERROR(
         ResolveDestination("k_out", params.k_out, "k", params.k, &args.k, &args.k_source));
@@ -326,6 +389,7 @@ absl::StatusOr<ResolvedRotate> ResolveRotate(const RotateParams& params, const R
   } else if (params.k_out.data != nullptr) {
     return absl::InvalidArgumentError("k_out is set but k is missing");
   }
+  ROPE_RETURN_IF_ERROR(ResolveRotateOutput(params, has_k, &args, &elements));
   ROPE_RETURN_IF_ERROR(CheckElementLimit(elements, limits));
 
   args.positions.seq = q.seq;
@@ -414,6 +478,7 @@ absl::StatusOr<ResolvedAttention> ResolveAttention(const AttentionParams& params
   a.k_heads = k.heads;
   a.head_dim = config.head_dim;
   a.rotary_dim = config.EffectiveRotaryDim();
+  a.rotary_offset = config.rotary_offset;
   a.q = params.q.data;
   a.k = params.k.data;
   a.memory = params.q.memory;

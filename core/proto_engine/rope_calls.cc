@@ -24,8 +24,8 @@ using v1::RotateResponse;
 // ---- The tensors of each RPC, one entry each --------------------------------------
 
 // A tensor of Rotate: rotated in place (in the request's bytes or in its
-// region), or into its output reference; returned as bytes or as the
-// reference it was written to.
+// region), into its output reference, or into float8 bytes of the reply
+// (output_dtype); returned as bytes or as the reference it was written to.
 struct RotateTensor {
   const char* name;      // "q"
   const char* out_name;  // "q_out"
@@ -39,15 +39,18 @@ struct RotateTensor {
   v1::Tensor* (RotateResponse::*reply)();
   TensorView RotateParams::*view;
   TensorView RotateParams::*out_view;
+  std::string* RotateParams::*float8_out;
 };
 
 const RotateTensor kRotateTensors[] = {
     {"q", "q_out", "q is", true, &RotateRequest::has_q, &RotateRequest::q,
      &RotateRequest::mutable_q, &RotateRequest::has_q_out, &RotateRequest::q_out,
-     &RotateResponse::mutable_q, &RotateParams::q, &RotateParams::q_out},
+     &RotateResponse::mutable_q, &RotateParams::q, &RotateParams::q_out,
+     &RotateParams::q_float8_out},
     {"k", "k_out", "k is", false, &RotateRequest::has_k, &RotateRequest::k,
      &RotateRequest::mutable_k, &RotateRequest::has_k_out, &RotateRequest::k_out,
-     &RotateResponse::mutable_k, &RotateParams::k, &RotateParams::k_out},
+     &RotateResponse::mutable_k, &RotateParams::k, &RotateParams::k_out,
+     &RotateParams::k_float8_out},
 };
 
 // An input of AttentionScores, read where it lies.
@@ -201,6 +204,14 @@ absl::Status AnswerRotate(Engine& engine, RotateRequest* request, RotateResponse
     }
   }
   ROPE_RETURN_IF_ERROR(tensors.CheckCall());
+  // Float8 outputs (never with references: RotateParamsFromProto) are
+  // written by the engine straight into the reply's bytes.
+  const bool to_float8 = params.output_dtype.has_value() && IsFloat8(*params.output_dtype);
+  if (to_float8) {
+    for (const RotateTensor& t : kRotateTensors) {
+      if ((request->*t.has)()) params.*t.float8_out = (reply->*t.reply)()->mutable_data();
+    }
+  }
   ROPE_RETURN_IF_ERROR(engine.Rotate(params));
   ROPE_RETURN_IF_ERROR(tensors.CheckAfter());
 
@@ -208,7 +219,10 @@ absl::Status AnswerRotate(Engine& engine, RotateRequest* request, RotateResponse
     if (!(request->*t.has)()) continue;
     v1::Tensor* input = (request->*t.mutable_tensor)();
     v1::Tensor* answer = (reply->*t.reply)();
-    if ((request->*t.has_out)()) {
+    if (to_float8) {
+      answer->set_dtype(DTypeToProto(*params.output_dtype));
+      *answer->mutable_shape() = input->shape();
+    } else if ((request->*t.has_out)()) {
       SetReference(input->dtype(), *input, (request->*t.out)(), answer);
     } else if (input->has_shm()) {
       SetReference(input->dtype(), *input, input->shm(), answer);
@@ -227,7 +241,9 @@ CallEstimate EstimateRotate(const RotateRequest& request) {
     const bool to_reference = (request.*t.has_out)();
     references = references || tensor.has_shm() || to_reference;
     // Bytes rotated in place come back in the reply, which takes them over
-    // from the request: only gRPC's serialized copy is new.
+    // from the request: only gRPC's serialized copy is new. Float8 outputs
+    // (output_dtype) are new bytes, one per element, and their serialized
+    // copy: never more than the 2- or 4-byte input.
     if (!to_reference) {
       estimate.more_bytes =
           SaturatingAdd(estimate.more_bytes, static_cast<int64_t>(tensor.data().size()));
@@ -320,9 +336,15 @@ CallEstimate EstimateAttentionScores(const AttentionScoresRequest& request) {
   }
   // The engine's float32 working copies of q and k (rotated), freed when the
   // work ends.
-  const int64_t working =
+  int64_t working =
       SaturatingMul(SaturatingAdd(EstimatedElements(request.q()), EstimatedElements(request.k())),
                     sizeof(float));
+  // A NoPE layer with temperature tuning (config.no_rope, or a layer
+  // hf_layer_index picks) scales a copy of q in its own dtype.
+  if (request.config().has_no_rope() || request.config().has_hf_layer_index()) {
+    const int64_t element = request.q().dtype() == v1::FLOAT32 ? 4 : 2;
+    working = SaturatingAdd(working, SaturatingMul(EstimatedElements(request.q()), element));
+  }
   estimate.more_bytes = SaturatingAdd(WithSerializedCopy(payload), working);
   return estimate;
 }

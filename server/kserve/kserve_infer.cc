@@ -419,7 +419,7 @@ absl::StatusOr<v1::RopeConfig> BuiltinConfig(const ParameterMap& parameters) {
                      absl::StrFormat("%.17g", config.theta() > 0 ? config.theta() : 10000.0),
                      head_dim > 0 ? absl::StrCat(", \"head_dim\": ", head_dim) : "",
                      ", \"rope_scaling\": ", *rope_scaling, "}"),
-        "");
+        HfLayerSelector());
     if (!hf.ok()) {
       return absl::Status(hf.status().code(),
                           absl::StrCat("parameter 'rope_scaling': ", hf.status().message()));

@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <optional>
 #include <sstream>
 #include <system_error>
 #include <utility>
@@ -156,7 +157,8 @@ absl::StatusOr<Model> LoadModel(const std::filesystem::path& folder, Engine& eng
     return absl::InvalidArgumentError(
         absl::StrCat("model folder ", folder.string(), ": ", status.message()));
   };
-  absl::StatusOr<HfRopeConfig> hf = ParseHfRopeConfig(config_json, layer_type);
+  absl::StatusOr<HfRopeConfig> hf =
+      ParseHfRopeConfig(config_json, HfLayerSelector{layer_type, std::nullopt});
   if (!hf.ok()) return in_model(hf.status());
   model.head_dim = hf->head_dim;
 

@@ -271,6 +271,10 @@ void RopeServiceImpl::FillServerInfo(v1::ServerInfo* info) const {
   for (DType dtype : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
     info->add_supported_dtypes(v1::DType_Name(DTypeToProto(dtype)));
   }
+  for (DType dtype : {DType::kFloat32, DType::kFloat16, DType::kBFloat16, DType::kFloat8E4M3,
+                      DType::kFloat8E5M2}) {
+    info->add_supported_output_dtypes(v1::DType_Name(DTypeToProto(dtype)));
+  }
 }
 
 bool AnswersInline(const ServiceOptions& options, const Engine& engine,

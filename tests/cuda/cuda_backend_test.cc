@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
@@ -34,6 +35,7 @@
 #include "core/backends/cuda/cublas_api.h"
 #include "core/backends/cuda/cuda_status.h"
 #include "core/backends/cuda/device_memory.h"
+#include "core/engine/dtype.h"
 #include "core/engine/engine.h"
 #include "core/engine/interrupt.h"
 #include "tests/cuda/backend_cases.h"
@@ -173,6 +175,67 @@ TEST_F(CudaBackendTest, RotateMatchesCpuBackendBitForBitOverTheGrid) {
       }
     }
   }
+}
+
+// Float8 outputs (q and k only read, one byte per element into q_out /
+// k_out) over the grid, both formats, with scales, through staging chunks.
+void ExpectFloat8RotateMatchesCpu(Backend& cuda, const RotateCase& c, DType out) {
+  SCOPED_TRACE(absl::StrCat(c.Name(), " to ", DTypeName(out)));
+  const std::shared_ptr<const RopeTable> table = test::PlainTable(c.rotary_dim, c.max_len);
+  const RotateData in = test::MakeRotateData(c, 5);
+  const size_t q_elements = in.q.size() / DTypeSize(c.dtype);
+  const size_t k_elements = in.k.size() / DTypeSize(c.dtype);
+  std::vector<uint8_t> results[2][2];
+  int i = 0;
+  for (Backend* backend : {&test::CpuBackend(), &cuda}) {
+    RotateData data = in;
+    std::vector<uint8_t>& q_out = results[i][0];
+    std::vector<uint8_t>& k_out = results[i][1];
+    q_out.assign(q_elements, 0xAA);
+    k_out.assign(k_elements, 0xAA);
+    RotateArgs args = data.Args(c);
+    args.output_dtype = out;
+    args.q_out = q_out.data();
+    args.k_out = c.k_heads > 0 ? k_out.data() : nullptr;
+    args.q_scale = 48.0f;
+    args.k_scale = 0.75f;
+    const absl::Status status = backend->Rotate(*table, args);
+    ASSERT_TRUE(status.ok()) << status;
+    EXPECT_TRUE(SameBytes(data.q, in.q)) << "q was written";
+    EXPECT_TRUE(SameBytes(data.k, in.k)) << "k was written";
+    ++i;
+  }
+  EXPECT_TRUE(SameBytes(results[1][0], results[0][0])) << "q_out";
+  EXPECT_TRUE(SameBytes(results[1][1], results[0][1])) << "k_out";
+}
+
+TEST_F(CudaBackendTest, RotateToFloat8MatchesCpuBackendBitForBit) {
+  CudaBackendOptions options;
+  options.staging_bytes = 64 << 10;
+  std::unique_ptr<Backend> cuda = MakeBackend(options);
+  ASSERT_NE(cuda, nullptr);
+  int n = 0;
+  for (RotateCase c : test::RotateGrid()) {
+    if (n++ % 3 != 0) continue;  // a third of the grid: every dtype, layout and shape kind
+    for (DType out : {DType::kFloat8E4M3, DType::kFloat8E5M2}) {
+      c.positions = n % 2 == 0 ? test::PositionMode::kStart : test::PositionMode::kPerToken;
+      c.inverse = n % 4 == 1;
+      ExpectFloat8RotateMatchesCpu(*cuda, c, out);
+    }
+  }
+  // MLA's whole head, and more tokens than a staging chunk holds.
+  RotateCase c;
+  c.dtype = DType::kBFloat16;
+  c.layout = Layout::kInterleaved;
+  c.batch = 2;
+  c.seq = 300;
+  c.q_heads = 3;
+  c.k_heads = 2;
+  c.head_dim = 192;
+  c.rotary_dim = 64;
+  c.rotary_offset = 128;
+  c.positions = test::PositionMode::kPerToken;
+  ExpectFloat8RotateMatchesCpu(*cuda, c, DType::kFloat8E4M3);
 }
 
 // Axial RoPE and fractional positions reach the backends as per-request

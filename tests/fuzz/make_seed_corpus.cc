@@ -176,6 +176,88 @@ std::vector<std::pair<std::string, v1::RotateRequest>> RotateSeeds() {
   for (int64_t p : {3, 4, 3, 5, 3, 6}) r.add_positions(p);
   seeds.emplace_back("rotate_hf_config_mrope", r);
 
+  // The serving engines' variants.
+  r = scaled;
+  *r.mutable_config() = Config(8, 64);
+  r.mutable_config()->mutable_dynamic_ntk_alpha()->set_alpha(1000);
+  seeds.emplace_back("rotate_dynamic_alpha", r);
+
+  r = scaled;
+  *r.mutable_config() = Config(8, 64, v1::HALF);
+  r.mutable_config()->mutable_ntk()->set_factor(4);
+  r.mutable_config()->mutable_ntk()->set_mixed_b(0.5);
+  seeds.emplace_back("rotate_ntk_mixed_b", r);
+
+  r = scaled;
+  *r.mutable_config() = Config(8, 64);
+  v1::DeepseekYarnScaling* deepseek = r.mutable_config()->mutable_deepseek_yarn();
+  deepseek->set_factor(40);
+  deepseek->set_original_max_position_embeddings(16);
+  deepseek->set_mscale(0.707);
+  deepseek->set_mscale_all_dim(0.707);
+  seeds.emplace_back("rotate_deepseek_yarn", r);
+
+  // MLA's whole head: 4 features that pass through, then 4 that rotate; q
+  // and k with head counts that do not divide.
+  r = v1::RotateRequest();
+  *r.mutable_config() = Config(8, 16, v1::INTERLEAVED, 4);
+  r.mutable_config()->set_rotary_offset(4);
+  *r.mutable_q() = MakeTensor(v1::BFLOAT16, {1, 2, 3, 8}, 22);
+  *r.mutable_k() = MakeTensor(v1::BFLOAT16, {1, 2, 2, 8}, 23);
+  r.set_start_pos(5);
+  seeds.emplace_back("rotate_rotary_offset_q3_k2", r);
+
+  // Float8 outputs with their scales.
+  r = scaled;
+  *r.mutable_config() = Config(8, 64, v1::HALF);
+  *r.mutable_k() = MakeTensor(v1::FLOAT32, {1, 2, 1, 8}, 24);
+  r.set_output_dtype(v1::FLOAT8_E4M3FN);
+  r.set_output_scale(64);
+  r.set_k_output_scale(0.5);
+  seeds.emplace_back("rotate_float8_e4m3_scales", r);
+
+  r = v1::RotateRequest();
+  *r.mutable_config() = Config(8, 16);
+  *r.mutable_q() = MakeTensor(v1::FLOAT16, {2, 1, 8}, 25);
+  r.set_output_dtype(v1::FLOAT8_E5M2);
+  seeds.emplace_back("rotate_float8_e5m2", r);
+
+  // A NoPE layer, explicit and from a config.json's layer index.
+  r = scaled;
+  *r.mutable_config() = Config(8, 64);
+  r.mutable_config()->mutable_no_rope();
+  seeds.emplace_back("rotate_no_rope", r);
+
+  r = scaled;
+  *r.mutable_config() = Config(0, 64);
+  r.mutable_config()->set_hf_config_json(
+      R"({"model_type": "llama4_text", "head_dim": 8, "num_hidden_layers": 4,)"
+      R"( "no_rope_layers": [1, 1, 1, 0], "rope_theta": 500000.0, "floor_scale": 8,)"
+      R"( "attn_scale": 0.1})");
+  r.mutable_config()->set_hf_layer_index(3);
+  seeds.emplace_back("rotate_hf_config_nope_layer", r);
+
+  // Ernie 4.5-VL's 3-D positions: sections (t, h, w) = (2, 1, 1).
+  r = v1::RotateRequest();
+  *r.mutable_config() = Config(8, 64);
+  for (uint32_t s : {2, 1, 1}) r.mutable_config()->mutable_mrope()->add_section(s);
+  r.mutable_config()->set_mrope_ernie_3d(true);
+  *r.mutable_q() = MakeTensor(v1::FLOAT32, {1, 2, 1, 8}, 26);
+  for (int64_t p : {4, 5, 6, 7, 8, 9}) r.add_positions(p);
+  seeds.emplace_back("rotate_mrope_ernie_3d", r);
+
+  // DeepSeek's MLA config.json with a whole-head tensor.
+  r = v1::RotateRequest();
+  *r.mutable_config() = Config(0, 64);
+  r.mutable_config()->set_hf_config_json(
+      R"({"model_type": "deepseek_v3", "qk_rope_head_dim": 4, "qk_nope_head_dim": 4,)"
+      R"( "max_position_embeddings": 64, "rope_theta": 10000, "rope_scaling": {"type": "yarn",)"
+      R"( "factor": 4, "original_max_position_embeddings": 16, "beta_fast": 1, "beta_slow": 1,)"
+      R"( "mscale": 0.707, "mscale_all_dim": 0.707}})");
+  *r.mutable_q() = MakeTensor(v1::FLOAT32, {1, 2, 2, 8}, 27);
+  r.set_start_pos(7);
+  seeds.emplace_back("rotate_hf_config_mla_whole_head", r);
+
   // Axial RoPE (two axes of 4 features), per-axis positions [axis][s].
   r = v1::RotateRequest();
   *r.mutable_config() = Config(8, 32);
@@ -301,6 +383,24 @@ std::vector<std::pair<std::string, v1::AttentionScoresRequest>> AttentionSeeds()
   a.mutable_scores_out()->set_byte_size(24);
   seeds.emplace_back("attention_shm_k_scores_out", a);
 
+  // A NoPE layer's temperature tuning, and MLA's rotary_offset.
+  a = v1::AttentionScoresRequest();
+  *a.mutable_config() = Config(8, 64);
+  a.mutable_config()->mutable_no_rope()->set_floor_scale(8);
+  a.mutable_config()->mutable_no_rope()->set_attn_scale(0.1);
+  *a.mutable_q() = MakeTensor(v1::BFLOAT16, {1, 2, 2, 8}, 28);
+  *a.mutable_k() = MakeTensor(v1::BFLOAT16, {1, 3, 1, 8}, 29);
+  a.set_q_start_pos(30);
+  a.set_causal(true);
+  seeds.emplace_back("attention_no_rope_temperature", a);
+
+  a = v1::AttentionScoresRequest();
+  *a.mutable_config() = Config(8, 16, v1::HALF, 2);
+  a.mutable_config()->set_rotary_offset(6);
+  *a.mutable_q() = MakeTensor(v1::FLOAT32, {1, 2, 1, 8}, 30);
+  *a.mutable_k() = MakeTensor(v1::FLOAT32, {1, 2, 1, 8}, 31);
+  seeds.emplace_back("attention_rotary_offset", a);
+
   a = v1::AttentionScoresRequest();
   *a.mutable_config() = Config(8, 32);
   for (uint32_t dim : {4, 4}) a.mutable_config()->mutable_axial()->add_axes()->set_dim(dim);
@@ -384,6 +484,28 @@ std::vector<std::pair<std::string, v1::RopeConfig>> ResolveSeeds() {
   c.mutable_dynamic_ntk()->set_factor(2);
   c.mutable_dynamic_ntk()->set_original_max_position_embeddings(16);
   seeds.emplace_back("resolve_explicit_dynamic", c);
+
+  // DeepSeek-V4's two rope groups, chosen by layer index.
+  c = Config(0, 64);
+  c.set_hf_config_json(
+      R"({"model_type": "deepseek_v4", "head_dim": 16, "qk_rope_head_dim": 8,)"
+      R"( "num_hidden_layers": 3, "compress_ratios": [0, 4, 128], "rope_theta": 10000,)"
+      R"( "compress_rope_theta": 160000, "rope_scaling": {"type": "yarn", "factor": 4,)"
+      R"( "original_max_position_embeddings": 16, "beta_fast": 32, "beta_slow": 1}})");
+  c.set_hf_layer_index(1);
+  seeds.emplace_back("resolve_hf_config_rope_group", c);
+
+  c = Config(0, 64);
+  c.set_hf_config_json(
+      R"({"model_type": "ernie4_5_moe_vl", "hidden_size": 64, "num_attention_heads": 4,)"
+      R"( "rope_theta": 500000, "freq_allocation": 2})");
+  seeds.emplace_back("resolve_hf_config_ernie_freq_allocation", c);
+
+  c = Config(0, 64);
+  c.set_hf_config_json(
+      R"({"model_type": "hunyuan_v1_dense", "head_dim": 8, "rope_theta": 10000,)"
+      R"( "rope_scaling": {"type": "dynamic", "alpha": 1000, "factor": 1}})");
+  seeds.emplace_back("resolve_hf_config_dynamic_alpha", c);
 
   c = Config(8, 64);
   for (uint32_t dim : {2, 2, 4}) c.mutable_axial()->add_axes()->set_dim(dim);

@@ -293,6 +293,18 @@ std::vector<MalformedCase> Cases() {
          RotateConfig(r)->mutable_linear()->set_factor(2);
        },
        kInvalid, "config.axial is set with scaling linear"},
+      {"AxialWithNoRope", kRotate,
+       [](Requests* r) {
+         SetAxial(r, {4, 4});
+         RotateConfig(r)->mutable_no_rope();
+       },
+       kInvalid, "config.axial (axial[4,4]) and config.no_rope are both set"},
+      {"AxialWithRotaryOffset", kRotate,
+       [](Requests* r) {
+         SetAxial(r, {4, 4});
+         RotateConfig(r)->set_rotary_offset(2);
+       },
+       kInvalid, "config.axial (axial[4,4]) is set with config.rotary_offset 2"},
       {"AxialWithFloat32Angles", kRotate,
        [](Requests* r) {
          SetAxial(r, {4, 4});
@@ -713,12 +725,13 @@ std::vector<MalformedCase> Cases() {
        kOutOfRange, "count 9223372036854775807 is past config.max_len 64"},
 
       // ---- GQA ----
-      {"QHeadsNotMultipleOfKHeads", kRotate,
-       [](Requests* r) { *K(r) = RandomTensor(DType::kFloat32, {2, 3, 3, 8}, 6); }, kInvalid,
-       "q heads (4) % k heads (3) != 0"},
-      {"KHeadsAboveQHeads", kRotate,
-       [](Requests* r) { *K(r) = RandomTensor(DType::kFloat32, {2, 3, 8, 8}, 6); }, kInvalid,
-       "q heads (4) % k heads (8) != 0"},
+      // (Rotate takes any head counts: only attention groups heads.)
+      {"AttentionKHeadsAboveQHeads", kAttention,
+       [](Requests* r) {
+         *r->attention.mutable_k() = RandomTensor(DType::kFloat32, {1, 6, 8, 8}, 7);
+         *r->attention.mutable_v() = RandomTensor(DType::kFloat32, {1, 6, 8, 3}, 8);
+       },
+       kInvalid, "q heads (4) % k heads (8) != 0"},
       {"AttentionQHeadsNotMultipleOfKHeads", kAttention,
        [](Requests* r) {
          *r->attention.mutable_k() = RandomTensor(DType::kFloat32, {1, 6, 3, 8}, 7);
@@ -781,7 +794,8 @@ std::vector<MalformedCase> Cases() {
          RotateConfig(r)->mutable_dynamic_ntk()->set_original_max_position_embeddings(16);
        },
        kInvalid, "config.rotary_dim is 2: dynamic NTK scaling needs rotary_dim >= 4"},
-      {"YarnBetaFastNotAboveBetaSlow", kRotate,
+      // transformers accepts beta_fast <= beta_slow (Kimi K2 ships 1 and 1).
+      {"YarnBetaFastNotAboveBetaSlowIsAccepted", kRotate,
        [](Requests* r) {
          v1::YarnScaling* yarn = RotateConfig(r)->mutable_yarn();
          yarn->set_factor(4);
@@ -789,7 +803,159 @@ std::vector<MalformedCase> Cases() {
          yarn->set_beta_fast(1);
          yarn->set_beta_slow(2);
        },
-       kInvalid, "config.yarn.beta_fast is 1: must be > beta_slow 2"},
+       kOk, ""},
+      {"YarnBetaSlowNegative", kRotate,
+       [](Requests* r) {
+         v1::YarnScaling* yarn = RotateConfig(r)->mutable_yarn();
+         yarn->set_factor(4);
+         yarn->set_original_max_position_embeddings(16);
+         yarn->set_beta_slow(-1);
+       },
+       kInvalid, "config.yarn.beta_slow is -1"},
+
+      // ---- The serving engines' variants (RopeConfig 20-29) ----
+      {"DynamicNtkAlphaZero", kRotate,
+       [](Requests* r) { RotateConfig(r)->mutable_dynamic_ntk_alpha(); }, kInvalid,
+       "config.dynamic_ntk_alpha.alpha is 0: must be finite and > 0"},
+      {"DynamicNtkAlphaIsAccepted", kAttention,
+       [](Requests* r) { r->attention.mutable_config()->mutable_dynamic_ntk_alpha()->set_alpha(1000); },
+       kOk, ""},
+      {"NtkMixedBNaN", kRotate,
+       [](Requests* r) {
+         RotateConfig(r)->mutable_ntk()->set_factor(4);
+         RotateConfig(r)->mutable_ntk()->set_mixed_b(kNaN);
+       },
+       kInvalid, "config.ntk.mixed_b is nan: must be finite"},
+      {"NtkIsAccepted", kTable,
+       [](Requests* r) { r->table.mutable_config()->mutable_ntk()->set_factor(4); }, kOk, ""},
+      {"DeepseekYarnWithoutOriginal", kRotate,
+       [](Requests* r) { RotateConfig(r)->mutable_deepseek_yarn()->set_factor(40); }, kInvalid,
+       "config.deepseek_yarn.original_max_position_embeddings is 0"},
+      {"DeepseekYarnAttnFactorZero", kRotate,
+       [](Requests* r) {
+         v1::DeepseekYarnScaling* d = RotateConfig(r)->mutable_deepseek_yarn();
+         d->set_factor(40);
+         d->set_original_max_position_embeddings(16);
+         d->set_attn_factor(0);
+       },
+       kInvalid, "config.deepseek_yarn.attn_factor is 0"},
+      {"DeepseekYarnIsAccepted", kRotate,
+       [](Requests* r) {
+         v1::DeepseekYarnScaling* d = RotateConfig(r)->mutable_deepseek_yarn();
+         d->set_factor(40);
+         d->set_original_max_position_embeddings(16);
+         d->set_mscale(0.707);
+       },
+       kOk, ""},
+      {"RotaryOffsetPastHeadDim", kRotate, [](Requests* r) { RotateConfig(r)->set_rotary_offset(8); },
+       kInvalid, "config.rotary_offset is 8: must be < head_dim 8"},
+      {"RotaryOffsetWithRotaryDimPastHead", kRotate,
+       [](Requests* r) {
+         RotateConfig(r)->set_rotary_offset(4);
+         RotateConfig(r)->set_rotary_dim(6);
+       },
+       kInvalid, "config.rotary_dim is 6: must be even and <= head_dim 8 - rotary_offset 4"},
+      {"RotaryOffsetHuge", kAttention,
+       [](Requests* r) { r->attention.mutable_config()->set_rotary_offset(~0u); }, kInvalid,
+       "config.rotary_offset is 4294967295"},
+      {"RotaryOffsetIsAccepted", kRotate, [](Requests* r) { RotateConfig(r)->set_rotary_offset(4); },
+       kOk, ""},
+      {"HfLayerIndexWithoutJson", kRotate,
+       [](Requests* r) { RotateConfig(r)->set_hf_layer_index(3); }, kInvalid,
+       "config.hf_layer_index is 3 but config.hf_config_json is empty"},
+      {"HfLayerIndexPastTheLayers", kRotate,
+       [](Requests* r) {
+         SetJson(r, R"({"rope_theta": 10000, "head_dim": 8, "num_hidden_layers": 4})");
+         RotateConfig(r)->set_hf_layer_index(4);
+       },
+       kInvalid, "hf_layer_index is 4: hf_config_json has 4 decoder layers"},
+      {"HfLayerIndexOfANoPeLayerIsAccepted", kAttention,
+       [](Requests* r) {
+         r->attention.mutable_config()->set_hf_config_json(
+             R"({"model_type": "llama4_text", "rope_theta": 500000, "head_dim": 8,
+                 "no_rope_layers": [1, 0], "floor_scale": 2, "attn_scale": 0.5})");
+         r->attention.mutable_config()->set_hf_layer_index(1);
+       },
+       kOk, ""},
+      {"NoRopeFloorScaleNegative", kAttention,
+       [](Requests* r) { r->attention.mutable_config()->mutable_no_rope()->set_floor_scale(-1); },
+       kInvalid, "config.no_rope.floor_scale is -1"},
+      {"NoRopeAttnScaleNaN", kAttention,
+       [](Requests* r) {
+         r->attention.mutable_config()->mutable_no_rope()->set_floor_scale(8192);
+         r->attention.mutable_config()->mutable_no_rope()->set_attn_scale(kNaN);
+       },
+       kInvalid, "config.no_rope.attn_scale is nan"},
+      {"NoRopeWithJson", kRotate,
+       [](Requests* r) {
+         SetJson(r, JsonWith("null"));
+         RotateConfig(r)->mutable_no_rope();
+       },
+       kInvalid, "config.no_rope is set: must be unset"},
+      {"NoRopeTableIsRefused", kTable, [](Requests* r) { r->table.mutable_config()->mutable_no_rope(); },
+       kInvalid, "config.no_rope is set (a layer without rotary embedding): it has no cos/sin table"},
+      {"ErnieWithoutMrope", kRotate, [](Requests* r) { RotateConfig(r)->set_mrope_ernie_3d(true); },
+       kInvalid, "config.mrope_ernie_3d is true without config.mrope"},
+      {"ErnieUnequalHAndW", kRotate,
+       [](Requests* r) {
+         SetMrope(r, {2, 2, 0}, false);
+         RotateConfig(r)->set_mrope_ernie_3d(true);
+       },
+       kInvalid, "the h and w sections must be equal"},
+      {"HfJsonYarnWithoutFactor", kRotate,
+       [](Requests* r) {
+         SetJson(r, JsonWith(R"({"rope_type": "yarn", "original_max_position_embeddings": 16})"));
+       },
+       kInvalid, "hf_config_json: rope_scaling.factor is missing: rope_type yarn needs it"},
+      {"HfJsonRefusedKey", kRotate,
+       [](Requests* r) { SetJson(r, R"({"rope_theta": 10000, "head_dim": 8, "rope_ratio": 2})"); },
+       kInvalid, "hf_config_json: rope_ratio is 2: changes RoPE"},
+
+      // ---- Float8 outputs (RotateRequest 20-22) ----
+      {"OutputDTypeUnknown", kRotate, [](Requests* r) { r->rotate.set_output_dtype(v1::DType(9)); },
+       kInvalid, "output_dtype is 9: not a rope.v1.DType"},
+      {"OutputDTypeOtherStorageType", kRotate,
+       [](Requests* r) { r->rotate.set_output_dtype(v1::BFLOAT16); }, kInvalid,
+       "output_dtype is bfloat16: must be q's dtype float32 (in place) or FLOAT8_E4M3FN"},
+      {"OutputDTypeFloat8IsAccepted", kRotate,
+       [](Requests* r) { r->rotate.set_output_dtype(v1::FLOAT8_E5M2); }, kOk, ""},
+      {"OutputScaleNaN", kRotate,
+       [](Requests* r) {
+         r->rotate.set_output_dtype(v1::FLOAT8_E4M3FN);
+         r->rotate.set_output_scale(kNaN);
+       },
+       kInvalid, "output_scale is nan: must be finite as float32 and > 0"},
+      {"KOutputScaleNegative", kRotate,
+       [](Requests* r) {
+         r->rotate.set_output_dtype(v1::FLOAT8_E4M3FN);
+         r->rotate.set_k_output_scale(-2);
+       },
+       kInvalid, "k_output_scale is -2"},
+      {"OutputScaleWithoutFloat8", kRotate, [](Requests* r) { r->rotate.set_output_scale(2); },
+       kInvalid, "output_scale is 2: only a float8 output_dtype takes a scale"},
+      {"Float8OutputIntoSharedMemory", kRotate,
+       [](Requests* r) {
+         r->rotate.set_output_dtype(v1::FLOAT8_E4M3FN);
+         r->rotate.mutable_q_out()->set_region("nowhere");
+       },
+       kInvalid, "output_dtype is FLOAT8_E4M3FN with q_out: float8 outputs go into the reply's "
+                 "bytes, not into shared memory"},
+      {"QDTypeFloat8", kRotate,
+       [](Requests* r) {
+         Q(r)->set_dtype(v1::FLOAT8_E4M3FN);
+         K(r)->set_dtype(v1::FLOAT8_E4M3FN);
+       },
+       kInvalid, "q.dtype is float8_e4m3fn: float8 is an output type only"},
+      {"AttentionQDTypeFloat8", kAttention,
+       [](Requests* r) { r->attention.mutable_q()->set_dtype(v1::FLOAT8_E5M2); }, kInvalid,
+       "q.dtype is float8_e5m2: float8 is an output type only"},
+      {"KHeadsNotDividingQHeadsRotate", kRotate,
+       [](Requests* r) {
+         // k [2,3,3,8]: 3 key heads for 4 query heads; rotation pairs none.
+         K(r)->mutable_data()->resize(2 * 3 * 3 * 8 * 4, '\0');
+         SetShape(K(r), {2, 3, 3, 8});
+       },
+       kOk, ""},
       {"YarnMscaleNaN", kAttention,
        [](Requests* r) {
          v1::YarnScaling* yarn = r->attention.mutable_config()->mutable_yarn();

@@ -21,8 +21,9 @@ from . import aio
 from ._calls import Resolved, RotateRequest, Scores, Table
 from .client import Client
 from .shm import CudaRegion, SharedRegion
-from .config import (AxialRope, DynamicNtkScaling, Layout, Llama3Scaling, LinearScaling,
-                     LongRopeScaling, Mrope, ProportionalScaling, RopeAxis, RopeConfig, YarnScaling)
+from .config import (AxialRope, DeepseekYarnScaling, DynamicNtkAlphaScaling, DynamicNtkScaling,
+                     Layout, Llama3Scaling, LinearScaling, LongRopeScaling, Mrope, NoRope, NtkScaling,
+                     ProportionalScaling, RopeAxis, RopeConfig, YarnScaling)
 from .positions import Grid, Positions, TokenPositions
 from .errors import (Aborted, AlreadyExists, Cancelled, DataLoss, DeadlineExceeded, FailedPrecondition,
                      Internal, InvalidArgument, NotFound, OutOfRange, PermissionDenied, ResourceExhausted,
@@ -34,7 +35,8 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Client", "RopeConfig", "Layout", "LinearScaling", "DynamicNtkScaling", "YarnScaling",
-    "Llama3Scaling", "LongRopeScaling", "ProportionalScaling", "Mrope", "AxialRope", "RopeAxis",
+    "Llama3Scaling", "LongRopeScaling", "ProportionalScaling", "DynamicNtkAlphaScaling", "NtkScaling",
+    "DeepseekYarnScaling", "NoRope", "Mrope", "AxialRope", "RopeAxis",
     "Grid", "TokenPositions", "Positions", "RotateRequest", "Scores", "Table", "Resolved",
     "RopeError", "Cancelled", "Unknown", "InvalidArgument", "DeadlineExceeded", "NotFound",
     "AlreadyExists", "PermissionDenied", "ResourceExhausted", "FailedPrecondition", "Aborted",
