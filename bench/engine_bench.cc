@@ -6,7 +6,7 @@
 // ns), and the median of per-iteration ratios sets aside iterations another
 // job interrupted. One-thread attention and sgemm cases (milliseconds each)
 // use the thread's CPU clock, so that time descheduled does not count; it is
-// a system call (1.4-1.6 us on the VMs of session 10), which added about
+// a system call (1.4-1.6 us on a 2-vCPU EPYC VM), which added about
 // 15% to a decode-size rotation's ~10 us and to its memcpy's ~5 us alike,
 // and so raised their ratio (0.47 measured as 0.55): rotations do not use it.
 // Cases on all threads use the wall clock. The SIMD path is the backend's
