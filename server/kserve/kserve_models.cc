@@ -194,6 +194,7 @@ absl::StatusOr<Model> LoadModel(const std::filesystem::path& folder, Engine& eng
                                  ? v1::INTERLEAVED
                                  : v1::HALF));
   model.layer_type = layer_type;
+  model.layer_index = layer_index;
   model.head_dim = resolved->config.head_dim;
   return model;
 }

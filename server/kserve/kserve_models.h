@@ -32,6 +32,7 @@
 #define ROPE_SERVER_KSERVE_KSERVE_MODELS_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -64,8 +65,10 @@ struct Model {
   // bits hf_config_json gives, and spares every call the JSON (and makes
   // small rotations eligible to run inline, as explicit rope.v1 ones are).
   v1::RopeConfig config;
-  // The layer type whose rope it is ("" : full attention).
+  // The layer type whose rope it is ("" : full attention), and the decoder
+  // layer ropeserve.json's layer_index names, if any.
   std::string layer_type;
+  std::optional<uint32_t> layer_index;
   // Features per head the configuration gives (ModelMetadata's last dim of
   // q and k); 0: chosen by the request (-1 in metadata).
   uint32_t head_dim = 0;

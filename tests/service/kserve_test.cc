@@ -1053,6 +1053,19 @@ TEST_F(KServeTest, RepositoryLayerIndexSelectsALlama4NopeLayer) {
   attention.mutable_config()->set_hf_layer_index(0);
   EXPECT_FALSE(OutputBytes(response, "scores") ==
                AttentionScores(kserve_.get(), stub_.get(), attention).scores().data());
+  {
+    grpc::ClientContext context;
+    SetDeadline(&context);
+    inference::ModelConfigRequest config_request;
+    config_request.set_name("scout-layer-3");
+    inference::ModelConfigResponse config;
+    ASSERT_TRUE(GrpcStatusIs(kserve_->ModelConfig(&context, config_request, &config),
+                             StatusCode::OK, ""));
+    const auto& parameters = config.config().parameters();
+    EXPECT_EQ(parameters.at("hf_layer_index").string_value(), "3");
+    EXPECT_EQ(parameters.at("no_rope").string_value(), "true");
+    EXPECT_EQ(parameters.at("layout").string_value(), "interleaved");
+  }
 
   ServerOptions bad = DefaultOptions();
   bad.model_repository =
