@@ -1010,7 +1010,24 @@ TEST_F(KServeTest, RepositoryServesDeepSeekV3AtTheRopeWidth) {
   const v1::RotateResponse want = Rotate(rotate);
   EXPECT_TRUE(OutputBytes(response, "q_out") == want.q().data());
   EXPECT_TRUE(OutputBytes(response, "k_out") == want.k().data());
+  // Float8 outputs for an fp8 KV cache, as DeepSeek-V3 serves keep it.
+  ModelInferRequest fp8 = request;
+  (*fp8.mutable_parameters())["output_dtype"].set_string_param("FLOAT8_E4M3FN");
+  (*fp8.mutable_parameters())["k_output_scale"].set_double_param(0.25);
+  ASSERT_TRUE(GrpcStatusIs(Infer(fp8, &response), StatusCode::OK, ""));
+  v1::RotateRequest rotate_fp8 = rotate;
+  rotate_fp8.set_output_dtype(v1::FLOAT8_E4M3FN);
+  rotate_fp8.set_k_output_scale(0.25);
+  const v1::RotateResponse want_fp8 = Rotate(rotate_fp8);
+  EXPECT_TRUE(OutputBytes(response, "q_out") == want_fp8.q().data());
+  EXPECT_TRUE(OutputBytes(response, "k_out") == want_fp8.k().data());
+  // The configuration is the folder's.
+  (*fp8.mutable_parameters())["rotary_offset"].set_int64_param(128);
+  EXPECT_TRUE(GrpcStatusIs(Infer(fp8, &response), StatusCode::INVALID_ARGUMENT,
+                           "parameter 'rotary_offset' configures the built-in models"));
+
   rotate.mutable_config()->set_layout(v1::HALF);
+  ASSERT_TRUE(GrpcStatusIs(Infer(request, &response), StatusCode::OK, ""));
   EXPECT_FALSE(OutputBytes(response, "q_out") == Rotate(rotate).q().data())
       << "the model paired halves: DeepSeek-V3 pairs neighbours";
 
