@@ -621,8 +621,10 @@ std::vector<std::pair<std::string, inference::ModelInferRequest>> ModelInferSeed
   positions->set_name("positions");
   positions->set_datatype("INT32");
   positions->add_shape(2);
-  positions->mutable_contents()->add_int_contents(5);
-  positions->mutable_contents()->add_int_contents(63);
+  // Raw, as q is: a request gives every input raw or every input typed.
+  const int32_t int32_positions[2] = {5, 63};
+  r.add_raw_input_contents(
+      std::string(reinterpret_cast<const char*>(int32_positions), sizeof(int32_positions)));
   seeds.emplace_back("kserve_rotate_bf16_yarn_int32_positions", r);
 
   r = inference::ModelInferRequest();
