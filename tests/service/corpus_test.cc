@@ -472,6 +472,30 @@ std::vector<MalformedCase> Cases() {
          r->positions.add_attention_mask(-1);
        },
        kInvalid, "attention_mask[1] is -1: must be 0 or 1"},
+      {"PositionsQwenTransformers5Accepted", kPositions,
+       [](Requests* r) {
+         SetQwenPositions(r, {1, 151652, 151655, 151655, 151655, 151655, 2}, {1, 4, 4});
+         r->positions.set_rope_index_layout(v1::ROPE_INDEX_LAYOUT_TRANSFORMERS_5);
+       },
+       kOk, ""},
+      {"PositionsQwenUnknownLayout", kPositions,
+       [](Requests* r) {
+         SetQwenPositions(r, {1, 2}, {});
+         r->positions.set_rope_index_layout(static_cast<v1::RopeIndexLayout>(7));
+       },
+       kInvalid, "rope_index_layout is 7: must be 0 (ROPE_INDEX_LAYOUT_DEFAULT)"},
+      {"PositionsQwenTransformers5RunMismatch", kPositions,
+       [](Requests* r) {
+         SetQwenPositions(r, {151652, 151655, 151655, 151655, 151653}, {1, 4, 4});
+         r->positions.set_rope_index_layout(v1::ROPE_INDEX_LAYOUT_TRANSFORMERS_5);
+       },
+       kInvalid, "the run of 3 image tokens at token 1 does not match its grid"},
+      {"PositionsQwenTransformers5GridTooLarge", kPositions,
+       [](Requests* r) {
+         SetQwenPositions(r, {151652, 151655, 3}, {kInt64Max, kInt64Max, 4});
+         r->positions.set_rope_index_layout(v1::ROPE_INDEX_LAYOUT_TRANSFORMERS_5);
+       },
+       kInvalid, "does not match its grid"},
       {"PositionsQwenNegativeBatch", kPositions,
        [](Requests* r) {
          SetQwenPositions(r, {1, 2}, {});
