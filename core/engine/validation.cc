@@ -524,15 +524,15 @@ absl::StatusOr<ResolvedAttention> ResolveAttention(const AttentionParams& params
             r.q_fractional, "q_fractional_positions", params.q_start_pos},
         std::tuple<const FractionalPositions&, const char*, int64_t>{
             r.k_fractional, "k_fractional_positions", params.k_start_pos}}) {
-    if (fractional.values != nullptr && start != 0) {
-      return absl::InvalidArgumentError(absl::StrCat(field, " and its start position (",
-                                                     start, ") are both set: give one of them"));
+    // Beside fractional positions a start position only places the tokens
+    // in the sequence for the causal mask (q_start_pos + i against
+    // k_start_pos + j): without causal it would do nothing.
+    if (fractional.values != nullptr && start != 0 && !params.causal) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, " and its start position (", start, ") are both set without causal: the "
+          "start position would do nothing (with causal it gives the tokens' sequence indices "
+          "for the mask); give one of them"));
     }
-  }
-  if (params.causal && (r.q_fractional.values != nullptr || r.k_fractional.values != nullptr)) {
-    return absl::InvalidArgumentError(
-        "causal is set with q_fractional_positions / k_fractional_positions: the causal mask "
-        "compares start-based positions (q_start_pos + i, k_start_pos + j); send causal false");
   }
   a.q_positions.start_pos = params.q_start_pos;
   a.q_positions.seq = q.seq;
