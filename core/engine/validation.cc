@@ -509,8 +509,6 @@ absl::StatusOr<ResolvedAttention> ResolveAttention(const AttentionParams& params
   }
   ROPE_RETURN_IF_ERROR(CheckElementLimit(elements, limits));
 
-  ROPE_RETURN_IF_ERROR(CheckStartPos("q_start_pos", params.q_start_pos, q.seq, config.max_len));
-  ROPE_RETURN_IF_ERROR(CheckStartPos("k_start_pos", params.k_start_pos, k.seq, config.max_len));
   ROPE_ASSIGN_OR_RETURN(r.q_fractional,
                         ResolveFractionalPositions(params.q_fractional_positions,
                                                    "q_fractional_positions", config, q.batch,
@@ -519,6 +517,23 @@ absl::StatusOr<ResolvedAttention> ResolveAttention(const AttentionParams& params
                         ResolveFractionalPositions(params.k_fractional_positions,
                                                    "k_fractional_positions", config, k.batch,
                                                    k.seq, params.k.shape, "k"));
+  // A start position is a position (< max_len), or beside fractional
+  // positions only the tokens' sequence index (< 2^31).
+  for (const auto& [fractional, name, start, seq] :
+       {std::tuple<const FractionalPositions&, const char*, int64_t, int64_t>{
+            r.q_fractional, "q_start_pos", params.q_start_pos, q.seq},
+        std::tuple<const FractionalPositions&, const char*, int64_t, int64_t>{
+            r.k_fractional, "k_start_pos", params.k_start_pos, k.seq}}) {
+    if (fractional.values == nullptr) {
+      ROPE_RETURN_IF_ERROR(CheckStartPos(name, start, seq, config.max_len));
+    } else if (start < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(name, " is ", start, ": must be >= 0"));
+    } else if (start > (int64_t{1} << 31) - seq) {
+      return absl::OutOfRangeError(absl::StrCat(
+          name, " is ", start, " with sequence length ", seq, ": beside fractional positions "
+          "it gives sequence indices ", name, " + s, which must be < 2^31"));
+    }
+  }
   for (const auto& [fractional, field, start] :
        {std::tuple<const FractionalPositions&, const char*, int64_t>{
             r.q_fractional, "q_fractional_positions", params.q_start_pos},

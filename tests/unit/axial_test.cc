@@ -494,7 +494,8 @@ TEST_F(AxialTest, AttentionWithAxialAndFractionalPositions) {
     }
     const std::vector<double> want =
         scores_of(std::vector<long double>(qf.begin(), qf.end()), kpos);
-    for (const int64_t q_index : {0, 3}) {
+    // 5000: past max_len (4096), which bounds positions, not sequence indices.
+    for (const int64_t q_index : {0, 3, 5000}) {
       AttentionParams p;
       p.config = config;
       p.q = q.const_view();
@@ -524,7 +525,7 @@ TEST_F(AxialTest, AttentionWithAxialAndFractionalPositions) {
           }
         }
       }
-      EXPECT_EQ(hidden, q_index == 0 ? kH * (4 + 4 + 3) : kH * (2 + 1 + 0));
+      EXPECT_EQ(hidden, q_index == 0 ? kH * (4 + 4 + 3) : q_index == 3 ? kH * (2 + 1 + 0) : 0);
     }
     // Without causal a start position beside fractional ones does nothing.
     AttentionParams p;
