@@ -559,6 +559,8 @@ std::vector<std::pair<std::string, v1::BuildPositionsRequest>> PositionsSeeds() 
   for (int64_t g : {2, 4, 4}) r.add_video_grid_thw(g);
   r.add_second_per_grid_ts(0.5);
   seeds.emplace_back("positions_qwen25_image_video_padding", r);
+  r.set_rope_index_layout(v1::ROPE_INDEX_LAYOUT_TRANSFORMERS_5);
+  seeds.emplace_back("positions_qwen25_transformers5", r);
 
   r = v1::BuildPositionsRequest();
   r.set_hf_config_json(kQwen25Vl);
