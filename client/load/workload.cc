@@ -320,5 +320,25 @@ absl::StatusOr<Workload> WorkloadFromFlags(const FlagSet& flags) {
   return workload;
 }
 
+absl::Status CompleteHfConfigs(client::RopeClient& client, const FlagSet& flags,
+                               Workload* workload, std::string* note) {
+  if (flags.String("hf_config").empty() || workload->requests.empty()) return absl::OkStatus();
+  // --configs above 1 is refused with --hf_config: every payload carries
+  // the one config.
+  const google::protobuf::FieldDescriptor& field = ConfigField(*workload->requests[0]);
+  const google::protobuf::Reflection& reflection = *workload->requests[0]->GetReflection();
+  auto* first =
+      static_cast<v1::RopeConfig*>(reflection.MutableMessage(workload->requests[0].get(), &field));
+  ROPE_RETURN_IF_ERROR(client::CompleteHfConfigFromFlags(client, flags, first, note));
+  for (size_t i = 1; i < workload->requests.size(); ++i) {
+    auto* config = static_cast<v1::RopeConfig*>(
+        reflection.MutableMessage(workload->requests[i].get(), &field));
+    config->set_layout(first->layout());
+    config->set_max_len(first->max_len());
+  }
+  workload->request_bytes = static_cast<int64_t>(workload->requests[0]->ByteSizeLong());
+  return absl::OkStatus();
+}
+
 }  // namespace load
 }  // namespace rope

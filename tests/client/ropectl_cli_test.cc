@@ -260,14 +260,6 @@ TEST(RopectlTest, HfConfigExcludesTheFieldsItGives) {
   EXPECT_THAT(no_config.err, HasSubstr("is a directory without a config.json"));
 }
 
-TEST(RopectlTest, HfConfigWithoutMaxPositionEmbeddingsNeedsMaxLen) {
-  const std::string path = ::testing::TempDir() + "/rope-keys-only.json";
-  std::ofstream(path) << R"({"model_type": "llama", "rope_theta": 10000, "head_dim": 64})";
-  RunResult r = RunCtl({"resolve", "--hf_config=" + path});
-  EXPECT_EQ(r.code, kExitUsage);
-  EXPECT_THAT(r.err, HasSubstr("has no max_position_embeddings: give --max_len"));
-}
-
 TEST(RopectlTest, ChecksOutputsAndMessageSizesBeforeGeneratingInputs) {
   RunResult out_dir = RunCtl({"rotate", "--random_q_shape=1,2,2,8", "--out_q=/nonexistent/q.npy"});
   EXPECT_EQ(out_dir.code, kExitUsage);
