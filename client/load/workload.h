@@ -20,7 +20,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "client/cli/flag_set.h"
+#include "client/flags/flag_set.h"
 #include "client/rope_client.h"
 
 namespace rope {

@@ -8,11 +8,11 @@
 #include <string>
 #include <vector>
 
-#include "client/cli/axial_flags.h"
-#include "client/cli/cli_parsing.h"
-#include "client/cli/common_flags.h"
+#include "client/flags/axial_flags.h"
+#include "client/flags/cli_parsing.h"
+#include "client/flags/common_flags.h"
 #include "client/cli/commands.h"
-#include "client/cli/flag_set.h"
+#include "client/flags/flag_set.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 

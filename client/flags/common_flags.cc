@@ -1,4 +1,4 @@
-#include "client/cli/common_flags.h"
+#include "client/flags/common_flags.h"
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -14,10 +14,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "client/cli/axial_flags.h"
+#include "client/flags/axial_flags.h"
 #include "absl/strings/strip.h"
-#include "client/cli/cli_parsing.h"
-#include "client/cli/scaling_flags.h"
+#include "client/flags/cli_parsing.h"
+#include "client/flags/scaling_flags.h"
 #include "client/hf_config_defaults.h"
 #include "client/npy.h"
 #include "client/tensor_util.h"

@@ -1,7 +1,7 @@
-// Flags shared by several ropectl commands, and what they turn into: a
+// Flags shared by ropectl's commands and ropeload, and what they turn into: a
 // RopeClient, a rope.v1.RopeConfig, input tensors, output .npy files.
-#ifndef ROPE_CLIENT_CLI_COMMON_FLAGS_H_
-#define ROPE_CLIENT_CLI_COMMON_FLAGS_H_
+#ifndef ROPE_CLIENT_FLAGS_COMMON_FLAGS_H_
+#define ROPE_CLIENT_FLAGS_COMMON_FLAGS_H_
 
 #include <cstdint>
 #include <initializer_list>
@@ -13,7 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "client/channel_security.h"
-#include "client/cli/flag_set.h"
+#include "client/flags/flag_set.h"
 #include "client/rope_client.h"
 #include "rope/v1/rope.pb.h"
 
@@ -148,4 +148,4 @@ absl::Status WriteOutputIfAsked(const FlagSet& flags, absl::string_view flag,
 }  // namespace client
 }  // namespace rope
 
-#endif  // ROPE_CLIENT_CLI_COMMON_FLAGS_H_
+#endif  // ROPE_CLIENT_FLAGS_COMMON_FLAGS_H_
