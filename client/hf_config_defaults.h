@@ -3,12 +3,13 @@
 // users, the Python package) follows for the two RopeConfig fields the server
 // does not take from it: the layout and max_len.
 //
-// The rule: the layout is the one transformers' modeling code for the
-// config's model_type rotates with (an explicit `rope_interleave` key wins:
-// DeepSeek-V3 reads it), and max_len is the config's max_position_embeddings
-// (top level, else text_config). Either is overridden by a value the caller
-// gives. The Python package has the same table (config.py), and a test
-// holds the two equal.
+// The rule: both come from the server. ResolveConfig of a config with
+// hf_config_json returns the layout transformers' modeling code for the
+// config's model_type rotates with (ResolvedConfig.hf_layout: the server's
+// one model_type table, a `rope_interleave` key winning) and the config's
+// max_position_embeddings; a client takes them unless its caller gives
+// layout or max_len. Clients keep no model_type table of their own, so a
+// model type the server learns is every client's at once.
 #ifndef ROPE_CLIENT_HF_CONFIG_DEFAULTS_H_
 #define ROPE_CLIENT_HF_CONFIG_DEFAULTS_H_
 
@@ -16,8 +17,10 @@
 #include <optional>
 #include <string>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "client/rope_client.h"
 #include "rope/v1/rope.pb.h"
 
 namespace rope {
@@ -31,33 +34,42 @@ namespace client {
 absl::StatusOr<std::string> ReadHfConfigFile(const std::string& path,
                                              absl::string_view what = "hf_config");
 
-// The layout transformers' modeling code pairs features with for a
-// model_type: INTERLEAVED (neighbours: GPT-J, CodeGen, GLM, Cohere, Helium,
-// ERNIE 4.5, DeepSeek V2/V3, Llama 4) or HALF (rotate_half: Llama, Qwen,
-// Mistral, Gemma, Phi, GPT-NeoX, gpt-oss and every other model_type).
-v1::Layout TransformersLayout(absl::string_view model_type);
-
-// What a config.json implies for layout and max_len, and why (for a CLI
-// to print).
+// What the server says a config.json implies for layout and max_len, and
+// why (for a CLI to print).
 struct HfConfigDefaults {
-  std::string model_type;  // top level, else text_config's; "" when absent
-  v1::Layout layout = v1::HALF;
-  // "model_type llama: transformers rotates halves", "rope_interleave true", ...
+  v1::Layout layout = v1::LAYOUT_UNSPECIFIED;
+  // "the server's hf_layout for model_type llama"
   std::string layout_reason;
-  // max_position_embeddings (top level, else text_config; absent, the
-  // value of transformers' config class for the model_type where a published
-  // config leaves it out: gemma3); nullopt when absent otherwise, not a
-  // positive integer, or above uint32.
+  // ResolvedConfig.max_position_embeddings; nullopt when the server says the
+  // config has none (0).
   std::optional<uint32_t> max_position_embeddings;
-  std::string max_len_reason;  // "the config's max_position_embeddings", ...
+  std::string max_len_reason;  // "the server's max_position_embeddings for ..."
 };
 
-// Reads model_type, rope_interleave and max_position_embeddings of `json`.
-// INVALID_ARGUMENT when it is not a JSON object; the server checks
-// everything else.
-absl::StatusOr<HfConfigDefaults> HfConfigDefaultsOf(absl::string_view json);
+// The defaults in a ResolveConfig reply for `config` (which has
+// hf_config_json). FAILED_PRECONDITION when the reply has no hf_layout: a
+// server older than that field, which cannot say the layout; the message
+// names the way out (give layout and max_len, then nothing is asked).
+absl::StatusOr<HfConfigDefaults> HfConfigDefaultsFromResolved(const v1::ResolvedConfig& resolved,
+                                                              const v1::RopeConfig& config);
 
-// What the caller chose; nullopt: the config.json's default.
+// Asks the server: ResolveConfig of `config` with a placeholder layout
+// (when LAYOUT_UNSPECIFIED) and max_len 1 (when 0), so that only what the
+// server derives from the config.json is read back. The server's error
+// (a malformed config.json, a head_dim mismatch) when it refuses `config`.
+absl::StatusOr<HfConfigDefaults> HfConfigDefaultsFromServer(RopeClient& client,
+                                                            const v1::RopeConfig& config);
+
+// Fills `config`'s layout when it is LAYOUT_UNSPECIFIED and its max_len
+// when it is 0 with the server's defaults; nothing is asked when neither
+// is missing or `config` has no hf_config_json. INVALID_ARGUMENT when
+// max_len is missing and the server says the config.json has no
+// max_position_embeddings. `used` (when given and the server was asked)
+// receives the defaults.
+absl::Status CompleteHfConfig(RopeClient& client, v1::RopeConfig* config,
+                              HfConfigDefaults* used = nullptr);
+
+// What the caller chose; nullopt: the server's default for the config.json.
 struct HfConfigOverrides {
   std::optional<v1::Layout> layout;
   std::optional<uint32_t> max_len;
@@ -66,9 +78,8 @@ struct HfConfigOverrides {
 };
 
 // A RopeConfig carrying `json` (hf_config_json) with layout and max_len by
-// the rule above. INVALID_ARGUMENT when max_len is not given and the
-// config.json has no max_position_embeddings (naming both ways out).
-absl::StatusOr<v1::RopeConfig> RopeConfigFromHfConfig(absl::string_view json,
+// the rule above (CompleteHfConfig).
+absl::StatusOr<v1::RopeConfig> RopeConfigFromHfConfig(RopeClient& client, absl::string_view json,
                                                       const HfConfigOverrides& overrides);
 
 }  // namespace client

@@ -24,7 +24,10 @@
 #      server/ or client/ (the engine sees backends only through Backend);
 #   7. a core/backends file includes core/proto_engine, server/ or client/;
 #      a backend includes another backend's folder;
-#   8. a core/proto_engine file includes server/ or client/.
+#   8. a core/proto_engine file includes server/ or client/;
+#   9. ropectl (client/cli/) and ropeload (client/load/) include each
+#      other's files (what they share is in client/flags/), or the client
+#      library (client/*.h, client/flags/) includes either.
 #
 #   scripts/check_layers.sh [ROOT]     check the tree at ROOT (default: this repository)
 #   scripts/check_layers.sh --self-test
@@ -64,6 +67,10 @@ check() {
       if (file ~ /^client\// && inc ~ /^core\// && inc !~ /^core\/proto_engine\//)
         finding("client/ reaches core/ only through core/proto_engine/")
       if (file ~ /^server\// && inc ~ /^client\//) finding("server/ must not include client/")
+      if (file ~ /^client\/(cli\/|[^\/]*$)/ && inc ~ /^client\/load\//)
+        finding("only ropeload includes client/load/ (shared code goes in client/flags/)")
+      if (file ~ /^client\/(load\/|flags\/|[^\/]*$)/ && file !~ /^client\/ropectl\.cc$/ && inc ~ /^client\/cli\//)
+        finding("only ropectl includes client/cli/ (shared code goes in client/flags/)")
       if ((in_core || in_common) && inc ~ /^grpcpp\//) finding("no grpcpp below the service")
       if ((in_engine || in_backends || in_common) && inc ~ /\.pb\.h$/)
         finding("no generated .pb.h in the engine, the backends or common")
@@ -120,6 +127,8 @@ self_test() {
     "core/backends/cuda/cuda_backend.cc|#include \"core/backends/cpu/cpu_kernels.h\"|a backend does not include another backend"
     "core/proto_engine/local_engine.cc|#include \"server/service/rope_service.h\"|core/proto_engine/ must not include"
     "core/proto_engine/rope_calls.cc|#include \"client/rope_client.h\"|core/proto_engine/ must not include"
+    "client/load/workload.cc|#include \"client/cli/commands.h\"|only ropectl includes client/cli/"
+    "client/cli/cmd_rotate.cc|#include \"client/load/workload.h\"|only ropeload includes client/load/"
   )
   local spec file text rule
   for spec in "${plants[@]}"; do

@@ -7,12 +7,12 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
-#include "client/cli/axial_flags.h"
-#include "client/cli/cli_parsing.h"
+#include "client/flags/axial_flags.h"
+#include "client/flags/cli_parsing.h"
 #include "client/cli/commands.h"
-#include "client/cli/common_flags.h"
-#include "client/cli/scaling_flags.h"
-#include "client/cli/summary.h"
+#include "client/flags/common_flags.h"
+#include "client/flags/scaling_flags.h"
+#include "client/flags/summary.h"
 #include "common/status_macros.h"
 
 namespace rope {

@@ -5,11 +5,11 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
-#include "client/cli/cli_parsing.h"
+#include "client/flags/cli_parsing.h"
 #include "client/cli/commands.h"
-#include "client/cli/common_flags.h"
-#include "client/cli/scaling_flags.h"
-#include "client/cli/summary.h"
+#include "client/flags/common_flags.h"
+#include "client/flags/scaling_flags.h"
+#include "client/flags/summary.h"
 
 namespace rope {
 namespace client {
@@ -21,11 +21,15 @@ void AddResolveFlags(FlagSet* flags) {
 }
 
 absl::Status RunResolve(const FlagSet& flags, std::ostream& out) {
-  std::string defaults_note;
-  absl::StatusOr<v1::RopeConfig> config = RopeConfigFromFlags(flags, 0, &defaults_note);
+  absl::StatusOr<v1::RopeConfig> config = RopeConfigFromFlags(flags, 0);
   if (!config.ok()) return config.status();
   absl::StatusOr<std::unique_ptr<RopeClient>> client = ClientFromFlags(flags);
   if (!client.ok()) return client.status();
+  std::string defaults_note;
+  if (absl::Status completed = CompleteHfConfigFromFlags(**client, flags, &*config, &defaults_note);
+      !completed.ok()) {
+    return completed;
+  }
   const absl::Time start = absl::Now();
   absl::StatusOr<v1::ResolvedConfig> resolved = (*client)->ResolveConfig(*config);
   const absl::Duration elapsed = absl::Now() - start;

@@ -8,11 +8,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
-#include "client/cli/axial_flags.h"
-#include "client/cli/cli_parsing.h"
+#include "client/flags/axial_flags.h"
+#include "client/flags/cli_parsing.h"
 #include "client/cli/commands.h"
-#include "client/cli/common_flags.h"
-#include "client/cli/summary.h"
+#include "client/flags/common_flags.h"
+#include "client/flags/summary.h"
 #include "client/shared_region.h"
 #include "common/status_macros.h"
 
@@ -110,10 +110,8 @@ absl::Status RunRotate(const FlagSet& flags, std::ostream& out) {
     return UsageError("--out_k given but there is no k (--k or --random_k_shape)");
   }
   const v1::Tensor& q_tensor = q->tensor;
-  std::string defaults_note;
   ROPE_ASSIGN_OR_RETURN(v1::RopeConfig config,
-                        RopeConfigFromFlags(flags, q_tensor.shape(q_tensor.shape_size() - 1),
-                                            &defaults_note));
+                        RopeConfigFromFlags(flags, q_tensor.shape(q_tensor.shape_size() - 1)));
 
   v1::RotateRequest request;
   *request.mutable_config() = config;
@@ -128,6 +126,12 @@ absl::Status RunRotate(const FlagSet& flags, std::ostream& out) {
 
   ROPE_RETURN_IF_ERROR(SaveInputsIfAsked(flags, q, k, std::nullopt, out));
   ROPE_ASSIGN_OR_RETURN(std::unique_ptr<RopeClient> client, ClientFromFlags(flags));
+  std::string defaults_note;
+  if (absl::Status completed =
+          CompleteHfConfigFromFlags(*client, flags, request.mutable_config(), &defaults_note);
+      !completed.ok()) {
+    return ExplainHfHeadDimMismatch(completed, flags, q_tensor.shape(q_tensor.shape_size() - 1));
+  }
   const absl::Time start = absl::Now();
   absl::StatusOr<v1::RotateResponse> response =
       flags.Bool("shm") ? RotateBySharedMemory(*client, request) : client->Rotate(request);
@@ -138,7 +142,7 @@ absl::Status RunRotate(const FlagSet& flags, std::ostream& out) {
   }
 
   out << "rotate  " << flags.String("target") << (flags.Bool("shm") ? "  (shared memory)" : "")
-      << "  " << DescribeEffectiveConfig(*client, config)
+      << "  " << DescribeEffectiveConfig(*client, request.config())
       << (request.inverse() ? "  inverse" : "") << "\n";
   if (!defaults_note.empty()) out << "  from the config.json: " << defaults_note << "\n";
   if (!DescribePositionSource(flags).empty()) {

@@ -5,10 +5,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "client/cli/cli_parsing.h"
+#include "client/flags/cli_parsing.h"
 #include "client/cli/commands.h"
-#include "client/cli/common_flags.h"
-#include "client/cli/summary.h"
+#include "client/flags/common_flags.h"
+#include "client/flags/summary.h"
 #include "common/status_macros.h"
 
 namespace rope {
@@ -106,10 +106,8 @@ absl::Status RunScores(const FlagSet& flags, std::ostream& out) {
       "the AttentionScores reply (float32 scores [B,Hq,Sq,Sk] and output)",
       ScoresReplyBytes(ShapeOf(q), ShapeOf(k), ShapeOf(v))));
   const v1::Tensor& q_tensor = q->tensor;
-  std::string defaults_note;
   ROPE_ASSIGN_OR_RETURN(v1::RopeConfig config,
-                        RopeConfigFromFlags(flags, q_tensor.shape(q_tensor.shape_size() - 1),
-                                            &defaults_note));
+                        RopeConfigFromFlags(flags, q_tensor.shape(q_tensor.shape_size() - 1)));
 
   v1::AttentionScoresRequest request;
   *request.mutable_config() = config;
@@ -124,6 +122,12 @@ absl::Status RunScores(const FlagSet& flags, std::ostream& out) {
 
   ROPE_RETURN_IF_ERROR(SaveInputsIfAsked(flags, q, k, v, out));
   ROPE_ASSIGN_OR_RETURN(std::unique_ptr<RopeClient> client, ClientFromFlags(flags));
+  std::string defaults_note;
+  if (absl::Status completed =
+          CompleteHfConfigFromFlags(*client, flags, request.mutable_config(), &defaults_note);
+      !completed.ok()) {
+    return ExplainHfHeadDimMismatch(completed, flags, q_tensor.shape(q_tensor.shape_size() - 1));
+  }
   const absl::Time start = absl::Now();
   absl::StatusOr<v1::AttentionScoresResponse> response = client->AttentionScores(request);
   const absl::Duration elapsed = absl::Now() - start;
@@ -132,7 +136,8 @@ absl::Status RunScores(const FlagSet& flags, std::ostream& out) {
                                     q_tensor.shape(q_tensor.shape_size() - 1));
   }
 
-  out << "scores  " << flags.String("target") << "  " << DescribeEffectiveConfig(*client, config)
+  out << "scores  " << flags.String("target") << "  "
+      << DescribeEffectiveConfig(*client, request.config())
       << "\n";
   if (!defaults_note.empty()) out << "  from the config.json: " << defaults_note << "\n";
   out << "  q_start_pos=" << request.q_start_pos() << " k_start_pos=" << request.k_start_pos()

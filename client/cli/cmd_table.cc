@@ -7,8 +7,8 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "client/cli/commands.h"
-#include "client/cli/common_flags.h"
-#include "client/cli/summary.h"
+#include "client/flags/common_flags.h"
+#include "client/flags/summary.h"
 #include "common/status_macros.h"
 
 namespace rope {
@@ -31,20 +31,23 @@ void AddTableFlags(FlagSet* flags) {
 }
 
 absl::Status RunTable(const FlagSet& flags, std::ostream& out) {
-  std::string defaults_note;
-  ROPE_ASSIGN_OR_RETURN(v1::RopeConfig config, RopeConfigFromFlags(flags, 0, &defaults_note));
+  ROPE_ASSIGN_OR_RETURN(v1::RopeConfig config, RopeConfigFromFlags(flags, 0));
   v1::GetTableRequest request;
   *request.mutable_config() = config;
   request.set_start(flags.Int("start"));
   request.set_count(flags.Int("count"));
 
   ROPE_ASSIGN_OR_RETURN(std::unique_ptr<RopeClient> client, ClientFromFlags(flags));
+  std::string defaults_note;
+  ROPE_RETURN_IF_ERROR(
+      CompleteHfConfigFromFlags(*client, flags, request.mutable_config(), &defaults_note));
   const absl::Time start = absl::Now();
   absl::StatusOr<v1::GetTableResponse> response = client->GetTable(request);
   const absl::Duration elapsed = absl::Now() - start;
   if (!response.ok()) return response.status();
 
-  out << "table  " << flags.String("target") << "  " << DescribeEffectiveConfig(*client, config)
+  out << "table  " << flags.String("target") << "  "
+      << DescribeEffectiveConfig(*client, request.config())
       << "\n";
   std::vector<std::string> inv_freq;
   const int shown = std::min(response->inv_freq_size(), kInvFreqShown);

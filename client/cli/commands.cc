@@ -6,7 +6,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
 #include "absl/types/span.h"
-#include "client/cli/common_flags.h"
+#include "client/flags/common_flags.h"
 #include "client/transport_errors.h"
 
 namespace rope {

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "client/cli/flag_set.h"
+#include "client/flags/flag_set.h"
 
 namespace rope {
 namespace client {

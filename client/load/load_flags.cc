@@ -4,7 +4,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "client/cli/common_flags.h"
+#include "client/flags/common_flags.h"
 #include "client/load/workload.h"
 
 namespace rope {

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "client/cli/flag_set.h"
+#include "client/flags/flag_set.h"
 #include "client/load/load_spec.h"
 
 namespace rope {

@@ -13,8 +13,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
 #include "absl/time/time.h"
-#include "client/cli/common_flags.h"
-#include "client/cli/flag_set.h"
+#include "client/flags/common_flags.h"
+#include "client/flags/flag_set.h"
 #include "client/load/channel_pool.h"
 #include "client/load/load_flags.h"
 #include "client/load/progress.h"
@@ -166,6 +166,13 @@ int SetUpRun(const client::FlagSet& flags, std::ostream& err, RunSetup* setup) {
     return kExitFailure;
   }
   setup->server = *std::move(info);
+  std::string hf_defaults_note;
+  absl::Status completed =
+      CompleteHfConfigs(setup->pool->client(0), flags, &setup->workload, &hf_defaults_note);
+  if (!completed.ok()) {
+    ReportError(completed, err);
+    return client::IsUsageError(completed) ? kExitUsage : kExitFailure;
+  }
   // The summary shows the scaling parameters the server uses (its defaults
   // and a config.json's values), not the zeros sent.
   // (With --configs the description keeps naming the range of configs.)
@@ -178,6 +185,9 @@ int SetUpRun(const client::FlagSet& flags, std::ostream& err, RunSetup* setup) {
       setup->workload.config_description =
           client::DescribeEffectiveConfig(setup->pool->client(0), *config);
     }
+  }
+  if (!hf_defaults_note.empty()) {
+    absl::StrAppend(&setup->workload.config_description, " (", hf_defaults_note, ")");
   }
   if (flags.Bool("shm")) {
     if (setup->spec.verify > 0) {

@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "client/cli/flag_set.h"
+#include "client/flags/flag_set.h"
 #include "common/status_macros.h"
 #include "rope/v1/rope.pb.h"
 

@@ -8,10 +8,10 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
-#include "client/cli/axial_flags.h"
-#include "client/cli/cli_parsing.h"
-#include "client/cli/common_flags.h"
-#include "client/cli/summary.h"
+#include "client/flags/axial_flags.h"
+#include "client/flags/cli_parsing.h"
+#include "client/flags/common_flags.h"
+#include "client/flags/summary.h"
 #include "common/defaults.h"
 #include "common/status_macros.h"
 #include "rope/v1/rope.pb.h"
@@ -318,6 +318,26 @@ absl::StatusOr<Workload> WorkloadFromFlags(const FlagSet& flags) {
   workload.request_bytes = static_cast<int64_t>(workload.requests[0]->ByteSizeLong() +
                                                 workload.config_field(0).size());
   return workload;
+}
+
+absl::Status CompleteHfConfigs(client::RopeClient& client, const FlagSet& flags,
+                               Workload* workload, std::string* note) {
+  if (flags.String("hf_config").empty() || workload->requests.empty()) return absl::OkStatus();
+  // --configs above 1 is refused with --hf_config: every payload carries
+  // the one config.
+  const google::protobuf::FieldDescriptor& field = ConfigField(*workload->requests[0]);
+  const google::protobuf::Reflection& reflection = *workload->requests[0]->GetReflection();
+  auto* first =
+      static_cast<v1::RopeConfig*>(reflection.MutableMessage(workload->requests[0].get(), &field));
+  ROPE_RETURN_IF_ERROR(client::CompleteHfConfigFromFlags(client, flags, first, note));
+  for (size_t i = 1; i < workload->requests.size(); ++i) {
+    auto* config = static_cast<v1::RopeConfig*>(
+        reflection.MutableMessage(workload->requests[i].get(), &field));
+    config->set_layout(first->layout());
+    config->set_max_len(first->max_len());
+  }
+  workload->request_bytes = static_cast<int64_t>(workload->requests[0]->ByteSizeLong());
+  return absl::OkStatus();
 }
 
 }  // namespace load

@@ -17,9 +17,11 @@
 
 #include <google/protobuf/message.h>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "client/cli/flag_set.h"
+#include "client/flags/flag_set.h"
+#include "client/rope_client.h"
 
 namespace rope {
 namespace load {
@@ -77,6 +79,14 @@ void AddWorkloadFlags(client::FlagSet* flags);
 // Builds the payloads. A usage error (client::IsUsageError) for a bad
 // combination of flags; the file's error for an unreadable .npy input.
 absl::StatusOr<Workload> WorkloadFromFlags(const client::FlagSet& flags);
+
+// --hf_config without --layout / --max_len: the layout and max_len the
+// server at `client` derives from the config.json (one ResolveConfig call,
+// client::CompleteHfConfigFromFlags), set in every payload's config, with
+// request_bytes updated; `note` receives what was taken and why. Nothing
+// without --hf_config. The server's error when it refuses the config.
+absl::Status CompleteHfConfigs(client::RopeClient& client, const client::FlagSet& flags,
+                               Workload* workload, std::string* note);
 
 }  // namespace load
 }  // namespace rope

@@ -76,7 +76,8 @@ const char* const kInterleavedModelTypes[] = {
     "gptj",         "codegen",     "glm",           "glm4",          "glm4v",
     "glm4v_text",   "cohere",      "cohere2",       "deepseek_v2",   "deepseek_v3",
     "kimi_k2",      "deepseek_v4", "llama4",        "llama4_text",   "ernie4_5",
-    "ernie4_5_moe", "ernie4_5_vl", "ernie4_5_moe_vl", "ernie4_5_vl_moe", "ernie4_5_vl_moe_text"};
+    "ernie4_5_moe", "ernie4_5_vl", "ernie4_5_moe_vl", "ernie4_5_vl_moe", "ernie4_5_vl_moe_text",
+    "helium"};
 
 // Ernie 4.5-VL: its mrope_section is [h, w, t] in Ernie's 3-D layout.
 bool IsErnieVl(const std::string& model_type) {

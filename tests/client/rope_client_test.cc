@@ -23,6 +23,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/cli/commands.h"
+#include "client/hf_config_defaults.h"
 #include "client/shared_region.h"
 #include "client/tensor_util.h"
 #include "gmock/gmock.h"
@@ -333,9 +334,9 @@ TEST_F(RopeClientTest, RopectlResolvePrintsTheDerivedConfigAndItsFlags) {
   ASSERT_EQ(code, kExitOk) << err.str();
   EXPECT_THAT(out.str(), HasSubstr("theta=1e+06 head_dim=256 rotary_dim=256 max_len=8192"));
   EXPECT_THAT(out.str(), HasSubstr("scaling=linear(factor=8)"));
-  // Gemma rotates halves in transformers: the default layout.
-  EXPECT_THAT(out.str(), HasSubstr("from the config.json: layout=half (model_type gemma3: "
-                                   "transformers rotates halves) max_len=8192 (--max_len)"));
+  // Gemma rotates halves in transformers: the server's default layout.
+  EXPECT_THAT(out.str(), HasSubstr("from the config.json: layout=half (the server's hf_layout "
+                                   "for model_type gemma3) max_len=8192 (--max_len)"));
   EXPECT_THAT(out.str(), HasSubstr("as flags: --theta=1000000 --head_dim=256 --rotary_dim=256 "
                                    "--max_len=8192 --layout=half --rope_scaling=linear "
                                    "--factor=8"));
@@ -349,10 +350,11 @@ TEST_F(RopeClientTest, RopectlResolvePrintsTheDerivedConfigAndItsFlags) {
   ASSERT_EQ(code, kExitOk) << sliding_err.str();
   EXPECT_THAT(sliding_out.str(), HasSubstr("as flags: --theta=10000 --head_dim=256"));
   EXPECT_THAT(sliding_out.str(), Not(HasSubstr("--rope_scaling")));
-  // No max_position_embeddings in the file: Gemma3TextConfig's 131072.
+  // No max_position_embeddings in the file: the server gives
+  // Gemma3TextConfig's 131072.
   EXPECT_THAT(sliding_out.str(),
-              HasSubstr("max_len=131072 (max_position_embeddings of transformers' gemma3 config "
-                        "class: the config.json has none)"));
+              HasSubstr("max_len=131072 (the server's max_position_embeddings for model_type "
+                        "gemma3)"));
 }
 
 TEST_F(RopeClientTest, RopectlTakesLayoutAndMaxLenFromTheConfigJsonUnlessGiven) {
@@ -368,9 +370,9 @@ TEST_F(RopeClientTest, RopectlTakesLayoutAndMaxLenFromTheConfigJsonUnlessGiven) 
                        out, err),
             kExitOk)
       << err.str();
-  EXPECT_THAT(out.str(), HasSubstr("from the config.json: layout=interleaved (model_type glm4: "
-                                   "transformers pairs neighbours) max_len=2048 (the config's "
-                                   "max_position_embeddings)"));
+  EXPECT_THAT(out.str(), HasSubstr("from the config.json: layout=interleaved (the server's "
+                                   "hf_layout for model_type glm4) max_len=2048 (the server's "
+                                   "max_position_embeddings for model_type glm4)"));
   EXPECT_THAT(out.str(), HasSubstr("saved q to " + dir + "/inputs/q.npy (<f4)"));
   // The saved input, sent again, gives the same reply; --layout overrides.
   std::ostringstream again, again_err;
@@ -389,6 +391,91 @@ TEST_F(RopeClientTest, RopectlTakesLayoutAndMaxLenFromTheConfigJsonUnlessGiven) 
                                        " gives head_dim 64: send q (and k) with last dimension "
                                        "64"));
   EXPECT_THAT(bad_err.str(), Not(HasSubstr("leave config.head_dim 0")));
+}
+
+// ropectl takes layout and max_len from the server's ResolveConfig for
+// published configs of each kind: plain (Llama), M-RoPE (Qwen2-VL),
+// gpt-oss (YaRN), a NoPE layer (Llama 4's layer 3).
+TEST_F(RopeClientTest, RopectlTakesTheServersDefaultsForPublishedConfigs) {
+  struct Case {
+    const char* fixture;
+    std::vector<std::string> extra;
+    const char* note;
+  };
+  const std::string dir = std::string(ROPE_SOURCE_DIR) + "/tests/fixtures/hf_configs/";
+  for (const Case& c : std::vector<Case>{
+           {"Llama-3.1-8B-Instruct", {},
+            "layout=half (the server's hf_layout for model_type llama) max_len=131072 (the "
+            "server's max_position_embeddings for model_type llama)"},
+           {"Qwen2-VL-7B-Instruct", {},
+            "layout=half (the server's hf_layout for model_type qwen2_vl) max_len=32768"},
+           {"gpt-oss-20b", {},
+            "layout=half (the server's hf_layout for model_type gpt_oss) max_len=131072"},
+           {"Llama-4-Scout-17B-16E-Instruct", {"--hf_layer_index=3"},
+            "layout=interleaved (the server's hf_layout for model_type llama4) "
+            "max_len=10485760"}}) {
+    std::vector<std::string> args = {"resolve", "--target=" + server_->address(),
+                                     "--hf_config=" + dir + c.fixture + ".json"};
+    args.insert(args.end(), c.extra.begin(), c.extra.end());
+    std::ostringstream out, err;
+    ASSERT_EQ(RunRopectl(args, out, err), kExitOk) << c.fixture << ": " << err.str();
+    EXPECT_THAT(out.str(), HasSubstr(absl::StrCat("from the config.json: ", c.note)))
+        << c.fixture;
+  }
+  // The NoPE layer rotates nothing, with the defaults the server gave.
+  std::ostringstream out, err;
+  ASSERT_EQ(RunRopectl({"rotate", "--target=" + server_->address(),
+                        "--hf_config=" + dir + "Llama-4-Scout-17B-16E-Instruct.json",
+                        "--hf_layer_index=3", "--random_q_shape=1,2,1,128"},
+                       out, err),
+            kExitOk)
+      << err.str();
+  EXPECT_THAT(out.str(), HasSubstr("layout=interleaved (the server's hf_layout"));
+}
+
+TEST_F(RopeClientTest, HfConfigWithoutMaxPositionEmbeddingsNeedsMaxLen) {
+  const std::string path = ::testing::TempDir() + "/rope-keys-only.json";
+  std::ofstream(path) << R"({"model_type": "llama", "rope_theta": 10000, "head_dim": 64})";
+  std::ostringstream out, err;
+  EXPECT_EQ(RunRopectl({"resolve", "--target=" + server_->address(), "--hf_config=" + path},
+                       out, err),
+            kExitUsage);
+  EXPECT_THAT(err.str(), HasSubstr("has no max_position_embeddings: give --max_len"));
+  // The library says it in its own terms.
+  client::HfConfigOverrides overrides;
+  absl::StatusOr<v1::RopeConfig> config =
+      client::RopeConfigFromHfConfig(*client_, R"({"model_type": "llama", "rope_theta": 10000,
+                                                  "head_dim": 64})",
+                                     overrides);
+  EXPECT_EQ(config.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(config.status().message()),
+              HasSubstr("has no max_position_embeddings (the default table length): give max_len"));
+  overrides.max_len = 64;
+  config = client::RopeConfigFromHfConfig(
+      *client_, R"({"model_type": "glm", "rope_theta": 10000, "head_dim": 64})", overrides);
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->layout(), v1::INTERLEAVED);
+  EXPECT_EQ(config->max_len(), 64u);
+}
+
+// A server older than ResolvedConfig.hf_layout leaves it unset: the client
+// cannot know the layout and says how to go on.
+TEST(HfConfigDefaultsTest, AReplyWithoutHfLayoutAsksForLayoutAndMaxLen) {
+  v1::RopeConfig config;
+  config.set_hf_config_json(R"({"model_type": "llama", "max_position_embeddings": 64})");
+  absl::StatusOr<client::HfConfigDefaults> old =
+      client::HfConfigDefaultsFromResolved(v1::ResolvedConfig(), config);
+  EXPECT_EQ(old.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(old.status().message()),
+              HasSubstr("has no hf_layout (a ropeserve older than ResolvedConfig.hf_layout)"));
+  EXPECT_THAT(std::string(old.status().message()), HasSubstr("--layout and --max_len"));
+  v1::ResolvedConfig reply;
+  reply.set_hf_layout(v1::HALF);
+  absl::StatusOr<client::HfConfigDefaults> current =
+      client::HfConfigDefaultsFromResolved(reply, config);
+  ASSERT_TRUE(current.ok());
+  EXPECT_EQ(current->layout, v1::HALF);
+  EXPECT_FALSE(current->max_position_embeddings.has_value());  // the reply's 0
 }
 
 TEST_F(RopeClientTest, RopectlInfoShowsEveryLimit) {

@@ -735,9 +735,12 @@ def main():
                   % (run.returncode, missing, run.stdout, run.stderr))
         else:
             print("ok  ropectl resolve --hf_config=Phi-4-mini-instruct.json")
-        # One rule for config.json defaults: ropectl (the C++ table) and the
-        # Python package's from_hf, against this test's own column.
+        # One rule for config.json defaults: ropectl and the Python package's
+        # Client.from_hf take them from the server's ResolveConfig; the
+        # package's offline fallback (RopeConfig.from_hf without a client)
+        # must agree. All against this test's own column.
         import ropeserve  # pylint: disable=import-outside-toplevel
+        py_client = ropeserve.Client(rs.address, deadline=20.0)
         for name, _, layout_half in MODELS:
             path = os.path.join(args.fixtures, name + ".json")
             with open(path, encoding="utf-8") as f:
@@ -751,19 +754,24 @@ def main():
                                   "--hf_config=" + path], capture_output=True, text=True,
                                  timeout=TIMEOUT_S)
             line = next((l for l in run.stdout.splitlines() if "from the config.json:" in l), "")
-            config = ropeserve.RopeConfig.from_hf(path)
+            config = py_client.from_hf(path)
+            offline = ropeserve.RopeConfig.from_hf(path)
             problems = []
             if run.returncode != 0 or "layout=%s (" % want_layout not in line or \
                     "max_len=%d (" % max_position not in line:
                 problems.append("ropectl printed %r (exit %d) %s" % (line, run.returncode, run.stderr))
             if config.layout.value != want_layout or config.max_len != max_position:
                 problems.append("from_hf gave layout %s max_len %d" % (config.layout.value, config.max_len))
+            if (offline.layout, offline.max_len) != (config.layout, config.max_len):
+                problems.append("the offline from_hf gave layout %s max_len %d"
+                                % (offline.layout.value, offline.max_len))
             if problems:
                 failures += 1
                 print("FAIL defaults of %s: want layout=%s max_len=%d: %s"
                       % (name, want_layout, max_position, "; ".join(problems)))
             else:
                 print("ok  defaults of %s: layout=%s max_len=%d" % (name, want_layout, max_position))
+        py_client.close()
         status = rs.stop()
         if status != 0:
             failures += 1

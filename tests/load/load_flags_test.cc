@@ -3,7 +3,7 @@
 #include <string>
 #include <vector>
 
-#include "client/cli/flag_set.h"
+#include "client/flags/flag_set.h"
 #include "client/load/load_flags.h"
 #include "client/load/ropeload_command.h"
 #include "client/load/workload.h"

@@ -293,6 +293,21 @@ class RopeloadTest(unittest.TestCase):
         self.assertEqual(report["verify"]["matched"], 3, report["verify"]["failures"])
         self.assertIn("3 of 3 checked replies match", stdout)
 
+    def test_hf_config_takes_the_servers_layout_and_max_len(self):
+        # No --layout / --max_len: the server's ResolveConfig says them
+        # (Llama 3.1: rotate_half, max_position_embeddings 131072), and the
+        # summary's config line says where they came from.
+        config = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fixtures",
+                              "hf_configs", "Llama-3.1-8B-Instruct.json")
+        stdout, report = self.ropeload("--hf_config=" + config, "--random_q_shape=1,2,2,128",
+                                       "--start_pos=131070", "-n", "5", "--verify=2")
+        step = report["steps"][0]
+        self.assertEqual(step["errors"], 0, step["errors_by_code"])
+        self.assertEqual(report["verify"]["matched"], 2, report["verify"]["failures"])
+        self.assertIn("layout=half (the server's hf_layout for model_type llama) max_len=131072 "
+                      "(the server's max_position_embeddings for model_type llama)", stdout)
+        self.assertIn("max_len=131072 layout=half", report["workload"]["config"])
+
     # -------------------------------------------------------------- configs
 
     def check_one_table_per_config(self, rpc, configs, *flags):

@@ -7,7 +7,7 @@
 
 #include <google/protobuf/util/message_differencer.h>
 
-#include "client/cli/flag_set.h"
+#include "client/flags/flag_set.h"
 #include "client/load/load_flags.h"
 #include "client/load/workload.h"
 #include "gmock/gmock.h"

@@ -422,6 +422,7 @@ TEST(HfVariantsTest, EachModelTypePairsAsItsTransformersCodeDoes) {
            {"gpt_neox", Layout::kHalf},       {"glm4_moe", Layout::kHalf},
            {"gptj", Layout::kInterleaved},    {"glm", Layout::kInterleaved},
            {"glm4", Layout::kInterleaved},    {"cohere", Layout::kInterleaved},
+           {"helium", Layout::kInterleaved},
            {"deepseek_v2", Layout::kInterleaved}, {"deepseek_v3", Layout::kInterleaved},
            {"llama4_text", Layout::kInterleaved}, {"ernie4_5", Layout::kInterleaved}}) {
     auto r = Resolve(FromJson(absl::StrCat(R"({"model_type": ")", model_type,

@@ -15,6 +15,7 @@ import grpc
 import grpc.aio
 
 from . import _calls, _channel, _proto, _shm_calls, memory
+from .config import RopeConfig, read_hf_config
 from .errors import from_rpc_error
 
 
@@ -88,6 +89,17 @@ class Client:
     async def resolve(self, config):
         """See ropeserve.Client.resolve."""
         return await self._call("ResolveConfig", _calls.resolve(config))
+
+    async def from_hf(self, source, layer_type=None, *, max_len=None, layout=None,
+                      layer_index=None):
+        """See ropeserve.Client.from_hf."""
+        text, parsed = read_hf_config(source)
+        resolved = None
+        if layout is None or max_len is None:
+            probe = RopeConfig._hf_probe(text, layer_type, max_len, layout, layer_index)
+            resolved = (await self.resolve(probe)).message
+        return RopeConfig._from_hf_answer(text, parsed, layer_type, max_len, layout, resolved,
+                                          layer_index)
 
     # ---- Shared memory (same host; see ropeserve.shm and ropeserve.Client) ----
 

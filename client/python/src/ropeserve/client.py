@@ -7,6 +7,7 @@ import threading
 import grpc
 
 from . import _calls, _channel, _proto, _shm_calls, memory
+from .config import RopeConfig
 from .errors import from_rpc_error
 
 
@@ -130,6 +131,12 @@ class Client:
         """
         request = _calls.resolve(config)
         return self._call("ResolveConfig", request)
+
+    def from_hf(self, source, layer_type=None, *, max_len=None, layout=None, layer_index=None):
+        """RopeConfig.from_hf with this server's defaults for the layout and max_len not
+        given (ResolvedConfig.hf_layout and max_position_embeddings: one ResolveConfig call)."""
+        return RopeConfig.from_hf(source, layer_type, max_len=max_len, layout=layout, client=self,
+                                  layer_index=layer_index)
 
     # ---- Shared memory (same host; see ropeserve.shm) ----
 

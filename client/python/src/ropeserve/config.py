@@ -290,13 +290,16 @@ def _scaling_from_proto(config_message):
 
 _ANGLE_PRECISIONS = {"exact": pb.ANGLE_EXACT, "float32": pb.ANGLE_FLOAT32}
 
-# model_types whose transformers modeling code pairs neighbours (INTERLEAVED);
-# every other one rotates halves (HALF). The same table as the C++ clients'
-# (client/hf_config_defaults.cc); tests/python/test_hf_defaults.py holds the
-# two equal.
+# The offline fallback of RopeConfig.from_hf (no client, or a server without
+# ResolvedConfig.hf_layout): model_types whose transformers modeling code
+# pairs neighbours (INTERLEAVED); every other one rotates halves (HALF). A
+# copy of the server's table (core/engine/hf_config.cc), which is what every
+# client with a connection uses; tests/python/test_hf_defaults.py holds this
+# copy equal to the server's answers.
 _INTERLEAVED_MODEL_TYPES = frozenset({
-    "codegen", "cohere", "cohere2", "deepseek_v2", "deepseek_v3", "ernie4_5", "ernie4_5_moe",
-    "glm", "glm4", "gptj", "helium", "llama4", "llama4_text",
+    "codegen", "cohere", "cohere2", "deepseek_v2", "deepseek_v3", "deepseek_v4", "ernie4_5",
+    "ernie4_5_moe", "ernie4_5_vl", "ernie4_5_moe_vl", "ernie4_5_vl_moe", "ernie4_5_vl_moe_text",
+    "glm", "glm4", "glm4v", "glm4v_text", "gptj", "helium", "kimi_k2", "llama4", "llama4_text",
 })
 
 
@@ -319,12 +322,14 @@ def _top_or_text(parsed, key):
 
 
 def hf_layout(parsed):
-    """(Layout, why) that a config.json dict implies: its rope_interleave when it has one
-    (DeepSeek-V3), else transformers' layout for its model_type."""
-    interleave = _top_or_text(parsed, "rope_interleave")
-    if isinstance(interleave, bool):
-        return (Layout.INTERLEAVED if interleave else Layout.HALF,
-                "rope_interleave %s" % ("true" if interleave else "false"))
+    """(Layout, why) that a config.json dict implies: its rope_interleave (DeepSeek) or
+    rotary_emb_interleaved (nomic-bert) when it has one, else transformers' layout for its
+    model_type. The offline fallback of the server's ResolvedConfig.hf_layout."""
+    for key in ("rope_interleave", "rotary_emb_interleaved"):
+        interleave = _top_or_text(parsed, key)
+        if isinstance(interleave, bool):
+            return (Layout.INTERLEAVED if interleave else Layout.HALF,
+                    "%s %s" % (key, "true" if interleave else "false"))
     model_type = _top_or_text(parsed, "model_type")
     model_type = model_type if isinstance(model_type, str) else ""
     layout = transformers_layout(model_type)
@@ -496,36 +501,72 @@ class RopeConfig:
         return dataclasses.replace(self, **changes)
 
     @classmethod
-    def from_hf(cls, source, layer_type=None, *, max_len=None, layout=None):
+    def from_hf(cls, source, layer_type=None, *, max_len=None, layout=None, client=None,
+                layer_index=None):
         """A config whose rope parameters the server derives from a model's config.json.
 
         source: a dict, a path to a config.json, or a directory holding one.
         layer_type: "full_attention" (the default) or "sliding_attention"
             (Gemma 3's local layers), sent as hf_layer_type.
+        layer_index: the decoder layer (from 0), sent as hf_layer_index: its
+            layer type, NoPE or not (Llama 4, SmolLM3), its rope group.
+        client: a ropeserve.Client; the layout and max_len not given are then
+            the server's (ResolveConfig's hf_layout and max_position_embeddings,
+            one call), the rule ropectl and ropeload follow. With an
+            asyncio client use `await client.from_hf(...)`.
         max_len: the table length; default: the config's
             max_position_embeddings (also under text_config).
         layout: default: the layout transformers' modeling code uses for the
             config's model_type (HALF, rotate_half, for most; INTERLEAVED for
             GPT-J, GLM, Cohere, DeepSeek V2/V3, Llama 4, ...; an explicit
-            rope_interleave key wins), the rule ropectl and ropeload follow.
+            rope_interleave key wins).
+
+        Without a client (or with a server too old to return hf_layout) the
+        two defaults come from this package's own copy of the server's
+        model_type table (_INTERLEAVED_MODEL_TYPES), the offline fallback.
 
         The server reads rope_theta, rope_scaling / rope_parameters,
         partial_rotary_factor, head_dim, ... with transformers' formulas; see
         Client.resolve() for what it derived. Raises ropeserve.Unimplemented
         while rope.proto lacks RopeConfig.hf_config_json.
         """
+        text, parsed = read_hf_config(source)
+        resolved = None
+        if client is not None and (layout is None or max_len is None):
+            probe = cls._hf_probe(text, layer_type, max_len, layout, layer_index)
+            resolved = client.resolve(probe).message
+        return cls._from_hf_answer(text, parsed, layer_type, max_len, layout, resolved, layer_index)
+
+    @classmethod
+    def _hf_probe(cls, text, layer_type, max_len, layout, layer_index=None):
+        """The config ResolveConfig is asked about for a config.json's defaults: placeholders
+        (max_len 1, HALF) where the caller gave none; neither changes what the server derives
+        from the file."""
         if not _proto.HAS_HF_CONFIG:
             raise _hf_unsupported("RopeConfig.from_hf")
-        text, parsed = read_hf_config(source)
+        return cls(head_dim=0, max_len=max_len if max_len is not None else 1,
+                   layout=layout if layout is not None else Layout.HALF, hf_config_json=text,
+                   hf_layer_type=layer_type, hf_layer_index=layer_index)
+
+    @classmethod
+    def _from_hf_answer(cls, text, parsed, layer_type, max_len, layout, resolved, layer_index=None):
+        """from_hf's config: the caller's layout and max_len, else the server's (resolved: a
+        rope.v1.ResolvedConfig with hf_layout set), else the offline fallback table."""
+        if not _proto.HAS_HF_CONFIG:
+            raise _hf_unsupported("RopeConfig.from_hf")
+        server = resolved is not None and resolved.hf_layout != pb.LAYOUT_UNSPECIFIED
         if layout is None:
-            layout, _ = hf_layout(parsed)
+            layout = Layout.of(resolved.hf_layout) if server else hf_layout(parsed)[0]
         if max_len is None:
-            max_len = hf_max_position_embeddings(parsed)
+            if server:
+                max_len = resolved.max_position_embeddings or None
+            else:
+                max_len = hf_max_position_embeddings(parsed)
             if max_len is None:
                 raise ValueError("RopeConfig.from_hf: the config has no max_position_embeddings: "
                                  "pass max_len=")
         return cls(head_dim=0, max_len=max_len, layout=layout, hf_config_json=text,
-                   hf_layer_type=layer_type)
+                   hf_layer_type=layer_type, hf_layer_index=layer_index)
 
 
 def _describe_json(text):
@@ -572,6 +613,8 @@ def hf_max_position_embeddings(parsed):
     the value of transformers' config class where published configs leave it out: gemma3);
     None if absent otherwise."""
     value = _top_or_text(parsed, "max_position_embeddings")
+    if value is None:
+        value = _top_or_text(parsed, "n_positions")  # GPT-J, CodeGen
     if value is None:
         return _CLASS_MAX_POSITION_EMBEDDINGS.get(_top_or_text(parsed, "model_type"))
     if isinstance(value, int) and not isinstance(value, bool) and value > 0:

@@ -80,7 +80,7 @@ class RemoteRotaryEmbedding(torch.nn.Module):
     """A transformers rotary module whose cos/sin and rotations come from ropeserve.
 
     client: a ropeserve.Client (shared; it is thread-safe).
-    config: a ropeserve.RopeConfig (e.g. RopeConfig.from_hf(model.config.to_dict())), either
+    config: a ropeserve.RopeConfig (e.g. client.from_hf(model.config.to_dict())), either
         layout; partial rotary (rotary_dim < D) rotates the first rotary_dim features.
     """
 
@@ -209,9 +209,9 @@ def patch_model(model, client, config=None):
 
     Every attention layer then sends its q and k to the server (Rotate, one
     call per layer and forward) instead of applying cos and sin itself.
-    config: default RopeConfig.from_hf(model.config.to_dict()): the server
-    reads the model's rope parameters, the layout follows the model_type, and
-    max_len is max_position_embeddings.
+    config: default client.from_hf(model.config.to_dict()): the server reads
+    the model's rope parameters and says the layout its model_type's code
+    uses and max_position_embeddings, taken as layout and max_len.
 
     Works with models whose rotary module (a submodule named *RotaryEmbedding)
     returns (cos, sin) that the decoder hands to each attention layer, whose
@@ -224,7 +224,7 @@ def patch_model(model, client, config=None):
     global ones need a config each).
     """
     if config is None:
-        config = RopeConfig.from_hf(model.config.to_dict())
+        config = RopeConfig.from_hf(model.config.to_dict(), client=client)
     rope = RemoteRotaryEmbedding(client, config)
     rotary = [(name, module) for name, module in model.named_modules()
               if type(module).__name__.endswith("RotaryEmbedding")]

@@ -1,4 +1,4 @@
-#include "client/cli/flag_set.h"
+#include "client/flags/flag_set.h"
 
 #include <cstdio>
 #include <cstdlib>

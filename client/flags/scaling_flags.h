@@ -2,14 +2,14 @@
 // that builds a rope.v1.RopeConfig from flags (ropectl, ropeload). Names
 // follow Hugging Face's rope_scaling keys; dashes and underscores are
 // interchangeable on the command line (--rope-scaling=llama3 --factor=8).
-#ifndef ROPE_CLIENT_CLI_SCALING_FLAGS_H_
-#define ROPE_CLIENT_CLI_SCALING_FLAGS_H_
+#ifndef ROPE_CLIENT_FLAGS_SCALING_FLAGS_H_
+#define ROPE_CLIENT_FLAGS_SCALING_FLAGS_H_
 
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
-#include "client/cli/flag_set.h"
+#include "client/flags/flag_set.h"
 #include "rope/v1/rope.pb.h"
 
 namespace rope {
@@ -42,4 +42,4 @@ std::string ScalingAsFlags(const v1::RopeConfig& config);
 }  // namespace client
 }  // namespace rope
 
-#endif  // ROPE_CLIENT_CLI_SCALING_FLAGS_H_
+#endif  // ROPE_CLIENT_FLAGS_SCALING_FLAGS_H_

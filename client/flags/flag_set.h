@@ -1,4 +1,4 @@
-// A small command-line flag parser for one ropectl subcommand.
+// A small command-line flag parser for one ropectl subcommand (or ropeload).
 //
 // absl flags are process-global, so every subcommand would accept (and
 // --help would list) every other subcommand's flags. A FlagSet holds only
@@ -9,8 +9,8 @@
 // Values are checked when parsed (type, and an optional validator), so a
 // command that got an OK from Parse reads its flags without further checks.
 // Errors from Parse are usage errors (IsUsageError).
-#ifndef ROPE_CLIENT_CLI_FLAG_SET_H_
-#define ROPE_CLIENT_CLI_FLAG_SET_H_
+#ifndef ROPE_CLIENT_FLAGS_FLAG_SET_H_
+#define ROPE_CLIENT_FLAGS_FLAG_SET_H_
 
 #include <cstdint>
 #include <functional>
@@ -91,4 +91,4 @@ class FlagSet {
 }  // namespace client
 }  // namespace rope
 
-#endif  // ROPE_CLIENT_CLI_FLAG_SET_H_
+#endif  // ROPE_CLIENT_FLAGS_FLAG_SET_H_

@@ -1,7 +1,7 @@
-// Parsers for ropectl flag values that are more than a scalar. Each returns
+// Parsers for ropectl and ropeload flag values that are more than a scalar. Each returns
 // INVALID_ARGUMENT naming what is wrong with the value.
-#ifndef ROPE_CLIENT_CLI_CLI_PARSING_H_
-#define ROPE_CLIENT_CLI_CLI_PARSING_H_
+#ifndef ROPE_CLIENT_FLAGS_CLI_PARSING_H_
+#define ROPE_CLIENT_FLAGS_CLI_PARSING_H_
 
 #include <cstdint>
 #include <vector>
@@ -32,4 +32,4 @@ std::string LayoutName(v1::Layout layout);
 }  // namespace client
 }  // namespace rope
 
-#endif  // ROPE_CLIENT_CLI_CLI_PARSING_H_
+#endif  // ROPE_CLIENT_FLAGS_CLI_PARSING_H_

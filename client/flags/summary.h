@@ -1,6 +1,7 @@
-// One-line, human-readable descriptions of tensors for ropectl's output.
-#ifndef ROPE_CLIENT_CLI_SUMMARY_H_
-#define ROPE_CLIENT_CLI_SUMMARY_H_
+// One-line, human-readable descriptions of tensors for ropectl's and ropeload's
+// output.
+#ifndef ROPE_CLIENT_FLAGS_SUMMARY_H_
+#define ROPE_CLIENT_FLAGS_SUMMARY_H_
 
 #include <string>
 
@@ -27,4 +28,4 @@ std::string FormatMillis(absl::Duration d);
 }  // namespace client
 }  // namespace rope
 
-#endif  // ROPE_CLIENT_CLI_SUMMARY_H_
+#endif  // ROPE_CLIENT_FLAGS_SUMMARY_H_

@@ -8,8 +8,8 @@
 //     ';', each SIZE[/start=a,b][/step=a,b][/rope_axis=1,0] with SIZE like
 //     1x64x64: Flux's text then image ids are
 //     --grid='512x1x1/step=0,0,0;1x64x64'.
-#ifndef ROPE_CLIENT_CLI_AXIAL_FLAGS_H_
-#define ROPE_CLIENT_CLI_AXIAL_FLAGS_H_
+#ifndef ROPE_CLIENT_FLAGS_AXIAL_FLAGS_H_
+#define ROPE_CLIENT_FLAGS_AXIAL_FLAGS_H_
 
 #include <string>
 #include <vector>
@@ -17,7 +17,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "client/cli/flag_set.h"
+#include "client/flags/flag_set.h"
 #include "rope/v1/rope.pb.h"
 
 namespace rope {
@@ -58,4 +58,4 @@ std::string DescribePositionSource(const FlagSet& flags);
 }  // namespace client
 }  // namespace rope
 
-#endif  // ROPE_CLIENT_CLI_AXIAL_FLAGS_H_
+#endif  // ROPE_CLIENT_FLAGS_AXIAL_FLAGS_H_

@@ -1,4 +1,4 @@
-#include "client/cli/summary.h"
+#include "client/flags/summary.h"
 
 #include <algorithm>
 #include <vector>

@@ -1,4 +1,4 @@
-#include "client/cli/axial_flags.h"
+#include "client/flags/axial_flags.h"
 
 #include <utility>
 
@@ -7,8 +7,8 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "client/cli/cli_parsing.h"
-#include "client/cli/scaling_flags.h"
+#include "client/flags/cli_parsing.h"
+#include "client/flags/scaling_flags.h"
 #include "common/status_macros.h"
 
 namespace rope {

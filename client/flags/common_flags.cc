@@ -1,4 +1,4 @@
-#include "client/cli/common_flags.h"
+#include "client/flags/common_flags.h"
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -14,10 +14,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "client/cli/axial_flags.h"
+#include "client/flags/axial_flags.h"
 #include "absl/strings/strip.h"
-#include "client/cli/cli_parsing.h"
-#include "client/cli/scaling_flags.h"
+#include "client/flags/cli_parsing.h"
+#include "client/flags/scaling_flags.h"
 #include "client/hf_config_defaults.h"
 #include "client/npy.h"
 #include "client/tensor_util.h"
@@ -61,52 +61,34 @@ absl::StatusOr<uint32_t> Uint32Flag(absl::string_view name, int64_t value) {
   return static_cast<uint32_t>(value);
 }
 
-// --hf_config's RopeConfig: layout and max_len by the config.json rule of
-// hf_config_defaults.h unless the flags give them.
+// --hf_config's RopeConfig: layout and max_len as the flags give them, else
+// LAYOUT_UNSPECIFIED and 0, for CompleteHfConfigFromFlags to take from the
+// server.
 absl::StatusOr<v1::RopeConfig> HfRopeConfigFromFlags(const FlagSet& flags, std::string json,
-                                                     int64_t inferred_head_dim,
-                                                     std::string* defaults_note) {
-  HfConfigOverrides overrides;
-  overrides.hf_layer_type = flags.String("hf_layer_type");
+                                                     int64_t inferred_head_dim) {
+  v1::RopeConfig config;
+  config.set_hf_config_json(std::move(json));
+  config.set_hf_layer_type(flags.String("hf_layer_type"));
   // An explicit --head_dim must agree with the config.json's; the last dim
   // of q is sent too, so that a mismatch is named by the server.
   const int64_t head_dim = flags.Int("head_dim") != 0 ? flags.Int("head_dim") : inferred_head_dim;
-  ROPE_ASSIGN_OR_RETURN(overrides.head_dim, Uint32Flag("head_dim", head_dim));
+  ROPE_ASSIGN_OR_RETURN(uint32_t head_dim32, Uint32Flag("head_dim", head_dim));
+  config.set_head_dim(head_dim32);
+  config.set_layout(v1::LAYOUT_UNSPECIFIED);
   if (flags.IsSet("layout")) {
     absl::StatusOr<v1::Layout> layout = ParseLayout(flags.String("layout"));
     if (!layout.ok()) return UsageError(layout.status().message());
-    overrides.layout = *layout;
+    config.set_layout(*layout);
   }
   if (flags.IsSet("max_len")) {
-    ROPE_ASSIGN_OR_RETURN(overrides.max_len, Uint32Flag("max_len", flags.Int("max_len")));
+    ROPE_ASSIGN_OR_RETURN(uint32_t max_len, Uint32Flag("max_len", flags.Int("max_len")));
+    config.set_max_len(max_len);
   }
-  absl::StatusOr<HfConfigDefaults> defaults = HfConfigDefaultsOf(json);
-  if (!defaults.ok()) {
-    return UsageError(absl::StrCat("--hf_config=", flags.String("hf_config"), ": ",
-                                   defaults.status().message()));
-  }
-  absl::StatusOr<v1::RopeConfig> config = RopeConfigFromHfConfig(json, overrides);
-  if (!config.ok()) {
-    return UsageError(absl::StrCat("--hf_config=", flags.String("hf_config"),
-                                   " has no max_position_embeddings: give --max_len"));
-  }
-  config->set_angle_precision(AnglePrecisionOfFlags(flags));
+  config.set_angle_precision(AnglePrecisionOfFlags(flags));
   const int64_t index = flags.Int("hf_layer_index");
   if (index != -1) {
     ROPE_ASSIGN_OR_RETURN(uint32_t layer, Uint32Flag("hf_layer_index", index));
-    config->set_hf_layer_index(layer);
-  }
-  if (defaults_note != nullptr) {
-    std::vector<std::string> parts;
-    parts.push_back(overrides.layout.has_value()
-                        ? absl::StrCat("layout=", LayoutName(config->layout()), " (--layout)")
-                        : absl::StrCat("layout=", LayoutName(config->layout()), " (",
-                                       defaults->layout_reason, ")"));
-    parts.push_back(overrides.max_len.has_value()
-                        ? absl::StrCat("max_len=", config->max_len(), " (--max_len)")
-                        : absl::StrCat("max_len=", config->max_len(), " (",
-                                       defaults->max_len_reason, ")"));
-    *defaults_note = absl::StrJoin(parts, " ");
+    config.set_hf_layer_index(layer);
   }
   return config;
 }
@@ -257,8 +239,7 @@ absl::StatusOr<std::unique_ptr<RopeClient>> ClientFromFlags(const FlagSet& flags
 }
 
 absl::StatusOr<v1::RopeConfig> RopeConfigFromFlags(const FlagSet& flags,
-                                                   int64_t inferred_head_dim,
-                                                   std::string* defaults_note) {
+                                                   int64_t inferred_head_dim) {
   v1::RopeConfig config;
   const std::string& hf_config = flags.String("hf_config");
   if (!hf_config.empty()) {
@@ -276,7 +257,7 @@ absl::StatusOr<v1::RopeConfig> RopeConfigFromFlags(const FlagSet& flags,
     }
     absl::StatusOr<std::string> json = ReadHfConfigFile(hf_config, "--hf_config");
     if (!json.ok()) return json.status();
-    return HfRopeConfigFromFlags(flags, *std::move(json), inferred_head_dim, defaults_note);
+    return HfRopeConfigFromFlags(flags, *std::move(json), inferred_head_dim);
   } else {
     if (flags.IsSet("hf_layer_type")) return UsageError("--hf_layer_type needs --hf_config");
     if (flags.IsSet("hf_layer_index")) return UsageError("--hf_layer_index needs --hf_config");
@@ -351,6 +332,41 @@ std::string ConfigAsFlags(const v1::RopeConfig& config) {
     absl::StrAppend(&out, " --angle_precision=float32");
   }
   return out;
+}
+
+absl::Status CompleteHfConfigFromFlags(RopeClient& client, const FlagSet& flags,
+                                       v1::RopeConfig* config, std::string* defaults_note) {
+  const bool layout_given = config->layout() != v1::LAYOUT_UNSPECIFIED;
+  const bool max_len_given = config->max_len() != 0;
+  if (config->hf_config_json().empty() || (layout_given && max_len_given)) {
+    if (defaults_note != nullptr && !config->hf_config_json().empty()) {
+      *defaults_note = absl::StrCat("layout=", LayoutName(config->layout()),
+                                    " (--layout) max_len=", config->max_len(), " (--max_len)");
+    }
+    return absl::OkStatus();
+  }
+  absl::StatusOr<HfConfigDefaults> defaults = HfConfigDefaultsFromServer(client, *config);
+  if (defaults.status().code() == absl::StatusCode::kFailedPrecondition) {
+    return absl::FailedPreconditionError(absl::StrCat("--hf_config=", flags.String("hf_config"),
+                                                      ": ", defaults.status().message()));
+  }
+  if (!defaults.ok()) return defaults.status();
+  if (!max_len_given) {
+    if (!defaults->max_position_embeddings.has_value()) {
+      return UsageError(absl::StrCat("--hf_config=", flags.String("hf_config"),
+                                     " has no max_position_embeddings: give --max_len"));
+    }
+    config->set_max_len(*defaults->max_position_embeddings);
+  }
+  if (!layout_given) config->set_layout(defaults->layout);
+  if (defaults_note != nullptr) {
+    *defaults_note = absl::StrCat(
+        "layout=", LayoutName(config->layout()), " (",
+        layout_given ? std::string("--layout") : defaults->layout_reason, ") max_len=",
+        config->max_len(), " (",
+        max_len_given ? std::string("--max_len") : defaults->max_len_reason, ")");
+  }
+  return absl::OkStatus();
 }
 
 std::string DescribeConfig(const v1::RopeConfig& config) {

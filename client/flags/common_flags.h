@@ -1,7 +1,7 @@
-// Flags shared by several ropectl commands, and what they turn into: a
+// Flags shared by ropectl's commands and ropeload, and what they turn into: a
 // RopeClient, a rope.v1.RopeConfig, input tensors, output .npy files.
-#ifndef ROPE_CLIENT_CLI_COMMON_FLAGS_H_
-#define ROPE_CLIENT_CLI_COMMON_FLAGS_H_
+#ifndef ROPE_CLIENT_FLAGS_COMMON_FLAGS_H_
+#define ROPE_CLIENT_FLAGS_COMMON_FLAGS_H_
 
 #include <cstdint>
 #include <initializer_list>
@@ -13,7 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "client/channel_security.h"
-#include "client/cli/flag_set.h"
+#include "client/flags/flag_set.h"
 #include "client/rope_client.h"
 #include "rope/v1/rope.pb.h"
 
@@ -56,12 +56,22 @@ absl::StatusOr<std::unique_ptr<RopeClient>> ClientFromFlags(const FlagSet& flags
 // lets the server derive it), when a value does not fit the proto's uint32,
 // or when --hf_config comes with --theta, --rotary_dim, --mrope_* or a
 // scaling flag. NOT_FOUND when the --hf_config file (or a model directory's
-// config.json) cannot be opened. With --hf_config, --layout and --max_len
-// default to the config.json's (hf_config_defaults.h), and `defaults_note`
-// (when given) says which values were taken and why, for the summary.
+// config.json) cannot be opened. With --hf_config and no --layout /
+// --max_len, the config's layout is LAYOUT_UNSPECIFIED and its max_len 0:
+// CompleteHfConfigFromFlags takes them from the server before any call.
 absl::StatusOr<v1::RopeConfig> RopeConfigFromFlags(const FlagSet& flags,
-                                                   int64_t inferred_head_dim,
-                                                   std::string* defaults_note = nullptr);
+                                                   int64_t inferred_head_dim);
+
+// With --hf_config: the layout and max_len the flags left unset, as the
+// server derives them from the config.json (CompleteHfConfig of
+// hf_config_defaults.h: one ResolveConfig call), and `defaults_note` (when
+// given) saying which values were taken and why, for the summary. A usage
+// error when --max_len is missing and the config.json has none;
+// FAILED_PRECONDITION naming --layout and --max_len when the server is too
+// old to say them. Without --hf_config: nothing.
+absl::Status CompleteHfConfigFromFlags(RopeClient& client, const FlagSet& flags,
+                                       v1::RopeConfig* config,
+                                       std::string* defaults_note = nullptr);
 
 // "theta=10000 head_dim=64 rotary_dim=64 max_len=4096 layout=interleaved",
 // or "hf_config (N bytes, full_attention) ...".
@@ -138,4 +148,4 @@ absl::Status WriteOutputIfAsked(const FlagSet& flags, absl::string_view flag,
 }  // namespace client
 }  // namespace rope
 
-#endif  // ROPE_CLIENT_CLI_COMMON_FLAGS_H_
+#endif  // ROPE_CLIENT_FLAGS_COMMON_FLAGS_H_

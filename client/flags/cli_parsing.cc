@@ -1,4 +1,4 @@
-#include "client/cli/cli_parsing.h"
+#include "client/flags/cli_parsing.h"
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"

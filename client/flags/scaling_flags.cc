@@ -1,4 +1,4 @@
-#include "client/cli/scaling_flags.h"
+#include "client/flags/scaling_flags.h"
 
 #include <algorithm>
 #include <cstdlib>
