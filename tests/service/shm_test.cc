@@ -23,6 +23,7 @@
 #include "gtest/gtest.h"
 #include "core/proto_engine/shm_calls.h"
 #include "core/proto_engine/shm_registry.h"
+#include "core/proto_engine/tensor_resolver.h"
 #include "tests/service/service_fixture.h"
 #include "tests/support/grpc_test_util.h"
 #include "tests/support/status_matchers.h"
@@ -49,6 +50,7 @@ class ShmServiceTest : public ServiceTest {
     ServerOptions options = DefaultOptions();
     options.shm.max_regions_per_client = 3;
     options.shm.max_mapped_bytes = 1 << 22;
+    options.shm.max_mapped_bytes_per_client = 3 << 20;
     options.unix_socket_paths = {socket_path_};
     StartServer(options);
   }
@@ -361,6 +363,91 @@ TEST_F(ShmServiceTest, LimitsAreResourceExhaustedNamingTheFlag) {
   EXPECT_EQ(server_->shm().regions(), 1);
 }
 
+// A region is charged the whole pages its range lies in: a few bytes
+// straddling a page boundary cost two pages, and one client's pages are
+// bounded on their own (--shm_max_mapped_bytes_per_client, 3 MiB here).
+TEST_F(ShmServiceTest, RegionsAreChargedByTheirPagesPerClient) {
+  auto object = NewRegion("paged", (3 << 20) + 4096);
+  auto register_range = [&](v1::RopeService::Stub* stub, const std::string& name,
+                            uint64_t offset, uint64_t byte_size) {
+    v1::RegisterSharedMemoryRequest request;
+    request.set_name(name);
+    request.set_key(object->key());
+    request.set_offset(offset);
+    request.set_byte_size(byte_size);
+    grpc::ClientContext context;
+    SetDeadline(&context);
+    v1::RegisterSharedMemoryResponse reply;
+    return stub->RegisterSharedMemory(&context, request, &reply);
+  };
+  auto mapped = [&]() {
+    grpc::ClientContext context;
+    SetDeadline(&context);
+    v1::ServerInfo info;
+    EXPECT_TRUE(stub_->GetServerInfo(&context, v1::GetServerInfoRequest(), &info).ok());
+    EXPECT_EQ(info.limits().shm_max_mapped_bytes_per_client(), 3 << 20);
+    return info.shm_mapped_bytes();
+  };
+  ASSERT_TRUE(register_range(stub_.get(), "head", 0, 1 << 20).ok());
+  EXPECT_EQ(mapped(), 1 << 20);
+  // 2 bytes across the boundary at 1 MiB + 4096: two pages.
+  ASSERT_TRUE(register_range(stub_.get(), "straddle", (1 << 20) + 4095, 2).ok());
+  EXPECT_EQ(mapped(), (1 << 20) + 8192);
+  // 2 MiB - 8192 bytes more fit 3 MiB as bytes, not as pages when unaligned.
+  const uint64_t rest = (2 << 20) - 8192;
+  EXPECT_TRUE(GrpcStatusIs(register_range(stub_.get(), "rest", (1 << 20) + 8193, rest),
+                           grpc::StatusCode::RESOURCE_EXHAUSTED,
+                           "region \"rest\" (offset 1056769, byte_size 2088960) maps 2093056 "
+                           "bytes of pages, bringing this client's mapped bytes to 3149824: over "
+                           "the server's --shm_max_mapped_bytes_per_client 3145728"));
+  ASSERT_TRUE(register_range(stub_.get(), "rest", (1 << 20) + 8192, rest).ok());
+  EXPECT_EQ(mapped(), 3 << 20);
+  // This client is full; another has its own share of the server's total.
+  auto other = OtherClient();
+  ASSERT_TRUE(register_range(other.get(), "tail", 3 << 20, 1).ok());
+  EXPECT_EQ(mapped(), (3 << 20) + 4096);
+  // Unregistering returns the pages.
+  ASSERT_TRUE(Unregister("straddle").ok());
+  EXPECT_EQ(mapped(), (3 << 20) - 4096);
+}
+
+// One client registers each byte of an object once, whatever name it uses:
+// the same pages N times over would take N times their share of the
+// server-wide total. Another client may register the same bytes.
+TEST_F(ShmServiceTest, OverlappingRegistrationsOfOneClientAreRefused) {
+  auto object = NewRegion("twice", 3 * 4096);
+  ASSERT_TRUE(Register(stub_.get(), *object).ok());
+  v1::RegisterSharedMemoryRequest again = object->RegisterRequest();
+  again.set_name("again");
+  again.set_offset(4096);
+  again.set_byte_size(100);
+  EXPECT_TRUE(GrpcStatusIs(
+      Register(again), grpc::StatusCode::ALREADY_EXISTS,
+      absl::StrCat("region \"again\": bytes [4096, 4196) of key \"", object->key(),
+                   "\" overlap bytes [0, 12288) of the same object that this client registered "
+                   "as region \"", object->RegisterRequest().name(), "\"")));
+  EXPECT_EQ(server_->shm().regions(), 1);
+  EXPECT_EQ(server_->shm().mapped_bytes(), 3 * 4096);
+  auto other = OtherClient();
+  EXPECT_TRUE(Register(other.get(), *object).ok());
+  // Adjacent, not overlapping: allowed.
+  ASSERT_TRUE(Unregister(object->RegisterRequest().name()).ok());
+  v1::RegisterSharedMemoryRequest first = again;
+  first.set_name("first");
+  first.set_offset(0);
+  first.set_byte_size(4096);
+  ASSERT_TRUE(Register(first).ok());
+  v1::RegisterSharedMemoryRequest second = first;
+  second.set_name("second");
+  second.set_offset(4096);
+  ASSERT_TRUE(Register(second).ok());
+  second.set_name("third");
+  second.set_offset(4095);
+  second.set_byte_size(2);
+  EXPECT_TRUE(GrpcStatusIs(Register(second), grpc::StatusCode::ALREADY_EXISTS,
+                           "overlap bytes [0, 4096) of the same object"));
+}
+
 TEST_F(ShmServiceTest, UnregisteredRegionAnswersNotFoundAndStatusListsRegions) {
   auto a = NewRegion("a", 4096);
   auto b = NewRegion("b", 8192);
@@ -529,6 +616,76 @@ TEST(ShmRegistryTest, IdleOwnersLoseTheirRegionsOthersKeepTheirs) {
                        absl::StatusCode::kNotFound, "is not registered by this client"));
   EXPECT_EQ(registry.regions(), 1);
   EXPECT_EQ(registry.mapped_bytes(), 4096);
+}
+
+// Two keys reaching one file (a hard link) are one object to the overlap
+// check: it compares device and inode, not names.
+TEST(ShmRegistryTest, AliasesThroughAnotherKeyAreTheSameObject) {
+  char dir_template[] = "/tmp/rope-shm-test-XXXXXX";
+  ASSERT_NE(mkdtemp(dir_template), nullptr);
+  const std::string dir = dir_template;
+  const std::string file = dir + "/tensor.bin";
+  const std::string link = dir + "/alias.bin";
+  const int fd = open(file.c_str(), O_RDWR | O_CREAT, 0600);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(posix_fallocate(fd, 0, 8192), 0);
+  close(fd);
+  ASSERT_EQ(::link(file.c_str(), link.c_str()), 0);
+  ShmLimits limits;
+  limits.allowed_dir = dir;
+  ShmRegistry registry(limits);
+  ASSERT_TRUE(registry.Register("me", "a", file, 0, 8192).ok());
+  EXPECT_TRUE(StatusIs(registry.Register("me", "b", link, 4096, 4096),
+                       absl::StatusCode::kAlreadyExists,
+                       absl::StrCat("bytes [4096, 8192) of key \"", link,
+                                    "\" overlap bytes [0, 8192) of the same object that this "
+                                    "client registered as region \"a\" (key \"", file, "\")")));
+  EXPECT_TRUE(registry.Register("you", "b", link, 4096, 4096).ok());
+  EXPECT_EQ(registry.mapped_bytes(), 8192 + 4096);
+  registry.Clear();
+  unlink(link.c_str());
+  unlink(file.c_str());
+  rmdir(dir.c_str());
+}
+
+// A call that holds a region unregistered meanwhile and registered again
+// under another name has two names for the same bytes: its output and input
+// are compared as bytes of the object, not by region name.
+TEST(ShmRegistryTest, AnOutputAliasingAnInputThroughAnotherRegionIsRefused) {
+  auto object = NewRegion("alias", 8192);
+  ShmRegistry registry(ShmLimits{});
+  ASSERT_TRUE(registry.Register("me", "a", object->key(), 0, 8192).ok());
+  CallerRegions regions{&registry, [] { return std::string("me"); }};
+  TensorResolver resolver(regions);
+  v1::Tensor q;
+  q.set_dtype(v1::FLOAT32);
+  q.mutable_shm()->set_region("a");
+  q.mutable_shm()->set_offset(4096);
+  q.mutable_shm()->set_byte_size(1024);
+  TensorView q_view;
+  ASSERT_TRUE(resolver.ResolveInput(q, "q", 0, &q_view).ok());
+  ASSERT_TRUE(registry.Unregister("me", "a").ok());
+  ASSERT_TRUE(registry.Register("me", "b", object->key(), 4096, 4096).ok());
+  v1::SharedMemoryRef out;
+  out.set_region("b");
+  out.set_offset(512);
+  out.set_byte_size(1024);
+  TensorView out_view;
+  ASSERT_TRUE(resolver.ResolveOutput(out, "k_out", 1, DType::kFloat32, 1024, "k is", &out_view)
+                  .ok());
+  EXPECT_TRUE(StatusIs(resolver.CheckCall(), absl::StatusCode::kInvalidArgument,
+                       "k_out [512, 1536) of region \"b\" overlaps q.shm [4096, 5120) of region "
+                       "\"a\": both are bytes [4608, 5632) and [4096, 5120) of one object"));
+  // The same bytes exactly, as the input's own output: in place, allowed.
+  TensorResolver in_place(regions);
+  v1::Tensor q_by_b = q;
+  q_by_b.mutable_shm()->set_region("b");
+  q_by_b.mutable_shm()->set_offset(0);
+  ASSERT_TRUE(in_place.ResolveInput(q_by_b, "q", 0, &q_view).ok());
+  out.set_offset(0);
+  ASSERT_TRUE(in_place.ResolveOutput(out, "q_out", 0, DType::kFloat32, 1024, "q is", &out_view)
+                  .ok());
+  EXPECT_TRUE(in_place.CheckCall().ok());
 }
 
 TEST(ShmRegistryTest, FileKeyRefusalsAllLookAlike) {
