@@ -62,10 +62,23 @@ absl::Status OpenError(const std::string& key, int error) {
   return absl::InvalidArgumentError(what);
 }
 
+bool IsPosixName(const std::string& key) {
+  return key.size() > 1 && key[0] == '/' && key.find('/', 1) == std::string::npos;
+}
+
+// One answer for every refused file key: whether the path exists, where a
+// symlink leads, what kind of file it is, whom it belongs to must not be
+// learnt through it.
+absl::Status FileKeyRefused(const std::string& key, const std::string& allowed_dir) {
+  return absl::PermissionDeniedError(
+      absl::StrCat("key \"", key, "\" is not a regular file under --shm_allowed_dir \"",
+                   allowed_dir, "\" that the server may open for this client"));
+}
+
 // Opens `key` read-write: "/name" with shm_open, an absolute path (resolved,
 // no symlink escaping) under `allowed_dir` with open.
 absl::StatusOr<int> OpenKey(const std::string& key, const std::string& allowed_dir) {
-  if (key.size() > 1 && key[0] == '/' && key.find('/', 1) == std::string::npos) {
+  if (IsPosixName(key)) {
     const int fd = shm_open(key.c_str(), O_RDWR | O_CLOEXEC, 0);
     if (fd < 0) return OpenError(key, errno);
     return fd;
@@ -86,11 +99,7 @@ absl::StatusOr<int> OpenKey(const std::string& key, const std::string& allowed_d
     return absl::FailedPreconditionError(
         absl::StrCat("--shm_allowed_dir \"", allowed_dir, "\" cannot be resolved"));
   }
-  // One answer for every refusal below: whether the path exists, where a
-  // symlink leads, what kind of file it is must not be learnt through it.
-  const absl::Status refused = absl::PermissionDeniedError(
-      absl::StrCat("key \"", key, "\" is not a regular file under --shm_allowed_dir \"",
-                   allowed_dir, "\" that the server may open"));
+  const absl::Status refused = FileKeyRefused(key, allowed_dir);
   if (realpath(key.c_str(), resolved_key) == nullptr) return refused;
   if (!absl::StartsWith(resolved_key, absl::StrCat(resolved_dir, "/"))) return refused;
   const int fd = open(resolved_key, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
@@ -309,7 +318,8 @@ absl::Status ShmRegistry::Add(const std::string& owner, const std::string& name,
 }
 
 absl::Status ShmRegistry::Register(const std::string& owner, const std::string& name,
-                                   const std::string& key, uint64_t offset, uint64_t byte_size) {
+                                   const std::string& key, uint64_t offset, uint64_t byte_size,
+                                   std::optional<uint32_t> client_uid) {
   const uint64_t charged = PageSpan(offset, byte_size);
   if (const absl::Status room = CheckRoom(owner, name, offset, byte_size, charged); !room.ok()) {
     return room;
@@ -326,6 +336,14 @@ absl::Status ShmRegistry::Register(const std::string& owner, const std::string& 
   region->charged_bytes_ = charged;
   struct stat st = {};
   if (fstat(*fd, &st) != 0) return absl::InternalError(absl::StrCat("fstat of \"", key, "\" failed"));
+  // The server opens with its own rights; a client known by uid gets only
+  // objects that are its own, not whatever the server could open for it.
+  if (client_uid.has_value() && st.st_uid != *client_uid) {
+    if (!IsPosixName(key)) return FileKeyRefused(key, limits_.allowed_dir);
+    return absl::PermissionDeniedError(absl::StrCat(
+        "key \"", key, "\" does not belong to this client (uid ", *client_uid,
+        "): a client registers only shared-memory objects it owns"));
+  }
   if (static_cast<uint64_t>(st.st_size) < offset + byte_size) {
     return absl::InvalidArgumentError(absl::StrCat(
         "offset ", offset, " + byte_size ", byte_size, " is past the end of \"", key, "\" (",

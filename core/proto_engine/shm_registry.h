@@ -41,6 +41,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -160,8 +161,14 @@ class ShmRegistry {
   // shared memory is off or the range is not allocated (sparse);
   // ALREADY_EXISTS when the range overlaps one of `owner`'s regions over the
   // same object.
+  //
+  // `client_uid`: the client's uid where the service knows it (a Unix
+  // socket's peer): the object must then belong to it (fstat), or
+  // PERMISSION_DENIED, so that the server's own rights open nothing for a
+  // client that the client could not open itself.
   absl::Status Register(const std::string& owner, const std::string& name, const std::string& key,
-                        uint64_t offset, uint64_t byte_size);
+                        uint64_t offset, uint64_t byte_size,
+                        std::optional<uint32_t> client_uid = std::nullopt);
   // Registers device memory as `owner`'s region `name` of `byte_size` bytes:
   // the same checks of the name, size and limits as Register, then `open`
   // (whose error is returned as is) and the checks again.

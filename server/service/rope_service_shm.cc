@@ -64,7 +64,8 @@ grpc::ServerUnaryReactor* RopeServiceImpl::RegisterSharedMemory(
                            "or loopback); this call comes from ",
                            context->peer()));
         }
-        return AnswerRegisterSharedMemory(engine_, *options_.shm, OwnerOf(*context), *request);
+        return AnswerRegisterSharedMemory(engine_, *options_.shm, OwnerOf(*context), *request,
+                                          CallerUid(*context));
       });
 }
 

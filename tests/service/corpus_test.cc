@@ -1251,6 +1251,15 @@ std::vector<MalformedCase> Cases() {
        kInvalid, "offset 8 + byte_size 4096 is past the end"},
       {"RegionOverflowingOffset", kRegister,
        [](Requests* r) { r->region.set_offset(~uint64_t{0}); }, kInvalid, "overflows"},
+      // Charged by pages: under 4 GiB of bytes, over 4 GiB of pages.
+      {"RegionPagesOverThePerClientBound", kRegister,
+       [](Requests* r) {
+         r->region.set_offset(4095);
+         r->region.set_byte_size((uint64_t{4} << 30) - 4094);
+       },
+       StatusCode::RESOURCE_EXHAUSTED,
+       "byte_size 4294963202 of region \"corpus\" (4294971392 bytes of pages) is over the "
+       "server's --shm_max_mapped_bytes_per_client 4294967296"},
       {"RegionBadName", kRegister, [](Requests* r) { r->region.set_name("a/b"); }, kInvalid,
        "name is \"a/b\""},
       {"RegionRelativeKey", kRegister, [](Requests* r) { r->region.set_key("relative"); },

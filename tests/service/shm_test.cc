@@ -2,8 +2,12 @@
 // socket listener, against a real in-process server and real POSIX
 // shared-memory objects.
 #include <fcntl.h>
+#include <grp.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdint>
@@ -18,6 +22,7 @@
 #include "absl/time/clock.h"
 #include "client/shared_region.h"
 #include "grpcpp/create_channel.h"
+#include "grpcpp/create_channel_posix.h"
 #include "grpcpp/security/credentials.h"
 #include "grpcpp/support/channel_arguments.h"
 #include "gtest/gtest.h"
@@ -779,6 +784,179 @@ TEST_F(UnixSocketTest, ServesRotateAndSharedMemoryWithTheSocketMode) {
   SetDeadline(&context);
   v1::RegisterSharedMemoryResponse registered;
   EXPECT_TRUE(stub->RegisterSharedMemory(&context, region->RegisterRequest(), &registered).ok());
+}
+
+// Clients of the Unix socket are told apart by uid (SO_PEERCRED): two
+// local users sharing one socket neither see nor unregister each other's
+// regions, and each registers only objects it owns. The second user is
+// "nobody" (65534): a child process drops to it, connects, and hands the
+// connected socket back (the peer's credentials are those of the process
+// that connected), so every call here runs in this process.
+class UnixPeerTest : public ServiceTest {
+ protected:
+  static constexpr uid_t kNobody = 65534;
+
+  void SetUp() override {
+    socket_path_ = absl::StrCat("/tmp/rope-peer-test-", getpid(), ".sock");
+    ServerOptions options = DefaultOptions();
+    options.unix_socket_paths = {socket_path_};
+    options.unix_socket_mode = 0666;
+    StartServer(options);
+  }
+
+  std::unique_ptr<v1::RopeService::Stub> AsThisUser() const {
+    return v1::RopeService::NewStub(grpc::CreateChannel(absl::StrCat("unix://", socket_path_),
+                                                        grpc::InsecureChannelCredentials()));
+  }
+
+  // A stub over a connection that user `uid` opened; null when it failed.
+  std::unique_ptr<v1::RopeService::Stub> AsUser(uid_t uid) const {
+    int pair[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0) return nullptr;
+    const pid_t child = fork();
+    if (child == 0) {
+      // Only async-signal-safe calls until _exit.
+      sockaddr_un address = {};
+      address.sun_family = AF_UNIX;
+      std::memcpy(address.sun_path, socket_path_.c_str(), socket_path_.size());
+      const int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+      if (setgroups(0, nullptr) != 0 || setgid(uid) != 0 || setuid(uid) != 0 || fd < 0 ||
+          connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0) {
+        _exit(1);
+      }
+      char byte = 0;
+      iovec data = {&byte, 1};
+      alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+      msghdr message = {};
+      message.msg_iov = &data;
+      message.msg_iovlen = 1;
+      message.msg_control = control;
+      message.msg_controllen = sizeof(control);
+      cmsghdr* header = CMSG_FIRSTHDR(&message);
+      header->cmsg_level = SOL_SOCKET;
+      header->cmsg_type = SCM_RIGHTS;
+      header->cmsg_len = CMSG_LEN(sizeof(int));
+      std::memcpy(CMSG_DATA(header), &fd, sizeof(int));
+      _exit(sendmsg(pair[1], &message, 0) == 1 ? 0 : 1);
+    }
+    close(pair[1]);
+    int status = -1;
+    if (child < 0 || waitpid(child, &status, 0) != child || status != 0) {
+      close(pair[0]);
+      return nullptr;
+    }
+    char byte = 0;
+    iovec data = {&byte, 1};
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+    msghdr message = {};
+    message.msg_iov = &data;
+    message.msg_iovlen = 1;
+    message.msg_control = control;
+    message.msg_controllen = sizeof(control);
+    const ssize_t got = recvmsg(pair[0], &message, MSG_DONTWAIT);
+    close(pair[0]);
+    cmsghdr* header = CMSG_FIRSTHDR(&message);
+    if (got != 1 || header == nullptr || header->cmsg_type != SCM_RIGHTS) return nullptr;
+    int fd = -1;
+    std::memcpy(&fd, CMSG_DATA(header), sizeof(int));
+    return v1::RopeService::NewStub(grpc::CreateInsecureChannelFromFd("unix-peer", fd));
+  }
+
+  static grpc::Status Register(v1::RopeService::Stub* stub,
+                               const v1::RegisterSharedMemoryRequest& request) {
+    grpc::ClientContext context;
+    SetDeadline(&context);
+    v1::RegisterSharedMemoryResponse reply;
+    return stub->RegisterSharedMemory(&context, request, &reply);
+  }
+  static grpc::Status Unregister(v1::RopeService::Stub* stub, const std::string& name) {
+    grpc::ClientContext context;
+    SetDeadline(&context);
+    v1::UnregisterSharedMemoryRequest request;
+    request.set_name(name);
+    v1::UnregisterSharedMemoryResponse reply;
+    return stub->UnregisterSharedMemory(&context, request, &reply);
+  }
+  static std::vector<std::string> Names(v1::RopeService::Stub* stub) {
+    grpc::ClientContext context;
+    SetDeadline(&context);
+    v1::SharedMemoryStatusResponse reply;
+    std::vector<std::string> names;
+    if (!stub->SharedMemoryStatus(&context, v1::SharedMemoryStatusRequest(), &reply).ok()) {
+      return {"(status failed)"};
+    }
+    for (const auto& region : reply.regions()) names.push_back(region.name());
+    return names;
+  }
+  std::string socket_path_;
+};
+
+TEST_F(UnixPeerTest, AUnixClientIsItsUidAndKeepsItsRegionsAcrossConnections) {
+  auto region = NewRegion("own", 4096);
+  ASSERT_TRUE(Register(AsThisUser().get(), region->RegisterRequest()).ok());
+  // Another connection of the same user: the same owner.
+  EXPECT_EQ(Names(AsThisUser().get()), std::vector<std::string>{region->RegisterRequest().name()});
+  // A TCP client of the same host is another owner.
+  EXPECT_TRUE(GrpcStatusIs(Unregister(stub_.get(), region->RegisterRequest().name()),
+                           grpc::StatusCode::NOT_FOUND, "is not registered by this client"));
+  EXPECT_EQ(server_->shm().regions(), 1);
+}
+
+TEST_F(UnixPeerTest, TwoUsersOnOneSocketAreTwoOwners) {
+  if (geteuid() != 0) GTEST_SKIP() << "connecting as a second uid needs root";
+  auto nobody = AsUser(kNobody);
+  ASSERT_NE(nobody, nullptr);
+  auto root = AsThisUser();
+  auto theirs = NewRegion("theirs", 4096);
+  ASSERT_EQ(fchown(theirs->fd(), kNobody, kNobody), 0);
+  v1::RegisterSharedMemoryRequest request = theirs->RegisterRequest();
+  request.set_name("shared-name");
+  ASSERT_TRUE(Register(nobody.get(), request).ok());
+  EXPECT_EQ(Names(nobody.get()), std::vector<std::string>{"shared-name"});
+  // The other user on the same socket sees nothing, unregisters nothing,
+  // references nothing, and its own region by the same name is its own.
+  EXPECT_TRUE(Names(root.get()).empty());
+  EXPECT_TRUE(GrpcStatusIs(Unregister(root.get(), "shared-name"), grpc::StatusCode::NOT_FOUND,
+                           "region \"shared-name\" is not registered by this client"));
+  v1::RotateRequest by_reference = MakeRotateRequest(1, 8, 2, 16);
+  const size_t q_bytes = by_reference.q().data().size();
+  by_reference.mutable_q()->clear_data();
+  *by_reference.mutable_q()->mutable_shm() = theirs->Ref(0, q_bytes);
+  by_reference.mutable_q()->mutable_shm()->set_region("shared-name");
+  {
+    grpc::ClientContext context;
+    SetDeadline(&context);
+    v1::RotateResponse reply;
+    EXPECT_TRUE(GrpcStatusIs(root->Rotate(&context, by_reference, &reply),
+                             grpc::StatusCode::NOT_FOUND,
+                             "q.shm.region \"shared-name\" is not registered by this client"));
+  }
+  {
+    grpc::ClientContext context;
+    SetDeadline(&context);
+    v1::RotateResponse reply;
+    EXPECT_TRUE(nobody->Rotate(&context, by_reference, &reply).ok());
+  }
+  // Each registers only objects it owns: nobody's object is not root's
+  // (though root could open it), root's is not nobody's (the server could
+  // open it, nobody could not).
+  EXPECT_TRUE(GrpcStatusIs(Register(root.get(), request), grpc::StatusCode::PERMISSION_DENIED,
+                           absl::StrCat("key \"", theirs->key(),
+                                        "\" does not belong to this client (uid 0)")));
+  auto roots = NewRegion("roots", 4096);
+  v1::RegisterSharedMemoryRequest roots_request = roots->RegisterRequest();
+  roots_request.set_name("roots");
+  EXPECT_TRUE(GrpcStatusIs(Register(nobody.get(), roots_request),
+                           grpc::StatusCode::PERMISSION_DENIED,
+                           "does not belong to this client (uid 65534)"));
+  ASSERT_TRUE(Register(root.get(), roots_request).ok());
+  EXPECT_EQ(Names(root.get()), std::vector<std::string>{"roots"});
+  // Another connection of nobody's: the same owner.
+  auto nobody_again = AsUser(kNobody);
+  ASSERT_NE(nobody_again, nullptr);
+  EXPECT_EQ(Names(nobody_again.get()), std::vector<std::string>{"shared-name"});
+  EXPECT_TRUE(Unregister(nobody_again.get(), "shared-name").ok());
+  EXPECT_EQ(server_->shm().regions(), 1);
 }
 
 TEST(UnixSocketOptionsTest, RelativeSocketPathIsInvalid) {
