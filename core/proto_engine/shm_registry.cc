@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <climits>
 #include <cstdlib>
@@ -112,20 +113,36 @@ absl::StatusOr<int> OpenKey(const std::string& key, const std::string& allowed_d
   return fd;
 }
 
-// FAILED_PRECONDITION when the object `st` describes is sparse: fewer bytes
-// allocated than its size (ftruncate without writing, or a punched hole).
-// The server's first touch of a hole would allocate the page, charged to the
-// server's memory and counted by nothing. The whole object is judged, not
-// the region's range: allocation by range is not observable on tmpfs
-// (SEEK_HOLE reports pages reserved by posix_fallocate as holes).
-absl::Status CheckAllocated(const struct stat& st, const std::string& name,
-                            const std::string& key) {
+// Allocates the pages [map_offset, map_offset + map_length) of a sparse
+// object (fewer bytes allocated than its size: ftruncate without writing, or
+// a punched hole), so that the server's touches allocate nothing later: a
+// hole's page would otherwise be allocated at the first touch, in the
+// middle of a call. The pages are charged to the region already (whole
+// pages, ShmRegistry), so what this allocates is counted. Whether the
+// object is sparse is judged from the whole object: allocation by range is
+// not observable on tmpfs (SEEK_HOLE reports pages reserved by fallocate as
+// holes).
+absl::Status AllocateIfSparse(int fd, const struct stat& st, uint64_t map_offset,
+                              uint64_t map_length, const std::string& name,
+                              const std::string& key) {
   const int64_t allocated = static_cast<int64_t>(st.st_blocks) * 512;
   if (allocated >= static_cast<int64_t>(st.st_size)) return absl::OkStatus();
-  return absl::FailedPreconditionError(absl::StrCat(
+  int error = 0;
+  do {
+    error = fallocate(fd, 0, static_cast<off_t>(map_offset), static_cast<off_t>(map_length)) == 0
+                ? 0
+                : errno;
+  } while (error == EINTR);
+  if (error == 0) return absl::OkStatus();
+  const std::string what = absl::StrCat(
       "shared-memory region \"", name, "\": \"", key, "\" has ", allocated, " of its ",
-      st.st_size, " bytes allocated (a sparse object): allocate it whole first "
-      "(posix_fallocate, or write it)"));
+      st.st_size, " bytes allocated (a sparse object), and allocating the region's ", map_length,
+      " bytes of pages failed: ", strerror(error));
+  if (error == ENOSPC || error == ENOMEM || error == EFBIG) {
+    return absl::ResourceExhaustedError(what);
+  }
+  return absl::FailedPreconditionError(
+      absl::StrCat(what, "; allocate it whole first (posix_fallocate, or write it)"));
 }
 
 }  // namespace
@@ -154,7 +171,9 @@ absl::Status MappedRegion::Check() const {
         st.st_size, " bytes, short of the registered offset ", offset_, " + byte_size ",
         byte_size_, "; unregister the region and register it again"));
   }
-  return CheckAllocated(st, name_, key_);
+  // A hole punched since registration is allocated again at the next touch,
+  // within the pages the region is charged for.
+  return absl::OkStatus();
 }
 
 bool MappedRegion::Faulted() const { return ShmRangeFaulted(guard_slot_); }
@@ -349,12 +368,14 @@ absl::Status ShmRegistry::Register(const std::string& owner, const std::string& 
         "offset ", offset, " + byte_size ", byte_size, " is past the end of \"", key, "\" (",
         st.st_size, " bytes)"));
   }
-  if (absl::Status allocated = CheckAllocated(st, name, key); !allocated.ok()) return allocated;
   region->device_ = st.st_dev;
   region->inode_ = st.st_ino;
   const uint64_t page = PageSize();
   const uint64_t map_offset = offset - offset % page;
   region->map_length_ = static_cast<size_t>(offset + byte_size - map_offset);
+  ROPE_RETURN_IF_ERROR(
+      AllocateIfSparse(*fd, st, map_offset, std::min<uint64_t>(charged, st.st_size - map_offset),
+                       name, key));
   void* base = mmap(nullptr, region->map_length_, PROT_READ | PROT_WRITE, MAP_SHARED, *fd,
                     static_cast<off_t>(map_offset));
   if (base == MAP_FAILED) {

@@ -11,11 +11,14 @@
 // owner that has made no shared-memory call (register, status, a reference
 // in a request) for ShmLimits::owner_idle_lease are released.
 //
-// The object must be allocated when it is registered, and stay so: a sparse
-// object (fewer bytes allocated than its size: ftruncate without writing, or
-// a punched hole) is refused, at registration and before every use, because the server's first touch of a hole would
-// allocate the page, charged to the server's memory, counted by nothing.
-// Clients allocate with posix_fallocate (the client libraries do).
+// A sparse object (fewer bytes allocated than its size: ftruncate without
+// writing, as perf_analyzer sizes its output regions) has the region's pages
+// allocated at registration (fallocate), after they are charged: the server's
+// touches then allocate nothing in a call, and what the server's memory
+// gains is what the region is charged. A hole punched later is allocated
+// again at the next touch, within the same charge. Clients allocate with
+// posix_fallocate themselves (the client libraries do), which costs the
+// server nothing at registration.
 //
 // A call using a region holds a lease (shared_ptr): unregistering a region
 // while a call uses it lets the call finish on the mapping, which is unmapped
@@ -95,9 +98,9 @@ class MappedRegion {
     return is_device() ? TensorMemory::Device(cuda_device()) : TensorMemory::Host();
   }
 
-  // OK while the backing object still covers the region with allocated
-  // pages (no hole) and no access has faulted (always OK for a device
-  // region); FAILED_PRECONDITION naming the region otherwise.
+  // OK while the backing object still covers the region and no access has
+  // faulted (always OK for a device region); FAILED_PRECONDITION naming the
+  // region otherwise.
   absl::Status Check() const;
   // Whether an access faulted (the object shrank under a call).
   bool Faulted() const;
@@ -157,8 +160,9 @@ class ShmRegistry {
   // whatever the reason (a missing file, a symlink leading out, a
   // directory), so that the answer tells nothing about the file system;
   // ALREADY_EXISTS when `owner` already has `name`; RESOURCE_EXHAUSTED
-  // naming the flag when a limit would be passed; FAILED_PRECONDITION when
-  // shared memory is off or the range is not allocated (sparse);
+  // naming the flag when a limit would be passed, or when the pages of a
+  // sparse object cannot be allocated (no room on its file system);
+  // FAILED_PRECONDITION when shared memory is off;
   // ALREADY_EXISTS when the range overlaps one of `owner`'s regions over the
   // same object.
   //

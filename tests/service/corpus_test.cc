@@ -67,22 +67,6 @@ const std::string& CorpusShmKey() {
   return object.key;
 }
 
-// A 4 KiB POSIX shared-memory object that is sized but never allocated (a
-// sparse object), made once and unlinked at exit.
-const std::string& CorpusSparseShmKey() {
-  struct Object {
-    std::string key = absl::StrCat("/rope-corpus-sparse-", getpid());
-    Object() {
-      const int fd = shm_open(key.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0600);
-      if (fd < 0 || ftruncate(fd, 4096) != 0) std::abort();
-      close(fd);
-    }
-    ~Object() { shm_unlink(key.c_str()); }
-  };
-  static const Object object;
-  return object.key;
-}
-
 v1::Tensor RandomTensor(DType dtype, std::vector<int64_t> shape, unsigned seed) {
   std::mt19937 rng(seed);
   int64_t n = 1;
@@ -1264,9 +1248,6 @@ std::vector<MalformedCase> Cases() {
        "name is \"a/b\""},
       {"RegionRelativeKey", kRegister, [](Requests* r) { r->region.set_key("relative"); },
        kInvalid, "key is \"relative\""},
-      {"RegionSparseObject", kRegister,
-       [](Requests* r) { r->region.set_key(CorpusSparseShmKey()); },
-       StatusCode::FAILED_PRECONDITION, "(a sparse object)"},
       {"RegionFileKeyWithoutAllowedDir", kRegister,
        [](Requests* r) { r->region.set_key("/etc/passwd"); }, StatusCode::PERMISSION_DENIED,
        "the server allows none (--shm_allowed_dir unset)"},
