@@ -32,8 +32,8 @@ absl::StatusOr<std::unique_ptr<SharedRegion>> SharedRegion::Create(const std::st
     return absl::InternalError(
         absl::StrCat("shm_open(", region->key_, ") failed: ", strerror(errno)));
   }
-  // Allocated, not only sized: ropeserve refuses a sparse object (its first
-  // touch of a hole would allocate the page in the server's memory).
+  // Allocated, not only sized: for a sparse object ropeserve allocates the
+  // region's pages at registration itself, in its own memory.
   if (const int error = posix_fallocate(region->fd_, 0, static_cast<off_t>(byte_size));
       error != 0) {
     return absl::ResourceExhaustedError(absl::StrCat("posix_fallocate(", region->key_, ", ",

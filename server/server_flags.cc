@@ -88,6 +88,9 @@ ABSL_FLAG(int64_t, shm_max_regions_per_client, 16,
           "shared-memory regions one client (token, mTLS subject or peer) may hold");
 ABSL_FLAG(int64_t, shm_max_mapped_bytes, int64_t{16} << 30,
           "bytes of shared-memory regions mapped by all clients together; 0: shared memory off");
+ABSL_FLAG(int64_t, shm_max_mapped_bytes_per_client, int64_t{4} << 30,
+          "bytes of pages one client's shared-memory regions may map together (each region "
+          "counts its range widened to whole pages)");
 ABSL_FLAG(absl::Duration, shm_owner_idle_lease, absl::Hours(1),
           "a client's shared-memory regions are released once it has made no shared-memory "
           "call (register, status, a request referencing a region) for this long; 0 or inf: "
@@ -240,7 +243,13 @@ absl::Status ApplyListen(ServerOptions* options) {
 absl::Status ApplyShm(ShmLimits* shm) {
   shm->max_regions_per_client = absl::GetFlag(FLAGS_shm_max_regions_per_client);
   shm->max_mapped_bytes = absl::GetFlag(FLAGS_shm_max_mapped_bytes);
+  shm->max_mapped_bytes_per_client = absl::GetFlag(FLAGS_shm_max_mapped_bytes_per_client);
   shm->allowed_dir = absl::GetFlag(FLAGS_shm_allowed_dir);
+  if (shm->max_mapped_bytes_per_client < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--shm_max_mapped_bytes_per_client is ", shm->max_mapped_bytes_per_client,
+                     ": must be >= 1 (--shm_max_mapped_bytes=0 turns shared memory off)"));
+  }
   if (shm->max_regions_per_client < 1 || shm->max_mapped_bytes < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--shm_max_regions_per_client is ", shm->max_regions_per_client,

@@ -10,7 +10,8 @@ namespace rope {
 
 absl::Status AnswerRegisterSharedMemory(Engine& engine, ShmRegistry& registry,
                                         const std::string& owner,
-                                        const v1::RegisterSharedMemoryRequest& request) {
+                                        const v1::RegisterSharedMemoryRequest& request,
+                                        std::optional<uint32_t> client_uid) {
   if (request.cuda_ipc_handle().empty()) {
     if (request.cuda_device() != 0) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -18,7 +19,7 @@ absl::Status AnswerRegisterSharedMemory(Engine& engine, ShmRegistry& registry,
           " but cuda_ipc_handle is empty: cuda_device only goes with a CUDA region"));
     }
     return registry.Register(owner, request.name(), request.key(), request.offset(),
-                             request.byte_size());
+                             request.byte_size(), client_uid);
   }
   if (!request.key().empty()) {
     return absl::InvalidArgumentError(absl::StrCat(

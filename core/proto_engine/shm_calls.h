@@ -8,6 +8,8 @@
 #define ROPE_PROTO_ENGINE_SHM_CALLS_H_
 
 #include <cstddef>
+#include <cstdint>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -29,9 +31,11 @@ inline constexpr size_t kCudaIpcHandleBytes = 64;
 // regions, AttentionScores its scores_out (and output_out with v) too
 // (INVALID_ARGUMENT otherwise, tensor_resolver.h): the backend then reads
 // and writes them on the device.
+// `client_uid`: the caller's uid where known (ShmRegistry::Register).
 absl::Status AnswerRegisterSharedMemory(Engine& engine, ShmRegistry& registry,
                                         const std::string& owner,
-                                        const v1::RegisterSharedMemoryRequest& request);
+                                        const v1::RegisterSharedMemoryRequest& request,
+                                        std::optional<uint32_t> client_uid = std::nullopt);
 absl::Status AnswerUnregisterSharedMemory(ShmRegistry& registry, const std::string& owner,
                                           const v1::UnregisterSharedMemoryRequest& request);
 absl::Status AnswerSharedMemoryStatus(const ShmRegistry& registry, const std::string& owner,

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <climits>
 #include <cstdlib>
@@ -13,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/match.h"
 #include "absl/time/clock.h"
+#include "common/status_macros.h"
 #include "core/proto_engine/shm_fault_guard.h"
 
 namespace rope {
@@ -29,6 +31,20 @@ absl::Status RegionTakenError(const std::string& name) {
 }
 
 constexpr size_t kMaxNameLength = 128;
+
+uint64_t PageSize() { return static_cast<uint64_t>(sysconf(_SC_PAGESIZE)); }
+
+// The bytes of the whole pages [offset, offset + byte_size) lies in: what
+// mapping it costs. UINT64_MAX when that does not fit (no limit admits it).
+uint64_t PageSpan(uint64_t offset, uint64_t byte_size) {
+  if (offset > UINT64_MAX - byte_size) return UINT64_MAX;
+  const uint64_t page = PageSize();
+  const uint64_t first = offset - offset % page;
+  const uint64_t end = offset + byte_size;
+  const uint64_t tail = end % page == 0 ? 0 : page - end % page;
+  if (end > UINT64_MAX - tail) return UINT64_MAX;
+  return end + tail - first;
+}
 
 bool ValidRegionName(const std::string& name) {
   if (name.empty() || name.size() > kMaxNameLength) return false;
@@ -47,10 +63,23 @@ absl::Status OpenError(const std::string& key, int error) {
   return absl::InvalidArgumentError(what);
 }
 
+bool IsPosixName(const std::string& key) {
+  return key.size() > 1 && key[0] == '/' && key.find('/', 1) == std::string::npos;
+}
+
+// One answer for every refused file key: whether the path exists, where a
+// symlink leads, what kind of file it is, whom it belongs to must not be
+// learnt through it.
+absl::Status FileKeyRefused(const std::string& key, const std::string& allowed_dir) {
+  return absl::PermissionDeniedError(
+      absl::StrCat("key \"", key, "\" is not a regular file under --shm_allowed_dir \"",
+                   allowed_dir, "\" that the server may open for this client"));
+}
+
 // Opens `key` read-write: "/name" with shm_open, an absolute path (resolved,
 // no symlink escaping) under `allowed_dir` with open.
 absl::StatusOr<int> OpenKey(const std::string& key, const std::string& allowed_dir) {
-  if (key.size() > 1 && key[0] == '/' && key.find('/', 1) == std::string::npos) {
+  if (IsPosixName(key)) {
     const int fd = shm_open(key.c_str(), O_RDWR | O_CLOEXEC, 0);
     if (fd < 0) return OpenError(key, errno);
     return fd;
@@ -71,11 +100,7 @@ absl::StatusOr<int> OpenKey(const std::string& key, const std::string& allowed_d
     return absl::FailedPreconditionError(
         absl::StrCat("--shm_allowed_dir \"", allowed_dir, "\" cannot be resolved"));
   }
-  // One answer for every refusal below: whether the path exists, where a
-  // symlink leads, what kind of file it is must not be learnt through it.
-  const absl::Status refused = absl::PermissionDeniedError(
-      absl::StrCat("key \"", key, "\" is not a regular file under --shm_allowed_dir \"",
-                   allowed_dir, "\" that the server may open"));
+  const absl::Status refused = FileKeyRefused(key, allowed_dir);
   if (realpath(key.c_str(), resolved_key) == nullptr) return refused;
   if (!absl::StartsWith(resolved_key, absl::StrCat(resolved_dir, "/"))) return refused;
   const int fd = open(resolved_key, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
@@ -88,20 +113,36 @@ absl::StatusOr<int> OpenKey(const std::string& key, const std::string& allowed_d
   return fd;
 }
 
-// FAILED_PRECONDITION when the object `st` describes is sparse: fewer bytes
-// allocated than its size (ftruncate without writing, or a punched hole).
-// The server's first touch of a hole would allocate the page, charged to the
-// server's memory and counted by nothing. The whole object is judged, not
-// the region's range: allocation by range is not observable on tmpfs
-// (SEEK_HOLE reports pages reserved by posix_fallocate as holes).
-absl::Status CheckAllocated(const struct stat& st, const std::string& name,
-                            const std::string& key) {
+// Allocates the pages [map_offset, map_offset + map_length) of a sparse
+// object (fewer bytes allocated than its size: ftruncate without writing, or
+// a punched hole), so that the server's touches allocate nothing later: a
+// hole's page would otherwise be allocated at the first touch, in the
+// middle of a call. The pages are charged to the region already (whole
+// pages, ShmRegistry), so what this allocates is counted. Whether the
+// object is sparse is judged from the whole object: allocation by range is
+// not observable on tmpfs (SEEK_HOLE reports pages reserved by fallocate as
+// holes).
+absl::Status AllocateIfSparse(int fd, const struct stat& st, uint64_t map_offset,
+                              uint64_t map_length, const std::string& name,
+                              const std::string& key) {
   const int64_t allocated = static_cast<int64_t>(st.st_blocks) * 512;
   if (allocated >= static_cast<int64_t>(st.st_size)) return absl::OkStatus();
-  return absl::FailedPreconditionError(absl::StrCat(
+  int error = 0;
+  do {
+    error = fallocate(fd, 0, static_cast<off_t>(map_offset), static_cast<off_t>(map_length)) == 0
+                ? 0
+                : errno;
+  } while (error == EINTR);
+  if (error == 0) return absl::OkStatus();
+  const std::string what = absl::StrCat(
       "shared-memory region \"", name, "\": \"", key, "\" has ", allocated, " of its ",
-      st.st_size, " bytes allocated (a sparse object): allocate it whole first "
-      "(posix_fallocate, or write it)"));
+      st.st_size, " bytes allocated (a sparse object), and allocating the region's ", map_length,
+      " bytes of pages failed: ", strerror(error));
+  if (error == ENOSPC || error == ENOMEM || error == EFBIG) {
+    return absl::ResourceExhaustedError(what);
+  }
+  return absl::FailedPreconditionError(
+      absl::StrCat(what, "; allocate it whole first (posix_fallocate, or write it)"));
 }
 
 }  // namespace
@@ -130,37 +171,77 @@ absl::Status MappedRegion::Check() const {
         st.st_size, " bytes, short of the registered offset ", offset_, " + byte_size ",
         byte_size_, "; unregister the region and register it again"));
   }
-  return CheckAllocated(st, name_, key_);
+  // A hole punched since registration is allocated again at the next touch,
+  // within the pages the region is charged for.
+  return absl::OkStatus();
 }
 
 bool MappedRegion::Faulted() const { return ShmRangeFaulted(guard_slot_); }
 
+bool MappedRegion::SameMemoryAs(const MappedRegion& other) const {
+  if (is_device() || other.is_device()) return this == &other;
+  return device_ == other.device_ && inode_ == other.inode_;
+}
+
 ShmRegistry::ShmRegistry(ShmLimits limits) : limits_(std::move(limits)) {}
 
 ShmRegistry::~ShmRegistry() { Clear(); }
+
+ShmRegistry::RegionMap::iterator ShmRegistry::Forget(
+    RegionMap::iterator it, std::vector<std::shared_ptr<MappedRegion>>* released) const {
+  const std::string owner = it->first.first;
+  const int64_t charged = static_cast<int64_t>(it->second->charged_bytes());
+  mapped_bytes_ -= charged;
+  if ((owner_bytes_[owner] -= charged) == 0) owner_bytes_.erase(owner);
+  if (--per_owner_[owner] == 0) {
+    per_owner_.erase(owner);
+    owner_bytes_.erase(owner);
+    last_used_.erase(owner);
+  }
+  released->push_back(std::move(it->second));
+  return regions_.erase(it);
+}
 
 void ShmRegistry::TouchAndExpire(const std::string& owner,
                                  std::vector<std::shared_ptr<MappedRegion>>* released) const {
   const absl::Time now = absl::Now();
   if (per_owner_.count(owner) != 0) last_used_[owner] = now;
   if (limits_.owner_idle_lease == absl::InfiniteDuration()) return;
-  for (auto used = last_used_.begin(); used != last_used_.end();) {
-    if (used->first == owner || now - used->second <= limits_.owner_idle_lease) {
-      ++used;
-      continue;
-    }
-    const std::string idle = used->first;
-    for (auto it = regions_.lower_bound({idle, ""});
-         it != regions_.end() && it->first.first == idle;) {
-      if (!it->second->is_device()) {
-        mapped_bytes_ -= static_cast<int64_t>(it->second->byte_size());
-      }
-      released->push_back(std::move(it->second));
-      it = regions_.erase(it);
-    }
-    per_owner_.erase(idle);
-    used = last_used_.erase(used);
+  std::vector<std::string> idle;
+  for (const auto& [used_by, when] : last_used_) {
+    if (used_by != owner && now - when > limits_.owner_idle_lease) idle.push_back(used_by);
   }
+  for (const std::string& gone : idle) {
+    for (auto it = regions_.lower_bound({gone, ""});
+         it != regions_.end() && it->first.first == gone;) {
+      it = Forget(it, released);
+    }
+    last_used_.erase(gone);
+  }
+}
+
+absl::Status ShmRegistry::CheckTotals(const std::string& owner, const std::string& name,
+                                      uint64_t offset, uint64_t byte_size,
+                                      uint64_t host_bytes) const {
+  if (host_bytes == 0) return absl::OkStatus();
+  auto owned = owner_bytes_.find(owner);
+  const int64_t owner_total =
+      (owned == owner_bytes_.end() ? 0 : owned->second) + static_cast<int64_t>(host_bytes);
+  if (owner_total > limits_.max_mapped_bytes_per_client) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "region \"", name, "\" (offset ", offset, ", byte_size ", byte_size, ") maps ",
+        host_bytes, " bytes of pages, bringing this client's mapped bytes to ", owner_total,
+        ": over the server's --shm_max_mapped_bytes_per_client ",
+        limits_.max_mapped_bytes_per_client, "; unregister a region first"));
+  }
+  if (mapped_bytes_ + static_cast<int64_t>(host_bytes) > limits_.max_mapped_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "region \"", name, "\" (offset ", offset, ", byte_size ", byte_size, ") maps ",
+        host_bytes, " bytes of pages and would bring the mapped total to ",
+        mapped_bytes_ + static_cast<int64_t>(host_bytes),
+        ": over the server's --shm_max_mapped_bytes ", limits_.max_mapped_bytes));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status ShmRegistry::CheckRoom(const std::string& owner, const std::string& name,
@@ -183,9 +264,16 @@ absl::Status ShmRegistry::CheckRoom(const std::string& owner, const std::string&
                                                    " overflows (region \"", name, "\")"));
   }
   if (host_bytes > static_cast<uint64_t>(limits_.max_mapped_bytes)) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("byte_size ", byte_size, " of region \"", name,
-                     "\" is over the server's --shm_max_mapped_bytes ", limits_.max_mapped_bytes));
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "byte_size ", byte_size, " of region \"", name, "\" (", host_bytes,
+        " bytes of pages) is over the server's --shm_max_mapped_bytes ",
+        limits_.max_mapped_bytes));
+  }
+  if (host_bytes > static_cast<uint64_t>(limits_.max_mapped_bytes_per_client)) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "byte_size ", byte_size, " of region \"", name, "\" (", host_bytes,
+        " bytes of pages) is over the server's --shm_max_mapped_bytes_per_client ",
+        limits_.max_mapped_bytes_per_client));
   }
   std::vector<std::shared_ptr<MappedRegion>> expired;  // unmapped after the lock
   absl::MutexLock lock(&mu_);
@@ -200,46 +288,59 @@ absl::Status ShmRegistry::CheckRoom(const std::string& owner, const std::string&
         "--shm_max_regions_per_client ", limits_.max_regions_per_client,
         "; unregister one first"));
   }
-  if (mapped_bytes_ + static_cast<int64_t>(host_bytes) > limits_.max_mapped_bytes) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "region \"", name, "\" of ", byte_size, " bytes would bring the mapped total to ",
-        mapped_bytes_ + static_cast<int64_t>(host_bytes), ": over the server's "
-        "--shm_max_mapped_bytes ", limits_.max_mapped_bytes));
-  }
-  return absl::OkStatus();
+  return CheckTotals(owner, name, offset, byte_size, host_bytes);
 }
 
 absl::Status ShmRegistry::Add(const std::string& owner, const std::string& name,
-                              std::shared_ptr<MappedRegion> region, uint64_t host_bytes) {
+                              std::shared_ptr<MappedRegion> region) {
   absl::MutexLock lock(&mu_);
   // Checked again: another registration may have won the race meanwhile.
   // (A refused region is released by the caller, outside the lock.)
   if (regions_.count({owner, name}) != 0) {
     return RegionTakenError(name);
   }
-  if (per_owner_[owner] >= limits_.max_regions_per_client ||
-      mapped_bytes_ + static_cast<int64_t>(host_bytes) > limits_.max_mapped_bytes) {
+  if (per_owner_[owner] >= limits_.max_regions_per_client) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "region \"", name, "\": a concurrent registration reached --shm_max_regions_per_client ",
-        limits_.max_regions_per_client, " or --shm_max_mapped_bytes ", limits_.max_mapped_bytes));
+        limits_.max_regions_per_client));
   }
+  ROPE_RETURN_IF_ERROR(CheckTotals(owner, name, region->offset_, region->byte_size_,
+                                   region->charged_bytes_));
   if (!region->is_device()) {
+    const uint64_t begin = region->offset_;
+    const uint64_t end = region->offset_ + region->byte_size_;
+    for (auto it = regions_.lower_bound({owner, ""});
+         it != regions_.end() && it->first.first == owner; ++it) {
+      const MappedRegion& held = *it->second;
+      if (!region->SameMemoryAs(held)) continue;
+      const uint64_t held_end = held.offset() + held.byte_size();
+      if (held_end <= begin || end <= held.offset()) continue;
+      return absl::AlreadyExistsError(absl::StrCat(
+          "region \"", name, "\": bytes [", begin, ", ", end, ") of key \"", region->key_,
+          "\" overlap bytes [", held.offset(), ", ", held_end, ") of the same object that this "
+          "client registered as region \"", held.name(), "\" (key \"", held.key(),
+          "\"): a client registers each byte once; reference that region at an offset instead"));
+    }
     region->guard_slot_ = GuardShmRange(region->map_base_, region->map_length_);
     if (region->guard_slot_ < 0) {
       return absl::ResourceExhaustedError(absl::StrCat(
           "the server maps ", kShmGuardSlots, " regions already: its most; unregister some"));
     }
   }
+  const int64_t charged = static_cast<int64_t>(region->charged_bytes_);
   regions_[{owner, name}] = std::move(region);
   ++per_owner_[owner];
+  owner_bytes_[owner] += charged;
   last_used_[owner] = absl::Now();
-  mapped_bytes_ += static_cast<int64_t>(host_bytes);
+  mapped_bytes_ += charged;
   return absl::OkStatus();
 }
 
 absl::Status ShmRegistry::Register(const std::string& owner, const std::string& name,
-                                   const std::string& key, uint64_t offset, uint64_t byte_size) {
-  if (const absl::Status room = CheckRoom(owner, name, offset, byte_size, byte_size); !room.ok()) {
+                                   const std::string& key, uint64_t offset, uint64_t byte_size,
+                                   std::optional<uint32_t> client_uid) {
+  const uint64_t charged = PageSpan(offset, byte_size);
+  if (const absl::Status room = CheckRoom(owner, name, offset, byte_size, charged); !room.ok()) {
     return room;
   }
 
@@ -251,17 +352,30 @@ absl::Status ShmRegistry::Register(const std::string& owner, const std::string& 
   region->key_ = key;
   region->offset_ = offset;
   region->byte_size_ = byte_size;
+  region->charged_bytes_ = charged;
   struct stat st = {};
   if (fstat(*fd, &st) != 0) return absl::InternalError(absl::StrCat("fstat of \"", key, "\" failed"));
+  // The server opens with its own rights; a client known by uid gets only
+  // objects that are its own, not whatever the server could open for it.
+  if (client_uid.has_value() && st.st_uid != *client_uid) {
+    if (!IsPosixName(key)) return FileKeyRefused(key, limits_.allowed_dir);
+    return absl::PermissionDeniedError(absl::StrCat(
+        "key \"", key, "\" does not belong to this client (uid ", *client_uid,
+        "): a client registers only shared-memory objects it owns"));
+  }
   if (static_cast<uint64_t>(st.st_size) < offset + byte_size) {
     return absl::InvalidArgumentError(absl::StrCat(
         "offset ", offset, " + byte_size ", byte_size, " is past the end of \"", key, "\" (",
         st.st_size, " bytes)"));
   }
-  if (absl::Status allocated = CheckAllocated(st, name, key); !allocated.ok()) return allocated;
-  const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  region->device_ = st.st_dev;
+  region->inode_ = st.st_ino;
+  const uint64_t page = PageSize();
   const uint64_t map_offset = offset - offset % page;
   region->map_length_ = static_cast<size_t>(offset + byte_size - map_offset);
+  ROPE_RETURN_IF_ERROR(
+      AllocateIfSparse(*fd, st, map_offset, std::min<uint64_t>(charged, st.st_size - map_offset),
+                       name, key));
   void* base = mmap(nullptr, region->map_length_, PROT_READ | PROT_WRITE, MAP_SHARED, *fd,
                     static_cast<off_t>(map_offset));
   if (base == MAP_FAILED) {
@@ -270,7 +384,7 @@ absl::Status ShmRegistry::Register(const std::string& owner, const std::string& 
   }
   region->map_base_ = base;
   region->data_ = static_cast<char*>(base) + (offset - map_offset);
-  return Add(owner, name, std::move(region), byte_size);
+  return Add(owner, name, std::move(region));
 }
 
 absl::Status ShmRegistry::RegisterDevice(const std::string& owner, const std::string& name,
@@ -283,7 +397,7 @@ absl::Status ShmRegistry::RegisterDevice(const std::string& owner, const std::st
   region->byte_size_ = byte_size;
   region->data_ = static_cast<char*>((*memory)->data());
   region->device_memory_ = *std::move(memory);
-  return Add(owner, name, std::move(region), 0);
+  return Add(owner, name, std::move(region));
 }
 
 absl::Status ShmRegistry::Unregister(const std::string& owner, const std::string& name) {
@@ -297,15 +411,7 @@ absl::Status ShmRegistry::Unregister(const std::string& owner, const std::string
   }
   auto last = name.empty() ? first : std::next(first);
   while (name.empty() && last != regions_.end() && last->first.first == owner) ++last;
-  for (auto it = first; it != last;) {
-    if (!it->second->is_device()) mapped_bytes_ -= static_cast<int64_t>(it->second->byte_size());
-    if (--per_owner_[owner] == 0) {
-      per_owner_.erase(owner);
-      last_used_.erase(owner);
-    }
-    released.push_back(std::move(it->second));
-    it = regions_.erase(it);
-  }
+  for (auto it = first; it != last;) it = Forget(it, &released);
   return absl::OkStatus();
 }
 
@@ -347,6 +453,7 @@ void ShmRegistry::Clear() {
   absl::MutexLock lock(&mu_);
   released.swap(regions_);
   per_owner_.clear();
+  owner_bytes_.clear();
   last_used_.clear();
   mapped_bytes_ = 0;
 }

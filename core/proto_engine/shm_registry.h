@@ -11,11 +11,14 @@
 // owner that has made no shared-memory call (register, status, a reference
 // in a request) for ShmLimits::owner_idle_lease are released.
 //
-// The object must be allocated when it is registered, and stay so: a sparse
-// object (fewer bytes allocated than its size: ftruncate without writing, or
-// a punched hole) is refused, at registration and before every use, because the server's first touch of a hole would
-// allocate the page, charged to the server's memory, counted by nothing.
-// Clients allocate with posix_fallocate (the client libraries do).
+// A sparse object (fewer bytes allocated than its size: ftruncate without
+// writing, as perf_analyzer sizes its output regions) has the region's pages
+// allocated at registration (fallocate), after they are charged: the server's
+// touches then allocate nothing in a call, and what the server's memory
+// gains is what the region is charged. A hole punched later is allocated
+// again at the next touch, within the same charge. Clients allocate with
+// posix_fallocate themselves (the client libraries do), which costs the
+// server nothing at registration.
 //
 // A call using a region holds a lease (shared_ptr): unregistering a region
 // while a call uses it lets the call finish on the mapping, which is unmapped
@@ -34,11 +37,14 @@
 #ifndef ROPE_PROTO_ENGINE_SHM_REGISTRY_H_
 #define ROPE_PROTO_ENGINE_SHM_REGISTRY_H_
 
+#include <sys/types.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -56,10 +62,13 @@ namespace rope {
 struct ShmLimits {
   // Regions one owner may hold at once (--shm_max_regions_per_client).
   int64_t max_regions_per_client = 16;
-  // Bytes of host regions mapped by every owner together
+  // Bytes of pages of host regions mapped by every owner together
   // (--shm_max_mapped_bytes); 0: shared memory (host and CUDA) is off
   // (RegisterSharedMemory answers FAILED_PRECONDITION).
   int64_t max_mapped_bytes = int64_t{16} << 30;
+  // Bytes of pages one owner's host regions may map together
+  // (--shm_max_mapped_bytes_per_client).
+  int64_t max_mapped_bytes_per_client = int64_t{4} << 30;
   // Directory under which file keys (absolute paths) may lie
   // (--shm_allowed_dir); empty: only POSIX shared-memory names.
   std::string allowed_dir;
@@ -89,12 +98,21 @@ class MappedRegion {
     return is_device() ? TensorMemory::Device(cuda_device()) : TensorMemory::Host();
   }
 
-  // OK while the backing object still covers the region with allocated
-  // pages (no hole) and no access has faulted (always OK for a device
-  // region); FAILED_PRECONDITION naming the region otherwise.
+  // OK while the backing object still covers the region and no access has
+  // faulted (always OK for a device region); FAILED_PRECONDITION naming the
+  // region otherwise.
   absl::Status Check() const;
   // Whether an access faulted (the object shrank under a call).
   bool Faulted() const;
+
+  // Whether this region and `other` are views of one memory: the same
+  // object (device and inode) for host regions, the same region for device
+  // regions. Offsets into both are then comparable as object offsets
+  // (offset() + an offset into the region).
+  bool SameMemoryAs(const MappedRegion& other) const;
+  // The bytes of whole pages the region maps: what it is charged (0 for a
+  // device region).
+  uint64_t charged_bytes() const { return charged_bytes_; }
 
  private:
   friend class ShmRegistry;
@@ -109,6 +127,9 @@ class MappedRegion {
   size_t map_length_ = 0;
   char* data_ = nullptr;
   int guard_slot_ = -1;
+  dev_t device_ = 0;
+  ino_t inode_ = 0;
+  uint64_t charged_bytes_ = 0;
   std::shared_ptr<DeviceMemoryLease> device_memory_;
 };
 
@@ -139,10 +160,19 @@ class ShmRegistry {
   // whatever the reason (a missing file, a symlink leading out, a
   // directory), so that the answer tells nothing about the file system;
   // ALREADY_EXISTS when `owner` already has `name`; RESOURCE_EXHAUSTED
-  // naming the flag when a limit would be passed; FAILED_PRECONDITION when
-  // shared memory is off or the range is not allocated (sparse).
+  // naming the flag when a limit would be passed, or when the pages of a
+  // sparse object cannot be allocated (no room on its file system);
+  // FAILED_PRECONDITION when shared memory is off;
+  // ALREADY_EXISTS when the range overlaps one of `owner`'s regions over the
+  // same object.
+  //
+  // `client_uid`: the client's uid where the service knows it (a Unix
+  // socket's peer): the object must then belong to it (fstat), or
+  // PERMISSION_DENIED, so that the server's own rights open nothing for a
+  // client that the client could not open itself.
   absl::Status Register(const std::string& owner, const std::string& name, const std::string& key,
-                        uint64_t offset, uint64_t byte_size);
+                        uint64_t offset, uint64_t byte_size,
+                        std::optional<uint32_t> client_uid = std::nullopt);
   // Registers device memory as `owner`'s region `name` of `byte_size` bytes:
   // the same checks of the name, size and limits as Register, then `open`
   // (whose error is returned as is) and the checks again.
@@ -168,13 +198,23 @@ class ShmRegistry {
 
  private:
   using Key = std::pair<std::string, std::string>;  // (owner, name)
-  // The checks before opening (host_bytes: the bytes the region would add
-  // to the mapped total), and the same checks again with the region opened,
+  // The checks before opening (host_bytes: the bytes of pages the region
+  // would add to the mapped totals; offset and byte_size name it), and the
+  // same checks again with the region opened (and the overlap check),
   // adding it.
   absl::Status CheckRoom(const std::string& owner, const std::string& name, uint64_t offset,
                          uint64_t byte_size, uint64_t host_bytes) const;
   absl::Status Add(const std::string& owner, const std::string& name,
-                   std::shared_ptr<MappedRegion> region, uint64_t host_bytes);
+                   std::shared_ptr<MappedRegion> region);
+  absl::Status CheckTotals(const std::string& owner, const std::string& name, uint64_t offset,
+                           uint64_t byte_size, uint64_t host_bytes) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Forgets one region and its counts, moving it into `released`; the
+  // iterator after it.
+  using RegionMap = std::map<Key, std::shared_ptr<MappedRegion>>;
+  RegionMap::iterator Forget(RegionMap::iterator it,
+                             std::vector<std::shared_ptr<MappedRegion>>* released) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Notes `owner`'s use now, and releases (into `released`, to be unmapped
   // outside the lock) the regions of owners idle past the lease.
   void TouchAndExpire(const std::string& owner,
@@ -186,6 +226,8 @@ class ShmRegistry {
   // and may expire other owners' regions.
   mutable std::map<Key, std::shared_ptr<MappedRegion>> regions_ ABSL_GUARDED_BY(mu_);
   mutable std::map<std::string, int64_t> per_owner_ ABSL_GUARDED_BY(mu_);
+  // Bytes of pages each owner's host regions map.
+  mutable std::map<std::string, int64_t> owner_bytes_ ABSL_GUARDED_BY(mu_);
   mutable std::map<std::string, absl::Time> last_used_ ABSL_GUARDED_BY(mu_);
   mutable int64_t mapped_bytes_ ABSL_GUARDED_BY(mu_) = 0;
 };

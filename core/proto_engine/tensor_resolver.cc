@@ -120,16 +120,30 @@ absl::Status TensorResolver::CheckCall() const {
     if (!out.output) continue;
     for (size_t j = 0; j < ranges_.size(); ++j) {
       const Range& other = ranges_[j];
-      if (i == j || other.region != out.region) continue;
-      if (other.end <= out.begin || out.end <= other.begin) continue;
+      // Two regions over one object (the same bytes reached by two names)
+      // are compared by object offsets, one region by its own.
+      if (i == j || !out.region->SameMemoryAs(*other.region)) continue;
+      const uint64_t out_begin = out.region->offset() + out.begin;
+      const uint64_t out_end = out.region->offset() + out.end;
+      const uint64_t other_begin = other.region->offset() + other.begin;
+      const uint64_t other_end = other.region->offset() + other.end;
+      if (other_end <= out_begin || out_end <= other_begin) continue;
       const bool in_place = !other.output && other.group == out.group &&
-                            other.begin == out.begin && other.end == out.end;
+                            other_begin == out_begin && other_end == out_end;
       if (in_place) continue;
       if (other.output && other.group == out.group) continue;  // the same output twice
+      if (other.region == out.region) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            out.field, " [", out.begin, ", ", out.end, ") overlaps ", other.field, " [",
+            other.begin, ", ", other.end, ") in region \"", out.region->name(),
+            "\": an output may only equal its own input exactly (in place)"));
+      }
       return absl::InvalidArgumentError(absl::StrCat(
-          out.field, " [", out.begin, ", ", out.end, ") overlaps ", other.field, " [",
-          other.begin, ", ", other.end, ") in region \"", out.region->name(),
-          "\": an output may only equal its own input exactly (in place)"));
+          out.field, " [", out.begin, ", ", out.end, ") of region \"", out.region->name(),
+          "\" overlaps ", other.field, " [", other.begin, ", ", other.end, ") of region \"",
+          other.region->name(), "\": both are bytes [", out_begin, ", ", out_end, ") and [",
+          other_begin, ", ", other_end, ") of one object (\"", out.region->key(), "\", \"",
+          other.region->key(), "\"); an output may only equal its own input exactly (in place)"));
     }
   }
   if (!on_device()) return absl::OkStatus();

@@ -13,9 +13,12 @@
 // (INVALID_ARGUMENT); the address aligned to the dtype's size
 // (INVALID_ARGUMENT); the backing object still covers the region, by fstat
 // (FAILED_PRECONDITION); an output overlaps no other output and no input
-// except exactly its own (in place) (INVALID_ARGUMENT); and every tensor of
-// the call is in one memory: a CUDA region does not mix with bytes or host
-// regions (INVALID_ARGUMENT). Its post-condition (CheckAfter): a region
+// except exactly its own (in place) (INVALID_ARGUMENT), compared as bytes
+// of the backing object: the registry refuses one owner two overlapping
+// regions, but a region unregistered while a call holds it and registered
+// again under another name is a second name for the same bytes; and every
+// tensor of the call is in one memory: a CUDA region does not mix with
+// bytes or host regions (INVALID_ARGUMENT). Its post-condition (CheckAfter): a region
 // whose backing object shrank during the call (the SIGBUS guard,
 // shm_fault_guard.h) turns the call's answer into FAILED_PRECONDITION. On
 // an error after the checks an output range's contents are unspecified.

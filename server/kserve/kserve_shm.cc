@@ -47,7 +47,8 @@ absl::Status KServeServiceImpl::RegisterRegion(grpc::CallbackServerContext* cont
                      "loopback); this call comes from ",
                      context->peer()));
   }
-  return AnswerRegisterSharedMemory(engine_, *options_.shm, OwnerOf(*context), request);
+  return AnswerRegisterSharedMemory(engine_, *options_.shm, OwnerOf(*context), request,
+                                    CallerUid(*context));
 }
 
 absl::Status KServeServiceImpl::UnregisterRegions(grpc::CallbackServerContext* context,

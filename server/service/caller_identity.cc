@@ -10,6 +10,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "grpcpp/security/auth_context.h"
+#include "server/service/unix_peers.h"
 
 namespace rope {
 namespace {
@@ -67,12 +68,19 @@ std::string CallerIdentity(const grpc::ServerContextBase& context, bool tokens_v
     if (subject.empty()) subject = FirstProperty(*auth, "x509_common_name");
     if (!subject.empty()) return absl::StrCat("cert:", subject);
   }
-  return absl::StrCat("peer:", WithoutPort(context.peer()));
+  const std::string peer = context.peer();
+  if (std::optional<uint32_t> uid = UnixPeerUid(peer)) return absl::StrCat("uid:", *uid);
+  return absl::StrCat("peer:", WithoutPort(peer));
 }
 
 bool IsLocalPeer(const std::string& peer) {
   return absl::StartsWith(peer, "unix:") || absl::StartsWith(peer, "ipv4:127.") ||
-         absl::StartsWith(peer, "ipv6:[::1]") || absl::StartsWith(peer, "ipv6:%5B::1%5D");
+         absl::StartsWith(peer, "ipv6:[::1]") || absl::StartsWith(peer, "ipv6:%5B::1%5D") ||
+         UnixPeerUid(peer).has_value();
+}
+
+std::optional<uint32_t> CallerUid(const grpc::ServerContextBase& context) {
+  return UnixPeerUid(context.peer());
 }
 
 }  // namespace rope

@@ -3,20 +3,22 @@
 // its mTLS client certificate, else its peer address. Two uses read it
 // differently:
 //   - ownership of server-side state (shared-memory regions): the token's
-//     whole SHA-256 digest, the certificate's subject, or the peer's address
+//     whole SHA-256 digest, the certificate's subject, the uid of a Unix
+//     socket's client ("uid:1000", unix_peers.h), or the peer's address
 //     without its port ("peer:ipv4:127.0.0.1"), so that a client that
 //     reconnects (--max_connection_age, a restart of its channel) keeps what
-//     it registered. Every client of a Unix socket is "peer:unix:<path>": the
-//     socket file's mode is the boundary (gRPC 1.51 gives a call no access to
-//     its connection's socket, so the peer's uid cannot be read);
+//     it registered. Clients of a Unix socket served by gRPC's own listener
+//     (with TLS) have no uid: each is "peer:unix:<path>";
 //   - the per-client share of calls in flight and the work queue's turns
 //     (client_share.h, work_queue.h): a short fingerprint that logs and
-//     errors may show ("token:1a2b3c4d", never the token), and the peer's
-//     host without the port (one host, one client).
+//     errors may show ("token:1a2b3c4d", never the token), the Unix peer's
+//     uid, and the peer's host without the port (one host, one client).
 // Never the token itself.
 #ifndef ROPE_SERVICE_CALLER_IDENTITY_H_
 #define ROPE_SERVICE_CALLER_IDENTITY_H_
 
+#include <cstdint>
+#include <optional>
 #include <string>
 
 #include "absl/strings/string_view.h"
@@ -25,8 +27,8 @@
 namespace rope {
 
 enum class IdentityUse {
-  kOwnership,  // "token:<64 hex>", "cert:<subject>", "peer:<address>"
-  kShare,      // "token:<8 hex>", "cert:<subject>", "peer:<address>"
+  kOwnership,  // "token:<64 hex>", "cert:<subject>", "uid:<n>", "peer:<address>"
+  kShare,      // "token:<8 hex>", "cert:<subject>", "uid:<n>", "peer:<address>"
 };
 
 // "token:" and the hex SHA-256 of `token`: all 32 bytes, or the first 4
@@ -43,6 +45,11 @@ std::string CallerIdentity(const grpc::ServerContextBase& context, bool tokens_v
 // Whether the call's peer is on this host (a Unix socket or a loopback
 // address): the only peers that may register shared memory.
 bool IsLocalPeer(const std::string& peer);
+
+// The uid of the call's Unix-socket client, when the server's own Unix
+// listener accepted its connection (unix_peer_listener.h); nullopt for
+// every other peer.
+std::optional<uint32_t> CallerUid(const grpc::ServerContextBase& context);
 
 }  // namespace rope
 

@@ -182,8 +182,13 @@ absl::StatusOr<std::unique_ptr<RopeServer>> RopeServer::Start(std::unique_ptr<En
   if (!options.listen_address.empty()) {
     builder.AddListeningPort(options.listen_address, credentials, &server->port_);
   }
-  std::vector<int> unix_bound(options.unix_socket_paths.size(), 0);
-  for (size_t i = 0; i < options.unix_socket_paths.size(); ++i) {
+  // Without TLS the server accepts on its Unix sockets itself, to learn each
+  // client's uid (unix_peer_listener.h); with TLS gRPC does, through the
+  // handshake, and its clients are told apart by token or certificate.
+  const bool unix_by_uid =
+      !options.security.tls() && options.security.bearer_tokens.empty();
+  std::vector<int> unix_bound(options.unix_socket_paths.size(), unix_by_uid ? 1 : 0);
+  for (size_t i = 0; i < options.unix_socket_paths.size() && !unix_by_uid; ++i) {
     builder.AddListeningPort(absl::StrCat("unix:", options.unix_socket_paths[i]), credentials,
                              &unix_bound[i]);
   }
@@ -253,7 +258,17 @@ absl::StatusOr<std::unique_ptr<RopeServer>> RopeServer::Start(std::unique_ptr<En
         "cannot listen on ", address, ": ",
         cause.empty() ? "the address is in use, not local, or malformed" : cause));
   }
-  for (size_t i = 0; i < options.unix_socket_paths.size(); ++i) {
+  for (size_t i = 0; i < options.unix_socket_paths.size() && unix_by_uid; ++i) {
+    absl::StatusOr<std::unique_ptr<UnixPeerListener>> listener = UnixPeerListener::Start(
+        options.unix_socket_paths[i], options.unix_socket_mode, server->server_.get());
+    if (!listener.ok()) {
+      server->unix_listeners_.clear();
+      server->server_->Shutdown();
+      return listener.status();
+    }
+    server->unix_listeners_.push_back(*std::move(listener));
+  }
+  for (size_t i = 0; i < options.unix_socket_paths.size() && !unix_by_uid; ++i) {
     const std::string& path = options.unix_socket_paths[i];
     if (unix_bound[i] == 0 || chmod(path.c_str(), options.unix_socket_mode) != 0) {
       server->server_->Shutdown();
@@ -314,6 +329,8 @@ void RopeServer::Drain(absl::Duration grace) {
   absl::SleepFor(std::min(grace, kHealthPropagationTime));
   gate_.WaitForIdle(deadline);
   // Cancels whatever is still running at the deadline, and waits for it.
+  // The Unix listeners first: they hand connections to the server.
+  for (auto& listener : unix_listeners_) listener->Stop();
   server_->Shutdown(absl::ToChronoTime(deadline));
   if (health_ != nullptr) health_->Shutdown(deadline);
   // Regions end with the server (a call still holding one has finished).

@@ -35,6 +35,7 @@
 #include "server/service/rope_service.h"
 #include "server/service/server_security.h"
 #include "server/service/service_metrics.h"
+#include "server/service/unix_peer_listener.h"
 #include "server/service/work_queue.h"
 
 namespace prometheus {
@@ -211,6 +212,8 @@ class RopeServer {
   std::unique_ptr<MetricsHttpServer> metrics_http_;
   std::unique_ptr<CredentialReloader> reloader_;  // null: fixed credentials
   std::unique_ptr<grpc::Server> server_;
+  // Stopped (Drain) before server_ shuts down.
+  std::vector<std::unique_ptr<UnixPeerListener>> unix_listeners_;
   std::unique_ptr<HealthPort> health_;
   int port_ = 0;
   int metrics_port_ = 0;

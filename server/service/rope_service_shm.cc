@@ -46,6 +46,7 @@ void RopeServiceImpl::FillShmInfo(v1::ServerInfo* info) const {
   const ShmLimits& limits = options_.shm->limits();
   info->mutable_limits()->set_shm_max_regions_per_client(limits.max_regions_per_client);
   info->mutable_limits()->set_shm_max_mapped_bytes(limits.max_mapped_bytes);
+  info->mutable_limits()->set_shm_max_mapped_bytes_per_client(limits.max_mapped_bytes_per_client);
   info->set_shm_regions(options_.shm->regions());
   info->set_shm_mapped_bytes(options_.shm->mapped_bytes());
 }
@@ -63,7 +64,8 @@ grpc::ServerUnaryReactor* RopeServiceImpl::RegisterSharedMemory(
                            "or loopback); this call comes from ",
                            context->peer()));
         }
-        return AnswerRegisterSharedMemory(engine_, *options_.shm, OwnerOf(*context), *request);
+        return AnswerRegisterSharedMemory(engine_, *options_.shm, OwnerOf(*context), *request,
+                                          CallerUid(*context));
       });
 }
 

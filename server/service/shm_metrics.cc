@@ -24,12 +24,12 @@ class ShmStateCollector final : public prometheus::Collectable {
     return {
         GaugeValue("rope_shm_regions", "Shared-memory regions registered now (all clients).",
                    static_cast<double>(registry_->regions())),
-        GaugeValue("rope_shm_mapped_bytes", "Bytes of registered shared-memory regions.",
+        GaugeValue("rope_shm_mapped_bytes", "Bytes of the pages registered shared-memory regions map.",
                    static_cast<double>(registry_->mapped_bytes())),
         GaugeValue("rope_shm_max_regions_per_client", "Limit on one client's regions.",
                    static_cast<double>(limits.max_regions_per_client)),
         GaugeValue("rope_shm_max_mapped_bytes",
-                   "Limit on mapped region bytes (0: shared memory off).",
+                   "Limit on the bytes of pages regions map (0: shared memory off).",
                    static_cast<double>(limits.max_mapped_bytes)),
     };
   }

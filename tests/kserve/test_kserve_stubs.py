@@ -306,7 +306,8 @@ def test_system_shared_memory_round_trip(kserve, rope):
     q = rng.uniform(-2, 2, size=(1, 6, 4, 32)).astype(np.float32)
     region = shared_memory.SharedMemory(create=True, size=3 * q.nbytes)
     try:
-        # Allocated, not only sized: ropeserve refuses a sparse object.
+        # Allocated, not only sized, as clients should (ropeserve would
+        # allocate a sparse object's pages at registration itself).
         os.posix_fallocate(region._fd, 0, 3 * q.nbytes)
         key = "/" + region.name
         kserve.SystemSharedMemoryRegister(pb.SystemSharedMemoryRegisterRequest(

@@ -194,9 +194,10 @@ def main():
     handle = triton_shm.create_shared_memory_region("rope_io", "/rope_kserve_io", 2 * q.nbytes)
     try:
         triton_shm.set_shared_memory_region(handle, [q])
-        # tritonclient's utility only sizes the object (ftruncate), and
-        # ropeserve refuses a sparse object (docs/operations.md, "Shared
-        # memory"): allocate it whole, as ropeserve's own clients do.
+        # tritonclient's utility only sizes the object (ftruncate); ropeserve
+        # would allocate the sparse pages itself at registration
+        # (docs/operations.md, "Shared memory"), but allocating them here, as
+        # ropeserve's own clients do, costs the server nothing.
         fd = os.open("/dev/shm/rope_kserve_io", os.O_RDWR)
         try:
             os.posix_fallocate(fd, 0, 2 * q.nbytes)

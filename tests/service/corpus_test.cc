@@ -67,22 +67,6 @@ const std::string& CorpusShmKey() {
   return object.key;
 }
 
-// A 4 KiB POSIX shared-memory object that is sized but never allocated (a
-// sparse object), made once and unlinked at exit.
-const std::string& CorpusSparseShmKey() {
-  struct Object {
-    std::string key = absl::StrCat("/rope-corpus-sparse-", getpid());
-    Object() {
-      const int fd = shm_open(key.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0600);
-      if (fd < 0 || ftruncate(fd, 4096) != 0) std::abort();
-      close(fd);
-    }
-    ~Object() { shm_unlink(key.c_str()); }
-  };
-  static const Object object;
-  return object.key;
-}
-
 v1::Tensor RandomTensor(DType dtype, std::vector<int64_t> shape, unsigned seed) {
   std::mt19937 rng(seed);
   int64_t n = 1;
@@ -1282,13 +1266,19 @@ std::vector<MalformedCase> Cases() {
        kInvalid, "offset 8 + byte_size 4096 is past the end"},
       {"RegionOverflowingOffset", kRegister,
        [](Requests* r) { r->region.set_offset(~uint64_t{0}); }, kInvalid, "overflows"},
+      // Charged by pages: under 4 GiB of bytes, over 4 GiB of pages.
+      {"RegionPagesOverThePerClientBound", kRegister,
+       [](Requests* r) {
+         r->region.set_offset(4095);
+         r->region.set_byte_size((uint64_t{4} << 30) - 4094);
+       },
+       StatusCode::RESOURCE_EXHAUSTED,
+       "byte_size 4294963202 of region \"corpus\" (4294971392 bytes of pages) is over the "
+       "server's --shm_max_mapped_bytes_per_client 4294967296"},
       {"RegionBadName", kRegister, [](Requests* r) { r->region.set_name("a/b"); }, kInvalid,
        "name is \"a/b\""},
       {"RegionRelativeKey", kRegister, [](Requests* r) { r->region.set_key("relative"); },
        kInvalid, "key is \"relative\""},
-      {"RegionSparseObject", kRegister,
-       [](Requests* r) { r->region.set_key(CorpusSparseShmKey()); },
-       StatusCode::FAILED_PRECONDITION, "(a sparse object)"},
       {"RegionFileKeyWithoutAllowedDir", kRegister,
        [](Requests* r) { r->region.set_key("/etc/passwd"); }, StatusCode::PERMISSION_DENIED,
        "the server allows none (--shm_allowed_dir unset)"},

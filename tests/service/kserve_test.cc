@@ -642,7 +642,7 @@ class ShmObject {
       : key_(absl::StrCat("/rope-kserve-test-", getpid())), bytes_(bytes) {
     const int fd = shm_open(key_.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0600);
     EXPECT_GE(fd, 0);
-    // Allocated whole: the server refuses sparse objects.
+    // Allocated whole, as clients should (the server allocates sparse ones).
     EXPECT_EQ(posix_fallocate(fd, 0, static_cast<off_t>(bytes)), 0);
     data_ = static_cast<char*>(mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
     close(fd);

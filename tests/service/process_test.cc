@@ -507,7 +507,8 @@ TEST(ProcessTest, HelpListsEveryFlagAndExitsZeroWithoutASourcePath) {
           "--max_connection_age", "--enable_echo", "--reuse_port", "--teardown_timeout",
           "--security_reload_interval", "--max_calls_per_client", "--max_inflight_bytes",
           "--max_inflight_wait", "--max_connection_age_grace", "--unix_socket_mode",
-          "--shm_max_regions_per_client", "--shm_max_mapped_bytes", "--shm_allowed_dir"}) {
+          "--shm_max_regions_per_client", "--shm_max_mapped_bytes",
+          "--shm_max_mapped_bytes_per_client", "--shm_allowed_dir"}) {
       EXPECT_NE(output.find(absl::StrCat(flag, " (")), std::string::npos)
           << flag << "\n" << output;
     }
@@ -642,6 +643,7 @@ TEST(ProcessTest, ConfigurationIsCheckedBeforeTheBackendIsCreated) {
       {{"--listen=localhost"}, "--listen=localhost: listen address is \"localhost\""},
       {{"--unix_socket_mode=0999"}, "--unix_socket_mode is \"0999\""},
       {{"--shm_max_regions_per_client=0"}, "--shm_max_regions_per_client is 0"},
+      {{"--shm_max_mapped_bytes_per_client=0"}, "--shm_max_mapped_bytes_per_client is 0"},
       {{"--shm_owner_idle_lease=-1s"}, "--shm_owner_idle_lease is -1s"},
       {{"--max_message_bytes=0"}, "--max_message_bytes is 0"},
       {{"--max_message_bytes=4294967296"}, "--max_message_bytes is 4294967296"},

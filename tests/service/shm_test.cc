@@ -2,8 +2,12 @@
 // socket listener, against a real in-process server and real POSIX
 // shared-memory objects.
 #include <fcntl.h>
+#include <grp.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdint>
@@ -18,11 +22,13 @@
 #include "absl/time/clock.h"
 #include "client/shared_region.h"
 #include "grpcpp/create_channel.h"
+#include "grpcpp/create_channel_posix.h"
 #include "grpcpp/security/credentials.h"
 #include "grpcpp/support/channel_arguments.h"
 #include "gtest/gtest.h"
 #include "core/proto_engine/shm_calls.h"
 #include "core/proto_engine/shm_registry.h"
+#include "core/proto_engine/tensor_resolver.h"
 #include "tests/service/service_fixture.h"
 #include "tests/support/grpc_test_util.h"
 #include "tests/support/status_matchers.h"
@@ -49,6 +55,7 @@ class ShmServiceTest : public ServiceTest {
     ServerOptions options = DefaultOptions();
     options.shm.max_regions_per_client = 3;
     options.shm.max_mapped_bytes = 1 << 22;
+    options.shm.max_mapped_bytes_per_client = 3 << 20;
     options.unix_socket_paths = {socket_path_};
     StartServer(options);
   }
@@ -299,22 +306,38 @@ TEST_F(ShmServiceTest, AReconnectingClientKeepsItsRegionsAndItsLimit) {
   EXPECT_EQ(server_->shm().regions(), 3);
 }
 
-TEST_F(ShmServiceTest, SparseObjectsAreRefused) {
+// A sparse object (sized, never written: perf_analyzer's output regions)
+// registers with the region's pages allocated then, after they are charged:
+// the server's touches allocate nothing later, and its memory grows by what
+// the region is charged. Over the budget it is refused before anything is
+// allocated.
+TEST_F(ShmServiceTest, SparseObjectsAreAllocatedAtRegistrationWithinTheirCharge) {
   const std::string key = absl::StrCat("/rope-sparse-test-", getpid());
   const int fd = shm_open(key.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
   ASSERT_GE(fd, 0);
-  // Sized, never written: every page is a hole the server would allocate.
-  ASSERT_EQ(ftruncate(fd, 1 << 20), 0);
+  ASSERT_EQ(ftruncate(fd, 4 << 20), 0);
+  struct stat st = {};
+  ASSERT_EQ(fstat(fd, &st), 0);
+  ASSERT_EQ(st.st_blocks, 0);
+  // 4 MiB: over this client's 3 MiB of pages; nothing allocated.
   v1::RegisterSharedMemoryRequest request;
   request.set_name("sparse");
   request.set_key(key);
+  request.set_byte_size(4 << 20);
+  EXPECT_TRUE(GrpcStatusIs(Register(request), grpc::StatusCode::RESOURCE_EXHAUSTED,
+                           "--shm_max_mapped_bytes_per_client 3145728"));
+  ASSERT_EQ(fstat(fd, &st), 0);
+  EXPECT_EQ(st.st_blocks, 0);
+  // 1 MiB at offset 1 MiB: those pages are allocated, no others.
+  request.set_offset(1 << 20);
   request.set_byte_size(1 << 20);
-  EXPECT_TRUE(GrpcStatusIs(Register(request), grpc::StatusCode::FAILED_PRECONDITION,
-                           "has 0 of its 1048576 bytes allocated (a sparse object)"));
-  // Allocated, it registers; a hole punched later refuses the next use.
-  ASSERT_EQ(posix_fallocate(fd, 0, 1 << 20), 0);
   ASSERT_TRUE(Register(request).ok());
-  ASSERT_EQ(fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, 1 << 16), 0);
+  ASSERT_EQ(fstat(fd, &st), 0);
+  EXPECT_EQ(st.st_blocks * 512, 1 << 20);
+  EXPECT_EQ(server_->shm().mapped_bytes(), 1 << 20);
+  // A hole punched later: the next use allocates it again, within the same
+  // charge, and the call is answered.
+  ASSERT_EQ(fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 1 << 20, 1 << 16), 0);
   v1::RotateRequest by_bytes;
   std::string expected;
   MakeQ(&by_bytes, &expected);
@@ -322,9 +345,13 @@ TEST_F(ShmServiceTest, SparseObjectsAreRefused) {
   by_reference.mutable_q()->clear_data();
   by_reference.mutable_q()->mutable_shm()->set_region("sparse");
   by_reference.mutable_q()->mutable_shm()->set_byte_size(by_bytes.q().data().size());
+  void* object = mmap(nullptr, 1 << 20, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 1 << 20);
+  ASSERT_NE(object, MAP_FAILED);
+  std::memcpy(object, by_bytes.q().data().data(), by_bytes.q().data().size());
   v1::RotateResponse reply;
-  EXPECT_TRUE(GrpcStatusIs(Rotate(by_reference, &reply), grpc::StatusCode::FAILED_PRECONDITION,
-                           "a sparse object"));
+  ASSERT_TRUE(Rotate(by_reference, &reply).ok());
+  EXPECT_EQ(std::string(static_cast<char*>(object), expected.size()), expected);
+  munmap(object, 1 << 20);
   close(fd);
   shm_unlink(key.c_str());
 }
@@ -359,6 +386,91 @@ TEST_F(ShmServiceTest, LimitsAreResourceExhaustedNamingTheFlag) {
 
   ASSERT_TRUE(Unregister("").ok());  // all of this client's
   EXPECT_EQ(server_->shm().regions(), 1);
+}
+
+// A region is charged the whole pages its range lies in: a few bytes
+// straddling a page boundary cost two pages, and one client's pages are
+// bounded on their own (--shm_max_mapped_bytes_per_client, 3 MiB here).
+TEST_F(ShmServiceTest, RegionsAreChargedByTheirPagesPerClient) {
+  auto object = NewRegion("paged", (3 << 20) + 4096);
+  auto register_range = [&](v1::RopeService::Stub* stub, const std::string& name,
+                            uint64_t offset, uint64_t byte_size) {
+    v1::RegisterSharedMemoryRequest request;
+    request.set_name(name);
+    request.set_key(object->key());
+    request.set_offset(offset);
+    request.set_byte_size(byte_size);
+    grpc::ClientContext context;
+    SetDeadline(&context);
+    v1::RegisterSharedMemoryResponse reply;
+    return stub->RegisterSharedMemory(&context, request, &reply);
+  };
+  auto mapped = [&]() {
+    grpc::ClientContext context;
+    SetDeadline(&context);
+    v1::ServerInfo info;
+    EXPECT_TRUE(stub_->GetServerInfo(&context, v1::GetServerInfoRequest(), &info).ok());
+    EXPECT_EQ(info.limits().shm_max_mapped_bytes_per_client(), 3 << 20);
+    return info.shm_mapped_bytes();
+  };
+  ASSERT_TRUE(register_range(stub_.get(), "head", 0, 1 << 20).ok());
+  EXPECT_EQ(mapped(), 1 << 20);
+  // 2 bytes across the boundary at 1 MiB + 4096: two pages.
+  ASSERT_TRUE(register_range(stub_.get(), "straddle", (1 << 20) + 4095, 2).ok());
+  EXPECT_EQ(mapped(), (1 << 20) + 8192);
+  // 2 MiB - 8192 bytes more fit 3 MiB as bytes, not as pages when unaligned.
+  const uint64_t rest = (2 << 20) - 8192;
+  EXPECT_TRUE(GrpcStatusIs(register_range(stub_.get(), "rest", (1 << 20) + 8193, rest),
+                           grpc::StatusCode::RESOURCE_EXHAUSTED,
+                           "region \"rest\" (offset 1056769, byte_size 2088960) maps 2093056 "
+                           "bytes of pages, bringing this client's mapped bytes to 3149824: over "
+                           "the server's --shm_max_mapped_bytes_per_client 3145728"));
+  ASSERT_TRUE(register_range(stub_.get(), "rest", (1 << 20) + 8192, rest).ok());
+  EXPECT_EQ(mapped(), 3 << 20);
+  // This client is full; another has its own share of the server's total.
+  auto other = OtherClient();
+  ASSERT_TRUE(register_range(other.get(), "tail", 3 << 20, 1).ok());
+  EXPECT_EQ(mapped(), (3 << 20) + 4096);
+  // Unregistering returns the pages.
+  ASSERT_TRUE(Unregister("straddle").ok());
+  EXPECT_EQ(mapped(), (3 << 20) - 4096);
+}
+
+// One client registers each byte of an object once, whatever name it uses:
+// the same pages N times over would take N times their share of the
+// server-wide total. Another client may register the same bytes.
+TEST_F(ShmServiceTest, OverlappingRegistrationsOfOneClientAreRefused) {
+  auto object = NewRegion("twice", 3 * 4096);
+  ASSERT_TRUE(Register(stub_.get(), *object).ok());
+  v1::RegisterSharedMemoryRequest again = object->RegisterRequest();
+  again.set_name("again");
+  again.set_offset(4096);
+  again.set_byte_size(100);
+  EXPECT_TRUE(GrpcStatusIs(
+      Register(again), grpc::StatusCode::ALREADY_EXISTS,
+      absl::StrCat("region \"again\": bytes [4096, 4196) of key \"", object->key(),
+                   "\" overlap bytes [0, 12288) of the same object that this client registered "
+                   "as region \"", object->RegisterRequest().name(), "\"")));
+  EXPECT_EQ(server_->shm().regions(), 1);
+  EXPECT_EQ(server_->shm().mapped_bytes(), 3 * 4096);
+  auto other = OtherClient();
+  EXPECT_TRUE(Register(other.get(), *object).ok());
+  // Adjacent, not overlapping: allowed.
+  ASSERT_TRUE(Unregister(object->RegisterRequest().name()).ok());
+  v1::RegisterSharedMemoryRequest first = again;
+  first.set_name("first");
+  first.set_offset(0);
+  first.set_byte_size(4096);
+  ASSERT_TRUE(Register(first).ok());
+  v1::RegisterSharedMemoryRequest second = first;
+  second.set_name("second");
+  second.set_offset(4096);
+  ASSERT_TRUE(Register(second).ok());
+  second.set_name("third");
+  second.set_offset(4095);
+  second.set_byte_size(2);
+  EXPECT_TRUE(GrpcStatusIs(Register(second), grpc::StatusCode::ALREADY_EXISTS,
+                           "overlap bytes [0, 4096) of the same object"));
 }
 
 TEST_F(ShmServiceTest, UnregisteredRegionAnswersNotFoundAndStatusListsRegions) {
@@ -531,6 +643,76 @@ TEST(ShmRegistryTest, IdleOwnersLoseTheirRegionsOthersKeepTheirs) {
   EXPECT_EQ(registry.mapped_bytes(), 4096);
 }
 
+// Two keys reaching one file (a hard link) are one object to the overlap
+// check: it compares device and inode, not names.
+TEST(ShmRegistryTest, AliasesThroughAnotherKeyAreTheSameObject) {
+  char dir_template[] = "/tmp/rope-shm-test-XXXXXX";
+  ASSERT_NE(mkdtemp(dir_template), nullptr);
+  const std::string dir = dir_template;
+  const std::string file = dir + "/tensor.bin";
+  const std::string link = dir + "/alias.bin";
+  const int fd = open(file.c_str(), O_RDWR | O_CREAT, 0600);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(posix_fallocate(fd, 0, 8192), 0);
+  close(fd);
+  ASSERT_EQ(::link(file.c_str(), link.c_str()), 0);
+  ShmLimits limits;
+  limits.allowed_dir = dir;
+  ShmRegistry registry(limits);
+  ASSERT_TRUE(registry.Register("me", "a", file, 0, 8192).ok());
+  EXPECT_TRUE(StatusIs(registry.Register("me", "b", link, 4096, 4096),
+                       absl::StatusCode::kAlreadyExists,
+                       absl::StrCat("bytes [4096, 8192) of key \"", link,
+                                    "\" overlap bytes [0, 8192) of the same object that this "
+                                    "client registered as region \"a\" (key \"", file, "\")")));
+  EXPECT_TRUE(registry.Register("you", "b", link, 4096, 4096).ok());
+  EXPECT_EQ(registry.mapped_bytes(), 8192 + 4096);
+  registry.Clear();
+  unlink(link.c_str());
+  unlink(file.c_str());
+  rmdir(dir.c_str());
+}
+
+// A call that holds a region unregistered meanwhile and registered again
+// under another name has two names for the same bytes: its output and input
+// are compared as bytes of the object, not by region name.
+TEST(ShmRegistryTest, AnOutputAliasingAnInputThroughAnotherRegionIsRefused) {
+  auto object = NewRegion("alias", 8192);
+  ShmRegistry registry(ShmLimits{});
+  ASSERT_TRUE(registry.Register("me", "a", object->key(), 0, 8192).ok());
+  CallerRegions regions{&registry, [] { return std::string("me"); }};
+  TensorResolver resolver(regions);
+  v1::Tensor q;
+  q.set_dtype(v1::FLOAT32);
+  q.mutable_shm()->set_region("a");
+  q.mutable_shm()->set_offset(4096);
+  q.mutable_shm()->set_byte_size(1024);
+  TensorView q_view;
+  ASSERT_TRUE(resolver.ResolveInput(q, "q", 0, &q_view).ok());
+  ASSERT_TRUE(registry.Unregister("me", "a").ok());
+  ASSERT_TRUE(registry.Register("me", "b", object->key(), 4096, 4096).ok());
+  v1::SharedMemoryRef out;
+  out.set_region("b");
+  out.set_offset(512);
+  out.set_byte_size(1024);
+  TensorView out_view;
+  ASSERT_TRUE(resolver.ResolveOutput(out, "k_out", 1, DType::kFloat32, 1024, "k is", &out_view)
+                  .ok());
+  EXPECT_TRUE(StatusIs(resolver.CheckCall(), absl::StatusCode::kInvalidArgument,
+                       "k_out [512, 1536) of region \"b\" overlaps q.shm [4096, 5120) of region "
+                       "\"a\": both are bytes [4608, 5632) and [4096, 5120) of one object"));
+  // The same bytes exactly, as the input's own output: in place, allowed.
+  TensorResolver in_place(regions);
+  v1::Tensor q_by_b = q;
+  q_by_b.mutable_shm()->set_region("b");
+  q_by_b.mutable_shm()->set_offset(0);
+  ASSERT_TRUE(in_place.ResolveInput(q_by_b, "q", 0, &q_view).ok());
+  out.set_offset(0);
+  ASSERT_TRUE(in_place.ResolveOutput(out, "q_out", 0, DType::kFloat32, 1024, "q is", &out_view)
+                  .ok());
+  EXPECT_TRUE(in_place.CheckCall().ok());
+}
+
 TEST(ShmRegistryTest, FileKeyRefusalsAllLookAlike) {
   char dir_template[] = "/tmp/rope-shm-test-XXXXXX";
   ASSERT_NE(mkdtemp(dir_template), nullptr);
@@ -622,6 +804,179 @@ TEST_F(UnixSocketTest, ServesRotateAndSharedMemoryWithTheSocketMode) {
   SetDeadline(&context);
   v1::RegisterSharedMemoryResponse registered;
   EXPECT_TRUE(stub->RegisterSharedMemory(&context, region->RegisterRequest(), &registered).ok());
+}
+
+// Clients of the Unix socket are told apart by uid (SO_PEERCRED): two
+// local users sharing one socket neither see nor unregister each other's
+// regions, and each registers only objects it owns. The second user is
+// "nobody" (65534): a child process drops to it, connects, and hands the
+// connected socket back (the peer's credentials are those of the process
+// that connected), so every call here runs in this process.
+class UnixPeerTest : public ServiceTest {
+ protected:
+  static constexpr uid_t kNobody = 65534;
+
+  void SetUp() override {
+    socket_path_ = absl::StrCat("/tmp/rope-peer-test-", getpid(), ".sock");
+    ServerOptions options = DefaultOptions();
+    options.unix_socket_paths = {socket_path_};
+    options.unix_socket_mode = 0666;
+    StartServer(options);
+  }
+
+  std::unique_ptr<v1::RopeService::Stub> AsThisUser() const {
+    return v1::RopeService::NewStub(grpc::CreateChannel(absl::StrCat("unix://", socket_path_),
+                                                        grpc::InsecureChannelCredentials()));
+  }
+
+  // A stub over a connection that user `uid` opened; null when it failed.
+  std::unique_ptr<v1::RopeService::Stub> AsUser(uid_t uid) const {
+    int pair[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0) return nullptr;
+    const pid_t child = fork();
+    if (child == 0) {
+      // Only async-signal-safe calls until _exit.
+      sockaddr_un address = {};
+      address.sun_family = AF_UNIX;
+      std::memcpy(address.sun_path, socket_path_.c_str(), socket_path_.size());
+      const int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+      if (setgroups(0, nullptr) != 0 || setgid(uid) != 0 || setuid(uid) != 0 || fd < 0 ||
+          connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0) {
+        _exit(1);
+      }
+      char byte = 0;
+      iovec data = {&byte, 1};
+      alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+      msghdr message = {};
+      message.msg_iov = &data;
+      message.msg_iovlen = 1;
+      message.msg_control = control;
+      message.msg_controllen = sizeof(control);
+      cmsghdr* header = CMSG_FIRSTHDR(&message);
+      header->cmsg_level = SOL_SOCKET;
+      header->cmsg_type = SCM_RIGHTS;
+      header->cmsg_len = CMSG_LEN(sizeof(int));
+      std::memcpy(CMSG_DATA(header), &fd, sizeof(int));
+      _exit(sendmsg(pair[1], &message, 0) == 1 ? 0 : 1);
+    }
+    close(pair[1]);
+    int status = -1;
+    if (child < 0 || waitpid(child, &status, 0) != child || status != 0) {
+      close(pair[0]);
+      return nullptr;
+    }
+    char byte = 0;
+    iovec data = {&byte, 1};
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+    msghdr message = {};
+    message.msg_iov = &data;
+    message.msg_iovlen = 1;
+    message.msg_control = control;
+    message.msg_controllen = sizeof(control);
+    const ssize_t got = recvmsg(pair[0], &message, MSG_DONTWAIT);
+    close(pair[0]);
+    cmsghdr* header = CMSG_FIRSTHDR(&message);
+    if (got != 1 || header == nullptr || header->cmsg_type != SCM_RIGHTS) return nullptr;
+    int fd = -1;
+    std::memcpy(&fd, CMSG_DATA(header), sizeof(int));
+    return v1::RopeService::NewStub(grpc::CreateInsecureChannelFromFd("unix-peer", fd));
+  }
+
+  static grpc::Status Register(v1::RopeService::Stub* stub,
+                               const v1::RegisterSharedMemoryRequest& request) {
+    grpc::ClientContext context;
+    SetDeadline(&context);
+    v1::RegisterSharedMemoryResponse reply;
+    return stub->RegisterSharedMemory(&context, request, &reply);
+  }
+  static grpc::Status Unregister(v1::RopeService::Stub* stub, const std::string& name) {
+    grpc::ClientContext context;
+    SetDeadline(&context);
+    v1::UnregisterSharedMemoryRequest request;
+    request.set_name(name);
+    v1::UnregisterSharedMemoryResponse reply;
+    return stub->UnregisterSharedMemory(&context, request, &reply);
+  }
+  static std::vector<std::string> Names(v1::RopeService::Stub* stub) {
+    grpc::ClientContext context;
+    SetDeadline(&context);
+    v1::SharedMemoryStatusResponse reply;
+    std::vector<std::string> names;
+    if (!stub->SharedMemoryStatus(&context, v1::SharedMemoryStatusRequest(), &reply).ok()) {
+      return {"(status failed)"};
+    }
+    for (const auto& region : reply.regions()) names.push_back(region.name());
+    return names;
+  }
+  std::string socket_path_;
+};
+
+TEST_F(UnixPeerTest, AUnixClientIsItsUidAndKeepsItsRegionsAcrossConnections) {
+  auto region = NewRegion("own", 4096);
+  ASSERT_TRUE(Register(AsThisUser().get(), region->RegisterRequest()).ok());
+  // Another connection of the same user: the same owner.
+  EXPECT_EQ(Names(AsThisUser().get()), std::vector<std::string>{region->RegisterRequest().name()});
+  // A TCP client of the same host is another owner.
+  EXPECT_TRUE(GrpcStatusIs(Unregister(stub_.get(), region->RegisterRequest().name()),
+                           grpc::StatusCode::NOT_FOUND, "is not registered by this client"));
+  EXPECT_EQ(server_->shm().regions(), 1);
+}
+
+TEST_F(UnixPeerTest, TwoUsersOnOneSocketAreTwoOwners) {
+  if (geteuid() != 0) GTEST_SKIP() << "connecting as a second uid needs root";
+  auto nobody = AsUser(kNobody);
+  ASSERT_NE(nobody, nullptr);
+  auto root = AsThisUser();
+  auto theirs = NewRegion("theirs", 4096);
+  ASSERT_EQ(fchown(theirs->fd(), kNobody, kNobody), 0);
+  v1::RegisterSharedMemoryRequest request = theirs->RegisterRequest();
+  request.set_name("shared-name");
+  ASSERT_TRUE(Register(nobody.get(), request).ok());
+  EXPECT_EQ(Names(nobody.get()), std::vector<std::string>{"shared-name"});
+  // The other user on the same socket sees nothing, unregisters nothing,
+  // references nothing, and its own region by the same name is its own.
+  EXPECT_TRUE(Names(root.get()).empty());
+  EXPECT_TRUE(GrpcStatusIs(Unregister(root.get(), "shared-name"), grpc::StatusCode::NOT_FOUND,
+                           "region \"shared-name\" is not registered by this client"));
+  v1::RotateRequest by_reference = MakeRotateRequest(1, 8, 2, 16);
+  const size_t q_bytes = by_reference.q().data().size();
+  by_reference.mutable_q()->clear_data();
+  *by_reference.mutable_q()->mutable_shm() = theirs->Ref(0, q_bytes);
+  by_reference.mutable_q()->mutable_shm()->set_region("shared-name");
+  {
+    grpc::ClientContext context;
+    SetDeadline(&context);
+    v1::RotateResponse reply;
+    EXPECT_TRUE(GrpcStatusIs(root->Rotate(&context, by_reference, &reply),
+                             grpc::StatusCode::NOT_FOUND,
+                             "q.shm.region \"shared-name\" is not registered by this client"));
+  }
+  {
+    grpc::ClientContext context;
+    SetDeadline(&context);
+    v1::RotateResponse reply;
+    EXPECT_TRUE(nobody->Rotate(&context, by_reference, &reply).ok());
+  }
+  // Each registers only objects it owns: nobody's object is not root's
+  // (though root could open it), root's is not nobody's (the server could
+  // open it, nobody could not).
+  EXPECT_TRUE(GrpcStatusIs(Register(root.get(), request), grpc::StatusCode::PERMISSION_DENIED,
+                           absl::StrCat("key \"", theirs->key(),
+                                        "\" does not belong to this client (uid 0)")));
+  auto roots = NewRegion("roots", 4096);
+  v1::RegisterSharedMemoryRequest roots_request = roots->RegisterRequest();
+  roots_request.set_name("roots");
+  EXPECT_TRUE(GrpcStatusIs(Register(nobody.get(), roots_request),
+                           grpc::StatusCode::PERMISSION_DENIED,
+                           "does not belong to this client (uid 65534)"));
+  ASSERT_TRUE(Register(root.get(), roots_request).ok());
+  EXPECT_EQ(Names(root.get()), std::vector<std::string>{"roots"});
+  // Another connection of nobody's: the same owner.
+  auto nobody_again = AsUser(kNobody);
+  ASSERT_NE(nobody_again, nullptr);
+  EXPECT_EQ(Names(nobody_again.get()), std::vector<std::string>{"shared-name"});
+  EXPECT_TRUE(Unregister(nobody_again.get(), "shared-name").ok());
+  EXPECT_EQ(server_->shm().regions(), 1);
 }
 
 TEST(UnixSocketOptionsTest, RelativeSocketPathIsInvalid) {

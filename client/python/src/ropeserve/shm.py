@@ -50,8 +50,8 @@ class SharedRegion:
         self.name = name
         self.byte_size = byte_size
         self._shm = shared_memory.SharedMemory(create=True, size=byte_size)
-        # Allocated, not only sized: ropeserve refuses a sparse object (its
-        # first touch of a hole would allocate the page in the server's memory).
+        # Allocated, not only sized: for a sparse object ropeserve allocates
+        # the region's pages at registration itself, in its own memory.
         os.posix_fallocate(self._shm._fd, 0, byte_size)
         # A track=False object would not be unlinked by the resource tracker
         # at exit; the explicit close() below unlinks it.
