@@ -107,7 +107,8 @@ KServeServiceImpl::KServeServiceImpl(Engine& engine, CallGate& gate, ByteBudget&
       work_(work),
       models_(models),
       options_(std::move(options)),
-      serving_{AdmissionParts{&gate, &budget, &metrics}, &work, options_.max_message_bytes},
+      serving_{AdmissionParts{&gate, &budget, &metrics, options_.send_watch}, &work,
+               options_.max_message_bytes},
       statistics_(models.models().size()) {
   SetMessageAllocatorFor_ModelInfer(&infer_allocator_);
 }
@@ -260,7 +261,7 @@ grpc::ServerUnaryReactor* KServeServiceImpl::RepositoryIndex(
 grpc::ServerUnaryReactor* KServeServiceImpl::ModelInfer(grpc::CallbackServerContext* context,
                                                         const inference::ModelInferRequest* request,
                                                         inference::ModelInferResponse* response) {
-  auto* call = new UnaryCall(serving_.admission, Rpc::kModelInfer, ClientOf(*context),
+  auto* call = new UnaryCall(serving_.admission, context, Rpc::kModelInfer, ClientOf(*context),
                              options_.max_message_bytes);
   if (!call->Admit(*request)) return call;
   const absl::Time start = absl::Now();

@@ -5,7 +5,8 @@
 //
 // Each message is admitted like a unary call (call_admission.h): it takes a
 // gate slot when it arrives and is charged its bytes before any work; the
-// slot and the bytes go back once its reply is written. An idle stream (one
+// slot and the bytes go back once its reply is written (or its send deadline
+// has cancelled the stream: call_admission.h). An idle stream (one
 // waiting for its next message) holds neither, and no large message's
 // buffers either, so streams that never send cannot take the slots or the
 // memory of other calls; what bounds them is the per-connection stream cap
@@ -128,6 +129,8 @@ class AdmittedStream : public grpc::ServerBidiReactor<Request, Response> {
   void Reply(grpc::StatusCode code) {
     admission_.Record(
         code, code == grpc::StatusCode::OK ? static_cast<int64_t>(response_.ByteSizeLong()) : 0);
+    // Disarmed once written (OnWriteDone) or when the call ends (OnDone).
+    admission_.WatchSend(context_);
     this->StartWrite(&response_);
   }
 

@@ -40,6 +40,11 @@ void CallAdmission::Record(grpc::StatusCode code, int64_t bytes_out) {
   parts_.metrics->RecordRequest(rpc_, code, absl::Now() - start_, request_bytes_, bytes_out);
 }
 
+void CallAdmission::WatchSend(grpc::CallbackServerContext* context) {
+  if (parts_.send_watch == nullptr) return;
+  send_ticket_ = parts_.send_watch->Arm([context] { context->TryCancel(); });
+}
+
 void CallAdmission::LeaveGate() {
   if (!in_gate_) return;
   in_gate_ = false;
@@ -53,6 +58,10 @@ void CallAdmission::ReleaseBytes() {
 }
 
 void CallAdmission::Done() {
+  if (send_ticket_ != 0) {
+    parts_.send_watch->Disarm(send_ticket_);
+    send_ticket_ = 0;
+  }
   LeaveGate();
   ReleaseBytes();
 }

@@ -10,7 +10,9 @@
 //     held until its reply has been written;
 //   - the check, just before the work, that the caller still waits, and the
 //     Interrupt that lets the work stop when it goes;
-//   - the request's metrics.
+//   - the request's metrics;
+//   - a send deadline for its reply (send_watch.h): a reply not written in
+//     time cancels the call, which returns what it held.
 // It sees a request as an Rpc label, a client, byte counts and a status,
 // never as a message type.
 //
@@ -31,17 +33,20 @@
 #include "grpcpp/support/status.h"
 #include "server/service/byte_budget.h"
 #include "server/service/call_gate.h"
+#include "server/service/send_watch.h"
 #include "server/service/service_metrics.h"
 
 namespace rope {
 
 // The server-wide pieces every request is admitted through, owned by the
 // server (which outlives its calls). `budget` may be null for a service
-// whose calls are never charged (Echo).
+// whose calls are never charged (Echo); `send_watch` null: replies have no
+// send deadline.
 struct AdmissionParts {
   CallGate* gate = nullptr;
   ByteBudget* budget = nullptr;
   ServiceMetrics* metrics = nullptr;
+  SendWatch* send_watch = nullptr;
 };
 
 class CallAdmission {
@@ -77,13 +82,20 @@ class CallAdmission {
   // `bytes_out` long (0 for an error).
   void Record(grpc::StatusCode code, int64_t bytes_out);
 
+  // Just before a reply is sent: if it has not been written within the send
+  // deadline, the call is cancelled (gRPC then ends it: OnDone, or a failed
+  // OnWriteDone). Until Done(), which disarms it. At most one at a time.
+  void WatchSend(grpc::CallbackServerContext* context);
+
   // The work is done: the slot goes back (the bytes stay until the reply
   // has been written). Idempotent.
   void LeaveGate();
   // The reply has been written (or never will be): the bytes go back.
   // Idempotent.
   void ReleaseBytes();
-  // Both: the request in hand holds nothing any more.
+  // The reply has been written, or the call is over: the send deadline is
+  // disarmed, the slot and the bytes go back; the request in hand holds
+  // nothing any more.
   void Done();
 
   Rpc rpc() const { return rpc_; }
@@ -99,6 +111,7 @@ class CallAdmission {
   int64_t request_bytes_ = 0;
   bool in_gate_ = false;
   int64_t bytes_charged_ = 0;
+  SendWatch::Ticket send_ticket_ = 0;
 };
 
 // Stops a call's work when its caller goes or its deadline passes: what the

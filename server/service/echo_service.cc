@@ -15,7 +15,7 @@ grpc::ServerUnaryReactor* EchoServiceImpl::Echo(grpc::CallbackServerContext* con
                                                 const bench::v1::EchoRequest* request,
                                                 bench::v1::EchoResponse* response) {
   // Admitted as every call; never charged to the byte budget.
-  auto* call = new UnaryCall(AdmissionParts{&gate_, nullptr, &metrics_}, Rpc::kEcho,
+  auto* call = new UnaryCall(AdmissionParts{&gate_, nullptr, &metrics_}, context, Rpc::kEcho,
                              /*client=*/"", max_message_bytes_);
   if (!call->Admit(*request)) return call;
   auto* owned = MutableRequest<bench::v1::EchoRequest, bench::v1::EchoResponse>(context);

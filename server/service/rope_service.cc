@@ -75,7 +75,8 @@ RopeServiceImpl::RopeServiceImpl(Engine& engine, CallGate& gate, ByteBudget& bud
       metrics_(metrics),
       work_(work),
       options_(options),
-      serving_{AdmissionParts{&gate, &budget, &metrics}, &work, options.max_message_bytes} {
+      serving_{AdmissionParts{&gate, &budget, &metrics, options.send_watch}, &work,
+               options.max_message_bytes} {
   SetMessageAllocatorFor_Rotate(&rotate_allocator_);
 }
 

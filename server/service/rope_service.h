@@ -30,6 +30,7 @@
 #include "server/service/byte_budget.h"
 #include "server/service/call_gate.h"
 #include "server/service/owned_messages.h"
+#include "server/service/send_watch.h"
 #include "server/service/service_metrics.h"
 #include "server/service/unary_call.h"
 #include "server/service/work_queue.h"
@@ -56,6 +57,9 @@ struct ServiceOptions {
   // less than handing it to the work queue and back
   // (bench/results/service_bench.md). 0 sends every call to the queue.
   int64_t inline_rotate_max_bytes = 64 << 10;
+  // The send deadline of replies (send_watch.h, owned by the server); null:
+  // none.
+  SendWatch* send_watch = nullptr;
 };
 
 // Whether a call of `estimate` whose request is `request_bytes` long is

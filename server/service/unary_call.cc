@@ -22,9 +22,9 @@ void EchoPreviousAttempts(grpc::CallbackServerContext* context) {
 
 }  // namespace
 
-UnaryCall::UnaryCall(const AdmissionParts& parts, Rpc rpc, std::string client,
-                     int64_t max_reply_bytes)
-    : admission_(parts, rpc, std::move(client)), reply_limit_(max_reply_bytes) {}
+UnaryCall::UnaryCall(const AdmissionParts& parts, grpc::CallbackServerContext* context, Rpc rpc,
+                     std::string client, int64_t max_reply_bytes)
+    : admission_(parts, rpc, std::move(client)), context_(context), reply_limit_(max_reply_bytes) {}
 
 bool UnaryCall::Admit(const google::protobuf::Message& request) {
   absl::Status admitted = admission_.Enter(static_cast<int64_t>(request.ByteSizeLong()));
@@ -66,6 +66,9 @@ void UnaryCall::FinishWith(const absl::Status& status, google::protobuf::Message
   // CPU load (refusing calls a client sees as long finished). A drain still
   // waits for the reply: Shutdown(deadline) lets pending sends complete.
   admission_.LeaveGate();
+  // Armed before Finish: OnDone (which disarms it) may run as soon as
+  // Finish is called.
+  if (bytes_out > 0) admission_.WatchSend(context_);
   Finish(std::move(grpc_status));
 }
 
@@ -82,8 +85,8 @@ grpc::ServerUnaryReactor* ServeUnary(const UnaryServing& serving,
                                      google::protobuf::Message* response,
                                      absl::AnyInvocable<absl::Status() &&> answer) {
   EchoPreviousAttempts(context);
-  auto* call =
-      new UnaryCall(serving.admission, spec.rpc, std::move(spec.client), serving.max_reply_bytes);
+  auto* call = new UnaryCall(serving.admission, context, spec.rpc, std::move(spec.client),
+                             serving.max_reply_bytes);
   if (!call->Admit(request)) return call;
   auto run = [call, context, response, answer = std::move(answer)]() mutable {
     const absl::Status wanted = call->admission().CheckStillWanted(*context);

@@ -3,8 +3,9 @@
 //
 // A UnaryCall admits its call through a CallAdmission (call_admission.h): a
 // gate slot from Admit to FinishWith, its bytes in the ByteBudget from
-// ReserveBytes until gRPC has sent the reply (OnDone); it applies the reply
-// limit and records the request's metrics when it finishes. Owned by gRPC
+// ReserveBytes until gRPC has sent the reply (OnDone) or the reply's send
+// deadline has cancelled the call; it applies the reply limit and records
+// the request's metrics when it finishes. Owned by gRPC
 // once returned from a handler; deletes itself in OnDone.
 #ifndef ROPE_SERVICE_UNARY_CALL_H_
 #define ROPE_SERVICE_UNARY_CALL_H_
@@ -29,7 +30,9 @@ class UnaryCall final : public grpc::ServerUnaryReactor {
  public:
   // `client` (caller_identity.h; empty: none) is held to its share of the
   // gate. `max_reply_bytes` <= 0 means no check on the reply's size.
-  UnaryCall(const AdmissionParts& parts, Rpc rpc, std::string client, int64_t max_reply_bytes);
+  // `context` is the call's.
+  UnaryCall(const AdmissionParts& parts, grpc::CallbackServerContext* context, Rpc rpc,
+            std::string client, int64_t max_reply_bytes);
 
   // Takes a gate slot. On refusal finishes the call with the gate's status
   // (UNAVAILABLE or RESOURCE_EXHAUSTED) and returns false; the handler must
@@ -46,8 +49,9 @@ class UnaryCall final : public grpc::ServerUnaryReactor {
 
   // Records the metrics and finishes the call with `status` (converted by
   // ToGrpcStatus). An OK reply larger than max_reply_bytes is replaced by
-  // RESOURCE_EXHAUSTED naming the limit. Call exactly once, after the last
-  // touch of the request; `response` may be null on error.
+  // RESOURCE_EXHAUSTED naming the limit. A reply with a message gets the
+  // send deadline (CallAdmission::WatchSend). Call exactly once, after the
+  // last touch of the request; `response` may be null on error.
   void FinishWith(const absl::Status& status, google::protobuf::Message* response);
 
   const CallAdmission& admission() const { return admission_; }
@@ -56,6 +60,7 @@ class UnaryCall final : public grpc::ServerUnaryReactor {
 
  private:
   CallAdmission admission_;
+  grpc::CallbackServerContext* const context_;
   const ReplyLimit reply_limit_;
 };
 

@@ -627,7 +627,9 @@ TEST_F(KServeTest, StreamMessagesHoldASlotOnlyWhileServed) {
 
   // Every stream but the refused one is served, the held ones included.
   for (int i = 0; i < kStreams - 1; ++i) {
-    if (i >= kLimit) ASSERT_TRUE(streams[i]->Write(ValidInfer()));
+    if (i >= kLimit) {
+      ASSERT_TRUE(streams[i]->Write(ValidInfer()));
+    }
     ASSERT_TRUE(streams[i]->Read(&reply)) << "stream " << i;
     EXPECT_EQ(reply.error_message(), "") << "stream " << i;
     EXPECT_EQ(reply.infer_response().outputs_size(), 2) << "stream " << i;
