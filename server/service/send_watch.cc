@@ -59,11 +59,11 @@ void SendWatch::Run() {
     firing_ = first->first;
     absl::AnyInvocable<void() &&> expire = std::move(first->second.expire);
     armed_.erase(first);
+    ++expired_;
     mu_.Unlock();
     std::move(expire)();
     mu_.Lock();
     firing_ = 0;
-    ++expired_;
   }
 }
 

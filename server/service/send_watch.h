@@ -44,7 +44,7 @@ class SendWatch {
   void Disarm(Ticket ticket);
 
   absl::Duration timeout() const { return timeout_; }
-  // Callbacks run so far.
+  // Callbacks started so far.
   int64_t expired() const;
 
  private:
