@@ -509,8 +509,6 @@ absl::StatusOr<ResolvedAttention> ResolveAttention(const AttentionParams& params
   }
   ROPE_RETURN_IF_ERROR(CheckElementLimit(elements, limits));
 
-  ROPE_RETURN_IF_ERROR(CheckStartPos("q_start_pos", params.q_start_pos, q.seq, config.max_len));
-  ROPE_RETURN_IF_ERROR(CheckStartPos("k_start_pos", params.k_start_pos, k.seq, config.max_len));
   ROPE_ASSIGN_OR_RETURN(r.q_fractional,
                         ResolveFractionalPositions(params.q_fractional_positions,
                                                    "q_fractional_positions", config, q.batch,
@@ -519,20 +517,37 @@ absl::StatusOr<ResolvedAttention> ResolveAttention(const AttentionParams& params
                         ResolveFractionalPositions(params.k_fractional_positions,
                                                    "k_fractional_positions", config, k.batch,
                                                    k.seq, params.k.shape, "k"));
+  // A start position is a position (< max_len), or beside fractional
+  // positions only the tokens' sequence index (< 2^31).
+  for (const auto& [fractional, name, start, seq] :
+       {std::tuple<const FractionalPositions&, const char*, int64_t, int64_t>{
+            r.q_fractional, "q_start_pos", params.q_start_pos, q.seq},
+        std::tuple<const FractionalPositions&, const char*, int64_t, int64_t>{
+            r.k_fractional, "k_start_pos", params.k_start_pos, k.seq}}) {
+    if (fractional.values == nullptr) {
+      ROPE_RETURN_IF_ERROR(CheckStartPos(name, start, seq, config.max_len));
+    } else if (start < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(name, " is ", start, ": must be >= 0"));
+    } else if (start > (int64_t{1} << 31) - seq) {
+      return absl::OutOfRangeError(absl::StrCat(
+          name, " is ", start, " with sequence length ", seq, ": beside fractional positions "
+          "it gives sequence indices ", name, " + s, which must be < 2^31"));
+    }
+  }
   for (const auto& [fractional, field, start] :
        {std::tuple<const FractionalPositions&, const char*, int64_t>{
             r.q_fractional, "q_fractional_positions", params.q_start_pos},
         std::tuple<const FractionalPositions&, const char*, int64_t>{
             r.k_fractional, "k_fractional_positions", params.k_start_pos}}) {
-    if (fractional.values != nullptr && start != 0) {
-      return absl::InvalidArgumentError(absl::StrCat(field, " and its start position (",
-                                                     start, ") are both set: give one of them"));
+    // Beside fractional positions a start position only places the tokens
+    // in the sequence for the causal mask (q_start_pos + i against
+    // k_start_pos + j): without causal it would do nothing.
+    if (fractional.values != nullptr && start != 0 && !params.causal) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, " and its start position (", start, ") are both set without causal: the "
+          "start position would do nothing (with causal it gives the tokens' sequence indices "
+          "for the mask); give one of them"));
     }
-  }
-  if (params.causal && (r.q_fractional.values != nullptr || r.k_fractional.values != nullptr)) {
-    return absl::InvalidArgumentError(
-        "causal is set with q_fractional_positions / k_fractional_positions: the causal mask "
-        "compares start-based positions (q_start_pos + i, k_start_pos + j); send causal false");
   }
   a.q_positions.start_pos = params.q_start_pos;
   a.q_positions.seq = q.seq;
