@@ -9,7 +9,8 @@ same reply, which does not fit beside the first: it waits for room. After
 --reply_send_timeout the server cancels the unread reply (the first client
 gets CANCELLED trailers instead of its message), its bytes return, and the second call is served, long
 before --max_inflight_wait would have refused it; afterwards no byte is
-left charged. (Before the send deadline the unread reply held its bytes
+left charged. Likewise a RotateStream message whose reply is never read
+gives the only call slot back once the deadline has cancelled the stream. (Before the send deadline the unread reply held its bytes
 until the connection aged out, and every other large call was refused.)
 Needs the ropeserve Python package (its generated rope_pb2); gRPC from
 Debian's python3-grpcio.
@@ -58,14 +59,15 @@ def table_request(rope_pb2):
 
 
 class NonReader(threading.Thread):
-    """Sends one unary call with a stream window of 0 and never reads the
-    reply; records when the reply's headers came (the server has it ready)
+    """Sends one call (one message) with a stream window of 0 and never
+    reads the reply; records when the reply's headers came (the server has it ready)
     and how the call ended without its message: the server's trailers
     (headers need no window), or a reset."""
 
-    def __init__(self, port, path, message):
+    def __init__(self, port, path, message, end_stream=True):
         super().__init__(daemon=True)
         self.port, self.path, self.message = port, path, message
+        self.end_stream = end_stream  # False: a stream kept open after its message
         self.reply_ready = threading.Event()
         self.ended = threading.Event()
         self.status = None  # grpc-status of the trailers, if they came
@@ -90,7 +92,7 @@ class NonReader(threading.Thread):
                                   (":path", self.path), (":authority", "ropeserve"),
                                   ("content-type", "application/grpc"), ("te", "trailers")])
             conn.send_data(1, b"\x00" + struct.pack(">I", len(self.message)) + self.message,
-                           end_stream=True)
+                           end_stream=self.end_stream)
             sock.sendall(conn.data_to_send())
             while time.monotonic() < deadline and not self.ended.is_set():
                 sock.settimeout(max(0.01, deadline - time.monotonic()))
@@ -153,6 +155,49 @@ class SlowReader(unittest.TestCase):
                         break
                     time.sleep(0.05)
                 self.assertEqual(info.inflight_bytes.bytes, 0)
+            reader.join(DEADLINE_S)
+            self.assertIsNone(reader.error)
+
+
+class SlowStreamReader(unittest.TestCase):
+
+    def test_an_unread_stream_reply_gives_its_call_slot_back(self):
+        """A RotateStream message whose reply is never read holds the only
+        call slot until --reply_send_timeout cancels the stream; then
+        another client is served."""
+        rope_pb2, rope_pb2_grpc = stubs()
+        rotate = rope_pb2.RotateRequest()
+        rotate.config.head_dim = 8
+        rotate.config.max_len = 64
+        rotate.q.dtype = rope_pb2.FLOAT32
+        rotate.q.shape.extend([1, 2, 1, 8])
+        rotate.q.data = bytes(4 * 16)
+        with RopeServe(ARGS.ropeserve, ["--backend=cpu", "--cpu_threads=1",
+                                        "--max_concurrent_calls=1",
+                                        "--reply_send_timeout=%ds" % SEND_TIMEOUT_S,
+                                        "--shutdown_grace_period=1s"]) as server:
+            reader = NonReader(server.port, "/rope.v1.RopeService/RotateStream",
+                               rotate.SerializeToString(), end_stream=False)
+            reader.start()
+            self.assertTrue(reader.reply_ready.wait(DEADLINE_S), reader.error)
+            self.assertTrue(reader.ended.wait(DEADLINE_S),
+                            "the unread reply was not cancelled (%r)" % (reader.error,))
+            self.assertIn(reader.status, (None, "1"))  # a reset, or CANCELLED
+            with grpc.insecure_channel(server.address) as channel:
+                stub = rope_pb2_grpc.RopeServiceStub(channel)
+                # The slot returns once gRPC has ended the stream (OnDone),
+                # just after its trailers: retry briefly, bounded.
+                until = time.monotonic() + DEADLINE_S
+                while True:
+                    try:
+                        reply = stub.Rotate(rotate, timeout=DEADLINE_S)
+                        break
+                    except grpc.RpcError as e:
+                        if (e.code() != grpc.StatusCode.RESOURCE_EXHAUSTED
+                                or time.monotonic() > until):
+                            raise
+                        time.sleep(0.05)
+                self.assertEqual(len(reply.q.data), 4 * 16)
             reader.join(DEADLINE_S)
             self.assertIsNone(reader.error)
 
