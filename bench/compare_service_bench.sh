@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# service_bench before/after a change of the service, in one session: two
+# service_bench before/after a change of the service, in one run: two
 # ropeserve binaries (BEFORE_BIN: the old build's; the tree's build) side by
 # side on the CPU backend with --enable_echo, service_bench's 16 KiB and
 # 4 MiB cases against each in turn, ROUNDS times. Each server's Rotate is

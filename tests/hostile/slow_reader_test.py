@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""A client that never reads its reply cannot hold the byte budget.
+"""A reply its client never reads holds neither bytes nor a call slot for long.
 
 One raw HTTP/2 client (Debian's python3-h2) announces a stream window of 0,
 asks for an 8 MiB GetTable reply and never reads it: the reply's bytes (16
@@ -7,11 +7,13 @@ MiB with its serialized copy) stay charged to --max_inflight_bytes while
 gRPC waits to send them. A second, well-behaved client then asks for the
 same reply, which does not fit beside the first: it waits for room. After
 --reply_send_timeout the server cancels the unread reply (the first client
-gets CANCELLED trailers instead of its message), its bytes return, and the second call is served, long
-before --max_inflight_wait would have refused it; afterwards no byte is
-left charged. Likewise a RotateStream message whose reply is never read
-gives the only call slot back once the deadline has cancelled the stream. (Before the send deadline the unread reply held its bytes
-until the connection aged out, and every other large call was refused.)
+gets CANCELLED trailers instead of its message), its bytes return, and the
+second call is served, long before --max_inflight_wait would have refused
+it; afterwards no byte is left charged. Likewise a RotateStream message
+whose reply is never read gives the only call slot back once the deadline
+has cancelled the stream. Without a send deadline the unread reply would
+hold its bytes (and slot) until the connection aged out, and other
+clients' calls would be refused meanwhile.
 Needs the ropeserve Python package (its generated rope_pb2); gRPC from
 Debian's python3-grpcio.
 
