@@ -125,6 +125,10 @@ ABSL_FLAG(int64_t, max_inflight_bytes, -1,
 ABSL_FLAG(absl::Duration, max_inflight_wait, absl::Seconds(10),
           "longest a call waits for room in --max_inflight_bytes when its deadline is later "
           "(or it has none)");
+ABSL_FLAG(absl::Duration, reply_send_timeout, absl::Minutes(2),
+          "longest a reply may take to be sent once ready (a stream's: each message's); a "
+          "reply a client does not read by then cancels its call, which returns the reply's "
+          "bytes to --max_inflight_bytes and its call slot; inf: no deadline");
 ABSL_FLAG(absl::Duration, max_connection_age_grace, absl::Minutes(1),
           "after --max_connection_age, how long calls still on a connection may run before it "
           "is closed; bounds how long a slow sender (one trickling a large message) holds "
@@ -336,6 +340,12 @@ absl::Status ApplyServerOptions(ServerConfig* config) {
     return absl::InvalidArgumentError(
         absl::StrCat("--max_connection_age is ", absl::FormatDuration(options.max_connection_age),
                      ": must be > 0 (inf: never)"));
+  }
+  options.reply_send_timeout = absl::GetFlag(FLAGS_reply_send_timeout);
+  if (options.reply_send_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(absl::StrCat("--reply_send_timeout is ",
+                                                   absl::FormatDuration(options.reply_send_timeout),
+                                                   ": must be > 0 (inf: no deadline)"));
   }
   options.max_connection_age_grace = absl::GetFlag(FLAGS_max_connection_age_grace);
   ROPE_RETURN_IF_ERROR(NonNegative("max_connection_age_grace", options.max_connection_age_grace,

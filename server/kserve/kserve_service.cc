@@ -8,6 +8,8 @@
 #include "absl/time/time.h"
 #include "core/engine/interrupt.h"
 #include "server/kserve/kserve_describe.h"
+#include "server/service/admitted_stream.h"
+#include "server/service/call_admission.h"
 #include "server/service/caller_identity.h"
 #include "server/service/status_conversion.h"
 #include "server/service/unary_call.h"
@@ -18,172 +20,82 @@
 
 namespace rope {
 namespace kserve {
-namespace {
-
-absl::Status CancelledBeforeRun(Rpc rpc) {
-  return absl::CancelledError(
-      absl::StrCat(RpcName(rpc), " was cancelled (or its deadline passed) before it ran"));
-}
-
-}  // namespace
-
-// One ModelStreamInfer call: strictly one message at a time (read, plan,
-// run on the work queue, write, read the next), so responses come in
-// request order. Holds one gate slot for the whole stream and each
-// message's bytes in the byte budget until its response is written. A
-// message that fails gets a response with its error_message and the stream
-// goes on, as in Triton; a refusal by the gate or a drain ends the stream
-// with its status. Deletes itself in OnDone.
+// One ModelStreamInfer call (admitted_stream.h: each message admitted like
+// a ModelInfer, an idle stream holding nothing). A message that fails (an
+// unknown model, a bad request, the byte budget, the engine) gets a response
+// with its error_message and the stream goes on, as in Triton; a refusal by
+// the gate (a full server, a drain) or a cancelled call ends the stream with
+// its status.
 class KServeServiceImpl::StreamReactor final
-    : public grpc::ServerBidiReactor<inference::ModelInferRequest,
-                                     inference::ModelStreamInferResponse> {
+    : public AdmittedStream<inference::ModelInferRequest, inference::ModelStreamInferResponse> {
  public:
   StreamReactor(KServeServiceImpl& service, grpc::CallbackServerContext* context)
-      : service_(service), context_(context) {
-    client_ = service_.ClientOf(*context);
-    absl::Status admitted = service_.gate_.TryEnter(client_);
-    if (!admitted.ok()) {
-      message_start_ = absl::Now();
-      FinishStream(admitted);
-      return;
-    }
-    admitted_ = true;
-    StartRead(&request_);
-  }
-
-  void OnReadDone(bool ok) override {
-    if (!ok) {  // the client half-closed (or the call is gone)
-      Finish(grpc::Status::OK);
-      return;
-    }
-    message_start_ = absl::Now();
-    if (service_.gate_.draining()) {
-      FinishStream(DrainingError());
-      return;
-    }
-    bytes_in_ = static_cast<int64_t>(request_.ByteSizeLong());
-    absl::StatusOr<const Model*> model =
-        service_.models_.Find(request_.model_name(), request_.model_version());
-    if (!model.ok()) {
-      Respond(model.status());
-      return;
-    }
-    model_ = *model;
-    absl::StatusOr<InferPlan> plan =
-        PlanModelInfer(*model_, &request_, service_.engine_.limits().max_elements_per_request);
-    if (!plan.ok()) {
-      Respond(plan.status());
-      return;
-    }
-    plan_ = *std::move(plan);
-    input_time_ = absl::Now() - message_start_;
-    const int64_t more_bytes = PlanEstimate(plan_).more_bytes;
-    const std::string rpc_name(RpcName(Rpc::kModelStreamInfer));
-    service_.budget_.Reserve(rpc_name, bytes_in_, more_bytes,
-                             absl::FromChrono(context_->deadline()),
-                             [this, more_bytes](absl::Status granted) {
-                               if (!granted.ok()) {
-                                 Respond(granted);
-                                 return;
-                               }
-                               bytes_charged_ = bytes_in_ + more_bytes;
-                               service_.work_.Schedule([this] { RunCurrent(); }, client_);
-                             });
-  }
-
-  void OnWriteDone(bool ok) override {
-    if (!ok) {
-      Finish(grpc::Status(grpc::StatusCode::CANCELLED,
-                          "ModelStreamInfer: a response could not be sent (the client has gone)"));
-      return;
-    }
-    ReleaseBytes();
-    request_.Clear();
-    response_.Clear();
-    plan_ = InferPlan();
-    model_ = nullptr;
-    StartRead(&request_);
-  }
-
-  void OnDone() override {
-    if (admitted_) service_.gate_.Leave(client_);
-    ReleaseBytes();
-    delete this;
+      : AdmittedStream(service.serving_.admission, service.work_, Rpc::kModelStreamInfer, context,
+                       service.ClientOf(*context)),
+        service_(service) {
+    StartReading();
   }
 
  private:
-  void ReleaseBytes() {
-    if (bytes_charged_ == 0) return;
-    service_.budget_.Release(bytes_charged_);
-    bytes_charged_ = 0;
+  absl::StatusOr<int64_t> Prepare() override {
+    absl::StatusOr<const Model*> model =
+        service_.models_.Find(request_.model_name(), request_.model_version());
+    if (!model.ok()) return model.status();
+    model_ = *model;
+    absl::StatusOr<InferPlan> plan =
+        PlanModelInfer(*model_, &request_, service_.engine_.limits().max_elements_per_request);
+    if (!plan.ok()) return plan.status();
+    plan_ = *std::move(plan);
+    input_time_ = absl::Now() - admission().start();
+    return PlanEstimate(plan_).more_bytes;
   }
 
-  void RunCurrent() {
+  absl::Status Answer() override {
     const absl::Time run_start = absl::Now();
-    if (context_->IsCancelled()) {
-      FinishStream(CancelledBeforeRun(Rpc::kModelStreamInfer));
-      return;
-    }
-    const Interrupt interrupt([this] { return context_->IsCancelled(); },
-                              absl::FromChrono(context_->deadline()));
-    CallContext call = CallContextOf(service_.options_, context_);
+    const Interrupt interrupt = InterruptOf(context());
+    CallContext call = CallContextOf(service_.options_, context());
     call.interrupt = &interrupt;
     InferTimings timings;
     absl::Status status = RunModelInfer(service_.engine_, call, &plan_,
                                         response_.mutable_infer_response(), &timings);
+    if (!status.ok()) return status;  // counted as a failure by MessageFailed
     InferenceRecord record;
-    record.ok = status.ok();
-    record.total = absl::Now() - message_start_;
-    record.queue = run_start - message_start_ - input_time_;
+    record.ok = true;
+    record.total = absl::Now() - admission().start();
+    record.queue = run_start - admission().start() - input_time_;
     record.input = input_time_;
     record.infer = timings.infer;
     record.output = timings.output;
     service_.statistics_.Record(*model_, record);
-    Respond(status);
+    return absl::OkStatus();
   }
 
-  // Writes the message in hand's response: its results, or its error.
-  void Respond(const absl::Status& status) {
-    if (model_ != nullptr && !status.ok()) {
+  // Tells the error in band: a response with its error_message.
+  void MessageFailed(const absl::Status& status) override {
+    if (model_ != nullptr) {
       InferenceRecord record;
-      record.total = absl::Now() - message_start_;
+      record.total = absl::Now() - admission().start();
       service_.statistics_.Record(*model_, record);
     }
     grpc::Status grpc_status = ToGrpcStatus(status);
-    if (!status.ok()) {
-      response_.Clear();
-      response_.set_error_message(grpc_status.error_message());
-      inference::ModelInferResponse* infer = response_.mutable_infer_response();
-      infer->set_model_name(request_.model_name());
-      infer->set_model_version(request_.model_version());
-      infer->set_id(request_.id());
-    }
-    service_.metrics_.RecordRequest(
-        Rpc::kModelStreamInfer, grpc_status.error_code(), absl::Now() - message_start_, bytes_in_,
-        status.ok() ? static_cast<int64_t>(response_.ByteSizeLong()) : 0);
-    StartWrite(&response_);
+    response_.Clear();
+    response_.set_error_message(grpc_status.error_message());
+    inference::ModelInferResponse* infer = response_.mutable_infer_response();
+    infer->set_model_name(request_.model_name());
+    infer->set_model_version(request_.model_version());
+    infer->set_id(request_.id());
+    Reply(grpc_status.error_code());
   }
 
-  // Ends the stream with `status` (gate refusal, drain, cancellation).
-  void FinishStream(const absl::Status& status) {
-    grpc::Status grpc_status = ToGrpcStatus(status);
-    service_.metrics_.RecordRequest(Rpc::kModelStreamInfer, grpc_status.error_code(),
-                                    absl::Now() - message_start_, bytes_in_, 0);
-    Finish(std::move(grpc_status));
+  void ClearMessage() override {
+    plan_ = InferPlan();
+    model_ = nullptr;
   }
 
   KServeServiceImpl& service_;
-  grpc::CallbackServerContext* const context_;
-  inference::ModelInferRequest request_;
-  inference::ModelStreamInferResponse response_;
   InferPlan plan_;
   const Model* model_ = nullptr;
-  absl::Time message_start_;
   absl::Duration input_time_;
-  int64_t bytes_in_ = 0;
-  int64_t bytes_charged_ = 0;
-  bool admitted_ = false;
-  std::string client_;
 };
 
 KServeServiceImpl::KServeServiceImpl(Engine& engine, CallGate& gate, ByteBudget& budget,
@@ -191,11 +103,12 @@ KServeServiceImpl::KServeServiceImpl(Engine& engine, CallGate& gate, ByteBudget&
                                      const ModelRepository& models, ServiceOptions options)
     : engine_(engine),
       gate_(gate),
-      budget_(budget),
       metrics_(metrics),
       work_(work),
       models_(models),
       options_(std::move(options)),
+      serving_{AdmissionParts{&gate, &budget, &metrics, options_.send_watch}, &work,
+               options_.max_message_bytes},
       statistics_(models.models().size()) {
   SetMessageAllocatorFor_ModelInfer(&infer_allocator_);
 }
@@ -234,10 +147,11 @@ template <typename Answer>
 grpc::ServerUnaryReactor* KServeServiceImpl::AnswerAdmitted(
     Rpc rpc, grpc::CallbackServerContext* context, const google::protobuf::Message& request,
     google::protobuf::Message* response, Answer answer) {
-  auto* call = new UnaryCall(rpc, gate_, metrics_, options_.max_message_bytes);
-  if (!call->Admit(request, ClientOf(*context))) return call;
-  call->FinishWith(answer(), response);
-  return call;
+  UnaryCallSpec spec;
+  spec.rpc = rpc;
+  spec.client = ClientOf(*context);
+  spec.run_on = RunOn::kThisThread;
+  return ServeUnary(serving_, context, request, std::move(spec), response, std::move(answer));
 }
 
 grpc::ServerUnaryReactor* KServeServiceImpl::ServerLive(grpc::CallbackServerContext* context,
@@ -347,9 +261,9 @@ grpc::ServerUnaryReactor* KServeServiceImpl::RepositoryIndex(
 grpc::ServerUnaryReactor* KServeServiceImpl::ModelInfer(grpc::CallbackServerContext* context,
                                                         const inference::ModelInferRequest* request,
                                                         inference::ModelInferResponse* response) {
-  auto* call = new UnaryCall(Rpc::kModelInfer, gate_, metrics_, options_.max_message_bytes);
-  std::string client = ClientOf(*context);
-  if (!call->Admit(*request, client)) return call;
+  auto* call = new UnaryCall(serving_.admission, context, Rpc::kModelInfer, ClientOf(*context),
+                             options_.max_message_bytes);
+  if (!call->Admit(*request)) return call;
   const absl::Time start = absl::Now();
   // Admit measured the request: its size is cached now.
   const int64_t request_bytes = request->GetCachedSize();
@@ -385,20 +299,19 @@ grpc::ServerUnaryReactor* KServeServiceImpl::ModelInfer(grpc::CallbackServerCont
   const CallEstimate estimate = PlanEstimate(*plan);
   const bool inline_run = AnswersInline(options_, engine_, estimate, request_bytes);
   call->ReserveBytes(
-      budget_, estimate.more_bytes, absl::FromChrono(context->deadline()),
-      [this, call, context, response, plan, start, input_time, inline_run,
-       client = std::move(client)]() mutable {
+      estimate.more_bytes, absl::FromChrono(context->deadline()),
+      [this, call, context, response, plan, start, input_time, inline_run]() mutable {
         auto run = [this, call, context, response, plan, start, input_time]() mutable {
           const absl::Time run_start = absl::Now();
           InferenceRecord record;
-          if (context->IsCancelled()) {
+          const absl::Status wanted = call->admission().CheckStillWanted(*context);
+          if (!wanted.ok()) {
             record.total = run_start - start;
             statistics_.Record(*plan->model, record);
-            call->FinishWith(CancelledBeforeRun(Rpc::kModelInfer), nullptr);
+            call->FinishWith(wanted, nullptr);
             return;
           }
-          const Interrupt interrupt([context] { return context->IsCancelled(); },
-                                    absl::FromChrono(context->deadline()));
+          const Interrupt interrupt = InterruptOf(context);
           CallContext call_context = CallContextOf(options_, context);
           call_context.interrupt = &interrupt;
           InferTimings timings;
@@ -416,7 +329,7 @@ grpc::ServerUnaryReactor* KServeServiceImpl::ModelInfer(grpc::CallbackServerCont
         if (inline_run) {
           run();
         } else {
-          work_.Schedule(std::move(run), client);
+          work_.Schedule(std::move(run), call->admission().client());
         }
       });
   return call;

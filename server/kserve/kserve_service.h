@@ -41,6 +41,7 @@
 #include "server/service/owned_messages.h"
 #include "server/service/rope_service.h"
 #include "server/service/service_metrics.h"
+#include "server/service/unary_call.h"
 #include "server/service/work_queue.h"
 
 namespace rope {
@@ -121,13 +122,14 @@ class KServeServiceImpl final : public inference::GRPCInferenceService::Callback
                                         const google::protobuf::Message& request,
                                         google::protobuf::Message* response,
                                         const absl::Status& status);
-  // A cheap call admitted through the gate and answered on the gRPC thread
-  // by `answer` (() -> absl::Status).
+  // A cheap call admitted through the gate (not charged to the byte budget)
+  // and answered on the gRPC thread by `answer` (() -> absl::Status).
   template <typename Answer>
   grpc::ServerUnaryReactor* AnswerAdmitted(Rpc rpc, grpc::CallbackServerContext* context,
                                            const google::protobuf::Message& request,
                                            google::protobuf::Message* response, Answer answer);
-  // A region call: admitted, run on the work queue (open and mmap may block).
+  // A region call: admitted, not charged to the byte budget, run on the work
+  // queue (open and mmap may block).
   template <typename Answer>
   grpc::ServerUnaryReactor* ServeRegionCall(Rpc rpc, grpc::CallbackServerContext* context,
                                             const google::protobuf::Message& request,
@@ -142,11 +144,11 @@ class KServeServiceImpl final : public inference::GRPCInferenceService::Callback
 
   Engine& engine_;
   CallGate& gate_;
-  ByteBudget& budget_;
   ServiceMetrics& metrics_;
   WorkQueue& work_;
   const ModelRepository& models_;
   const ServiceOptions options_;
+  const UnaryServing serving_;  // the pieces above, as every call is admitted with them
   ModelStatisticsTable statistics_;
   OwnedMessageAllocator<inference::ModelInferRequest, inference::ModelInferResponse>
       infer_allocator_;

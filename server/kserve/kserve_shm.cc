@@ -24,18 +24,10 @@ template <typename Answer>
 grpc::ServerUnaryReactor* KServeServiceImpl::ServeRegionCall(
     Rpc rpc, grpc::CallbackServerContext* context, const google::protobuf::Message& request,
     google::protobuf::Message* response, Answer answer) {
-  auto* call = new UnaryCall(rpc, gate_, metrics_, options_.max_message_bytes);
-  if (!call->Admit(request, ClientOf(*context))) return call;
-  work_.Schedule([call, rpc, context, response, answer = std::move(answer)]() mutable {
-    if (context->IsCancelled()) {
-      call->FinishWith(absl::CancelledError(absl::StrCat(
-                           RpcName(rpc), " was cancelled (or its deadline passed) before it ran")),
-                       nullptr);
-      return;
-    }
-    call->FinishWith(answer(), response);
-  });
-  return call;
+  UnaryCallSpec spec;
+  spec.rpc = rpc;
+  spec.client = ClientOf(*context);
+  return ServeUnary(serving_, context, request, std::move(spec), response, std::move(answer));
 }
 
 absl::Status KServeServiceImpl::RegisterRegion(grpc::CallbackServerContext* context,

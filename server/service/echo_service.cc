@@ -14,7 +14,9 @@ EchoServiceImpl::EchoServiceImpl(CallGate& gate, ServiceMetrics& metrics,
 grpc::ServerUnaryReactor* EchoServiceImpl::Echo(grpc::CallbackServerContext* context,
                                                 const bench::v1::EchoRequest* request,
                                                 bench::v1::EchoResponse* response) {
-  auto* call = new UnaryCall(Rpc::kEcho, gate_, metrics_, max_message_bytes_);
+  // Admitted as every call; never charged to the byte budget.
+  auto* call = new UnaryCall(AdmissionParts{&gate_, nullptr, &metrics_}, context, Rpc::kEcho,
+                             /*client=*/"", max_message_bytes_);
   if (!call->Admit(*request)) return call;
   auto* owned = MutableRequest<bench::v1::EchoRequest, bench::v1::EchoResponse>(context);
   if (owned == nullptr) {

@@ -95,6 +95,11 @@ absl::Status ValidateServerOptions(const ServerOptions& options) {
         "max_inflight_wait is ", absl::FormatDuration(options.max_inflight_wait),
         ": must be >= 0"));
   }
+  if (options.reply_send_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(absl::StrCat("reply_send_timeout is ",
+                                                   absl::FormatDuration(options.reply_send_timeout),
+                                                   ": must be > 0 (inf: no deadline)"));
+  }
   if (options.max_connection_age_grace < absl::ZeroDuration()) {
     return absl::InvalidArgumentError(
         absl::StrCat("max_connection_age_grace is ",
@@ -128,11 +133,12 @@ RopeServer::RopeServer(std::unique_ptr<Engine> engine, const ServerOptions& opti
               absl::StrCat("max_inflight_bytes ", options.max_inflight_bytes, " (",
                            SplitInflightBytes(options.max_inflight_bytes).calls,
                            " for admitted calls)")),
+      send_watch_(options.reply_send_timeout),
       work_(options.work_threads),
       service_(*engine_, gate_, budget_, metrics_, work_,
                ServiceOptions{options.max_message_bytes, options.max_inflight_bytes,
-                              /*tokens_verified=*/!options.security.bearer_tokens.empty(),
-                              &shm_, InlineRotateMaxBytes(options)}) {}
+                              /*tokens_verified=*/!options.security.bearer_tokens.empty(), &shm_,
+                              InlineRotateMaxBytes(options), &send_watch_}) {}
 
 absl::StatusOr<std::unique_ptr<RopeServer>> RopeServer::Start(std::unique_ptr<Engine> engine,
                                                               const ServerOptions& options) {
@@ -231,7 +237,7 @@ absl::StatusOr<std::unique_ptr<RopeServer>> RopeServer::Start(std::unique_ptr<En
       server->models_,
       ServiceOptions{options.max_message_bytes, options.max_inflight_bytes,
                      /*tokens_verified=*/!options.security.bearer_tokens.empty(), &server->shm_,
-                     InlineRotateMaxBytes(options)});
+                     InlineRotateMaxBytes(options), &server->send_watch_});
   builder.RegisterService(server->kserve_.get());
   if (options.enable_echo) {
     server->echo_ = std::make_unique<EchoServiceImpl>(server->gate_, server->metrics_,

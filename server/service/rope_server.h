@@ -33,6 +33,7 @@
 #include "server/service/metrics_http_server.h"
 #include "server/service/refusal_log.h"
 #include "server/service/rope_service.h"
+#include "server/service/send_watch.h"
 #include "server/service/server_security.h"
 #include "server/service/service_metrics.h"
 #include "server/service/unix_peer_listener.h"
@@ -71,6 +72,11 @@ struct ServerOptions {
   // Longest a call waits for room in max_inflight_bytes when its deadline is
   // later (or it has none); then RESOURCE_EXHAUSTED.
   absl::Duration max_inflight_wait = absl::Seconds(10);
+  // Longest a reply may take to be sent once it is ready (of a stream: each
+  // message's reply); a reply not written by then (a client that does not
+  // read) cancels its call, which returns its bytes and slot (send_watch.h).
+  // InfiniteDuration(): no deadline.
+  absl::Duration reply_send_timeout = absl::Minutes(2);
   // Calls in flight per client (caller_identity.h) ; <= 0: no per-client
   // share.
   int64_t max_calls_per_client = 0;
@@ -201,6 +207,7 @@ class RopeServer {
   ShmRegistry shm_;
   CallGate gate_;
   ByteBudget budget_;
+  SendWatch send_watch_;
   WorkQueue work_;
   RopeServiceImpl service_;
   std::unique_ptr<EchoServiceImpl> echo_;

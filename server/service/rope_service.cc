@@ -1,20 +1,16 @@
 #include "server/service/rope_service.h"
 
 #include <algorithm>
-#include <limits>
-#include <map>
 #include <string>
 #include <utility>
-#include <vector>
 
-#include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
-#include "common/retry_metadata.h"
 #include "core/proto_engine/request_conversion.h"
 #include "core/proto_engine/rope_calls.h"
 #include "core/engine/table_block.h"
+#include "server/service/admitted_stream.h"
+#include "server/service/call_admission.h"
 #include "server/service/caller_identity.h"
-#include "server/service/status_conversion.h"
 #include "server/service/unary_call.h"
 
 #ifndef ROPE_VERSION
@@ -24,21 +20,6 @@
 namespace rope {
 
 namespace {
-
-absl::Status CancelledBeforeRun(Rpc rpc) {
-  return absl::CancelledError(
-      absl::StrCat(RpcName(rpc), " was cancelled (or its deadline passed) before it ran"));
-}
-
-// Echoes the attempt number gRPC's retries send to the server back to the
-// client in a trailer (common/retry_metadata.h), so that it can count them.
-void EchoPreviousAttempts(grpc::CallbackServerContext* context) {
-  const std::multimap<grpc::string_ref, grpc::string_ref>& metadata = context->client_metadata();
-  auto it = metadata.find(kGrpcPreviousAttemptsHeader);
-  if (it == metadata.end()) return;
-  context->AddTrailingMetadata(kPreviousAttemptsTrailer,
-                               std::string(it->second.data(), it->second.size()));
-}
 
 // A table cache's counters, in blocks (TableCacheStats in rope.proto).
 void SetTableCacheStats(const TableCacheStats& stats, v1::TableCacheStats* out) {
@@ -56,142 +37,34 @@ void SetTableCacheStats(const TableCacheStats& stats, v1::TableCacheStats* out) 
 
 }  // namespace
 
-// One RotateStream call. Strictly one message at a time: read, rotate on the
-// work queue, write, read the next; so replies come in request order. Each
-// message is admitted like a unary call: it takes a gate slot (refused with
-// RESOURCE_EXHAUSTED, ending the stream, when none is free) and its bytes in
-// the byte budget, both held until its reply is written. An idle stream (one
-// waiting for its next message) holds neither, so streams that never send
-// cannot take the slots from other calls; what bounds them is the
-// per-connection stream cap (--max_streams_per_connection) and the
-// connection's age. Deletes itself in OnDone.
+// One RotateStream call (admitted_stream.h: each message admitted like a
+// unary call, an idle stream holding nothing). Any failure of a message ends
+// the stream with its status.
 class RopeServiceImpl::RotateStreamReactor final
-    : public grpc::ServerBidiReactor<v1::RotateRequest, v1::RotateResponse> {
+    : public AdmittedStream<v1::RotateRequest, v1::RotateResponse> {
  public:
   RotateStreamReactor(RopeServiceImpl& service, grpc::CallbackServerContext* context)
-      : service_(service), context_(context) {
-    client_ = service_.ClientOf(*context);
-    StartRead(&request_);
-  }
-
-  void OnReadDone(bool ok) override {
-    if (!ok) {  // the client half-closed (or the call is gone): end cleanly
-      Finish(grpc::Status::OK);
-      return;
-    }
-    message_start_ = absl::Now();
-    if (service_.gate_.draining()) {
-      // Answering one more message would extend the drain indefinitely; the
-      // client retries this message elsewhere.
-      FinishStream(DrainingError());
-      return;
-    }
-    absl::Status admitted = service_.gate_.TryEnter(client_);
-    if (!admitted.ok()) {
-      bytes_in_ = static_cast<int64_t>(request_.ByteSizeLong());
-      FinishStream(admitted);
-      return;
-    }
-    admitted_ = true;
-    // Per message: its request's bytes and its reply's serialized copy,
-    // returned once the reply is written.
-    const int64_t held_bytes = static_cast<int64_t>(request_.ByteSizeLong());
-    const int64_t more_bytes = EstimateRotate(request_).more_bytes;
-    service_.budget_.Reserve(RpcName(Rpc::kRotateStream), held_bytes, more_bytes,
-                             absl::FromChrono(context_->deadline()),
-                             [this, held_bytes, more_bytes](absl::Status granted) {
-                               if (!granted.ok()) {
-                                 bytes_in_ = held_bytes;
-                                 FinishStream(granted);
-                                 return;
-                               }
-                               bytes_charged_ = held_bytes + more_bytes;
-                               service_.work_.Schedule([this] { RotateCurrent(); }, client_);
-                             });
-  }
-
-  void OnWriteDone(bool ok) override {
-    if (!ok) {
-      Finish(grpc::Status(grpc::StatusCode::CANCELLED,
-                          "RotateStream: a reply could not be sent (the client has gone)"));
-      return;
-    }
-    LeaveGate();
-    ReleaseBytes();
-    if (request_.ByteSizeLong() + response_.ByteSizeLong() <= kKeptCapacityBytes) {
-      // Clear keeps the strings' capacity: the next parse reuses it.
-      request_.Clear();
-      response_.Clear();
-    } else {
-      // An idle stream holds no budget, so it must not keep a large
-      // message's buffers either.
-      request_ = v1::RotateRequest();
-      response_ = v1::RotateResponse();
-    }
-    StartRead(&request_);
-  }
-
-  void OnDone() override {
-    LeaveGate();
-    ReleaseBytes();
-    delete this;
+      : AdmittedStream(service.serving_.admission, service.work_, Rpc::kRotateStream, context,
+                       service.ClientOf(*context)),
+        service_(service) {
+    StartReading();
   }
 
  private:
-  // Buffers an idle stream may keep for its next message (uncharged).
-  static constexpr size_t kKeptCapacityBytes = size_t{1} << 20;
+  absl::StatusOr<int64_t> Prepare() override { return EstimateRotate(request_).more_bytes; }
 
-  void LeaveGate() {
-    if (!admitted_) return;
-    service_.gate_.Leave(client_);
-    admitted_ = false;
-  }
-
-  void ReleaseBytes() {
-    if (bytes_charged_ == 0) return;
-    service_.budget_.Release(bytes_charged_);
-    bytes_charged_ = 0;
-  }
-
-  void RotateCurrent() {
-    const int64_t bytes_in = static_cast<int64_t>(request_.ByteSizeLong());
-    grpc::CallbackServerContext* const context = context_;
-    const Interrupt interrupt([context] { return context->IsCancelled(); },
-                              absl::FromChrono(context_->deadline()));
-    CallContext call = service_.CallOf(context_);
+  absl::Status Answer() override {
+    // Stops the parse of an hf_config_json when the caller goes or its
+    // deadline passes.
+    const Interrupt interrupt = InterruptOf(context());
+    CallContext call = service_.CallOf(context());
     call.interrupt = &interrupt;
-    absl::Status status =
-        context_->IsCancelled()
-            ? CancelledBeforeRun(Rpc::kRotateStream)
-            : AnswerRotate(service_.engine_, &request_, &response_, call);
-    if (!status.ok()) {
-      bytes_in_ = bytes_in;
-      FinishStream(status);
-      return;
-    }
-    service_.metrics_.RecordRequest(Rpc::kRotateStream, grpc::StatusCode::OK,
-                                    absl::Now() - message_start_, bytes_in,
-                                    static_cast<int64_t>(response_.ByteSizeLong()));
-    StartWrite(&response_);
+    return AnswerRotate(service_.engine_, &request_, &response_, call);
   }
 
-  // Ends the stream with the status of the message in hand.
-  void FinishStream(const absl::Status& status) {
-    grpc::Status grpc_status = ToGrpcStatus(status);
-    service_.metrics_.RecordRequest(Rpc::kRotateStream, grpc_status.error_code(),
-                                    absl::Now() - message_start_, bytes_in_, 0);
-    Finish(std::move(grpc_status));
-  }
+  void MessageFailed(const absl::Status& status) override { EndStream(status); }
 
   RopeServiceImpl& service_;
-  grpc::CallbackServerContext* const context_;
-  v1::RotateRequest request_;
-  v1::RotateResponse response_;
-  absl::Time message_start_;
-  int64_t bytes_in_ = 0;
-  int64_t bytes_charged_ = 0;  // of the message in hand, in the byte budget
-  bool admitted_ = false;  // the message in hand holds a gate slot
-  std::string client_;  // for the per-client share
 };
 
 RopeServiceImpl::RopeServiceImpl(Engine& engine, CallGate& gate, ByteBudget& budget,
@@ -201,7 +74,9 @@ RopeServiceImpl::RopeServiceImpl(Engine& engine, CallGate& gate, ByteBudget& bud
       budget_(budget),
       metrics_(metrics),
       work_(work),
-      options_(options) {
+      options_(options),
+      serving_{AdmissionParts{&gate, &budget, &metrics, options.send_watch}, &work,
+               options.max_message_bytes} {
   SetMessageAllocatorFor_Rotate(&rotate_allocator_);
 }
 
@@ -210,28 +85,12 @@ grpc::ServerUnaryReactor* RopeServiceImpl::ServeUnary(Rpc rpc, grpc::CallbackSer
                                                       const Request& request, int64_t more_bytes,
                                                       Response* response, Answer answer,
                                                       RunOn run_on) {
-  EchoPreviousAttempts(context);
-  auto* call = new UnaryCall(rpc, gate_, metrics_, options_.max_message_bytes);
-  std::string client = ClientOf(*context);
-  if (!call->Admit(request, client)) return call;
-  call->ReserveBytes(
-      budget_, more_bytes, absl::FromChrono(context->deadline()),
-      [this, call, rpc, context, response, run_on, client = std::move(client),
-       answer = std::move(answer)]() mutable {
-        auto run = [call, rpc, context, response, answer = std::move(answer)]() mutable {
-          if (context->IsCancelled()) {
-            call->FinishWith(CancelledBeforeRun(rpc), nullptr);
-            return;
-          }
-          call->FinishWith(answer(), response);
-        };
-        if (run_on == RunOn::kThisThread) {
-          run();
-        } else {
-          work_.Schedule(std::move(run), client);
-        }
-      });
-  return call;
+  UnaryCallSpec spec;
+  spec.rpc = rpc;
+  spec.client = ClientOf(*context);
+  spec.more_bytes = more_bytes;
+  spec.run_on = run_on;
+  return rope::ServeUnary(serving_, context, request, std::move(spec), response, std::move(answer));
 }
 
 void RopeServiceImpl::FillServerInfo(v1::ServerInfo* info) const {
@@ -405,12 +264,15 @@ std::string RopeServiceImpl::ClientOf(const grpc::CallbackServerContext& context
 grpc::ServerUnaryReactor* RopeServiceImpl::GetServerInfo(grpc::CallbackServerContext* context,
                                                          const v1::GetServerInfoRequest* request,
                                                          v1::ServerInfo* response) {
-  auto* call = new UnaryCall(Rpc::kGetServerInfo, gate_, metrics_, options_.max_message_bytes);
-  if (!call->Admit(*request, ClientOf(*context))) return call;
-  // Cheap and non-blocking: answered on the gRPC thread.
-  FillServerInfo(response);
-  call->FinishWith(absl::OkStatus(), response);
-  return call;
+  // Cheap and non-blocking: answered on the gRPC thread, not charged.
+  UnaryCallSpec spec;
+  spec.rpc = Rpc::kGetServerInfo;
+  spec.client = ClientOf(*context);
+  spec.run_on = RunOn::kThisThread;
+  return rope::ServeUnary(serving_, context, *request, std::move(spec), response, [this, response] {
+    FillServerInfo(response);
+    return absl::OkStatus();
+  });
 }
 
 }  // namespace rope

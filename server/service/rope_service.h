@@ -1,7 +1,8 @@
 // RopeServiceImpl: the rope.v1.RopeService over gRPC's callback API.
 //
-// gRPC glue only: each handler admits the call through the CallGate and the
-// ByteBudget (its request's bytes and its reply's estimated bytes), runs the
+// gRPC glue only: each handler admits the call (call_admission.h: a CallGate
+// slot, its request's bytes and its reply's estimated bytes in the
+// ByteBudget; a stream per message, admitted_stream.h), runs the
 // RPC's entry of core/proto_engine/rope_calls.h (request message to reply message
 // over the Engine) on the WorkQueue so the library's threads stay free for
 // I/O and admission, converts the status (ToGrpcStatus), and records metrics.
@@ -29,7 +30,9 @@
 #include "server/service/byte_budget.h"
 #include "server/service/call_gate.h"
 #include "server/service/owned_messages.h"
+#include "server/service/send_watch.h"
 #include "server/service/service_metrics.h"
+#include "server/service/unary_call.h"
 #include "server/service/work_queue.h"
 
 namespace rope {
@@ -54,6 +57,9 @@ struct ServiceOptions {
   // less than handing it to the work queue and back
   // (bench/results/service_bench.md). 0 sends every call to the queue.
   int64_t inline_rotate_max_bytes = 64 << 10;
+  // The send deadline of replies (send_watch.h, owned by the server); null:
+  // none.
+  SendWatch* send_watch = nullptr;
 };
 
 // Whether a call of `estimate` whose request is `request_bytes` long is
@@ -115,21 +121,16 @@ class RopeServiceImpl final : public v1::RopeService::CallbackService {
   // identity derived only if the call references one).
   CallContext CallOf(grpc::CallbackServerContext* context) const;
 
-  // Where an admitted call's answer runs: on the work queue (in its
-  // client's turn), or on the thread that admitted it (a small CPU-backend
-  // Rotate, ServiceOptions::inline_rotate_max_bytes).
-  enum class RunOn { kWorkQueue, kThisThread };
-  // The skeleton of Rotate, AttentionScores, GetTable and ResolveConfig:
-  // admits the call, charges its request's bytes plus `more_bytes` (what its
-  // reply allocates) to the byte budget (waiting until the call's deadline at
-  // most), then (`run_on`) runs `answer` (() -> absl::Status, filling
-  // `response`) unless the call was cancelled or its deadline passed while it
-  // waited, and finishes the call with the status and the reply.
   template <typename Request, typename Response, typename Answer>
   grpc::ServerUnaryReactor* ServeUnary(Rpc rpc, grpc::CallbackServerContext* context,
                                        const Request& request, int64_t more_bytes,
                                        Response* response, Answer answer,
                                        RunOn run_on = RunOn::kWorkQueue);
+  // The skeleton of the region calls (rope_service_shm.cc).
+  template <typename Answer>
+  grpc::ServerUnaryReactor* ServeRegionCall(Rpc rpc, grpc::CallbackServerContext* context,
+                                            const google::protobuf::Message& request,
+                                            google::protobuf::Message* response, Answer answer);
   void FillServerInfo(v1::ServerInfo* info) const;
   // The caller's identity for the gate's per-client share (caller_identity.h),
   // or "" when there is no share (nothing to compute).
@@ -145,6 +146,7 @@ class RopeServiceImpl final : public v1::RopeService::CallbackService {
   ServiceMetrics& metrics_;
   WorkQueue& work_;
   const ServiceOptions options_;
+  const UnaryServing serving_;  // the pieces above, as every call is admitted with them
   OwnedMessageAllocator<v1::RotateRequest, v1::RotateResponse> rotate_allocator_;
 };
 

@@ -13,29 +13,23 @@ absl::Status NoShm() {
   return absl::FailedPreconditionError("shared memory is off on this server");
 }
 
-// The region RPCs: admitted as every call, run on the work queue (open and
-// mmap may block on the file system).
-template <typename Answer>
-grpc::ServerUnaryReactor* ServeRegionCall(Rpc rpc, CallGate& gate, ServiceMetrics& metrics,
-                                          WorkQueue& work, int64_t max_message_bytes,
-                                          grpc::CallbackServerContext* context,
-                                          const google::protobuf::Message& request,
-                                          google::protobuf::Message* response, Answer answer) {
-  auto* call = new UnaryCall(rpc, gate, metrics, max_message_bytes);
-  if (!call->Admit(request)) return call;
-  work.Schedule([call, rpc, context, response, answer = std::move(answer)] {
-    if (context->IsCancelled()) {
-      call->FinishWith(absl::CancelledError(absl::StrCat(
-                           RpcName(rpc), " was cancelled (or its deadline passed) before it ran")),
-                       nullptr);
-      return;
-    }
-    call->FinishWith(answer(), response);
-  });
-  return call;
-}
-
 }  // namespace
+
+// The region calls: admitted as every call (a slot, the client's share), not
+// charged to the byte budget (they allocate nothing worth counting, and a
+// full budget must not hold up releasing a region), run on the work queue
+// (open and mmap may block on the file system).
+template <typename Answer>
+grpc::ServerUnaryReactor* RopeServiceImpl::ServeRegionCall(Rpc rpc,
+                                                           grpc::CallbackServerContext* context,
+                                                           const google::protobuf::Message& request,
+                                                           google::protobuf::Message* response,
+                                                           Answer answer) {
+  UnaryCallSpec spec;
+  spec.rpc = rpc;
+  spec.client = ClientOf(*context);
+  return rope::ServeUnary(serving_, context, request, std::move(spec), response, std::move(answer));
+}
 
 std::string RopeServiceImpl::OwnerOf(const grpc::CallbackServerContext& context) const {
   return CallerIdentity(context, options_.tokens_verified, IdentityUse::kOwnership);
@@ -55,8 +49,8 @@ grpc::ServerUnaryReactor* RopeServiceImpl::RegisterSharedMemory(
     grpc::CallbackServerContext* context, const v1::RegisterSharedMemoryRequest* request,
     v1::RegisterSharedMemoryResponse* response) {
   return ServeRegionCall(
-      Rpc::kRegisterSharedMemory, gate_, metrics_, work_, options_.max_message_bytes, context,
-      *request, response, [this, context, request]() -> absl::Status {
+      Rpc::kRegisterSharedMemory, context, *request, response,
+      [this, context, request]() -> absl::Status {
         if (options_.shm == nullptr) return NoShm();
         if (!IsLocalPeer(context->peer())) {
           return absl::PermissionDeniedError(
@@ -72,23 +66,23 @@ grpc::ServerUnaryReactor* RopeServiceImpl::RegisterSharedMemory(
 grpc::ServerUnaryReactor* RopeServiceImpl::UnregisterSharedMemory(
     grpc::CallbackServerContext* context, const v1::UnregisterSharedMemoryRequest* request,
     v1::UnregisterSharedMemoryResponse* response) {
-  return ServeRegionCall(
-      Rpc::kUnregisterSharedMemory, gate_, metrics_, work_, options_.max_message_bytes, context,
-      *request, response, [this, context, request]() -> absl::Status {
-        if (options_.shm == nullptr) return NoShm();
-        return AnswerUnregisterSharedMemory(*options_.shm, OwnerOf(*context), *request);
-      });
+  return ServeRegionCall(Rpc::kUnregisterSharedMemory, context, *request, response,
+                         [this, context, request]() -> absl::Status {
+                           if (options_.shm == nullptr) return NoShm();
+                           return AnswerUnregisterSharedMemory(*options_.shm, OwnerOf(*context),
+                                                               *request);
+                         });
 }
 
 grpc::ServerUnaryReactor* RopeServiceImpl::SharedMemoryStatus(
     grpc::CallbackServerContext* context, const v1::SharedMemoryStatusRequest* request,
     v1::SharedMemoryStatusResponse* response) {
-  return ServeRegionCall(
-      Rpc::kSharedMemoryStatus, gate_, metrics_, work_, options_.max_message_bytes, context,
-      *request, response, [this, context, request, response]() -> absl::Status {
-        if (options_.shm == nullptr) return NoShm();
-        return AnswerSharedMemoryStatus(*options_.shm, OwnerOf(*context), *request, response);
-      });
+  return ServeRegionCall(Rpc::kSharedMemoryStatus, context, *request, response,
+                         [this, context, request, response]() -> absl::Status {
+                           if (options_.shm == nullptr) return NoShm();
+                           return AnswerSharedMemoryStatus(*options_.shm, OwnerOf(*context),
+                                                           *request, response);
+                         });
 }
 
 }  // namespace rope

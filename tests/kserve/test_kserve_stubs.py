@@ -254,6 +254,69 @@ def test_stream_answers_in_order_and_reports_errors_in_band(kserve):
     assert len(replies[3].infer_response.raw_output_contents[0]) == 2 * 8 * 4
 
 
+def test_idle_streams_hold_no_call_slot():
+    """ModelStreamInfer streams that never send take no call slot: with three
+    times --max_concurrent_calls of them open and idle, ModelInfer, a
+    RotateStream and rope.v1 calls from the same client and another one are
+    served, and each idle stream is served once it sends."""
+    import queue
+    from conftest import SERVER_ARGS, ropeserve_binary
+    from inference import grpc_service_pb2_grpc
+    from ropeserve.proto import rope_pb2_grpc
+    from ropeserve_process import RopeServe
+    slots = 4
+    rng = np.random.default_rng(37)
+
+    def infer_request(i):
+        r = pb.ModelInferRequest(model_name="rotate", id="idle%d" % i)
+        r.parameters["head_dim"].int64_param = 8
+        r.parameters["max_len"].int64_param = 64
+        add_input(r, "q", "FP32", rng.uniform(-1, 1, size=(1, 2, 1, 8)).astype(np.float32))
+        return r
+
+    def rotate_request():
+        r = rp.RotateRequest(q=v1_tensor(rp.FLOAT32, np.ones((1, 2, 1, 8), dtype=np.float32)))
+        r.config.head_dim = 8
+        r.config.max_len = 64
+        return r
+
+    def messages(outbox):
+        while True:
+            item = outbox.get(timeout=DEADLINE)
+            if item is None:
+                return
+            yield item
+
+    with RopeServe(ropeserve_binary(),
+                   SERVER_ARGS + ["--max_concurrent_calls=%d" % slots]) as server:
+        with grpc.insecure_channel(server.address) as idle_channel:
+            idle = grpc_service_pb2_grpc.GRPCInferenceServiceStub(idle_channel)
+            outboxes = [queue.Queue() for _ in range(3 * slots)]
+            streams = [idle.ModelStreamInfer(messages(box), timeout=DEADLINE) for box in outboxes]
+            # One message through the first stream: the streams opened
+            # before it on this connection are under way too.
+            outboxes[0].put(infer_request(0))
+            assert not next(streams[0]).error_message
+            for channel in (idle_channel, grpc.insecure_channel(server.address)):
+                stub = grpc_service_pb2_grpc.GRPCInferenceServiceStub(channel)
+                rope = rope_pb2_grpc.RopeServiceStub(channel)
+                for i in range(2 * slots):
+                    reply = stub.ModelInfer(infer_request(i), timeout=DEADLINE)
+                    assert len(reply.raw_output_contents[0]) == 2 * 8 * 4
+                    assert len(rope.Rotate(rotate_request(), timeout=DEADLINE).q.data) == 2 * 8 * 4
+                replies = list(rope.RotateStream(iter([rotate_request()] * 2), timeout=DEADLINE))
+                assert [len(r.q.data) for r in replies] == [2 * 8 * 4] * 2
+                if channel is not idle_channel:
+                    channel.close()
+            for i, (box, stream) in enumerate(zip(outboxes, streams)):
+                box.put(infer_request(i))
+                reply = next(stream)
+                assert not reply.error_message, reply.error_message
+                assert reply.infer_response.id == "idle%d" % i
+                box.put(None)
+                assert list(stream) == []
+
+
 # ---- errors --------------------------------------------------------------------------
 
 def test_errors_name_the_tensor_or_parameter(kserve):

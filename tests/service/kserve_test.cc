@@ -623,6 +623,60 @@ TEST_F(KServeTest, StreamAnswersInOrderAndGoesOnAfterAnError) {
   EXPECT_EQ(errors[2], "");
 }
 
+// Each message of a stream is admitted like a ModelInfer: it holds a call
+// slot from its arrival until its response is written. Idle streams beyond
+// max_concurrent_calls leave every slot to other calls; a message that
+// arrives while the slots are all held by other messages ends its stream
+// RESOURCE_EXHAUSTED; each idle stream is served when it sends.
+TEST_F(KServeTest, StreamMessagesHoldASlotOnlyWhileServed) {
+  constexpr int kLimit = 2;
+  constexpr int kStreams = 3 * kLimit;
+  ServerOptions options = DefaultOptions();
+  options.max_concurrent_calls = kLimit;
+  StartWith(options);
+  using Stream = grpc::ClientReaderWriter<ModelInferRequest, inference::ModelStreamInferResponse>;
+  grpc::ClientContext contexts[kStreams];
+  std::unique_ptr<Stream> streams[kStreams];
+  for (int i = 0; i < kStreams; ++i) {
+    SetDeadline(&contexts[i]);
+    streams[i] = kserve_->ModelStreamInfer(&contexts[i]);
+  }
+  ModelInferResponse response;
+  for (int i = 0; i < 2 * kLimit; ++i) {
+    EXPECT_TRUE(GrpcStatusIs(Infer(ValidInfer(), &response), StatusCode::OK, ""));
+  }
+  EXPECT_EQ(server_->gate().in_flight(), 0);
+
+  // The first kLimit streams each send a message the backend holds: the
+  // slots are theirs until their responses are written.
+  backend_->Hold();
+  for (int i = 0; i < kLimit; ++i) ASSERT_TRUE(streams[i]->Write(ValidInfer()));
+  ASSERT_TRUE(backend_->WaitForHeld(kLimit, absl::Seconds(20)));
+  EXPECT_EQ(server_->gate().in_flight(), kLimit);
+  EXPECT_TRUE(GrpcStatusIs(Infer(ValidInfer(), &response), StatusCode::RESOURCE_EXHAUSTED,
+                           "max_concurrent_calls 2"));
+  Stream& refused = *streams[kStreams - 1];
+  ASSERT_TRUE(refused.Write(ValidInfer()));
+  inference::ModelStreamInferResponse reply;
+  EXPECT_FALSE(refused.Read(&reply));
+  EXPECT_TRUE(
+      GrpcStatusIs(refused.Finish(), StatusCode::RESOURCE_EXHAUSTED, "max_concurrent_calls 2"));
+  backend_->Release();
+
+  // Every stream but the refused one is served, the held ones included.
+  for (int i = 0; i < kStreams - 1; ++i) {
+    if (i >= kLimit) {
+      ASSERT_TRUE(streams[i]->Write(ValidInfer()));
+    }
+    ASSERT_TRUE(streams[i]->Read(&reply)) << "stream " << i;
+    EXPECT_EQ(reply.error_message(), "") << "stream " << i;
+    EXPECT_EQ(reply.infer_response().outputs_size(), 2) << "stream " << i;
+    streams[i]->WritesDone();
+    EXPECT_TRUE(GrpcStatusIs(streams[i]->Finish(), StatusCode::OK, "")) << "stream " << i;
+  }
+  ASSERT_TRUE(server_->gate().WaitForIdle(absl::Now() + absl::Seconds(20)));
+}
+
 TEST_F(KServeTest, DrainingServerIsNotReadyAndRefusesInference) {
   server_->StartDraining();
   grpc::ClientContext context;

@@ -506,8 +506,8 @@ TEST(ProcessTest, HelpListsEveryFlagAndExitsZeroWithoutASourcePath) {
           "--max_concurrent_calls", "--metrics_port", "--metrics_host", "--shutdown_grace_period",
           "--max_connection_age", "--enable_echo", "--reuse_port", "--teardown_timeout",
           "--security_reload_interval", "--max_calls_per_client", "--max_inflight_bytes",
-          "--max_inflight_wait", "--max_connection_age_grace", "--unix_socket_mode",
-          "--shm_max_regions_per_client", "--shm_max_mapped_bytes",
+          "--max_inflight_wait", "--max_connection_age_grace", "--reply_send_timeout",
+          "--unix_socket_mode", "--shm_max_regions_per_client", "--shm_max_mapped_bytes",
           "--shm_max_mapped_bytes_per_client", "--shm_allowed_dir"}) {
       EXPECT_NE(output.find(absl::StrCat(flag, " (")), std::string::npos)
           << flag << "\n" << output;
@@ -653,6 +653,7 @@ TEST(ProcessTest, ConfigurationIsCheckedBeforeTheBackendIsCreated) {
       {{"--max_connection_age_grace=-1s"}, "--max_connection_age_grace is -1s"},
       {{"--max_inflight_bytes=-2"}, "--max_inflight_bytes is -2"},
       {{"--max_inflight_wait=-1s"}, "--max_inflight_wait is -1s"},
+      {{"--reply_send_timeout=0s"}, "--reply_send_timeout is 0"},
       {{"--security_reload_interval=-1s"}, "--security_reload_interval is -1s"},
       {{"--grpc_verbosity=loud"}, "--grpc_verbosity"},
       {{"--tls_cert_file=/nonexistent/c.pem", "--tls_key_file=/nonexistent/k.pem"},

@@ -1,0 +1,168 @@
+// AdmittedStream: the skeleton of a bidirectional stream served strictly one
+// message at a time (read, admit, answer on the work queue, write, read the
+// next), so replies come in request order: RotateStream and KServe's
+// ModelStreamInfer.
+//
+// Each message is admitted like a unary call (call_admission.h): it takes a
+// gate slot when it arrives and is charged its bytes before any work; the
+// slot and the bytes go back once its reply is written (or its send deadline
+// has cancelled the stream: call_admission.h). An idle stream (one
+// waiting for its next message) holds neither, and no large message's
+// buffers either, so streams that never send cannot take the slots or the
+// memory of other calls; what bounds them is the per-connection stream cap
+// (--max_streams_per_connection) and the connection's age. A refusal by the
+// gate (a full server, a client over its share, a drain) ends the stream
+// with its status; the client retries that message elsewhere or later.
+//
+// A subclass says what a message costs (Prepare), answers it (Answer) and
+// how a failed message is told (MessageFailed: end the stream, or reply
+// with the error in band). Deletes itself in OnDone.
+#ifndef ROPE_SERVICE_ADMITTED_STREAM_H_
+#define ROPE_SERVICE_ADMITTED_STREAM_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "grpcpp/server_context.h"
+#include "grpcpp/support/server_callback.h"
+#include "server/service/call_admission.h"
+#include "server/service/status_conversion.h"
+#include "server/service/work_queue.h"
+
+namespace rope {
+
+template <typename Request, typename Response>
+class AdmittedStream : public grpc::ServerBidiReactor<Request, Response> {
+ public:
+  void OnReadDone(bool ok) final {
+    if (!ok) {  // the client half-closed (or the call is gone): end cleanly
+      this->Finish(grpc::Status::OK);
+      return;
+    }
+    absl::Status admitted = admission_.Enter(static_cast<int64_t>(request_.ByteSizeLong()));
+    if (!admitted.ok()) {
+      EndStream(admitted);
+      return;
+    }
+    absl::StatusOr<int64_t> more_bytes = Prepare();
+    if (!more_bytes.ok()) {
+      MessageFailed(more_bytes.status());
+      return;
+    }
+    admission_.Charge(*more_bytes, absl::FromChrono(context_->deadline()),
+                      [this](absl::Status granted) {
+                        if (!granted.ok()) {
+                          MessageFailed(granted);
+                          return;
+                        }
+                        work_.Schedule([this] { AnswerMessage(); }, admission_.client());
+                      });
+  }
+
+  void OnWriteDone(bool ok) final {
+    if (!ok) {
+      this->Finish(grpc::Status(grpc::StatusCode::CANCELLED,
+                                absl::StrCat(RpcName(admission_.rpc()),
+                                             ": a reply could not be sent (the client has gone)")));
+      return;
+    }
+    admission_.Done();
+    ClearMessage();
+    if (request_.ByteSizeLong() + response_.ByteSizeLong() <= kKeptCapacityBytes) {
+      // Clear keeps the strings' capacity: the next parse reuses it.
+      request_.Clear();
+      response_.Clear();
+    } else {
+      // An idle stream holds no budget, so it must not keep a large
+      // message's buffers either.
+      request_ = Request();
+      response_ = Response();
+    }
+    this->StartRead(&request_);
+  }
+
+  void OnDone() final {
+    admission_.Done();
+    delete this;
+  }
+
+ protected:
+  // `client` (caller_identity.h; empty: none) is held to its share of the
+  // gate for each message. The subclass's constructor calls StartReading()
+  // last.
+  AdmittedStream(const AdmissionParts& parts, WorkQueue& work, Rpc rpc,
+                 grpc::CallbackServerContext* context, std::string client)
+      : admission_(parts, rpc, std::move(client)), work_(work), context_(context) {}
+  ~AdmittedStream() override = default;
+
+  void StartReading() { this->StartRead(&request_); }
+
+  // The message in hand has been admitted (it holds a slot): checks it and
+  // returns what answering it allocates beside the request (charged to the
+  // byte budget before Answer runs), or the error that MessageFailed tells.
+  virtual absl::StatusOr<int64_t> Prepare() = 0;
+  // On the work queue, once charged and if the caller still waits: answers
+  // the message in hand into response_. An error goes to MessageFailed.
+  virtual absl::Status Answer() = 0;
+  // The message in hand failed (Prepare, the byte charge or Answer): either
+  // EndStream(status), or fill response_ with the error and Reply().
+  virtual void MessageFailed(const absl::Status& status) = 0;
+  // The message in hand's reply has been written: drop what the subclass
+  // keeps for it.
+  virtual void ClearMessage() {}
+
+  // Records the message in hand and ends the stream with `status`.
+  void EndStream(const absl::Status& status) {
+    grpc::Status grpc_status = ToGrpcStatus(status);
+    admission_.Record(grpc_status.error_code(), 0);
+    this->Finish(std::move(grpc_status));
+  }
+
+  // Records the message in hand as answered with `code` and writes
+  // response_ (its results, or an error told in band).
+  void Reply(grpc::StatusCode code) {
+    admission_.Record(
+        code, code == grpc::StatusCode::OK ? static_cast<int64_t>(response_.ByteSizeLong()) : 0);
+    // Disarmed once written (OnWriteDone) or when the call ends (OnDone).
+    admission_.WatchSend(context_);
+    this->StartWrite(&response_);
+  }
+
+  const CallAdmission& admission() const { return admission_; }
+  grpc::CallbackServerContext* context() const { return context_; }
+
+  Request request_;
+  Response response_;
+
+ private:
+  // Buffers an idle stream may keep for its next message (uncharged).
+  static constexpr size_t kKeptCapacityBytes = size_t{1} << 20;
+
+  void AnswerMessage() {
+    absl::Status wanted = admission_.CheckStillWanted(*context_);
+    if (!wanted.ok()) {
+      EndStream(wanted);
+      return;
+    }
+    absl::Status status = Answer();
+    if (!status.ok()) {
+      MessageFailed(status);
+      return;
+    }
+    Reply(grpc::StatusCode::OK);
+  }
+
+  CallAdmission admission_;
+  WorkQueue& work_;
+  grpc::CallbackServerContext* const context_;
+};
+
+}  // namespace rope
+
+#endif  // ROPE_SERVICE_ADMITTED_STREAM_H_
