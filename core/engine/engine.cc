@@ -2,8 +2,11 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <functional>
 #include <new>
+#include <string>
+#include <vector>
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
@@ -24,15 +27,6 @@ Engine::Engine(std::unique_ptr<Backend> backend, EngineLimits limits)
                });
              }),
       hf_configs_(limits.hf_config_cache_bytes, limits.hf_config_cache_entries) {}
-
-namespace {
-
-// Largest position of start-based positions (AttentionScores).
-int64_t MaxPosition(const math::PositionSpec& positions) {
-  return positions.start_pos + positions.seq - 1;
-}
-
-}  // namespace
 
 absl::StatusOr<RopeConfig> Engine::ExplicitConfig(const RopeConfig& config) {
   if (config.hf_config_json.empty()) {
@@ -118,62 +112,120 @@ absl::Status Engine::Rotate(const RotateParams& params) {
   return backend_->Rotate(*gathered, args);
 }
 
+namespace {
+
+// One result's destination for AttentionScores: its buffer field name (for
+// messages), host string or device range, and where its shape goes.
+struct ResultSlot {
+  AttentionResult result;
+  const char* buffer;  // "scores", "lse", ... (outputs.<buffer>, <buffer>_out)
+  std::string* host;
+  void* device;
+  uint64_t device_bytes;
+  std::vector<int64_t>* shape_out;
+  const std::vector<int64_t>* shape;
+  size_t element_bytes;
+  void** arg;  // where the backend reads the pointer
+};
+
+uint64_t Bytes(const std::vector<int64_t>& shape, size_t element_bytes) {
+  uint64_t n = element_bytes;
+  for (int64_t d : shape) n *= static_cast<uint64_t>(d);
+  return n;
+}
+
+}  // namespace
+
 absl::Status Engine::AttentionScores(const AttentionParams& params, AttentionOutputs* outputs) {
-  if (outputs == nullptr || (params.on_device ? outputs->device_scores == nullptr
-                                              : outputs->scores == nullptr)) {
+  if (outputs == nullptr) {
     return absl::InvalidArgumentError("AttentionScores needs an outputs.scores buffer");
   }
   ROPE_ASSIGN_OR_RETURN(const RopeConfig config, ExplicitConfig(params.config));
   ROPE_ASSIGN_OR_RETURN(ResolvedAttention resolved, ResolveAttention(params, config, limits_));
-  if (resolved.args.v != nullptr &&
-      (params.on_device ? outputs->device_output == nullptr : outputs->output == nullptr)) {
-    return absl::InvalidArgumentError("v is given but outputs.output is null");
-  }
   AttentionArgs& args = resolved.args;
   args.interrupt = params.interrupt;
-  // The results' byte sizes (float32; shapes already checked against the
-  // element limit, so no overflow).
-  const auto float_bytes = [](const std::vector<int64_t>& shape) {
-    uint64_t n = sizeof(float);
-    for (int64_t d : shape) n *= static_cast<uint64_t>(d);
-    return n;
-  };
-  const uint64_t scores_bytes = float_bytes(resolved.scores_shape);
-  const uint64_t output_bytes = args.v != nullptr ? float_bytes(resolved.output_shape) : 0;
-  if (params.on_device) {
-    // Into the caller's device ranges, which must be the results' size.
-    args.on_device = true;
-    if (outputs->device_scores_bytes != scores_bytes) {
-      return absl::InvalidArgumentError(absl::StrCat("scores_out.byte_size is ",
-                                                     outputs->device_scores_bytes,
-                                                     ": the scores are ", scores_bytes, " bytes"));
+  args.on_device = params.on_device;
+
+  // Every computed result and its destination; shapes are already checked
+  // against the element limit, so no byte size overflows.
+  std::vector<ResultSlot> slots;
+  auto add = [&](AttentionResult result, const char* buffer, std::string* host, void* device,
+                 uint64_t device_bytes, std::vector<int64_t>* shape_out,
+                 const std::vector<int64_t>& shape, size_t element_bytes, void** arg) {
+    if (resolved.Wants(result)) {
+      slots.push_back({result, buffer, host, device, device_bytes, shape_out, &shape,
+                       element_bytes, arg});
     }
-    if (args.v != nullptr && outputs->device_output_bytes != output_bytes) {
-      return absl::InvalidArgumentError(absl::StrCat("output_out.byte_size is ",
-                                                     outputs->device_output_bytes,
-                                                     ": the output is ", output_bytes, " bytes"));
+  };
+  add(AttentionResult::kScores, "scores", outputs->scores, outputs->device_scores,
+      outputs->device_scores_bytes, &outputs->scores_shape, resolved.scores_shape, sizeof(float),
+      reinterpret_cast<void**>(&args.scores));
+  add(AttentionResult::kOutput, "output", outputs->output, outputs->device_output,
+      outputs->device_output_bytes, &outputs->output_shape, resolved.output_shape, sizeof(float),
+      reinterpret_cast<void**>(&args.output));
+  const auto add_buffer = [&](AttentionResult result, const char* name, AttentionResultBuffer& b,
+                              const std::vector<int64_t>& shape, size_t element_bytes,
+                              void** arg) {
+    add(result, name, b.bytes, b.device, b.device_bytes, &b.shape, shape, element_bytes, arg);
+  };
+  add_buffer(AttentionResult::kLse, "lse", outputs->lse, resolved.lse_shape, sizeof(float),
+             reinterpret_cast<void**>(&args.lse));
+  add_buffer(AttentionResult::kTopK, "top_k_indices", outputs->top_k_indices,
+             resolved.top_k_shape, sizeof(int32_t), reinterpret_cast<void**>(&args.top_k_indices));
+  add_buffer(AttentionResult::kTopK, "top_k_probs", outputs->top_k_probs, resolved.top_k_shape,
+             sizeof(float), reinterpret_cast<void**>(&args.top_k_probs));
+  add_buffer(AttentionResult::kKeyMass, "key_mass", outputs->key_mass, resolved.key_mass_shape,
+             sizeof(float), reinterpret_cast<void**>(&args.key_mass));
+  add_buffer(AttentionResult::kScoreRows, "score_rows", outputs->score_rows,
+             resolved.score_rows_shape, sizeof(float),
+             reinterpret_cast<void**>(&args.score_rows));
+
+  // Every destination present (and, on the device, of exactly the result's
+  // size) before any work.
+  for (const ResultSlot& slot : slots) {
+    const uint64_t bytes = Bytes(*slot.shape, slot.element_bytes);
+    if (args.on_device) {
+      if (slot.device == nullptr) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            AttentionResultName(slot.result), " is computed on the device but ", slot.buffer,
+            "_out is not set"));
+      }
+      if (slot.device_bytes != bytes) {
+        return absl::InvalidArgumentError(absl::StrCat(slot.buffer, "_out.byte_size is ",
+                                                       slot.device_bytes, ": the ", slot.buffer,
+                                                       slot.result == AttentionResult::kOutput
+                                                           ? " is "
+                                                           : " are ",
+                                                       bytes, " bytes"));
+      }
+    } else if (slot.host == nullptr) {
+      if (params.results.empty() && slot.result == AttentionResult::kOutput) {
+        return absl::InvalidArgumentError("v is given but outputs.output is null");
+      }
+      return absl::InvalidArgumentError(
+          absl::StrCat("AttentionScores needs an outputs.", slot.buffer, " buffer"));
     }
   }
-  ROPE_ASSIGN_OR_RETURN(
-      const std::shared_ptr<const RopeTable> table,
-      TableFor(config, std::max(MaxPosition(args.q_positions), MaxPosition(args.k_positions)),
-               [&args](BlocksTouched& touched) {
-                 touched.AddPositions(args.q_positions);
-                 touched.AddPositions(args.k_positions);
-               }));
+  ROPE_ASSIGN_OR_RETURN(const std::shared_ptr<const RopeTable> table,
+                        TableFor(config, resolved.max_position, [&args](BlocksTouched& touched) {
+                          touched.AddPositions(args.q_positions);
+                          touched.AddPositions(args.k_positions);
+                        }));
 
-  outputs->scores_shape = resolved.scores_shape;
-  if (args.v != nullptr) outputs->output_shape = resolved.output_shape;
-  if (args.on_device) {
-    args.scores = outputs->device_scores;
-    args.output = args.v != nullptr ? outputs->device_output : nullptr;
-  } else {
-    outputs->scores->resize(scores_bytes);
-    args.scores = reinterpret_cast<float*>(outputs->scores->data());
-    if (args.v != nullptr) {
-      outputs->output->resize(output_bytes);
-      args.output = reinterpret_cast<float*>(outputs->output->data());
+  for (const ResultSlot& slot : slots) {
+    *slot.shape_out = *slot.shape;
+    if (args.on_device) {
+      *slot.arg = slot.device;
+      continue;
     }
+    try {
+      slot.host->resize(Bytes(*slot.shape, slot.element_bytes));
+    } catch (const std::bad_alloc&) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "out of memory allocating the ", slot.buffer, " (",
+          Bytes(*slot.shape, slot.element_bytes), " bytes)"));
+    }
+    *slot.arg = slot.host->data();
   }
   return backend_->AttentionScores(*table, args);
 }
@@ -233,6 +285,9 @@ absl::StatusOr<ResolvedConfig> Engine::ResolveConfig(const RopeConfig& requested
   out.key = MakeTableKey(config, /*max_position=*/0);
   out.inv_freq = ComputeInvFreq(out.key);
   out.attention_factor = ComputeAttentionFactor(out.key);
+  out.softmax_scale = config.model_softmax_scale != 0
+                          ? config.model_softmax_scale
+                          : 1.0 / std::sqrt(static_cast<double>(config.head_dim));
   // The defaults spelled out, so that sending the result back gives the
   // same tables.
   if (config.theta == 0) config.theta = config.EffectiveTheta();

@@ -9,12 +9,14 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "core/engine/backend.h"
 #include "core/engine/hf_config_cache.h"
 #include "core/engine/rope_config.h"
@@ -51,6 +53,19 @@ struct RotateParams {
   bool on_device = false;
 };
 
+// What AttentionScores computes (the numbers of rope.v1.AttentionResult).
+enum class AttentionResult : int {
+  kScores = 1,     // [B,Hq,Sq,Sk]: probabilities with `softmax`, else logits
+  kOutput = 2,     // [B,Sq,Hq,Dv]: P v (needs v)
+  kLse = 3,        // [B,Hq,Sq]: natural log of each row's softmax denominator
+  kTopK = 4,       // [B,Hq,Sq,top_k]: indices (int32) and probabilities
+  kKeyMass = 5,    // [B,Hq,Sk]: each key's probability summed over queries
+  kScoreRows = 6,  // [B,Hq,count,Sk]: rows of what kScores would hold
+};
+absl::string_view AttentionResultName(AttentionResult result);
+
+// AttentionScores: logits, masks and transforms as backend.h's AttentionArgs
+// documents; everything in positions (explicit or start-based).
 struct AttentionParams {
   RopeConfig config;
   ConstTensorView q;                 // [B,Sq,Hq,D] (rank 3: B = 1), unrotated
@@ -60,7 +75,27 @@ struct AttentionParams {
   int64_t k_start_pos = 0;
   bool causal = false;
   bool softmax = false;
-  double scale = 0;                  // 0 -> 1/sqrt(D)
+  // 0 -> the model's softmax scale when config.hf_config_json gives one
+  // (RopeConfig::model_softmax_scale), else 1/sqrt(D).
+  double scale = 0;
+  // Empty: SCORES, and OUTPUT when v is given (the reply of every client
+  // that predates the list). Each result at most once.
+  std::vector<AttentionResult> results;
+  // Sliding window in positions (FlashAttention's window_size); unset: no
+  // limit on that side. >= 0.
+  std::optional<int64_t> window_left;
+  std::optional<int64_t> window_right;
+  int64_t chunk_size = 0;            // 0: none; else >= 1 (Llama 4's chunked attention)
+  // Explicit positions, S or B*S values each (as RotateParams::positions);
+  // the matching start_pos must then be 0. Masks and RoPE use them.
+  std::vector<int64_t> q_positions;
+  std::vector<int64_t> k_positions;
+  double softcap = 0;                // 0: none; else finite > 0
+  std::vector<float> sinks;          // empty or Hq finite values
+  std::vector<float> alibi_slopes;   // empty or Hq finite values
+  int64_t top_k = 0;                 // TOP_K: 1 .. Sk
+  int64_t score_rows_start = 0;      // SCORE_ROWS: rows [start, start + count) of Sq
+  int64_t score_rows_count = 0;      // 0: to the last query
   // Optional: lets the backend stop early (CANCELLED / DEADLINE_EXCEEDED)
   // when the caller has gone. Must outlive the call.
   const Interrupt* interrupt = nullptr;
@@ -77,15 +112,33 @@ struct AttentionParams {
 // the backend opened: device_scores (and device_output when v is present),
 // whose byte sizes must be exactly the results' (INVALID_ARGUMENT naming
 // scores_out / output_out otherwise, before any work).
+//
+// The results beyond scores and output (AttentionParams::results) each have
+// an AttentionResultBuffer: `bytes` for a host result (resized and filled:
+// float32, top_k_indices int32, little-endian), or `device` /
+// `device_bytes` with on_device. The engine sets every computed result's
+// shape. A requested result without its buffer is INVALID_ARGUMENT.
+struct AttentionResultBuffer {
+  std::string* bytes = nullptr;
+  void* device = nullptr;
+  uint64_t device_bytes = 0;
+  std::vector<int64_t> shape;
+};
+
 struct AttentionOutputs {
-  std::string* scores = nullptr;     // required: [B,Hq,Sq,Sk]
+  std::string* scores = nullptr;     // when SCORES is computed: [B,Hq,Sq,Sk]
   std::vector<int64_t> scores_shape;
-  std::string* output = nullptr;     // required when v is present: [B,Sq,Hq,Dv]
+  std::string* output = nullptr;     // when OUTPUT is computed: [B,Sq,Hq,Dv]
   std::vector<int64_t> output_shape;
   float* device_scores = nullptr;
   uint64_t device_scores_bytes = 0;
   float* device_output = nullptr;
   uint64_t device_output_bytes = 0;
+  AttentionResultBuffer lse;            // [B,Hq,Sq]
+  AttentionResultBuffer top_k_indices;  // [B,Hq,Sq,top_k] int32
+  AttentionResultBuffer top_k_probs;    // [B,Hq,Sq,top_k]
+  AttentionResultBuffer key_mass;       // [B,Hq,Sk]
+  AttentionResultBuffer score_rows;     // [B,Hq,count,Sk]
 };
 
 // A slice of a table for GetTable: rows [start, start + count) of cos and sin.
@@ -100,11 +153,16 @@ struct TableSlice {
 // frequencies and attention factor of the table a request at position 0
 // uses (for LongRoPE with max_position_embeddings and for dynamic NTK,
 // longer requests use other tables; see scaling.h).
+//
+// softmax_scale is what AttentionScores multiplies q . k by when its scale is
+// 0: the model's (RopeConfig::model_softmax_scale, from hf_config_json), else
+// head_dim^-0.5.
 struct ResolvedConfig {
   RopeConfig config;
   TableKey key;
   std::vector<double> inv_freq;
   double attention_factor = 1;
+  double softmax_scale = 0;
 };
 
 class Engine {
@@ -118,7 +176,11 @@ class Engine {
   // value on bad input; q and k are untouched then.
   absl::Status Rotate(const RotateParams& params);
 
-  // OK: outputs filled as documented on AttentionOutputs.
+  // OK: outputs filled as documented on AttentionOutputs. INVALID_ARGUMENT
+  // / OUT_OF_RANGE naming the field and value on bad input;
+  // RESOURCE_EXHAUSTED when the requested results (and inputs) exceed
+  // max_elements_per_request (for SCORES, the message says that OUTPUT and
+  // LSE need no Sq x Sk memory) or memory runs out.
   absl::Status AttentionScores(const AttentionParams& params, AttentionOutputs* outputs);
 
   // Validates `config` and returns its table (building it if needed) with the

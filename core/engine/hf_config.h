@@ -39,6 +39,10 @@ struct HfRopeConfig {
   ScalingConfig scaling = NoScaling{};
   MropeConfig mrope;
   std::string rope_type;             // transformers' name after standardising ("default", ...)
+  // The attention's softmax scale where the model departs from
+  // head_dim^-0.5 (DeepSeek's qk_head_dim^-0.5 * mscale^2, Gemma's
+  // query_pre_attn_scalar^-0.5); 0 otherwise.
+  double softmax_scale = 0;
 };
 
 // Parses `json` (a whole config.json, or only its rope keys) for
@@ -51,8 +55,8 @@ absl::StatusOr<HfRopeConfig> ParseHfRopeConfig(absl::string_view json,
                                                absl::string_view layer_type);
 
 // The explicit config `request` stands for: theta, head_dim, rotary_dim,
-// scaling and mrope from `hf`; max_len and layout from `request` (its
-// hf_config_json and hf_layer_type are dropped). INVALID_ARGUMENT naming the
+// scaling, mrope and model_softmax_scale from `hf`; max_len and layout from
+// `request` (its hf_config_json and hf_layer_type are dropped). INVALID_ARGUMENT naming the
 // field when the request also sets theta, rotary_dim, a scaling or mrope,
 // when its non-zero head_dim differs from the JSON's, when neither gives a
 // head_dim, or when partial_rotary_factor gives an odd or zero rotary_dim.

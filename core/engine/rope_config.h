@@ -29,6 +29,10 @@ struct RopeConfig {
   // ("" = full_attention).
   std::string hf_config_json;
   std::string hf_layer_type;
+  // Set only by resolving hf_config_json (ApplyHfRopeConfig): the model's
+  // softmax scale where it is not head_dim^-0.5 (DeepSeek, Gemma), else 0.
+  // Not part of the table; AttentionScores uses it when its scale is 0.
+  double model_softmax_scale = 0;
 
   double EffectiveTheta() const { return theta == 0 ? kDefaultTheta : theta; }
   uint32_t EffectiveRotaryDim() const { return rotary_dim == 0 ? head_dim : rotary_dim; }

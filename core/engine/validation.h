@@ -38,13 +38,26 @@ absl::StatusOr<ResolvedRotate> ResolveRotate(const RotateParams& params, const R
                                              const EngineLimits& limits);
 
 struct ResolvedAttention {
-  AttentionArgs args;  // scores/output pointers left null for the caller
-  std::vector<int64_t> scores_shape;  // [B, Hq, Sq, Sk]
-  std::vector<int64_t> output_shape;  // [B, Sq, Hq, Dv] when v is present
+  AttentionArgs args;  // result pointers left null for the caller
+  // The results to compute: params.results, or the default set (SCORES, and
+  // OUTPUT with v) when it is empty.
+  bool Wants(AttentionResult result) const {
+    return (wanted & (1u << static_cast<int>(result))) != 0;
+  }
+  uint32_t wanted = 0;
+  // Shapes of the results computed (empty for the others).
+  std::vector<int64_t> scores_shape;      // [B, Hq, Sq, Sk]
+  std::vector<int64_t> output_shape;      // [B, Sq, Hq, Dv]
+  std::vector<int64_t> lse_shape;         // [B, Hq, Sq]
+  std::vector<int64_t> top_k_shape;       // [B, Hq, Sq, top_k]
+  std::vector<int64_t> key_mass_shape;    // [B, Hq, Sk]
+  std::vector<int64_t> score_rows_shape;  // [B, Hq, count, Sk]
+  int64_t max_position = 0;  // the largest position of q or k
 };
 
 // `config` is the explicit form of params.config. M-RoPE configs put every
-// axis at the start positions, which is plain RoPE.
+// axis at the token's one position, which is plain RoPE. The result points
+// into `params` (tensors, positions, sinks, slopes), which must outlive it.
 absl::StatusOr<ResolvedAttention> ResolveAttention(const AttentionParams& params,
                                                    const RopeConfig& config,
                                                    const EngineLimits& limits);

@@ -10,6 +10,7 @@
 #include "core/backends/cpu/cpu_kernels.h"
 #include "core/backends/cpu/cpu_rotate.h"
 #include "core/backends/cpu/cpu_simd.h"
+#include "core/backends/cpu/cpu_tiled_attention.h"
 
 namespace rope {
 namespace {
@@ -52,7 +53,8 @@ class CpuBackend final : public Backend {
       // Never reached: only a backend that opened device memory is handed it.
       return absl::InternalError("the cpu backend was handed device memory for attention");
     }
-    return CpuAttentionScores(kernels_, table, args, &pool_);
+    if (args.legacy) return CpuAttentionScores(kernels_, table, args, &pool_);
+    return CpuTiledAttention(kernels_, table, args, &pool_);
   }
 
   void ParallelRows(int64_t rows, const std::function<void(int64_t, int64_t)>& fill) override {
