@@ -1,6 +1,6 @@
 // The row kernels of the tiled attention pass (cpu_tiled_attention.cc) on
-// Highway vectors: row_max, exp_sum_row, softcap_row, alibi_row and
-// add_row of cpu_kernels.h for one target. Included once per target by
+// Highway vectors: row_max, exp_sum_row, softcap_row, alibi_row, add_row,
+// skinny_logits and skinny_values of cpu_kernels.h for one target. Included once per target by
 // cpu_kernels.cc, after softmax_simd-inl.h, whose ExpNonPositive and 16-lane
 // summation they share: every target gives the same bits.
 
@@ -149,6 +149,147 @@ void AddRow(float* acc, const float* row, int64_t n) {
     hn::StoreU(hn::Add(hn::LoadU(d, acc + j), hn::LoadU(d, row + j)), d, acc + j);
   }
   for (; j < n; ++j) acc[j] += row[j];
+}
+
+// The sum of 16 lanes as a fixed tree, (l, l + 8), then (l, l + 4),
+// (l, l + 2), (l, l + 1): every target adds in this order, and the depth is
+// 4 adds rather than a chain of 15.
+HWY_INLINE float TreeSum16(const float* lanes) {
+  float t[8];
+  for (int l = 0; l < 8; ++l) t[l] = lanes[l] + lanes[l + 8];
+  for (int l = 0; l < 4; ++l) t[l] = t[l] + t[l + 4];
+  return (t[0] + t[2]) + (t[1] + t[3]);
+}
+
+// kR query rows against key row k: each row's d products in its 16 fixed
+// lanes (features l, l + 16, ... in lane l), the key's loads shared by the
+// rows; then each row's lanes by TreeSum16.
+template <int kR>
+HWY_INLINE void LogitsBlock(const float* q, const float* k, int64_t d, float scale, float* s,
+                            int64_t s_stride) {
+  const D16 df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  const int64_t parts = kSumLanes / N;  // 1, 2 or 4 (16 on HWY_SCALAR)
+  HWY_ALIGN float lanes[kR][kSumLanes];
+  int64_t whole = 0;
+  if (parts <= 4) {
+    whole = d / kSumLanes * kSumLanes;
+    hn::Vec<D16> acc[kR][4];
+    for (int r = 0; r < kR; ++r) {
+      for (int64_t u = 0; u < parts; ++u) acc[r][u] = hn::Zero(df);
+    }
+    for (int64_t f = 0; f < whole; f += kSumLanes) {
+      for (int64_t u = 0; u < parts; ++u) {
+        const auto kv = hn::LoadU(df, k + f + u * N);
+        for (int r = 0; r < kR; ++r) {
+          acc[r][u] = hn::Add(acc[r][u], hn::Mul(hn::LoadU(df, q + r * d + f + u * N), kv));
+        }
+      }
+    }
+    for (int r = 0; r < kR; ++r) {
+      for (int64_t u = 0; u < parts; ++u) hn::StoreU(acc[r][u], df, lanes[r] + u * N);
+    }
+  } else {
+    for (int r = 0; r < kR; ++r) {
+      for (int64_t l = 0; l < kSumLanes; ++l) lanes[r][l] = 0.0f;
+    }
+  }
+  for (int r = 0; r < kR; ++r) {
+    for (int64_t f = whole; f < d; ++f) lanes[r][f % kSumLanes] += q[r * d + f] * k[f];
+    s[r * s_stride] = TreeSum16(lanes[r]) * scale;
+  }
+}
+
+// s[r * n + j] = scale * (q[r] . k[j]) for r < m, j < n (rows of d floats):
+// the logits of a few query rows (decode), where a GEMM would spend its time
+// packing the key tile. The d products are added in 16 fixed lanes (lane l
+// takes features l, l + 16, ...), then the lanes by TreeSum16: every target
+// gives the same bits.
+void SkinnyLogits(const float* q, int64_t m, const float* k, int64_t n, int64_t d, float scale,
+                  float* s) {
+  for (int64_t j = 0; j < n; ++j) {
+    const float* kj = k + j * d;
+    int64_t r = 0;
+    for (; r + 4 <= m; r += 4) LogitsBlock<4>(q + r * d, kj, d, scale, s + r * n + j, n);
+    switch (m - r) {
+      case 3: LogitsBlock<3>(q + r * d, kj, d, scale, s + r * n + j, n); break;
+      case 2: LogitsBlock<2>(q + r * d, kj, d, scale, s + r * n + j, n); break;
+      case 1: LogitsBlock<1>(q + r * d, kj, d, scale, s + r * n + j, n); break;
+      default: break;
+    }
+  }
+}
+
+// kR output rows, two vectors of columns from c, kept in registers while
+// the keys go by: acc[r] += p[r][j] * v[j] for j in order, v read as Io's
+// storage and widened in registers.
+template <class Io, int kR, class DF>
+HWY_INLINE void ValuesBlock(DF df, const float* p, int64_t n, const typename Io::T* v,
+                            int64_t ld, int64_t dv, int64_t c, float* o) {
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  hn::Vec<DF> acc0[kR], acc1[kR];
+  for (int r = 0; r < kR; ++r) {
+    acc0[r] = hn::LoadU(df, o + r * dv + c);
+    acc1[r] = hn::LoadU(df, o + r * dv + c + N);
+  }
+  for (int64_t j = 0; j < n; ++j) {
+    const auto v0 = Io::Load(df, v + j * ld + c);
+    const auto v1 = Io::Load(df, v + j * ld + c + N);
+    for (int r = 0; r < kR; ++r) {
+      const auto w = hn::Set(df, p[r * n + j]);
+      acc0[r] = hn::Add(acc0[r], hn::Mul(w, v0));
+      acc1[r] = hn::Add(acc1[r], hn::Mul(w, v1));
+    }
+  }
+  for (int r = 0; r < kR; ++r) {
+    hn::StoreU(acc0[r], df, o + r * dv + c);
+    hn::StoreU(acc1[r], df, o + r * dv + c + N);
+  }
+}
+
+template <class Io>
+void SkinnyValuesOf(const float* p, int64_t m, int64_t n, const typename Io::T* v, int64_t ld,
+                    int64_t dv, float* o) {
+  const FullF df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  int64_t c = 0;
+  for (; c + 2 * N <= dv; c += 2 * N) {
+    int64_t r = 0;
+    for (; r + 4 <= m; r += 4) ValuesBlock<Io, 4>(df, p + r * n, n, v, ld, dv, c, o + r * dv);
+    switch (m - r) {
+      case 3: ValuesBlock<Io, 3>(df, p + r * n, n, v, ld, dv, c, o + r * dv); break;
+      case 2: ValuesBlock<Io, 2>(df, p + r * n, n, v, ld, dv, c, o + r * dv); break;
+      case 1: ValuesBlock<Io, 1>(df, p + r * n, n, v, ld, dv, c, o + r * dv); break;
+      default: break;
+    }
+  }
+  const hn::CappedTag<float, 1> d1;
+  for (; c < dv; ++c) {
+    for (int64_t r = 0; r < m; ++r) {
+      float acc = o[r * dv + c];
+      for (int64_t j = 0; j < n; ++j) {
+        acc = acc + p[r * n + j] * hn::GetLane(Io::Load(d1, v + j * ld + c));
+      }
+      o[r * dv + c] = acc;
+    }
+  }
+}
+
+// o[r][c] += sum over j < n, in order, of p[r * n + j] * v[j * ld + c], for
+// r < m, c < dv, v of `dtype` (widened in registers): P v for a few query
+// rows, their outputs in registers by blocks of 4 rows x 2 vectors while
+// the keys go by. Element-wise (each output adds its terms in key order), so
+// any vector width gives the same bits.
+void SkinnyValues(const float* p, int64_t m, int64_t n, DType dtype, const void* v, int64_t ld,
+                  int64_t dv, float* o) {
+  switch (dtype) {
+    case DType::kFloat32:
+      return SkinnyValuesOf<F32Io>(p, m, n, static_cast<const float*>(v), ld, dv, o);
+    case DType::kFloat16:
+      return SkinnyValuesOf<F16Io>(p, m, n, static_cast<const uint16_t*>(v), ld, dv, o);
+    case DType::kBFloat16:
+      return SkinnyValuesOf<Bf16Io>(p, m, n, static_cast<const uint16_t*>(v), ld, dv, o);
+  }
 }
 
 }  // namespace HWY_NAMESPACE

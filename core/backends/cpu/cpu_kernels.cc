@@ -76,7 +76,8 @@ namespace HWY_NAMESPACE {
 constexpr CpuKernels kKernels = {PathName(HWY_TARGET), HWY_TARGET, nullptr,     &Rotate,
                                  &RotateCopy,          &Widen,      &Narrow,     &ExpRow,
                                  &ScaleRow,            &StoreRow,   &StreamFence, &RowMax,
-                                 &ExpSumRow,           &SoftcapRow, &AlibiRow,   &AddRow};
+                                 &ExpSumRow,           &SoftcapRow, &AlibiRow,   &AddRow,
+                                 &SkinnyLogits,        &SkinnyValues};
 
 #if ROPE_HAS_BF16_NARROWING
 // avx512 plus AVX-512 BF16's bfloat16 narrowing in rotations.
@@ -85,7 +86,8 @@ constexpr CpuKernels kBf16Kernels = {"avx512_bf16", HWY_TARGET,  &CpuHasAvx512Bf
                                      &Widen,        &Narrow,      &ExpRow,
                                      &ScaleRow,     &StoreRow,    &StreamFence,
                                      &RowMax,       &ExpSumRow,   &SoftcapRow,
-                                     &AlibiRow,     &AddRow};
+                                     &AlibiRow,     &AddRow,      &SkinnyLogits,
+                                     &SkinnyValues};
 #endif
 
 }  // namespace HWY_NAMESPACE

@@ -27,22 +27,42 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 constexpr int64_t kTileRows = 256;
 constexpr int64_t kMaxTokensPerTile = 256;
 constexpr int64_t kKeysPerTile = 256;
-// Pass 1 splits key ranges when its tasks are fewer than this many per
-// thread, and keeps each split at least this many key tiles long.
+// Below this many rows a tile's products are skinny (decode): the pass is
+// bound by reading k and v, so a task takes every key/value head of its
+// keys, which lie together in memory (a task per head would read 1/Hkv of
+// each token's bytes at a stride, which the prefetchers serve badly).
+constexpr int64_t kSkinnyRows = 64;
+// The keys and values of one key tile (over the heads of a task) stay under
+// this many floats (4 MiB).
+constexpr int64_t kMaxKeyTileFloats = int64_t{1} << 20;
+// Below this many rows a tile's products run on SIMD kernels rather than
+// OpenBLAS, whose packing of the key and value tiles costs more than the
+// few rows' arithmetic.
+constexpr int64_t kGemmRows = 16;
+// Query tiles one prefill task walks the keys for together: each key tile
+// is rotated (and its values widened) once for all of them.
+constexpr int64_t kQueryTilesPerTask = 4;
+// Pass 1 wants at least this many tasks per thread (splitting key ranges
+// when there are fewer), and keeps each split at least this many key tiles.
 constexpr int64_t kTasksPerThread = 4;
 constexpr int64_t kMinTilesPerSplit = 4;
 // The split states of pass 1 stay under this many floats (16 MiB).
 constexpr int64_t kMaxSplitStateFloats = int64_t{1} << 22;
 
-// How a call is cut into tiles.
+// How a call is cut into tiles and tasks.
 struct Plan {
   int64_t batch = 0, sq = 0, sk = 0, hq = 0, hk = 0, group = 1, d = 0, dv = 0;
   int64_t heads = 1;        // query heads of one key/value head in a tile
   int64_t tokens = 1;       // query tokens in a tile
   int64_t cols = 1;         // keys in a tile
   int64_t head_groups = 1;  // group / heads
+  int64_t q_tiles = 1;      // of the whole query range
   int64_t k_tiles = 1;
+  // A task of pass 1: `task_kv` key/value heads (each with all its head
+  // groups) times `task_q_tiles` query tiles, over one batch row.
+  int64_t task_kv = 1, task_q_tiles = 1;
   int64_t rows() const { return heads * tokens; }
+  int64_t members() const { return task_kv * head_groups * task_q_tiles; }
 };
 
 Plan MakePlan(const AttentionArgs& a) {
@@ -68,8 +88,24 @@ Plan MakePlan(const AttentionArgs& a) {
   p.head_groups = p.group / p.heads;
   p.tokens = std::clamp<int64_t>(kTileRows / p.heads, 1, kMaxTokensPerTile);
   p.tokens = std::min(p.tokens, p.sq);
+  p.q_tiles = (p.sq + p.tokens - 1) / p.tokens;
   p.cols = std::min(kKeysPerTile, p.sk);
   p.k_tiles = (p.sk + p.cols - 1) / p.cols;
+  if (p.rows() < kSkinnyRows) {
+    // As many key/value heads as keep a key tile's keys and values within
+    // kMaxKeyTileFloats, dividing hk.
+    p.task_kv = 1;
+    for (int64_t kv = p.hk; kv >= 1; --kv) {
+      if (p.hk % kv == 0 && kv * p.cols * (p.d + p.dv) <= kMaxKeyTileFloats) {
+        p.task_kv = kv;
+        break;
+      }
+    }
+    p.task_q_tiles = p.q_tiles;
+  } else {
+    p.task_kv = 1;
+    p.task_q_tiles = std::min(kQueryTilesPerTask, p.q_tiles);
+  }
   return p;
 }
 
@@ -128,26 +164,59 @@ class Stopper {
   absl::Status status_ ABSL_GUARDED_BY(mu_);
 };
 
-// Per-thread buffers of one task, carved from two thread-local scratches.
-struct Buffers {
-  float* q = nullptr;       // rows x d: the rotated query rows, [head][token][d]
-  float* k = nullptr;       // cols x d: one rotated key tile
-  float* v = nullptr;       // cols x dv: one widened value tile (16-bit v)
-  float* s = nullptr;       // rows x cols: logits, then probabilities
-  float* p = nullptr;       // rows x cols: probabilities beside the logits (TOP_K)
-  float* o = nullptr;       // rows x dv: the output accumulator
-  float* m = nullptr;       // rows: running maxima
-  float* l = nullptr;       // rows: running sums
-  float* q_pos_f = nullptr;  // tokens
-  float* k_pos_f = nullptr;  // cols
-  float* mass = nullptr;     // heads x cols (pass 3)
-  double* mass_sum = nullptr;  // heads x cols (pass 3)
-  int64_t* q_pos = nullptr;  // tokens
-  int64_t* k_pos = nullptr;  // cols
-  int64_t* filled = nullptr;  // rows: top-k heap sizes
+// The query rows of one tile: `heads` query heads from h0 (of key/value
+// head kh) times tokens [i0, i0 + tokens) of batch row b, with their
+// rotated vectors ([head][token][d]), positions and running state.
+struct QueryTile {
+  int64_t b = 0, kh = 0, h0 = 0, i0 = 0, tokens = 0;
+  int64_t lo = 0, hi = 0;   // the tokens' position range
+  float* q = nullptr;       // heads * tokens * d
+  int64_t* pos = nullptr;   // tokens
+  float* pos_f = nullptr;   // tokens
+  float* o = nullptr;       // heads * tokens * dv: the output accumulator (pass 1)
+  float* m = nullptr;       // heads * tokens: running maxima (pass 1)
+  float* l = nullptr;       // heads * tokens: running sums (pass 1)
 };
 
-// The thread-local scratches Buffers are carved from.
+// Keys [k0, k0 + n) of key/value heads [kh0, kh0 + kv) of batch row b:
+// rotated vectors ([head][key][d]), values and positions.
+struct KeyTile {
+  int64_t b = 0, kh0 = 0, kv = 1, k0 = 0, n = 0;
+  float* k = nullptr;        // kv * n * d
+  // Float32 values (Values::kFloat32): head kh's row j at
+  // v + (kh - kh0) * v_head + j * v_ld.
+  const float* v = nullptr;
+  int64_t v_head = 0, v_ld = 0;
+  // The values as stored (Values::kStored): head kh's row j at element
+  // (kh - kh0) * v_head + j * stored_ld of stored_v, of the call's dtype.
+  const void* stored_v = nullptr;
+  int64_t stored_ld = 0;
+  int64_t* pos = nullptr;    // n
+  float* pos_f = nullptr;    // n
+  const float* KeysOf(int64_t kh, int64_t d) const { return k + (kh - kh0) * n * d; }
+  const float* ValuesOf(int64_t kh) const { return v + (kh - kh0) * v_head; }
+};
+
+// What LoadKeys does with the values: nothing, float32 rows (widened when
+// 16-bit, for a GEMM), or a pointer to them as stored (skinny_values widens
+// in registers).
+enum class Values { kNone, kFloat32, kStored };
+
+// Per-thread memory of a task, carved from thread-local scratches.
+struct Buffers {
+  std::vector<QueryTile> members;  // pass 1's members (one elsewhere)
+  std::vector<math::BlockVisibility> vis;  // per member, of the key tile at hand
+  float* k = nullptr;       // task_kv * cols * d
+  float* v = nullptr;       // cols * task_kv * dv: widened 16-bit values
+  int64_t* k_pos = nullptr;
+  float* k_pos_f = nullptr;
+  float* s = nullptr;       // rows * cols: logits, then probabilities
+  float* p = nullptr;       // rows * cols: probabilities beside the logits (TOP_K)
+  float* mass = nullptr;    // heads * cols (pass 3)
+  double* mass_sum = nullptr;  // heads * cols (pass 3)
+  int64_t* filled = nullptr;   // rows: top-k heap sizes
+};
+
 struct Scratch {
   cpu::ThreadScratch<float> floats;
   cpu::ThreadScratch<int64_t> ints;
@@ -164,27 +233,45 @@ Scratch& ThreadScratches() {
   return scratch;
 }
 
+// Pieces of 64-byte multiples, so that each starts aligned.
+int64_t Padded(int64_t n) { return (n + 15) / 16 * 16; }
+
 bool GetBuffers(const Plan& plan, Buffers* b) {
   Scratch& scratch = ThreadScratches();
-  const int64_t rows = plan.rows(), cols = plan.cols;
-  const int64_t sizes[] = {rows * plan.d, cols * plan.d, cols * plan.dv, rows * cols,
-                           rows * cols,   rows * plan.dv, rows,         rows,
-                           plan.tokens,   cols,           plan.heads * cols};
-  int64_t total = 0;
-  for (int64_t n : sizes) total += (n + 15) / 16 * 16;  // 64-byte aligned pieces
-  float* f = scratch.floats.Get(total);
-  int64_t* i = scratch.ints.Get(plan.tokens + cols + rows);
+  const int64_t rows = plan.rows(), cols = plan.cols, members = plan.members();
+  const int64_t member_floats = Padded(rows * plan.d) + Padded(rows * plan.dv) + 2 * Padded(rows) +
+                                Padded(plan.tokens);
+  const int64_t floats = members * member_floats + Padded(plan.task_kv * cols * plan.d) +
+                         Padded(cols * plan.task_kv * plan.dv) + Padded(cols) +
+                         2 * Padded(rows * cols) + Padded(plan.heads * cols);
+  float* f = scratch.floats.Get(floats);
+  int64_t* i = scratch.ints.Get(members * plan.tokens + cols + rows);
   double* dd = scratch.doubles.Get(plan.heads * cols);
   if (f == nullptr || i == nullptr || dd == nullptr) return false;
-  float** pieces[] = {&b->q, &b->k, &b->v, &b->s, &b->p, &b->o,
-                      &b->m, &b->l, &b->q_pos_f, &b->k_pos_f, &b->mass};
-  for (size_t n = 0; n < sizeof(sizes) / sizeof(sizes[0]); ++n) {
-    *pieces[n] = f;
-    f += (sizes[n] + 15) / 16 * 16;
+  auto take = [&f](int64_t n) {
+    float* at = f;
+    f += Padded(n);
+    return at;
+  };
+  b->members.resize(members);
+  b->vis.resize(members);
+  for (QueryTile& m : b->members) {
+    m.q = take(rows * plan.d);
+    m.o = take(rows * plan.dv);
+    m.m = take(rows);
+    m.l = take(rows);
+    m.pos_f = take(plan.tokens);
+    m.pos = i;
+    i += plan.tokens;
   }
-  b->q_pos = i;
-  b->k_pos = i + plan.tokens;
-  b->filled = i + plan.tokens + cols;
+  b->k = take(plan.task_kv * cols * plan.d);
+  b->v = take(cols * plan.task_kv * plan.dv);
+  b->k_pos_f = take(cols);
+  b->s = take(rows * cols);
+  b->p = take(rows * cols);
+  b->mass = take(plan.heads * cols);
+  b->k_pos = i;
+  b->filled = i + cols;
   b->mass_sum = dd;
   return true;
 }
@@ -210,12 +297,6 @@ bool RunTasks(ThreadPool* pool, const Plan& plan, int64_t n, Stopper* stop, Task
   return !no_memory.load();
 }
 
-// The query rows of one tile: `heads` query heads from h0 (of key/value
-// head kh) times tokens [i0, i0 + tokens) of batch row b.
-struct RowBlock {
-  int64_t b = 0, kh = 0, h0 = 0, i0 = 0, tokens = 0;
-};
-
 // What every pass shares: the call, its plan, and the per-tile steps.
 class Tiles {
  public:
@@ -225,46 +306,57 @@ class Tiles {
 
   const Plan& plan() const { return plan_; }
   const AttentionArgs& args() const { return args_; }
+  const cpu::CpuKernels& kernels() const { return kernels_; }
 
-  // Rotates the block's query rows into buf.q ([head][token][d]) and
-  // gathers their positions.
-  void LoadQueries(const RowBlock& r, Buffers& buf, int64_t* q_min, int64_t* q_max) const {
+  // Rotates the tile's query rows into t.q and gathers their positions.
+  void LoadQueries(QueryTile& t) const {
     cpu::RotateCopyParams qp;
     qp.dtype = args_.dtype;
     qp.interleaved = args_.layout == Layout::kInterleaved;
-    qp.src = static_cast<const char*>(args_.q) + r.h0 * plan_.d * DTypeSize(args_.dtype);
+    qp.src = static_cast<const char*>(args_.q) + t.h0 * plan_.d * DTypeSize(args_.dtype);
     qp.src_token_stride = plan_.hq * plan_.d;
-    qp.dst = buf.q;
-    qp.dst_first_token = r.b * plan_.sq + r.i0;
+    qp.dst = t.q;
+    qp.dst_first_token = t.b * plan_.sq + t.i0;
     qp.dst_token_stride = plan_.d;
-    qp.dst_head_stride = r.tokens * plan_.d;
+    qp.dst_head_stride = t.tokens * plan_.d;
     qp.heads = plan_.heads;
     qp.head_dim = plan_.d;
     qp.rotary_dim = args_.rotary_dim;
     qp.seq = plan_.sq;
     qp.table = rows_;
     qp.positions = args_.q_positions;
-    kernels_.rotate_copy(qp, r.b * plan_.sq + r.i0, r.b * plan_.sq + r.i0 + r.tokens);
-    for (int64_t t = 0; t < r.tokens; ++t) {
-      buf.q_pos[t] = args_.q_positions.At(r.b, r.i0 + t);
-      buf.q_pos_f[t] = static_cast<float>(buf.q_pos[t]);
+    kernels_.rotate_copy(qp, t.b * plan_.sq + t.i0, t.b * plan_.sq + t.i0 + t.tokens);
+    for (int64_t s = 0; s < t.tokens; ++s) {
+      t.pos[s] = args_.q_positions.At(t.b, t.i0 + s);
+      t.pos_f[s] = static_cast<float>(t.pos[s]);
     }
-    PositionRange(args_.q_positions, r.b, r.i0, r.i0 + r.tokens, q_min, q_max);
+    PositionRange(args_.q_positions, t.b, t.i0, t.i0 + t.tokens, &t.lo, &t.hi);
   }
 
-  // Rotates keys [k0, k0 + n) of key head kh, batch row b, into buf.k
-  // ([key][d]) and gathers their positions.
-  void LoadKeys(int64_t b, int64_t kh, int64_t k0, int64_t n, Buffers& buf) const {
+  // Rotates keys [k0, k0 + n) of heads [kh0, kh0 + kv) of batch row b into
+  // buf.k, and with `values` their values: in place for float32 v, else
+  // widened into buf.v (each token's heads in one run).
+  KeyTile LoadKeys(int64_t b, int64_t kh0, int64_t kv, int64_t k0, int64_t n, Values values,
+                   Buffers& buf) const {
+    KeyTile t;
+    t.b = b;
+    t.kh0 = kh0;
+    t.kv = kv;
+    t.k0 = k0;
+    t.n = n;
+    t.k = buf.k;
+    t.pos = buf.k_pos;
+    t.pos_f = buf.k_pos_f;
     cpu::RotateCopyParams kp;
     kp.dtype = args_.dtype;
     kp.interleaved = args_.layout == Layout::kInterleaved;
-    kp.src = static_cast<const char*>(args_.k) + kh * plan_.d * DTypeSize(args_.dtype);
+    kp.src = static_cast<const char*>(args_.k) + kh0 * plan_.d * DTypeSize(args_.dtype);
     kp.src_token_stride = plan_.hk * plan_.d;
     kp.dst = buf.k;
     kp.dst_first_token = b * plan_.sk + k0;
     kp.dst_token_stride = plan_.d;
-    kp.dst_head_stride = 0;
-    kp.heads = 1;
+    kp.dst_head_stride = n * plan_.d;
+    kp.heads = kv;
     kp.head_dim = plan_.d;
     kp.rotary_dim = args_.rotary_dim;
     kp.seq = plan_.sk;
@@ -272,62 +364,65 @@ class Tiles {
     kp.positions = args_.k_positions;
     kernels_.rotate_copy(kp, b * plan_.sk + k0, b * plan_.sk + k0 + n);
     for (int64_t j = 0; j < n; ++j) {
-      buf.k_pos[j] = args_.k_positions.At(b, k0 + j);
-      buf.k_pos_f[j] = static_cast<float>(buf.k_pos[j]);
+      t.pos[j] = args_.k_positions.At(b, k0 + j);
+      t.pos_f[j] = static_cast<float>(t.pos[j]);
     }
-  }
-
-  // The value rows of keys [k0, k0 + n) of key head kh as float32, and
-  // their row stride: in place for float32 v, else widened into buf.v.
-  const float* LoadValues(int64_t b, int64_t kh, int64_t k0, int64_t n, Buffers& buf,
-                          int64_t* ld) const {
     const int64_t dv = plan_.dv;
-    const int64_t first = (b * plan_.sk + k0) * plan_.hk + kh;  // in rows of dv elements
-    if (args_.dtype == DType::kFloat32) {
-      *ld = plan_.hk * dv;
-      return static_cast<const float*>(args_.v) + first * dv;
+    const int64_t first = (b * plan_.sk + k0) * plan_.hk + kh0;  // in rows of dv elements
+    t.v_head = dv;
+    if (values == Values::kStored) {
+      t.stored_v = static_cast<const char*>(args_.v) + first * dv * DTypeSize(args_.dtype);
+      t.stored_ld = plan_.hk * dv;
+    } else if (values == Values::kFloat32) {
+      if (args_.dtype == DType::kFloat32) {
+        t.v = static_cast<const float*>(args_.v) + first * dv;
+        t.v_ld = plan_.hk * dv;
+      } else {
+        const size_t elem = DTypeSize(args_.dtype);
+        for (int64_t j = 0; j < n; ++j) {
+          kernels_.widen(args_.dtype,
+                         static_cast<const char*>(args_.v) + (first + j * plan_.hk) * dv * elem,
+                         kv * dv, buf.v + j * kv * dv);
+        }
+        t.v = buf.v;
+        t.v_ld = kv * dv;
+      }
     }
-    const size_t elem = DTypeSize(args_.dtype);
-    for (int64_t j = 0; j < n; ++j) {
-      kernels_.widen(args_.dtype,
-                     static_cast<const char*>(args_.v) + (first + j * plan_.hk) * dv * elem, dv,
-                     buf.v + j * dv);
-    }
-    *ld = dv;
-    return buf.v;
+    return t;
   }
 
-  // The logits of the block's rows (loaded queries) against the loaded key
-  // tile of n keys, into buf.s [rows][n]: the scaled product, soft-capping,
-  // ALiBi, and the mask where `vis` says some pairs are hidden.
-  void Logits(const RowBlock& r, int64_t n, math::BlockVisibility vis, Buffers& buf) const {
-    const int64_t m = plan_.heads * r.tokens;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(m),
-                static_cast<int>(n), static_cast<int>(plan_.d), args_.scale, buf.q,
-                static_cast<int>(plan_.d), buf.k, static_cast<int>(plan_.d), 0.0f, buf.s,
-                static_cast<int>(n));
-    if (args_.softcap > 0) kernels_.softcap_row(buf.s, m * n, args_.softcap);
+  // The logits of a query tile against a key tile, into s [rows][n]: the
+  // scaled product, soft-capping, ALiBi, and the mask where `vis` says some
+  // pairs are hidden.
+  void Logits(const QueryTile& qt, const KeyTile& kt, math::BlockVisibility vis, float* s) const {
+    const int64_t m = plan_.heads * qt.tokens, n = kt.n;
+    if (m < kGemmRows) {
+      kernels_.skinny_logits(qt.q, m, kt.KeysOf(qt.kh, plan_.d), n, plan_.d, args_.scale, s);
+    } else {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(m),
+                  static_cast<int>(n), static_cast<int>(plan_.d), args_.scale, qt.q,
+                  static_cast<int>(plan_.d), kt.KeysOf(qt.kh, plan_.d),
+                  static_cast<int>(plan_.d), 0.0f, s, static_cast<int>(n));
+    }
+    if (args_.softcap > 0) kernels_.softcap_row(s, m * n, args_.softcap);
     if (args_.alibi_slopes != nullptr) {
       for (int64_t j = 0; j < plan_.heads; ++j) {
-        const float slope = args_.alibi_slopes[r.h0 + j];
-        for (int64_t t = 0; t < r.tokens; ++t) {
-          kernels_.alibi_row(buf.s + (j * r.tokens + t) * n, n, slope, buf.q_pos_f[t],
-                             buf.k_pos_f);
+        const float slope = args_.alibi_slopes[qt.h0 + j];
+        for (int64_t t = 0; t < qt.tokens; ++t) {
+          kernels_.alibi_row(s + (j * qt.tokens + t) * n, n, slope, qt.pos_f[t], kt.pos_f);
         }
       }
     }
     if (vis == math::BlockVisibility::kSome) {
-      for (int64_t t = 0; t < r.tokens; ++t) {
-        const int64_t qp = buf.q_pos[t];
+      for (int64_t t = 0; t < qt.tokens; ++t) {
+        const int64_t qp = qt.pos[t];
         for (int64_t c = 0; c < n; ++c) {
-          if (args_.mask.Visible(qp, buf.k_pos[c])) continue;
-          for (int64_t j = 0; j < plan_.heads; ++j) buf.s[(j * r.tokens + t) * n + c] = kNegInf;
+          if (args_.mask.Visible(qp, kt.pos[c])) continue;
+          for (int64_t j = 0; j < plan_.heads; ++j) s[(j * qt.tokens + t) * n + c] = kNegInf;
         }
       }
     }
   }
-
-  const cpu::CpuKernels& kernels() const { return kernels_; }
 
  private:
   const cpu::CpuKernels& kernels_;
@@ -339,6 +434,10 @@ class Tiles {
 // Key tiles' position ranges per batch row: [b * k_tiles + t].
 struct KeyRanges {
   std::vector<int64_t> lo, hi;
+  math::BlockVisibility Classify(const math::AttentionMask& mask, const QueryTile& q,
+                                 int64_t k_tiles, int64_t kt) const {
+    return math::ClassifyBlock(mask, q.lo, q.hi, lo[q.b * k_tiles + kt], hi[q.b * k_tiles + kt]);
+  }
 };
 
 KeyRanges KeyTileRanges(const AttentionArgs& a, const Plan& p) {
@@ -394,17 +493,18 @@ class ForwardPass {
   // merged before the rows are finished.
   absl::Status Run(ThreadPool* pool, Stopper* stop) {
     const Plan& p = tiles_.plan();
-    q_tiles_ = (p.sq + p.tokens - 1) / p.tokens;
-    tasks_ = p.batch * p.hk * p.head_groups * q_tiles_;
+    q_groups_ = (p.q_tiles + p.task_q_tiles - 1) / p.task_q_tiles;
+    kv_groups_ = p.hk / p.task_kv;
+    tasks_ = p.batch * kv_groups_ * q_groups_;
     splits_ = 1;
     const int64_t want = kTasksPerThread * pool->threads();
     if (tasks_ < want && p.k_tiles >= 2 * kMinTilesPerSplit) {
       splits_ = std::min((want + tasks_ - 1) / tasks_, p.k_tiles / kMinTilesPerSplit);
-      const int64_t state = p.rows() * (p.dv + 2);
+      const int64_t state = p.members() * p.rows() * (p.dv + 2);
       splits_ = std::max<int64_t>(1, std::min(splits_, kMaxSplitStateFloats / (tasks_ * state)));
     }
     if (splits_ > 1) {
-      const int64_t floats = tasks_ * splits_ * p.rows() * (p.dv + 2);
+      const int64_t floats = tasks_ * splits_ * p.members() * p.rows() * (p.dv + 2);
       states_.reset(new (std::nothrow) float[floats]);
       if (states_ == nullptr) return OutOfMemory("split states", floats);
     }
@@ -424,21 +524,30 @@ class ForwardPass {
   }
 
  private:
-  // Task index -> row block; the last query tiles first (under a causal
-  // mask they see the most keys).
-  RowBlock BlockOf(int64_t task) const {
+  // Task index -> its members (their indices and extents, not their data);
+  // the last query tiles first (under a causal mask they see the most keys).
+  int64_t MembersOf(int64_t task, QueryTile* members) const {
     const Plan& p = tiles_.plan();
-    const int64_t per_tile = p.batch * p.hk * p.head_groups;
-    const int64_t qt = q_tiles_ - 1 - task / per_tile;
-    int64_t rest = task % per_tile;
-    RowBlock r;
-    r.b = rest / (p.hk * p.head_groups);
-    rest %= p.hk * p.head_groups;
-    r.kh = rest / p.head_groups;
-    r.h0 = r.kh * p.group + (rest % p.head_groups) * p.heads;
-    r.i0 = qt * p.tokens;
-    r.tokens = std::min(p.tokens, p.sq - r.i0);
-    return r;
+    const int64_t per_group = p.batch * kv_groups_;
+    const int64_t qg = q_groups_ - 1 - task / per_group;
+    const int64_t rest = task % per_group;
+    const int64_t b = rest / kv_groups_;
+    const int64_t kh0 = (rest % kv_groups_) * p.task_kv;
+    int64_t n = 0;
+    for (int64_t qt = qg * p.task_q_tiles; qt < std::min(p.q_tiles, (qg + 1) * p.task_q_tiles);
+         ++qt) {
+      for (int64_t kh = kh0; kh < kh0 + p.task_kv; ++kh) {
+        for (int64_t hg = 0; hg < p.head_groups; ++hg) {
+          QueryTile& t = members[n++];
+          t.b = b;
+          t.kh = kh;
+          t.h0 = kh * p.group + hg * p.heads;
+          t.i0 = qt * p.tokens;
+          t.tokens = std::min(p.tokens, p.sq - t.i0);
+        }
+      }
+    }
+    return n;
   }
 
   void RunTask(int64_t index, Buffers& buf, Stopper* stop) {
@@ -446,109 +555,138 @@ class ForwardPass {
     const AttentionArgs& a = tiles_.args();
     const cpu::CpuKernels& kern = tiles_.kernels();
     const int64_t task = index / splits_, split = index % splits_;
-    const RowBlock r = BlockOf(task);
-    const int64_t m = p.heads * r.tokens;
-    int64_t q_min, q_max;
-    tiles_.LoadQueries(r, buf, &q_min, &q_max);
-    std::fill(buf.m, buf.m + m, kNegInf);
-    std::fill(buf.l, buf.l + m, 0.0f);
-    if (output_) std::fill(buf.o, buf.o + m * p.dv, 0.0f);
+    const int64_t count = MembersOf(task, buf.members.data());
+    for (int64_t n = 0; n < count; ++n) {
+      QueryTile& t = buf.members[n];
+      tiles_.LoadQueries(t);
+      const int64_t m = p.heads * t.tokens;
+      std::fill(t.m, t.m + m, kNegInf);
+      std::fill(t.l, t.l + m, 0.0f);
+      if (output_) std::fill(t.o, t.o + m * p.dv, 0.0f);
+    }
+    const QueryTile& first = buf.members[0];
+    const int64_t kh0 = first.kh;
+    // Every member has the plan's rows, but the last query tile may be short.
+    const bool skinny = p.rows() < kGemmRows;
     const int64_t t_begin = p.k_tiles * split / splits_;
     const int64_t t_end = p.k_tiles * (split + 1) / splits_;
+    std::vector<math::BlockVisibility>& vis = buf.vis;
     for (int64_t kt = t_begin; kt < t_end; ++kt) {
-      const math::BlockVisibility vis =
-          math::ClassifyBlock(a.mask, q_min, q_max, keys_.lo[r.b * p.k_tiles + kt],
-                              keys_.hi[r.b * p.k_tiles + kt]);
-      if (vis == math::BlockVisibility::kNone) continue;
-      if (kt > t_begin && stop->Stopped()) return;
-      const int64_t k0 = kt * p.cols, n = std::min(p.cols, p.sk - k0);
-      tiles_.LoadKeys(r.b, r.kh, k0, n, buf);
-      tiles_.Logits(r, n, vis, buf);
-      // Online softmax, row by row: the tile's probabilities relative to
-      // the new running maximum, and the rescaling of what came before.
-      for (int64_t row = 0; row < m; ++row) {
-        float* s = buf.s + row * n;
-        const float m_new = std::max(buf.m[row], kern.row_max(s, n));
-        if (m_new == kNegInf) {  // nothing visible yet: probabilities 0
-          std::fill(s, s + n, 0.0f);
-          continue;
-        }
-        const float alpha = buf.m[row] == kNegInf ? 0.0f : std::exp(buf.m[row] - m_new);
-        buf.l[row] = buf.l[row] * alpha + kern.exp_sum_row(s, n, m_new);
-        buf.m[row] = m_new;
-        if (output_ && alpha != 1.0f) kern.scale_row(buf.o + row * p.dv, p.dv, alpha);
+      bool any = false;
+      for (int64_t n = 0; n < count; ++n) {
+        vis[n] = keys_.Classify(a.mask, buf.members[n], p.k_tiles, kt);
+        any = any || vis[n] != math::BlockVisibility::kNone;
       }
-      if (output_) {
-        int64_t ld = 0;
-        const float* v = tiles_.LoadValues(r.b, r.kh, k0, n, buf, &ld);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(m),
-                    static_cast<int>(p.dv), static_cast<int>(n), 1.0f, buf.s,
-                    static_cast<int>(n), v, static_cast<int>(ld), 1.0f, buf.o,
-                    static_cast<int>(p.dv));
+      if (!any) continue;
+      if (kt > t_begin && stop->Stopped()) return;
+      const int64_t k0 = kt * p.cols, nk = std::min(p.cols, p.sk - k0);
+      const Values values =
+          !output_ ? Values::kNone : (skinny ? Values::kStored : Values::kFloat32);
+      const KeyTile keys = tiles_.LoadKeys(first.b, kh0, p.task_kv, k0, nk, values, buf);
+      for (int64_t n = 0; n < count; ++n) {
+        if (vis[n] == math::BlockVisibility::kNone) continue;
+        QueryTile& t = buf.members[n];
+        const int64_t m = p.heads * t.tokens;
+        tiles_.Logits(t, keys, vis[n], buf.s);
+        // Online softmax, row by row: the tile's probabilities relative to
+        // the new running maximum, and the rescaling of what came before.
+        for (int64_t row = 0; row < m; ++row) {
+          float* s = buf.s + row * nk;
+          const float m_new = std::max(t.m[row], kern.row_max(s, nk));
+          if (m_new == kNegInf) {  // nothing visible yet: probabilities 0
+            std::fill(s, s + nk, 0.0f);
+            continue;
+          }
+          const float alpha = t.m[row] == kNegInf ? 0.0f : std::exp(t.m[row] - m_new);
+          t.l[row] = t.l[row] * alpha + kern.exp_sum_row(s, nk, m_new);
+          t.m[row] = m_new;
+          if (output_ && alpha != 1.0f) kern.scale_row(t.o + row * p.dv, p.dv, alpha);
+        }
+        if (output_ && skinny) {
+          kern.skinny_values(
+              buf.s, m, nk, a.dtype,
+              static_cast<const char*>(keys.stored_v) +
+                  (t.kh - keys.kh0) * keys.v_head * DTypeSize(a.dtype),
+              keys.stored_ld, p.dv, t.o);
+        } else if (output_) {
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(m),
+                      static_cast<int>(p.dv), static_cast<int>(nk), 1.0f, buf.s,
+                      static_cast<int>(nk), keys.ValuesOf(t.kh), static_cast<int>(keys.v_ld),
+                      1.0f, t.o, static_cast<int>(p.dv));
+        }
       }
     }
     if (splits_ > 1) {
-      float* state = states_.get() + index * p.rows() * (p.dv + 2);
-      for (int64_t row = 0; row < m; ++row) {
-        float* st = state + row * (p.dv + 2);
-        st[0] = buf.m[row];
-        st[1] = buf.l[row];
-        if (output_) std::memcpy(st + 2, buf.o + row * p.dv, p.dv * sizeof(float));
+      const int64_t stride = p.dv + 2;
+      float* state = states_.get() + index * p.members() * p.rows() * stride;
+      for (int64_t n = 0; n < count; ++n) {
+        const QueryTile& t = buf.members[n];
+        for (int64_t row = 0; row < p.heads * t.tokens; ++row) {
+          float* st = state + (n * p.rows() + row) * stride;
+          st[0] = t.m[row];
+          st[1] = t.l[row];
+          if (output_) std::memcpy(st + 2, t.o + row * p.dv, p.dv * sizeof(float));
+        }
       }
       return;
     }
-    Finish(r, buf.m, buf.l, buf.o, p.dv);
+    for (int64_t n = 0; n < count; ++n) {
+      const QueryTile& t = buf.members[n];
+      Finish(t, t.m, t.l, t.o);
+    }
   }
 
   // Combines the splits of one task (each a running maximum, sum and
   // unnormalised output over its keys), then finishes its rows.
   void MergeSplits(int64_t task) {
     const Plan& p = tiles_.plan();
-    const RowBlock r = BlockOf(task);
-    const int64_t m = p.heads * r.tokens;
+    std::vector<QueryTile> members(p.members());
+    const int64_t count = MembersOf(task, members.data());
     const int64_t stride = p.dv + 2;
-    std::vector<float> mm(m), ll(m), oo(output_ ? m * p.dv : 0);
-    for (int64_t row = 0; row < m; ++row) {
-      const float* first = states_.get() + (task * splits_) * p.rows() * stride + row * stride;
-      float top = kNegInf;
-      for (int64_t s = 0; s < splits_; ++s) top = std::max(top, first[s * p.rows() * stride]);
-      mm[row] = top;
-      double sum = 0;
-      float* o = output_ ? oo.data() + row * p.dv : nullptr;
-      if (o != nullptr) std::fill(o, o + p.dv, 0.0f);
-      if (top == kNegInf) {
-        ll[row] = 0.0f;
-        continue;
-      }
-      for (int64_t s = 0; s < splits_; ++s) {
-        const float* st = first + s * p.rows() * stride;
-        if (st[0] == kNegInf) continue;
-        const float w = std::exp(st[0] - top);
-        sum += static_cast<double>(st[1]) * w;
-        if (o != nullptr) {
-          for (int64_t c = 0; c < p.dv; ++c) o[c] += w * st[2 + c];
+    const int64_t per_split = p.members() * p.rows() * stride;
+    std::vector<float> mm(p.rows()), ll(p.rows()), oo(output_ ? p.rows() * p.dv : 0);
+    for (int64_t n = 0; n < count; ++n) {
+      const QueryTile& t = members[n];
+      for (int64_t row = 0; row < p.heads * t.tokens; ++row) {
+        const float* first = states_.get() + task * splits_ * per_split + (n * p.rows() + row) * stride;
+        float top = kNegInf;
+        for (int64_t s = 0; s < splits_; ++s) top = std::max(top, first[s * per_split]);
+        mm[row] = top;
+        float* o = output_ ? oo.data() + row * p.dv : nullptr;
+        if (o != nullptr) std::fill(o, o + p.dv, 0.0f);
+        double sum = 0;
+        if (top != kNegInf) {
+          for (int64_t s = 0; s < splits_; ++s) {
+            const float* st = first + s * per_split;
+            if (st[0] == kNegInf) continue;
+            const float w = std::exp(st[0] - top);
+            sum += static_cast<double>(st[1]) * w;
+            if (o != nullptr) {
+              for (int64_t c = 0; c < p.dv; ++c) o[c] += w * st[2 + c];
+            }
+          }
         }
+        ll[row] = static_cast<float>(sum);
       }
-      ll[row] = static_cast<float>(sum);
+      Finish(t, mm.data(), ll.data(), output_ ? oo.data() : nullptr);
     }
-    Finish(r, mm.data(), ll.data(), output_ ? oo.data() : nullptr, p.dv);
   }
 
-  // Writes the rows' LSE and outputs.
-  void Finish(const RowBlock& r, const float* m, const float* l, float* o, int64_t dv) {
+  // Writes the tile's rows' LSE and outputs.
+  void Finish(const QueryTile& t, const float* m, const float* l, float* o) {
     const Plan& p = tiles_.plan();
     const AttentionArgs& a = tiles_.args();
     for (int64_t j = 0; j < p.heads; ++j) {
-      const int64_t h = r.h0 + j;
-      for (int64_t t = 0; t < r.tokens; ++t) {
-        const int64_t row = j * r.tokens + t;
-        const int64_t i = r.i0 + t;
-        float* orow = output_ ? o + row * dv : nullptr;
+      const int64_t h = t.h0 + j;
+      for (int64_t s = 0; s < t.tokens; ++s) {
+        const int64_t row = j * t.tokens + s;
+        const int64_t i = t.i0 + s;
+        float* orow = output_ ? o + row * p.dv : nullptr;
         const float lse = FinishRow(m[row], l[row], a.sinks != nullptr ? &a.sinks[h] : nullptr,
-                                    orow, dv);
-        if (lse_ != nullptr) lse_[(r.b * p.hq + h) * p.sq + i] = lse;
+                                    orow, p.dv);
+        if (lse_ != nullptr) lse_[(t.b * p.hq + h) * p.sq + i] = lse;
         if (orow != nullptr) {
-          std::memcpy(a.output + ((r.b * p.sq + i) * p.hq + h) * dv, orow, dv * sizeof(float));
+          std::memcpy(a.output + ((t.b * p.sq + i) * p.hq + h) * p.dv, orow, p.dv * sizeof(float));
         }
       }
     }
@@ -558,7 +696,7 @@ class ForwardPass {
   const KeyRanges& keys_;
   float* const lse_;
   const bool output_;
-  int64_t q_tiles_ = 0, tasks_ = 0, splits_ = 1;
+  int64_t q_groups_ = 0, kv_groups_ = 0, tasks_ = 0, splits_ = 1;
   std::unique_ptr<float[]> states_;
 };
 
@@ -657,17 +795,16 @@ class RowsPass {
     const AttentionArgs& a = tiles_.args();
     const cpu::CpuKernels& kern = tiles_.kernels();
     const int64_t per_tile = p.batch * p.hk * p.head_groups;
-    RowBlock r;
+    QueryTile& t = buf.members[0];
     int64_t rest = task % per_tile;
-    r.b = rest / (p.hk * p.head_groups);
+    t.b = rest / (p.hk * p.head_groups);
     rest %= p.hk * p.head_groups;
-    r.kh = rest / p.head_groups;
-    r.h0 = r.kh * p.group + (rest % p.head_groups) * p.heads;
-    r.i0 = first_ + (q_tiles_ - 1 - task / per_tile) * p.tokens;
-    r.tokens = std::min(p.tokens, last_ - r.i0);
-    const int64_t m = p.heads * r.tokens;
-    int64_t q_min, q_max;
-    tiles_.LoadQueries(r, buf, &q_min, &q_max);
+    t.kh = rest / p.head_groups;
+    t.h0 = t.kh * p.group + (rest % p.head_groups) * p.heads;
+    t.i0 = first_ + (q_tiles_ - 1 - task / per_tile) * p.tokens;
+    t.tokens = std::min(p.tokens, last_ - t.i0);
+    const int64_t m = p.heads * t.tokens;
+    tiles_.LoadQueries(t);
     const float fill = a.softmax ? 0.0f : kNegInf;
     const bool top_k = a.top_k_indices != nullptr;
     if (top_k) std::fill(buf.filled, buf.filled + m, int64_t{0});
@@ -675,19 +812,17 @@ class RowsPass {
     for (int64_t kt = 0; kt < p.k_tiles; ++kt) {
       if (kt > 0 && stop->Stopped()) return;
       const int64_t k0 = kt * p.cols, n = std::min(p.cols, p.sk - k0);
-      const math::BlockVisibility vis =
-          math::ClassifyBlock(a.mask, q_min, q_max, keys_.lo[r.b * p.k_tiles + kt],
-                              keys_.hi[r.b * p.k_tiles + kt]);
+      const math::BlockVisibility vis = keys_.Classify(a.mask, t, p.k_tiles, kt);
       if (vis == math::BlockVisibility::kNone) {
-        ForEachRow(r, [&](int64_t, float* dst) {
+        ForEachRow(t, [&](int64_t, float* dst) {
           if (dst != nullptr) std::fill(dst + k0, dst + k0 + n, fill);
         });
         continue;
       }
-      tiles_.LoadKeys(r.b, r.kh, k0, n, buf);
-      tiles_.Logits(r, n, vis, buf);
+      const KeyTile keys = tiles_.LoadKeys(t.b, t.kh, 1, k0, n, Values::kNone, buf);
+      tiles_.Logits(t, keys, vis, buf.s);
       if (!a.softmax) {
-        ForEachRow(r, [&](int64_t row, float* dst) {
+        ForEachRow(t, [&](int64_t row, float* dst) {
           if (dst != nullptr) std::memcpy(dst + k0, buf.s + row * n, n * sizeof(float));
         });
         if (!top_k) continue;
@@ -696,8 +831,8 @@ class RowsPass {
       // beside them to tell hidden keys from visible ones of probability 0).
       float* probs = top_k ? buf.p : buf.s;
       for (int64_t row = 0; row < m; ++row) {
-        const int64_t h = r.h0 + row / r.tokens, i = r.i0 + row % r.tokens;
-        const float lse = lse_[(r.b * p.hq + h) * p.sq + i];
+        const int64_t h = t.h0 + row / t.tokens, i = t.i0 + row % t.tokens;
+        const float lse = lse_[(t.b * p.hq + h) * p.sq + i];
         float* dst = probs + row * n;
         if (top_k) std::memcpy(dst, buf.s + row * n, n * sizeof(float));
         if (lse == kNegInf) {
@@ -707,13 +842,13 @@ class RowsPass {
         }
       }
       if (a.softmax) {
-        ForEachRow(r, [&](int64_t row, float* dst) {
+        ForEachRow(t, [&](int64_t row, float* dst) {
           if (dst != nullptr) std::memcpy(dst + k0, probs + row * n, n * sizeof(float));
         });
       }
       if (top_k) {
         for (int64_t row = 0; row < m; ++row) {
-          TopKRow heap = HeapOf(r, row, buf);
+          TopKRow heap = HeapOf(t, row, buf);
           const float* logits = buf.s + row * n;
           const float* pr = probs + row * n;
           for (int64_t c = 0; c < n; ++c) {
@@ -724,33 +859,33 @@ class RowsPass {
       }
     }
     if (top_k) {
-      for (int64_t row = 0; row < m; ++row) HeapOf(r, row, buf).Finish();
+      for (int64_t row = 0; row < m; ++row) HeapOf(t, row, buf).Finish();
     }
   }
 
-  TopKRow HeapOf(const RowBlock& r, int64_t row, Buffers& buf) const {
+  TopKRow HeapOf(const QueryTile& t, int64_t row, Buffers& buf) const {
     const Plan& p = tiles_.plan();
     const AttentionArgs& a = tiles_.args();
-    const int64_t h = r.h0 + row / r.tokens, i = r.i0 + row % r.tokens;
-    const int64_t at = ((r.b * p.hq + h) * p.sq + i) * a.top_k;
+    const int64_t h = t.h0 + row / t.tokens, i = t.i0 + row % t.tokens;
+    const int64_t at = ((t.b * p.hq + h) * p.sq + i) * a.top_k;
     return TopKRow{a.top_k_indices + at, a.top_k_probs + at, a.top_k, buf.filled + row};
   }
 
-  // f(row, dst) for each row of the block and each of SCORES / SCORE_ROWS
+  // f(row, dst) for each row of the tile and each of SCORES / SCORE_ROWS
   // that holds it: dst is the start of its k_seq floats.
   template <typename F>
-  void ForEachRow(const RowBlock& r, F&& f) const {
+  void ForEachRow(const QueryTile& t, F&& f) const {
     const Plan& p = tiles_.plan();
     const AttentionArgs& a = tiles_.args();
     for (int64_t j = 0; j < p.heads; ++j) {
-      const int64_t h = r.h0 + j;
-      for (int64_t t = 0; t < r.tokens; ++t) {
-        const int64_t row = j * r.tokens + t, i = r.i0 + t;
-        if (a.scores != nullptr) f(row, a.scores + ((r.b * p.hq + h) * p.sq + i) * p.sk);
+      const int64_t h = t.h0 + j;
+      for (int64_t s = 0; s < t.tokens; ++s) {
+        const int64_t row = j * t.tokens + s, i = t.i0 + s;
+        if (a.scores != nullptr) f(row, a.scores + ((t.b * p.hq + h) * p.sq + i) * p.sk);
         if (a.score_rows != nullptr && i >= a.score_rows_start &&
             i < a.score_rows_start + a.score_rows_count) {
           f(row, a.score_rows +
-                     ((r.b * p.hq + h) * a.score_rows_count + i - a.score_rows_start) * p.sk);
+                     ((t.b * p.hq + h) * a.score_rows_count + i - a.score_rows_start) * p.sk);
         }
       }
     }
@@ -791,34 +926,30 @@ class KeyMassPass {
     const int64_t kh = rest / p.head_groups;
     const int64_t h0 = kh * p.group + (rest % p.head_groups) * p.heads;
     const int64_t k0 = kt * p.cols, n = std::min(p.cols, p.sk - k0);
-    const int64_t k_lo = keys_.lo[b * p.k_tiles + kt], k_hi = keys_.hi[b * p.k_tiles + kt];
-    tiles_.LoadKeys(b, kh, k0, n, buf);
+    const KeyTile keys = tiles_.LoadKeys(b, kh, 1, k0, n, Values::kNone, buf);
     std::fill(buf.mass_sum, buf.mass_sum + p.heads * n, 0.0);
 
-    const int64_t q_tiles = (p.sq + p.tokens - 1) / p.tokens;
-    for (int64_t qt = 0; qt < q_tiles; ++qt) {
-      RowBlock r;
-      r.b = b;
-      r.kh = kh;
-      r.h0 = h0;
-      r.i0 = qt * p.tokens;
-      r.tokens = std::min(p.tokens, p.sq - r.i0);
-      int64_t q_lo, q_hi;
-      PositionRange(a.q_positions, b, r.i0, r.i0 + r.tokens, &q_lo, &q_hi);
-      const math::BlockVisibility vis = math::ClassifyBlock(a.mask, q_lo, q_hi, k_lo, k_hi);
+    QueryTile& t = buf.members[0];
+    t.b = b;
+    t.kh = kh;
+    t.h0 = h0;
+    for (int64_t qt = 0; qt < p.q_tiles; ++qt) {
+      t.i0 = qt * p.tokens;
+      t.tokens = std::min(p.tokens, p.sq - t.i0);
+      PositionRange(a.q_positions, b, t.i0, t.i0 + t.tokens, &t.lo, &t.hi);
+      const math::BlockVisibility vis = keys_.Classify(a.mask, t, p.k_tiles, kt);
       if (vis == math::BlockVisibility::kNone) continue;
       if (qt > 0 && stop->Stopped()) return;
-      int64_t unused_lo, unused_hi;
-      tiles_.LoadQueries(r, buf, &unused_lo, &unused_hi);
-      tiles_.Logits(r, n, vis, buf);
+      tiles_.LoadQueries(t);
+      tiles_.Logits(t, keys, vis, buf.s);
       for (int64_t j = 0; j < p.heads; ++j) {
         const int64_t h = h0 + j;
         float* mass = buf.mass;
         std::fill(mass, mass + n, 0.0f);
-        for (int64_t t = 0; t < r.tokens; ++t) {
-          const float lse = lse_[(b * p.hq + h) * p.sq + r.i0 + t];
+        for (int64_t s = 0; s < t.tokens; ++s) {
+          const float lse = lse_[(b * p.hq + h) * p.sq + t.i0 + s];
           if (lse == kNegInf) continue;  // sees no key: adds nothing
-          float* row = buf.s + (j * r.tokens + t) * n;
+          float* row = buf.s + (j * t.tokens + s) * n;
           kern.exp_sum_row(row, n, lse);
           kern.add_row(mass, row, n);
         }

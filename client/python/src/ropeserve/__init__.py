@@ -12,7 +12,9 @@ ropeserve.torch.RemoteRotaryEmbedding is a torch.nn.Module for
 transformers-style attention code. Errors are ropeserve.RopeError
 subclasses, one per gRPC status code. The generated rope.v1 modules are
 ropeserve.proto.rope_pb2 and ropeserve.proto.rope_pb2_grpc.
-ropeserve.tune_malloc() makes prefill-size calls faster by keeping freed
+ropeserve.merge_attention() combines attention computed over disjoint key
+ranges (by several calls or replicas) from each range's output and
+log-sum-exp. ropeserve.tune_malloc() makes prefill-size calls faster by keeping freed
 memory for reuse (a process-wide glibc setting; see ropeserve.memory).
 """
 
@@ -27,6 +29,7 @@ from .errors import (Aborted, AlreadyExists, Cancelled, DataLoss, DeadlineExceed
                      RopeError, Unauthenticated, Unavailable, Unimplemented, Unknown)
 from ._proto import HAS_HF_CONFIG, HAS_RESOLVE
 from .memory import tune_malloc
+from .merge import merge_attention
 
 __version__ = "0.1.0"
 
@@ -38,4 +41,5 @@ __all__ = [
     "AlreadyExists", "PermissionDenied", "ResourceExhausted", "FailedPrecondition", "Aborted",
     "OutOfRange", "Unimplemented", "Internal", "Unavailable", "DataLoss", "Unauthenticated",
     "HAS_HF_CONFIG", "HAS_RESOLVE", "SharedRegion", "CudaRegion", "tune_malloc",
+    "merge_attention",
 ]
