@@ -133,7 +133,7 @@ Attention MakeAttention(DType dtype, int64_t sq, int64_t sk, int64_t hq, int64_t
 double RunAttention(Engine& engine, const Attention& a, int repeats) {
   std::string output, lse;
   AttentionOutputs out;
-  out.output = &output;
+  out.output.bytes = &output;
   out.lse.bytes = &lse;
   // One untimed call builds the table blocks (a cache miss, not attention).
   if (!engine.AttentionScores(a.params, &out).ok()) std::exit(1);

@@ -284,7 +284,7 @@ void BM_AttentionScores(benchmark::State& state) {
   p.softmax = true;
   std::string scores;
   AttentionOutputs out;
-  out.scores = &scores;
+  out.scores.bytes = &scores;
   // One untimed call first, as the baseline's output is allocated before its
   // loop: it builds the table and sizes `scores` (128 MiB, zero-filled and
   // faulted in once), which every later call reuses. Without it, the first

@@ -1,4 +1,4 @@
-// What the config forms of issue 13 cost on the Rotate path (CPU backend,
+// What the config forms cost on the Rotate path (CPU backend,
 // one thread, tables warm): the explicit fields, the same model's
 // config.json (hf_config_json: a content-cache lookup and a config copy per
 // call), explicit positions, and M-RoPE with three equal rows (a per-request

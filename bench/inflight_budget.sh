@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# --max_inflight_bytes at full size (issue 21; docs/operations.md "Memory"):
+# --max_inflight_bytes at full size (docs/operations.md "Memory"):
 #   1. host: 24 concurrent 256 MiB Rotate calls against a ropeserve with a
 #      2 GiB in-flight budget and a 256 MiB table cache, one small Rotate every
 #      20 ms throughout, the server's RSS sampled every 5 ms

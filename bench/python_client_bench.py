@@ -354,7 +354,7 @@ def markdown(report):
     if prefill:
         overhead = prefill["python"]["overhead"]
         low, high = prefill["python"]["overhead_quartiles"]
-        lines += ["", "**Target (issue 15): the Python client adds at most 20%% to ropeload's per-call "
+        lines += ["", "**Target: the Python client adds at most 20%% to ropeload's per-call "
                       "latency for prefill-size tensors. Measured: %+.0f%% (median of %d rounds; quartiles "
                       "%+.0f%% .. %+.0f%%): %s.** gRPC Python alone, echoing the same bytes with no RoPE "
                       "work and no packing, measures %+.0f%% against ropeload's whole Rotate." % (

@@ -1,4 +1,4 @@
-// Shared-memory benchmark (issue 16): Rotate of one float32 tensor of
+// Shared-memory benchmark: Rotate of one float32 tensor of
 // 16 KiB, 4 MiB and 64 MiB by reference (the tensor in a registered region,
 // rotated in place) against Rotate with the bytes over TCP and over the
 // Unix socket, and against a single-thread memcpy of the same bytes; all in

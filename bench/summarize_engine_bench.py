@@ -37,7 +37,7 @@ ROTATE_ROWS = [
     ("prefill bf16, all threads", f"{PREFILL}/R:0/dtype:{BF16}/layout:{INTER}/pos:0/threads:0", None, None),
 ]
 ATTENTION_TARGETS = {1: 1.5, 2: 1.0}
-# Issue 2: a 64 MiB table (theta 500000, rotary_dim 128, 131072 rows) built in <= 20 ms.
+# Target: a 64 MiB table (theta 500000, rotary_dim 128, 131072 rows) built in <= 20 ms.
 TABLE_BUILD_TARGET_MS = 20
 
 

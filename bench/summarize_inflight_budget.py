@@ -36,7 +36,7 @@ def flood(name, r, extra):
 def main():
     data = json.load(open(sys.argv[1]))
     host, container = data["host"], data["container"]
-    lines = ["# In-flight byte budget under a flood (issue 21)", "",
+    lines = ["# In-flight byte budget under a flood", "",
              "Machine: 2 cores shared with other helpers' builds and tests (noisy); CPU "
              "backend; client and server on 127.0.0.1. Raw figures: inflight_budget.json. "
              "Produced by bench/inflight_budget.sh (the driver of the CI test "

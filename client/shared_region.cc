@@ -32,9 +32,12 @@ absl::StatusOr<std::unique_ptr<SharedRegion>> SharedRegion::Create(const std::st
     return absl::InternalError(
         absl::StrCat("shm_open(", region->key_, ") failed: ", strerror(errno)));
   }
-  if (ftruncate(region->fd_, static_cast<off_t>(byte_size)) != 0) {
-    return absl::InternalError(absl::StrCat("ftruncate(", region->key_, ", ", byte_size,
-                                            ") failed: ", strerror(errno)));
+  // Allocated, not only sized: ropeserve refuses a sparse object (its first
+  // touch of a hole would allocate the page in the server's memory).
+  if (const int error = posix_fallocate(region->fd_, 0, static_cast<off_t>(byte_size));
+      error != 0) {
+    return absl::ResourceExhaustedError(absl::StrCat("posix_fallocate(", region->key_, ", ",
+                                                     byte_size, ") failed: ", strerror(error)));
   }
   void* data = mmap(nullptr, byte_size, PROT_READ | PROT_WRITE, MAP_SHARED, region->fd_, 0);
   if (data == MAP_FAILED) {

@@ -9,6 +9,8 @@
 #ifndef ROPE_CLIENT_TRANSPORT_ERRORS_H_
 #define ROPE_CLIENT_TRANSPORT_ERRORS_H_
 
+#include <string>
+
 #include "absl/status/status.h"
 #include "client/channel_security.h"
 
@@ -24,6 +26,18 @@ namespace client {
 // certificate not trusted, or not naming the target.
 absl::Status ExplainTransportFailure(const absl::Status& status,
                                      const ChannelSecurityFiles& security);
+
+// ExplainTransportFailure, and when that finds no cause in a connection
+// failure to a name with several addresses (localhost: [::1] and 127.0.0.1),
+// asks each address alone: gRPC reports the last address it tried, so an
+// IPv4-only TLS server's handshake error hides behind "[::1]: Connection
+// refused" in some runs. The first address that answers gives the cause
+// ("localhost is [::1] and 127.0.0.1: [::1] refused the connection;
+// 127.0.0.1:50051: the server requires TLS ..."). Costs one short call per
+// address, only on such a failure.
+absl::Status ExplainTransportFailure(const absl::Status& status,
+                                     const ChannelSecurityFiles& security,
+                                     const std::string& target);
 
 // Turns gRPC's own logging off (its handshake errors would otherwise add
 // lines to a tool's one-line error) unless GRPC_VERBOSITY or GRPC_TRACE is

@@ -33,10 +33,12 @@ function(rope_apply_sanitizers target)
   # Inside a generator expression a bare comma separates arguments.
   string(REPLACE "," "$<COMMA>" sanitizers "${sanitizers}")
   # -fno-sanitize-recover: a UBSan finding fails the test instead of printing
-  # a line nobody reads; frame pointers give whole stacks in reports.
+  # a line nobody reads; frame pointers give whole stacks in reports, and
+  # line tables (-g1) their files and lines: full debug info (-g) would add
+  # a fifth to each compile and nothing to a report.
   target_compile_options(${target} PRIVATE
     $<$<COMPILE_LANGUAGE:CXX>:-fsanitize=${sanitizers} -fno-sanitize-recover=all
-                             -fno-omit-frame-pointer -g>)
+                             -fno-omit-frame-pointer -g1>)
   target_link_options(${target} ${scope} $<HOST_LINK:-fsanitize=${sanitizers}>)
 endfunction()
 
@@ -101,36 +103,50 @@ function(rope_cc_binary)
 endfunction()
 
 # rope_cc_test(NAME <name> SRCS <file>... [DEPS <target>...] [DEFINES <def>...]
-#              [LABELS <label>] [TIMEOUT <seconds>] [NEEDS_ROPESERVE])
-# A GoogleTest binary whose tests ctest runs one by one (gtest_discover_tests).
+#              [LABELS <label>...] [STAGES <stage>...] [TIMEOUT <seconds>]
+#              [NEEDS_ROPESERVE])
+# A GoogleTest binary; each of its test suites is a ctest test named
+# <binary>.<suite> (cmake/RopeGtestSuites.cmake). Labels: the folder under
+# tests/ (its area), LABELS, and its stages (cmake/RopeTestStages.cmake: the
+# folder's defaults unless STAGES is given; `STAGES` alone: the full run
+# only). TIMEOUT (default 300 s) applies to each suite, four times as long
+# in a sanitizer build.
 # NEEDS_ROPESERVE: the test starts the built server; ROPESERVE_PATH names it
 # and it is built first.
 function(rope_cc_test)
-  cmake_parse_arguments(T "NEEDS_ROPESERVE" "NAME;TIMEOUT" "SRCS;DEPS;DEFINES;LABELS" ${ARGN})
+  cmake_parse_arguments(T "NEEDS_ROPESERVE" "NAME;TIMEOUT" "SRCS;DEPS;DEFINES;LABELS;STAGES"
+    ${ARGN})
   rope_cc_binary(NAME ${T_NAME} SRCS ${T_SRCS}
     DEPS ${T_DEPS} GTest::gtest GTest::gtest_main
     DEFINES ${T_DEFINES})
+  set(needs ${T_NAME})
   if(T_NEEDS_ROPESERVE)
     target_compile_definitions(${T_NAME} PRIVATE ROPESERVE_PATH="$<TARGET_FILE:ropeserve>")
     add_dependencies(${T_NAME} ropeserve)
+    list(APPEND needs ropeserve)
   endif()
   if(NOT T_TIMEOUT)
     set(T_TIMEOUT 300)
   endif()
-  # One label: gtest_discover_tests (CMake 3.25) writes PROPERTIES into its
-  # generated script unquoted, so a second label would become a property name.
-  list(LENGTH T_LABELS label_count)
-  if(label_count GREATER 1)
-    message(FATAL_ERROR "rope_cc_test(${T_NAME}): one label (its area), not '${T_LABELS}'")
+  if(ROPE_SANITIZE)
+    math(EXPR T_TIMEOUT "${T_TIMEOUT} * 4")
   endif()
-  gtest_discover_tests(${T_NAME}
-    DISCOVERY_TIMEOUT 60
-    PROPERTIES TIMEOUT ${T_TIMEOUT} LABELS "${T_LABELS}")
+  set(use_default TRUE)
+  if("STAGES" IN_LIST ARGN)
+    set(use_default FALSE)
+  endif()
+  rope_test_labels(labels ${T_NAME} ${use_default} ${T_STAGES})
+  list(APPEND labels ${T_LABELS})
+  list(REMOVE_DUPLICATES labels)
+  rope_gtest_register(${T_NAME} ${T_TIMEOUT} "${labels}")
+  rope_test_stage_targets("${labels}" ${needs})
+  rope_defer_test_folder_end()
 endfunction()
 
 # rope_py_test(NAME <name> (SCRIPT <file.py> | PYTEST <dir-or-file>)
-#              [ARGS <arg>...] [LABELS <label>...] [TIMEOUT <seconds>]
-#              [ENVIRONMENT <var=value>...] [WITH_CLIENT_PACKAGE])
+#              [ARGS <arg>...] [LABELS <label>...] [STAGES <stage>...]
+#              [TIMEOUT <seconds>] [ENVIRONMENT <var=value>...]
+#              [WITH_CLIENT_PACKAGE] [DEPENDS <target>...])
 # A Python test run by Debian's python3 (its grpcio, numpy) with
 # tests/support/python on PYTHONPATH, so that it starts servers through
 # ropeserve_process.RopeServe. PYTEST runs pytest on the given path instead
@@ -138,10 +154,12 @@ endfunction()
 # (target ropeserve_python, client/python) first on PYTHONPATH and sets
 # ROPESERVE_BINARY; the test is not registered when that package is not
 # built. Exit status 77 means skipped. Not registered (the top level says so)
-# when /usr/bin/python3 is missing.
+# when /usr/bin/python3 is missing. Labels and STAGES as for rope_cc_test;
+# its stages build the targets named by $<TARGET_FILE:...> in ARGS and
+# ENVIRONMENT, the client package with WITH_CLIENT_PACKAGE, and DEPENDS.
 function(rope_py_test)
   cmake_parse_arguments(T "WITH_CLIENT_PACKAGE" "NAME;SCRIPT;PYTEST;TIMEOUT"
-    "ARGS;LABELS;ENVIRONMENT" ${ARGN})
+    "ARGS;LABELS;STAGES;ENVIRONMENT;DEPENDS" ${ARGN})
   if(NOT ROPE_SYSTEM_PYTHON3)
     return()
   endif()
@@ -150,6 +168,8 @@ function(rope_py_test)
   endif()
   set(python_path ${PROJECT_SOURCE_DIR}/tests/support/python)
   set(environment ${T_ENVIRONMENT} "PYTHONDONTWRITEBYTECODE=1")
+  rope_targets_in(needs ${T_ARGS} ${T_ENVIRONMENT})
+  list(APPEND needs ${T_DEPENDS})
   if(T_WITH_CLIENT_PACKAGE)
     if(NOT TARGET ropeserve_python)
       message(STATUS "${T_NAME}: not registered (the Python client package is not built)")
@@ -157,6 +177,7 @@ function(rope_py_test)
     endif()
     set(python_path "$<TARGET_PROPERTY:ropeserve_python,ROPE_PYTHONPATH>:${python_path}")
     list(APPEND environment "ROPESERVE_BINARY=$<TARGET_FILE:ropeserve>")
+    list(APPEND needs ropeserve_python ropeserve)
   endif()
   if(T_PYTEST)
     set(command -m pytest -q -p no:cacheprovider ${T_PYTEST}
@@ -165,7 +186,17 @@ function(rope_py_test)
     set(command ${T_SCRIPT})
   endif()
   add_test(NAME ${T_NAME} COMMAND ${ROPE_SYSTEM_PYTHON3} ${command} ${T_ARGS})
+  set(use_default TRUE)
+  if("STAGES" IN_LIST ARGN)
+    set(use_default FALSE)
+  endif()
+  rope_test_labels(labels ${T_NAME} ${use_default} ${T_STAGES})
+  list(APPEND labels ${T_LABELS})
+  list(REMOVE_DUPLICATES labels)
   set_tests_properties(${T_NAME} PROPERTIES
-    LABELS "${T_LABELS}" TIMEOUT ${T_TIMEOUT} SKIP_RETURN_CODE 77
+    LABELS "${labels}" TIMEOUT ${T_TIMEOUT} SKIP_RETURN_CODE 77
     ENVIRONMENT "PYTHONPATH=${python_path};${environment}")
+  set_property(DIRECTORY APPEND PROPERTY ROPE_STAGED_TESTS ${T_NAME})
+  rope_test_stage_targets("${labels}" ${needs})
+  rope_defer_test_folder_end()
 endfunction()

@@ -5,19 +5,43 @@
 # system with every capability dropped, passes its own HEALTHCHECK, and exits
 # 0 on SIGTERM after draining.
 #
+# Where the image's binaries come from (ROPE_CONTAINER_BUILD):
+#   prebuilt  the Release binaries of $BUILD_DIR (ropeserve, ropectl,
+#             ropeload), stripped, with the packages their libraries come
+#             from (deploy/image/runtime-packages.sh), through the
+#             Dockerfile's `prebuilt` stage: the runtime stage, which makes
+#             the image this test runs, is the same and nothing is compiled
+#             twice. Only on a Debian 12 host (the image's release) with a
+#             Release build without sanitizers. The Dockerfile's own CMake
+#             configuration (BUILD_TESTING=OFF, no benchmarks) is still
+#             configured, so that a product target needing a test or
+#             benchmark target fails here as it would in the build stage.
+#   source    the Dockerfile's build stage: setup.sh --build in the image,
+#             then CMake compiles ropeserve and the clients inside (several
+#             minutes on 2 cores). Run it when the Dockerfile, .dockerignore,
+#             scripts/setup.sh or deploy/image change.
+#   auto      (the default) prebuilt where it applies, source otherwise.
+#
 # No registry is reachable here, so the Debian 12 base image is made locally
 # with debootstrap (cached under $ROPE_BASE_CACHE, rebuilt only when missing)
-# and imported as localhost/debian:bookworm. The build stage still needs
-# Debian's package mirror.
+# and imported as localhost/debian:bookworm. The runtime stage (and the build
+# stage) still need Debian's package mirror.
+#
+#   scripts/container_test.sh            build and test the image
+#   scripts/container_test.sh --prepare  only install the tools and make the
+#                                        base image (network and disk, little
+#                                        CPU: scripts/test.sh runs it beside
+#                                        the compile)
 #
 # Needs root (CI runs as root on a fresh Debian 12 machine); installs podman,
 # buildah, runc and debootstrap when missing. Every wait is bounded.
 #
 # Environment:
-#   BUILD_DIR          host build tree holding bin/ropectl (default: build)
-#   ROPE_BASE_CACHE    where the debootstrap tarball is kept (/var/tmp/ropeserve-base)
-#   ROPE_IMAGE         tag of the image built (localhost/ropeserve:cpu)
-#   ROPE_DEBIAN_MIRROR Debian mirror for debootstrap (http://deb.debian.org/debian)
+#   BUILD_DIR            host build tree holding bin/ropectl (default: build)
+#   ROPE_CONTAINER_BUILD auto, prebuilt or source (above; default auto)
+#   ROPE_BASE_CACHE      where the debootstrap tarball is kept (/var/tmp/ropeserve-base)
+#   ROPE_IMAGE           tag of the image built (localhost/ropeserve:cpu)
+#   ROPE_DEBIAN_MIRROR   Debian mirror for debootstrap (http://deb.debian.org/debian)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -26,7 +50,10 @@ BASE_CACHE=${ROPE_BASE_CACHE:-/var/tmp/ropeserve-base}
 BASE_IMAGE=localhost/debian:bookworm
 IMAGE=${ROPE_IMAGE:-localhost/ropeserve:cpu}
 MIRROR=${ROPE_DEBIAN_MIRROR:-http://deb.debian.org/debian}
+MODE=${ROPE_CONTAINER_BUILD:-auto}
 CONTAINER=ropeserve-container-test-$$
+PREPARE_ONLY=0
+if [ "${1:-}" = "--prepare" ]; then PREPARE_ONLY=1; fi
 
 START=$(date +%s)
 phase() {  # names the next step, with the seconds since the start
@@ -40,6 +67,10 @@ fail() {
 if [ "$(id -u)" -ne 0 ]; then
   fail "needs root (podman build/run as root, debootstrap, apt-get)"
 fi
+case "$MODE" in
+  auto|prebuilt|source) ;;
+  *) fail "ROPE_CONTAINER_BUILD=$MODE: want auto, prebuilt or source" ;;
+esac
 
 # --- tools -----------------------------------------------------------------
 # Only this script needs them, so they are not in scripts/setup.sh.
@@ -63,23 +94,14 @@ cleanup() {
 trap cleanup EXIT
 
 # podman run needs runc and explicit ulimits on these machines.
-cat > "$WORK/containers.conf" <<'EOF'
+cat > "$WORK/containers.conf" <<'CONF'
 [containers]
 default_ulimits = ["nofile=1024:1024", "nproc=4096:4096"]
 
 [engine]
 runtime = "runc"
-EOF
+CONF
 export CONTAINERS_CONF=$WORK/containers.conf
-
-# --- the host's ropectl ----------------------------------------------------
-ROPECTL=$ROOT/$BUILD_DIR/bin/ropectl
-if [ ! -x "$ROPECTL" ]; then
-  phase "building ropectl into $BUILD_DIR"
-  ./scripts/setup.sh
-  cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release >/dev/null
-  cmake --build "$BUILD_DIR" -j"$(nproc)" --target ropectl
-fi
 
 # --- local Debian 12 base image ----------------------------------------------
 BASE_TAR=$BASE_CACHE/debian-bookworm-minbase.tar
@@ -92,7 +114,7 @@ if ! timeout 60 podman image exists "$BASE_IMAGE"; then
       > "$WORK/debootstrap.log" 2>&1 || { tail -n 20 "$WORK/debootstrap.log" >&2; fail "debootstrap"; }
     # The same suites as the host: point releases and security updates.
     rm -f "$rootfs/etc/apt/sources.list"
-    cat > "$rootfs/etc/apt/sources.list.d/debian.sources" <<EOF
+    cat > "$rootfs/etc/apt/sources.list.d/debian.sources" <<SOURCES
 Types: deb
 URIs: $MIRROR
 Suites: bookworm bookworm-updates
@@ -104,7 +126,7 @@ URIs: ${MIRROR%/debian}/debian-security
 Suites: bookworm-security
 Components: main
 Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
-EOF
+SOURCES
     rm -rf "$rootfs"/var/lib/apt/lists/* "$rootfs"/var/cache/apt/archives/*.deb
     # Written under a temporary name, so an interrupted run leaves no
     # truncated cache behind.
@@ -115,25 +137,95 @@ EOF
   phase "importing $BASE_TAR as $BASE_IMAGE"
   timeout 300 podman import --quiet "$BASE_TAR" "$BASE_IMAGE" >/dev/null
 fi
+if [ "$PREPARE_ONLY" = 1 ]; then
+  echo "container_test: prepared (tools and $BASE_IMAGE) in $(( $(date +%s) - START )) s"
+  exit 0
+fi
+
+# --- the host's ropectl ----------------------------------------------------
+ROPECTL=$ROOT/$BUILD_DIR/bin/ropectl
+if [ ! -x "$ROPECTL" ]; then
+  phase "building ropectl into $BUILD_DIR"
+  ./scripts/setup.sh
+  cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release >/dev/null
+  cmake --build "$BUILD_DIR" -j"$(nproc)" --target ropectl
+fi
+
+# --- where the image's binaries come from ------------------------------------
+# prebuilt_refusal: why $BUILD_DIR's binaries cannot go into the image as
+# they are (nothing when they can).
+prebuilt_refusal() {
+  local id version cache=$BUILD_DIR/CMakeCache.txt
+  id=$(. /etc/os-release && echo "${ID:-}")
+  version=$(. /etc/os-release && echo "${VERSION_ID:-}")
+  if [ "$id" != debian ] || [ "$version" != 12 ]; then
+    echo "the host is $id $version, not the image's Debian 12"
+  elif [ ! -f "$cache" ] || [ ! -x "$BUILD_DIR/bin/ropeserve" ]; then
+    echo "$BUILD_DIR holds no built ropeserve"
+  elif ! grep -qx 'CMAKE_BUILD_TYPE:STRING=Release' "$cache"; then
+    echo "$BUILD_DIR is not a Release build"
+  elif ! grep -qx 'ROPE_SANITIZE:STRING=' "$cache"; then
+    echo "$BUILD_DIR is built with sanitizers"
+  fi
+}
+if [ "$MODE" != source ]; then
+  refusal=$(prebuilt_refusal)
+  if [ -z "$refusal" ]; then
+    MODE=prebuilt
+  elif [ "$MODE" = prebuilt ]; then
+    fail "ROPE_CONTAINER_BUILD=prebuilt: $refusal"
+  else
+    echo "container_test: the image compiles its own binaries: $refusal"
+    MODE=source
+  fi
+fi
 
 # --- build -------------------------------------------------------------------
-phase "podman build $IMAGE (CPU-only: BUILD_IMAGE=RUNTIME_IMAGE=$BASE_IMAGE)"
-# The build stage is tagged too ($IMAGE-build), so that it stays cached for
-# the next run while older, now untagged, layers of this Dockerfile (label
-# ropeserve.stage) are pruned: each source change would otherwise leave
-# another ~1.5 GB build stage behind. --format docker keeps HEALTHCHECK (the
-# OCI image format has no such field).
+# build CONTEXT ARGS...: podman build of the Dockerfile on a Debian 12 base.
+# --format docker keeps HEALTHCHECK (the OCI image format has no such field).
 build() {
+  local context=$1
+  shift
   timeout 2400 podman build --isolation=chroot --format docker --pull=never \
     --build-arg BUILD_IMAGE="$BASE_IMAGE" --build-arg RUNTIME_IMAGE="$BASE_IMAGE" \
-    -f Dockerfile "$@" . >> "$WORK/build.log" 2>&1
+    -f "$ROOT/Dockerfile" "$@" "$context" >> "$WORK/build.log" 2>&1
 }
-if ! build --target build -t "$IMAGE-build" || ! build -t "$IMAGE"; then
-  tail -n 40 "$WORK/build.log" >&2
-  fail "podman build"
+if [ "$MODE" = prebuilt ]; then
+  phase "podman build $IMAGE from $BUILD_DIR's binaries (BINARIES=prebuilt;" \
+    "ROPE_CONTAINER_BUILD=source compiles them in the image)"
+  timeout 300 cmake -S . -B "$WORK/image-config" -DCMAKE_BUILD_TYPE=Release \
+    -DBUILD_TESTING=OFF -DROPE_BUILD_BENCHMARKS=OFF > "$WORK/image-config.log" 2>&1 \
+    || { tail -n 30 "$WORK/image-config.log" >&2; fail "the Dockerfile's CMake configuration"; }
+  # The context holds only image-bin/: what the prebuilt stage copies.
+  context=$WORK/context
+  mkdir -p "$context/image-bin/bin"
+  for b in ropeserve ropectl ropeload; do
+    if [ -x "$BUILD_DIR/bin/$b" ]; then
+      strip --strip-unneeded -o "$context/image-bin/bin/$b" "$BUILD_DIR/bin/$b"
+    fi
+  done
+  deploy/image/runtime-packages.sh "$context"/image-bin/bin/* \
+    > "$context/image-bin/runtime-packages.txt" || fail "deploy/image/runtime-packages.sh"
+  echo "runtime packages:" $(cat "$context/image-bin/runtime-packages.txt")
+  if ! build "$context" --build-arg BINARIES=prebuilt -t "$IMAGE"; then
+    tail -n 40 "$WORK/build.log" >&2
+    fail "podman build"
+  fi
+else
+  phase "podman build $IMAGE (CPU-only: BUILD_IMAGE=RUNTIME_IMAGE=$BASE_IMAGE," \
+    "binaries compiled in the image)"
+  # The build stage is tagged too ($IMAGE-build), so that it stays cached for
+  # the next run while older, now untagged, layers of this Dockerfile (label
+  # ropeserve.stage) are pruned: each source change would otherwise leave
+  # another ~1.5 GB build stage behind.
+  if ! build . --build-arg BINARIES=build --target build -t "$IMAGE-build" ||
+     ! build . --build-arg BINARIES=build -t "$IMAGE"; then
+    tail -n 40 "$WORK/build.log" >&2
+    fail "podman build"
+  fi
+  grep "^runtime packages:" "$WORK/build.log" || true
 fi
 timeout 300 podman image prune -f --filter label=ropeserve.stage > /dev/null 2>&1 || true
-grep "^runtime packages:" "$WORK/build.log" || true
 echo "container_test: image size $(podman image inspect --format '{{.Size}}' "$IMAGE") bytes;" \
   "binaries: $(timeout 120 podman run --rm --entrypoint ls "$IMAGE" /usr/local/bin 2>/dev/null | tr '\n' ' ')"
 

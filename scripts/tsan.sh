@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Builds the concurrency tests with ThreadSanitizer (g++) in
-# ${TSAN_BUILD_DIR:-build-tsan} and runs them:
+# Builds the concurrency tests (the tests labelled tsan,
+# cmake/RopeTestStages.cmake) with ThreadSanitizer (g++) in
+# ${TSAN_BUILD_DIR:-build-tsan} and runs them; today:
 #   rope_unit_cache_test        table cache: one build per key under concurrent misses
 #   rope_unit_paged_table_test  paged tables: one build per block under overlapping calls
 #   rope_unit_thread_pool_test  common/'s ThreadPool: ParallelFor from many callers
@@ -11,16 +12,18 @@
 # Why Abseil is rebuilt: Debian's libabsl is not built with -fsanitize=thread,
 # so absl::Mutex's Lock/Unlock run in uninstrumented code, TSan never sees the
 # ordering they give, and every ABSL_GUARDED_BY member reads as a data race.
-# This script builds Debian's own Abseil source package (the installed
-# version, same patches and options.h, same SONAMEs and inline namespace)
-# with -fsanitize=thread into ${TSAN_DEPS_DIR:-build-tsan-deps} once (about
-# 1 min on 2 cores; later runs reuse it), and points find_package(absl) at it
-# with -Dabsl_DIR. Fetching the source needs a deb-src entry: when
-# `apt-cache showsrc` lacks the version, the script adds
-# /etc/apt/sources.list.d/ropeserve-deb-src.sources (root or sudo).
+# The tests are compiled and linked against Debian's Abseil; then this script
+# builds, from Debian's own Abseil source package (the installed version, same
+# patches and options.h, same SONAMEs and inline namespace), with
+# -fsanitize=thread, exactly the Abseil libraries the test binaries load (ldd
+# says which: 30 of its 64 today) into ${TSAN_DEPS_DIR:-build-tsan-deps},
+# and runs the tests with those first on LD_LIBRARY_PATH. The Abseil build
+# tree is kept, so a later run builds only what it lacks. Fetching the source
+# needs a deb-src entry: when `apt-cache showsrc` lacks the version, the
+# script adds /etc/apt/sources.list.d/ropeserve-deb-src.sources (root or sudo).
 #
-# Not covered: the gRPC service tests. Linking them against this Abseil does
-# make Debian's libgrpc take its absl::Mutex calls there (checked with
+# Not covered: the gRPC service tests. Loading this Abseil does make
+# Debian's libgrpc take its absl::Mutex calls there (checked with
 # LD_DEBUG=bindings), but gRPC core hands each call between threads through
 # its own lock-free queues and atomics, compiled without TSan, so TSan still
 # reports the call life cycle (a reactor's Finish vs. its OnDone, StartWrite
@@ -32,8 +35,8 @@
 # A report aborts the test binary that hit it (halt_on_error=1). Suppressions
 # (scripts/tsan.supp) cover only code that is not ours, each with its reason.
 #
-#   scripts/tsan.sh                               # every binary above
-#   TSAN_TESTS="rope_unit_cache_test" scripts/tsan.sh  # some of them
+#   scripts/tsan.sh                               # the tsan label
+#   TSAN_TESTS="rope_unit_cache_test" scripts/tsan.sh  # some test binaries
 #   TSAN_TESTS=rope_service_rpc_test \
 #     TSAN_OPTIONS=halt_on_error=0:ignore_noninstrumented_modules=1 \
 #     scripts/tsan.sh                             # see what gRPC's hand-offs give
@@ -43,7 +46,6 @@ ROOT=$PWD
 
 BUILD_DIR=${TSAN_BUILD_DIR:-build-tsan}
 DEPS_DIR=${TSAN_DEPS_DIR:-build-tsan-deps}
-TESTS=${TSAN_TESTS:-rope_unit_cache_test rope_unit_paged_table_test rope_unit_thread_pool_test rope_unit_rotate_test rope_unit_attention_test rope_service_sync_test}
 CXX=${CXX:-g++}
 JOBS=$(nproc)
 mkdir -p "$DEPS_DIR"
@@ -56,7 +58,8 @@ if [ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null; then SUDO=sudo; fi
 ABSL_SRC_PKG=$(dpkg-query -W -f='${source:Package}' libabsl-dev)
 ABSL_VERSION=$(dpkg-query -W -f='${source:Version}' libabsl-dev)
 ABSL_FLAGS="-O2 -g1 -fsanitize=thread -fno-omit-frame-pointer"
-ABSL_PREFIX=$DEPS_DIR/absl-tsan-$ABSL_VERSION
+ABSL_BUILD=$DEPS_DIR/absl-build
+ABSL_LIBDIR=$DEPS_DIR/absl-tsan-$ABSL_VERSION-lib
 ABSL_STAMP="$ABSL_SRC_PKG $ABSL_VERSION $($CXX --version | head -n1) $ABSL_FLAGS"
 
 have_abseil_source() {
@@ -92,69 +95,90 @@ EOF
   $SUDO apt-get update -qq
 }
 
+# fetch_abseil: Debian's Abseil source, unpacked under $DEPS_DIR/src.
+ABSL_SRC=$DEPS_DIR/src/abseil-$ABSL_VERSION
+fetch_abseil() {
+  have_abseil_source || add_deb_src
+  have_abseil_source || { echo "tsan: no source for $ABSL_SRC_PKG $ABSL_VERSION" >&2; exit 1; }
+  rm -rf "$DEPS_DIR/src" && mkdir -p "$DEPS_DIR/src"
+  # apt checks the files against the signed Sources index; dpkg-source
+  # warns that it cannot check the .dsc's own signature (no keyring).
+  (cd "$DEPS_DIR/src" &&
+    apt-get source -qq --download-only "$ABSL_SRC_PKG=$ABSL_VERSION" &&
+    dpkg-source -q -x ./*.dsc "$ABSL_SRC")
+}
+
+# build_abseil LIBRARY...: builds those Abseil libraries (libabsl_*.so names)
+# and their dependencies with -fsanitize=thread and copies them into
+# $ABSL_LIBDIR.
 build_abseil() {
-  local src=$DEPS_DIR/src/abseil-$ABSL_VERSION
-  if [ ! -f "$src/CMakeLists.txt" ]; then
-    have_abseil_source || add_deb_src
-    have_abseil_source || { echo "tsan: no source for $ABSL_SRC_PKG $ABSL_VERSION" >&2; exit 1; }
-    rm -rf "$DEPS_DIR/src" && mkdir -p "$DEPS_DIR/src"
-    # apt checks the files against the signed Sources index; dpkg-source
-    # warns that it cannot check the .dsc's own signature (no keyring).
-    (cd "$DEPS_DIR/src" &&
-      apt-get source -qq --download-only "$ABSL_SRC_PKG=$ABSL_VERSION" &&
-      dpkg-source -q -x ./*.dsc "$src")
-  fi
-  echo "tsan: building $ABSL_SRC_PKG $ABSL_VERSION with -fsanitize=thread into $ABSL_PREFIX"
-  local start=$SECONDS
-  rm -rf "$ABSL_PREFIX" "$DEPS_DIR/absl-build"
-  # Shared libraries with Debian's SONAMEs: Debian's libgrpc, linked into the
+  local targets=() lib start=$SECONDS
+  # Abseil names each library target without the absl_ of its file name.
+  for lib in "$@"; do targets+=(--target "${lib#libabsl_}"); done
+  [ -f "$ABSL_SRC/CMakeLists.txt" ] || fetch_abseil
+  echo "tsan: building $* of $ABSL_SRC_PKG $ABSL_VERSION with -fsanitize=thread"
+  # Shared libraries with Debian's SONAMEs: Debian's libgrpc, loaded into the
   # same process, then binds to these too and there is one Abseil.
   # Abseil's own warnings (-Wtsan on its seqlock fences, among others) go to
   # the log, shown only if the build fails.
   local log=$DEPS_DIR/absl-build.log
-  if ! { cmake -S "$src" -B "$DEPS_DIR/absl-build" \
+  if ! { cmake -S "$ABSL_SRC" -B "$ABSL_BUILD" \
            -DCMAKE_BUILD_TYPE=None -DCMAKE_CXX_COMPILER="$CXX" -DCMAKE_CXX_STANDARD=17 \
            -DCMAKE_CXX_FLAGS="$ABSL_FLAGS" -DCMAKE_SHARED_LINKER_FLAGS=-fsanitize=thread \
-           -DBUILD_SHARED_LIBS=ON -DBUILD_TESTING=OFF \
-           -DCMAKE_INSTALL_PREFIX="$ABSL_PREFIX" -DCMAKE_INSTALL_LIBDIR=lib &&
-         cmake --build "$DEPS_DIR/absl-build" -j"$JOBS" &&
-         cmake --install "$DEPS_DIR/absl-build"; } >"$log" 2>&1; then
+           -DBUILD_SHARED_LIBS=ON -DBUILD_TESTING=OFF &&
+         cmake --build "$ABSL_BUILD" -j"$JOBS" "${targets[@]}"; } >"$log" 2>&1; then
     tail -n 40 "$log" >&2
     echo "tsan: the Abseil build failed; full log in $log" >&2
     exit 1
   fi
-  rm -rf "$DEPS_DIR/absl-build"
-  echo "$ABSL_STAMP" >"$ABSL_PREFIX/rope-tsan-stamp"
-  echo "tsan: Abseil built in $((SECONDS - start)) s"
+  echo "$ABSL_STAMP" >"$ABSL_BUILD/rope-tsan-stamp"
+  mkdir -p "$ABSL_LIBDIR"
+  find "$ABSL_BUILD" -name 'libabsl_*.so*' -exec cp -P -t "$ABSL_LIBDIR" {} +
+  echo "tsan: Abseil libraries built in $((SECONDS - start)) s"
 }
 
-if [ "$(cat "$ABSL_PREFIX/rope-tsan-stamp" 2>/dev/null)" != "$ABSL_STAMP" ]; then
-  build_abseil
-fi
-
-# -Dabsl_DIR makes find_package(absl) (ours and gRPC's config) use the
-# instrumented Abseil; Debian's GTest, protobuf and prometheus-cpp use none.
+# The tests, against Debian's Abseil (the same headers); run against the
+# instrumented libraries below.
 CXX=$CXX cmake -S . -B "$BUILD_DIR" \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" \
   -DROPE_SANITIZE=thread \
   -DROPE_ENABLE_CUDA=OFF \
-  -DROPE_BUILD_BENCHMARKS=OFF \
-  -Dabsl_DIR="$ABSL_PREFIX/lib/cmake/absl" >/dev/null
+  -DROPE_BUILD_BENCHMARKS=OFF >/dev/null
+# The GoogleTest binaries labelled tsan, each run whole below.
+TESTS=${TSAN_TESTS:-$(xargs -r -n1 basename < "$BUILD_DIR/tests/stage_tsan_binaries.txt" | paste -sd' ')}
+[ -n "$TESTS" ] || { echo "tsan: no test binary labelled tsan in $BUILD_DIR" >&2; exit 1; }
 # shellcheck disable=SC2086  # TESTS is a list of targets
 cmake --build "$BUILD_DIR" -j"$JOBS" --target $TESTS
 
-export LD_LIBRARY_PATH=$ABSL_PREFIX/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+# Libraries built with other flags or another compiler are built again.
+if [ "$(cat "$ABSL_BUILD/rope-tsan-stamp" 2>/dev/null)" != "$ABSL_STAMP" ]; then
+  rm -rf "$ABSL_BUILD" "$ABSL_LIBDIR"
+fi
+export LD_LIBRARY_PATH=$ABSL_LIBDIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+# outside_abseil BINARY: the Abseil libraries it would load from elsewhere.
+outside_abseil() {
+  ldd "$1" | awk '$1 ~ /^libabsl_/ && index($3, dir "/") != 1 { sub(/\.so.*/, "", $1); print $1 }' \
+    dir="$ABSL_LIBDIR" | sort -u
+}
+missing=()
+for t in $TESTS; do
+  mapfile -t -O "${#missing[@]}" missing < <(outside_abseil "$BUILD_DIR/bin/$t")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  mapfile -t missing < <(printf '%s\n' "${missing[@]}" | sort -u)
+  build_abseil "${missing[@]}"
+fi
+
 # A caller's TSAN_OPTIONS come last and win.
 export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$ROOT/scripts/tsan.supp${TSAN_OPTIONS:+:$TSAN_OPTIONS}"
 failed=()
 for t in $TESTS; do
   bin=$BUILD_DIR/bin/$t
   # An uninstrumented libabsl would turn every guarded member into a report.
-  outside=$(ldd "$bin" | grep libabsl_ | grep -v "$ABSL_PREFIX/lib/" || true)
+  outside=$(outside_abseil "$bin")
   if [ -n "$outside" ]; then
-    echo "tsan: $t loads Abseil from outside $ABSL_PREFIX:" >&2
-    echo "$outside" >&2
+    echo "tsan: $t loads Abseil from outside $ABSL_LIBDIR:" $outside >&2
     exit 1
   fi
   echo "tsan: $t"

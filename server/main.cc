@@ -1,7 +1,7 @@
 // ropeserve: the RoPE gRPC server.
 //
-// Parses flags, picks a backend, starts a RopeServer, and waits for SIGTERM or
-// SIGINT; then drains (health NOT_SERVING, new calls UNAVAILABLE, calls in
+// Parses flags, picks a backend, starts a RopeServer, and waits for SIGTERM,
+// SIGINT or SIGQUIT; then drains (health NOT_SERVING, new calls UNAVAILABLE, calls in
 // flight finish within --shutdown_grace_period) and exits 0. When the backend
 // fails for good (BackendInfo::fault: a sticky CUDA error), it drains the
 // same way and exits kExitBackendFailed, so that the orchestrator restarts it.
@@ -36,10 +36,14 @@
 #include "core/backends/cpu/cpu_simd.h"
 #include "core/backends/cuda/cuda_backend.h"
 #include "core/engine/engine.h"
+#include "core/proto_engine/shm_fault_guard.h"
 #include "server/service/cpu_limit.h"
+#include "server/service/listener_watch.h"
 #include "server/service/malloc_settings.h"
 #include "server/service/memory_limit.h"
+#include "server/service/open_file_limit.h"
 #include "server/service/rope_server.h"
+#include "server/service/server_log.h"
 #include "server/service/server_security.h"
 
 ABSL_FLAG(std::string, listen, absl::StrCat("0.0.0.0:", rope::kDefaultPort),
@@ -79,7 +83,11 @@ ABSL_FLAG(int64_t, max_concurrent_calls, 64,
           "calls in flight across all methods (a stream counts as one); more are refused with "
           "RESOURCE_EXHAUSTED; 0: no limit");
 ABSL_FLAG(int32_t, metrics_port, 0, "port of the Prometheus /metrics endpoint; 0: off");
-ABSL_FLAG(std::string, metrics_host, "0.0.0.0", "address the /metrics endpoint binds");
+ABSL_FLAG(std::string, metrics_host, "127.0.0.1",
+          "address the /metrics endpoint binds (plaintext; 0.0.0.0 or the pod's address only "
+          "where the network up to the scraper is trusted)");
+ABSL_FLAG(absl::Duration, metrics_client_timeout, absl::Seconds(10),
+          "a /metrics connection with no traffic for this long is closed (whole seconds)");
 ABSL_FLAG(absl::Duration, shutdown_grace_period, absl::Seconds(25),
           "on SIGTERM/SIGINT, how long calls in flight may run before they are cancelled");
 ABSL_FLAG(absl::Duration, max_connection_age, absl::Minutes(5),
@@ -105,9 +113,18 @@ ABSL_FLAG(int64_t, shm_max_regions_per_client, 16,
           "shared-memory regions one client (token, mTLS subject or peer) may hold");
 ABSL_FLAG(int64_t, shm_max_mapped_bytes, int64_t{16} << 30,
           "bytes of shared-memory regions mapped by all clients together; 0: shared memory off");
+ABSL_FLAG(absl::Duration, shm_owner_idle_lease, absl::Hours(1),
+          "a client's shared-memory regions are released once it has made no shared-memory "
+          "call (register, status, a request referencing a region) for this long; 0 or inf: "
+          "never");
 ABSL_FLAG(std::string, shm_allowed_dir, "",
           "directory under which RegisterSharedMemory may name files (besides POSIX "
           "shared-memory objects \"/name\"); empty: none");
+
+ABSL_FLAG(std::string, grpc_verbosity, "",
+          "gRPC's own log lines on stderr: debug, info or error (that severity and above); "
+          "empty: none (ropeserve names failures itself), unless GRPC_VERBOSITY or GRPC_TRACE "
+          "is set");
 
 ABSL_FLAG(bool, enable_echo, false,
           "also serve rope.bench.v1.EchoService (benchmarks of the transport alone)");
@@ -129,7 +146,7 @@ ABSL_FLAG(absl::Duration, max_connection_age_grace, absl::Minutes(1),
           "is closed; bounds how long a slow sender (one trickling a large message) holds "
           "transport memory to --max_connection_age + this; inf: no bound");
 
-// Operations (issue 19): port reuse and the bound on gRPC's teardown.
+// Operations: port reuse and the bound on gRPC's teardown.
 ABSL_FLAG(bool, reuse_port, false,
           "let other processes listen on the same port (SO_REUSEPORT); off: a second server on "
           "a taken port exits 1 naming the address instead of silently taking part of the "
@@ -139,9 +156,13 @@ ABSL_FLAG(int64_t, max_calls_per_client, 0,
           "its address): a client over this share gets RESOURCE_EXHAUSTED while others are "
           "served; 0: no per-client share (e.g. a quarter of --max_concurrent_calls lets four "
           "clients fill the server)");
-ABSL_FLAG(int64_t, max_streams_per_connection, 0,
+ABSL_FLAG(int64_t, max_streams_per_connection, 100,
           "calls one connection may have open at once (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS): "
           "a client past it queues its own calls, at no cost to the server; 0: no limit");
+ABSL_FLAG(absl::Duration, listener_stuck_after, absl::Seconds(10),
+          "when a connection to the TCP listener has waited this long without being accepted "
+          "(gRPC's listener stops for good once accept fails with EMFILE), drain and exit 4 to "
+          "be restarted; 0: do not watch");
 ABSL_FLAG(absl::Duration, security_reload_interval, absl::Seconds(10),
           "how often the certificate, key, client-CA and token files are checked for new "
           "contents, taken without a restart (a malformed set keeps the current credentials, "
@@ -208,6 +229,11 @@ absl::Status CheckFlags() {
     return absl::InvalidArgumentError(absl::StrCat(
         "--metrics_port is ", absl::GetFlag(FLAGS_metrics_port), ": must be in [0, 65535]"));
   }
+  if (absl::GetFlag(FLAGS_metrics_client_timeout) < absl::Seconds(1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--metrics_client_timeout is ",
+        absl::FormatDuration(absl::GetFlag(FLAGS_metrics_client_timeout)), ": must be >= 1s"));
+  }
   if (absl::GetFlag(FLAGS_shutdown_grace_period) < absl::ZeroDuration()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--shutdown_grace_period is ",
@@ -251,6 +277,12 @@ absl::Status CheckFlags() {
     return absl::InvalidArgumentError(absl::StrCat(
         "--security_reload_interval is ",
         absl::FormatDuration(absl::GetFlag(FLAGS_security_reload_interval)), ": must be >= 0"));
+  }
+  if (absl::GetFlag(FLAGS_listener_stuck_after) < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--listener_stuck_after is ",
+                     absl::FormatDuration(absl::GetFlag(FLAGS_listener_stuck_after)),
+                     ": must be >= 0 (0: off)"));
   }
   if (absl::GetFlag(FLAGS_teardown_timeout) < absl::ZeroDuration()) {
     return absl::InvalidArgumentError(
@@ -303,6 +335,21 @@ absl::Status ApplyListenAndShmFlags(ServerOptions* options) {
         " and --shm_max_mapped_bytes ", options->shm.max_mapped_bytes,
         ": must be >= 1 and >= 0"));
   }
+  // One owner must not be able to take the process-wide table of SIGBUS
+  // guard slots (shm_fault_guard.h) from the others.
+  if (options->shm.max_regions_per_client > kShmGuardSlots / 4) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--shm_max_regions_per_client is ", options->shm.max_regions_per_client,
+        ": at most ", kShmGuardSlots / 4, " (a quarter of the server's ", kShmGuardSlots,
+        " guarded mappings)"));
+  }
+  const absl::Duration lease = absl::GetFlag(FLAGS_shm_owner_idle_lease);
+  if (lease < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(absl::StrCat("--shm_owner_idle_lease is ",
+                                                   absl::FormatDuration(lease),
+                                                   ": must be > 0 (0 or inf: never)"));
+  }
+  options->shm.owner_idle_lease = lease == absl::ZeroDuration() ? absl::InfiniteDuration() : lease;
   return absl::OkStatus();
 }
 
@@ -335,21 +382,44 @@ std::string SetUpMalloc() {
 // (a port that cannot be bound, a backend that cannot start); 2 a usage or
 // configuration error (unknown flag, bad value, unusable certificate or token
 // file), found before the backend is created; 3 the backend failed for good
-// (see BackendInfo::fault), after a drain.
+// (see BackendInfo::fault), after a drain; 4 the TCP listener stopped
+// accepting connections for good (ListenerWatch), after a drain.
 constexpr int kExitRuntime = 1;
 constexpr int kExitUsage = 2;
 constexpr int kExitBackendFailed = 3;
+constexpr int kExitListenerFailed = 4;
 
 int g_stop_pipe[2] = {-1, -1};
 // Written to the stop pipe instead of a signal number (all below 65) when the
-// backend fails.
+// backend fails, or when the TCP listener stops accepting (ListenerWatch).
 constexpr unsigned char kBackendFailed = 255;
+constexpr unsigned char kListenerFailed = 254;
 
-extern "C" void OnStopSignal(int signal) {
+extern "C" void OnSignal(int signal) {
   const unsigned char byte = static_cast<unsigned char>(signal);
   // write() is async-signal-safe; a full pipe means a stop is pending anyway.
   const ssize_t ignored = write(g_stop_pipe[1], &byte, 1);
   (void)ignored;
+}
+
+// Signals that drain: SIGTERM (orchestrators), SIGINT (a terminal), SIGQUIT
+// (the graceful stop of nginx and Go servers; its default would dump core
+// and drop every call).
+bool DrainsOn(int signal) { return signal == SIGTERM || signal == SIGINT || signal == SIGQUIT; }
+
+// Signals whose default action ends the process and that ropeserve logs and
+// ignores instead, so that a stray `kill -HUP` (a terminal closing, a
+// supervisor's reload habit) or a profiler's signal drops no call and leaves
+// no private copy of a key behind: SIGHUP (credentials reload on their own,
+// every --security_reload_interval), SIGUSR1, SIGUSR2, SIGALRM, SIGVTALRM,
+// SIGPROF, SIGIO, SIGPWR, SIGSTKFLT, SIGXFSZ and the real-time signals.
+// Each is taken only while its disposition is still the default: a library
+// that installed a handler of its own keeps it.
+std::vector<int> IgnoredSignals() {
+  std::vector<int> signals = {SIGHUP,  SIGUSR1, SIGUSR2, SIGALRM,   SIGVTALRM, SIGPROF,
+                              SIGIO,   SIGPWR,  SIGXFSZ, SIGSTKFLT};
+  for (int rt = SIGRTMIN; rt <= SIGRTMAX; ++rt) signals.push_back(rt);
+  return signals;
 }
 
 absl::Status InstallStopSignalPipe() {
@@ -359,25 +429,41 @@ absl::Status InstallStopSignalPipe() {
   // Only the write end must not block (in the handler); the reader blocks.
   fcntl(g_stop_pipe[0], F_SETFL, fcntl(g_stop_pipe[0], F_GETFL) & ~O_NONBLOCK);
   struct sigaction action = {};
-  action.sa_handler = OnStopSignal;
+  action.sa_handler = OnSignal;
   sigemptyset(&action.sa_mask);
   action.sa_flags = SA_RESTART;
-  for (int signal : {SIGTERM, SIGINT}) {
+  for (int signal : {SIGTERM, SIGINT, SIGQUIT}) {
     if (sigaction(signal, &action, nullptr) != 0) {
       return absl::InternalError(
           absl::StrCat("sigaction(", signal, ") failed: errno ", errno));
     }
   }
+  for (int signal : IgnoredSignals()) {
+    struct sigaction current = {};
+    if (sigaction(signal, nullptr, &current) != 0) continue;
+    if (current.sa_handler != SIG_DFL || (current.sa_flags & SA_SIGINFO) != 0) continue;
+    sigaction(signal, &action, nullptr);
+  }
+  // Writes to a closed peer fail with EPIPE instead of ending the process.
+  signal(SIGPIPE, SIG_IGN);
   return absl::OkStatus();
 }
 
-// Blocks until SIGTERM or SIGINT arrives; returns its number.
+// Blocks until a draining signal (SIGTERM, SIGINT, SIGQUIT) or a failure
+// (kBackendFailed, kListenerFailed) arrives, and returns it; logs each
+// ignored signal on the way.
 int WaitForStopSignal() {
-  unsigned char byte = 0;
-  while (read(g_stop_pipe[0], &byte, 1) != 1) {
-    if (errno != EINTR) return 0;
+  while (true) {
+    unsigned char byte = 0;
+    if (read(g_stop_pipe[0], &byte, 1) != 1) {
+      if (errno == EINTR) continue;
+      return 0;
+    }
+    if (byte == kBackendFailed || byte == kListenerFailed || DrainsOn(byte)) return byte;
+    std::printf("ropeserve: signal %d (%s) ignored: SIGTERM, SIGINT or SIGQUIT drain and stop\n",
+                byte, sigabbrev_np(byte) != nullptr ? sigabbrev_np(byte) : "real-time");
+    std::fflush(stdout);
   }
-  return byte;
 }
 
 // Until `stop` is notified, asks the backend every 250 ms whether it still
@@ -439,8 +525,11 @@ void ArmTeardownWatchdog(absl::Duration bound, int exit_code) {
   }).detach();
 }
 
-// Serves until SIGTERM or SIGINT, then drains. Returns the process exit code.
+// Serves until SIGTERM, SIGINT or SIGQUIT, then drains. Returns the process exit code.
 int RunServer() {
+  // One ordered log stream (stderr), gRPC's lines only when asked.
+  absl::Status log_ok = SetUpServerLog(absl::GetFlag(FLAGS_grpc_verbosity));
+  if (!log_ok.ok()) return Fail(log_ok, kExitUsage);
   const std::string malloc_line = SetUpMalloc();
   // All configuration first: a bad flag or certificate must not wait for
   // (or disturb) a GPU being initialised.
@@ -460,6 +549,7 @@ int RunServer() {
   absl::Status signals_ok = InstallStopSignalPipe();
   if (!signals_ok.ok()) return Fail(signals_ok, kExitRuntime);
 
+  std::fprintf(stdout, "ropeserve: %s\n", DescribeOpenFileLimit(RaiseOpenFileLimit()).c_str());
   if (absl::GetFlag(FLAGS_work_threads) <= 0 || absl::GetFlag(FLAGS_cpu_threads) <= 0) {
     std::fprintf(stdout, "ropeserve: %d CPUs to use (%s): the default thread counts\n",
                  ProcessCpus().cpus, ProcessCpus().source.c_str());
@@ -489,6 +579,7 @@ int RunServer() {
     options.metrics_address =
         absl::StrCat(absl::GetFlag(FLAGS_metrics_host), ":", absl::GetFlag(FLAGS_metrics_port));
   }
+  options.metrics_client_timeout = absl::GetFlag(FLAGS_metrics_client_timeout);
   options.max_connection_age = absl::GetFlag(FLAGS_max_connection_age);
   options.enable_echo = absl::GetFlag(FLAGS_enable_echo);
   options.health_listen_address = absl::GetFlag(FLAGS_health_listen);
@@ -530,11 +621,33 @@ int RunServer() {
 
   const absl::Duration grace = absl::GetFlag(FLAGS_shutdown_grace_period);
   RopeServer* const serving = server->get();
+  // Written by the watch's thread before it wakes the stopper through the
+  // pipe, read by the stopper after: the pipe orders the two.
+  std::string listener_failure;
+  std::unique_ptr<ListenerWatch> listener_watch;
+  if ((*server)->port() != 0 && absl::GetFlag(FLAGS_listener_stuck_after) > absl::ZeroDuration()) {
+    ListenerWatch::Options watch;
+    watch.port = (*server)->port();
+    watch.stuck_after = absl::GetFlag(FLAGS_listener_stuck_after);
+    watch.interval = std::min(absl::Seconds(1), watch.stuck_after / 2);
+    listener_watch = std::make_unique<ListenerWatch>(
+        watch, [&listener_failure](const std::string& what) {
+          listener_failure = what;
+          const ssize_t ignored = write(g_stop_pipe[1], &kListenerFailed, 1);
+          (void)ignored;
+        });
+  }
   bool backend_failed = false;  // written by `stopper` before it ends
-  std::thread stopper([serving, grace, &backend_failed] {
+  bool listener_failed = false;  // likewise
+  std::thread stopper([serving, grace, &backend_failed, &listener_failed, &listener_failure] {
     const int signal = WaitForStopSignal();
     serving->StartDraining();
-    if (signal == kBackendFailed) {
+    if (signal == kListenerFailed) {
+      listener_failed = true;
+      std::printf("ropeserve: %s: draining (grace %s), then exiting %d to be restarted\n",
+                  listener_failure.c_str(), absl::FormatDuration(grace).c_str(),
+                  kExitListenerFailed);
+    } else if (signal == kBackendFailed) {
       backend_failed = true;
       std::printf(
           "ropeserve: backend failed: %s: draining (grace %s), then exiting %d to be "
@@ -555,7 +668,9 @@ int RunServer() {
   stopper.join();
   stop_watching.Notify();
   watcher.join();
-  const int exit_code = backend_failed ? kExitBackendFailed : 0;
+  listener_watch.reset();
+  const int exit_code =
+      backend_failed ? kExitBackendFailed : (listener_failed ? kExitListenerFailed : 0);
   std::printf("ropeserve: drained\n");
   std::fflush(stdout);
   ArmTeardownWatchdog(absl::GetFlag(FLAGS_teardown_timeout), exit_code);
@@ -586,14 +701,17 @@ constexpr char kUsage[] =
     "Usage: ropeserve [--listen=0.0.0.0:50051] [--backend=auto|cpu|cuda] [flags]\n"
     "Flag names take '-' or '_' alike (--metrics-port = --metrics_port); --flagfile=FILE\n"
     "reads flags from a file. Health (grpc.health.v1) and server reflection are always on.\n"
-    "SIGTERM or SIGINT drains: health turns NOT_SERVING, new calls get UNAVAILABLE, calls\n"
+    "SIGTERM, SIGINT or SIGQUIT drains: health turns NOT_SERVING, new calls get UNAVAILABLE, calls\n"
     "in flight finish within --shutdown_grace_period, gRPC's teardown gets at most\n"
     "--teardown_timeout, then the process exits.\n"
     "\n"
     "Exit status: 0 stopped by SIGTERM/SIGINT after a drain; 1 runtime failure (a port\n"
     "that cannot be bound, a backend that cannot start); 2 usage or configuration error\n"
     "(unknown flag, bad value, unusable certificate, key or token file); 3 the backend\n"
-    "failed for good (a sticky CUDA error), after a drain, to be restarted.\n";
+    "failed for good (a sticky CUDA error), after a drain, to be restarted; 4 the TCP\n"
+    "listener stopped accepting connections (see --listener_stuck_after), after a drain.\n"
+    "SIGHUP, SIGUSR1, SIGUSR2 and other signals that would end the process are logged\n"
+    "and ignored (certificates and tokens reload on their own).\n";
 
 // --help: the usage and ropeserve's own flags (not absl's or gRPC's), with
 // defaults; no source paths.

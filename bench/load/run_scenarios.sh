@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The standard ropeload scenarios against a freshly started ropeserve on
-# 127.0.0.1. Writes bench/results/ropeload_<scenario>.{json,html,txt} (and a
-# CSV for the sweep):
+# 127.0.0.1. Writes OUT_DIR/ropeload_<scenario>.{json,html,txt} (and a CSV
+# for the sweep); OUT_DIR defaults to BUILD_DIR/ropeload_scenarios, so that a
+# trial run leaves the tracked figures in bench/results alone (OUT_DIR=bench/results
+# records a new set there):
 #   decode   Rotate, one new token: q [1,1,32,128], k [1,1,8,128] bf16 at
 #            position 4000 (Llama-3-8B-like heads), closed loop c=8, 2 connections
 #   decode_open  the same, open loop at DECODE_RPS Poisson arrivals
@@ -9,7 +11,7 @@
 #   scores   AttentionScores, causal softmax: q [1,256,8,64], k/v [1,256,2,64], c=4
 #   sweep    decode, --concurrency-range=1:32:x2 with --max-p99=SLO_P99
 # Environment: BUILD_DIR (default build), DURATION per step (default 5s),
-# WARMUP (1s), BACKEND (auto), DECODE_RPS (1000), SLO_P99 (50ms),
+# WARMUP (1s), BACKEND (auto), DECODE_RPS (1000), SLO_P99 (50ms), OUT_DIR,
 # SKIP_BUILD=1 to use the binaries as they are.
 # Numbers from a shared machine are noisy: compare runs on one machine only.
 set -euo pipefail
@@ -24,8 +26,9 @@ if [ -z "${SKIP_BUILD:-}" ]; then
   cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release >/dev/null
   cmake --build "$BUILD_DIR" --target ropeserve ropeload -j"$(nproc)"
 fi
-out=bench/results
+out=${OUT_DIR:-$BUILD_DIR/ropeload_scenarios}
 mkdir -p "$out"
+echo "run_scenarios.sh: reports go to $out"
 . scripts/lib/ropeserve.sh
 trap 'stop_ropeserve >/dev/null || true' EXIT
 start_ropeserve "$BUILD_DIR"/bin/ropeserve --backend="$BACKEND"

@@ -20,7 +20,8 @@ void AddResolveFlags(FlagSet* flags) {
 }
 
 absl::Status RunResolve(const FlagSet& flags, std::ostream& out) {
-  absl::StatusOr<v1::RopeConfig> config = RopeConfigFromFlags(flags, 0);
+  std::string defaults_note;
+  absl::StatusOr<v1::RopeConfig> config = RopeConfigFromFlags(flags, 0, &defaults_note);
   if (!config.ok()) return config.status();
   absl::StatusOr<std::unique_ptr<RopeClient>> client = ClientFromFlags(flags);
   if (!client.ok()) return client.status();
@@ -34,6 +35,7 @@ absl::Status RunResolve(const FlagSet& flags, std::ostream& out) {
   out << "resolve  " << flags.String("target") << "  " << source;
   if (!flags.String("hf_layer_type").empty()) out << " (" << flags.String("hf_layer_type") << ")";
   out << "\n";
+  if (!defaults_note.empty()) out << "  from the config.json: " << defaults_note << "\n";
   out << "  config: " << DescribeConfig(resolved->config()) << "\n";
   out << "  as flags: " << ConfigAsFlags(resolved->config()) << "\n";
   out << "  attention_factor=" << ExactDecimal(resolved->attention_factor()) << "\n";

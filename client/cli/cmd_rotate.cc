@@ -82,12 +82,19 @@ void AddRotateFlags(FlagSet* flags) {
   flags->BeginGroup("Outputs");
   flags->Add("out_q", FlagSet::Kind::kString, "", "Write the rotated q to this .npy file.");
   flags->Add("out_k", FlagSet::Kind::kString, "", "Write the rotated k to this .npy file.");
+  AddSaveInputsFlag(flags);
   flags->Add("shm", FlagSet::Kind::kBool, "false",
              "Send q and k by reference through a POSIX shared-memory region (server on "
              "this host; --target=unix:///path or 127.0.0.1) instead of as bytes.");
 }
 
 absl::Status RunRotate(const FlagSet& flags, std::ostream& out) {
+  // Before any input is generated or any call made: a result that could not
+  // be written, or a request too large to send, fails at once.
+  ROPE_RETURN_IF_ERROR(CheckOutputsWritable(flags, {"out_q", "out_k"}));
+  const int64_t input_bytes = InputBytesBeforeLoading(flags, "q", "random_q_shape") +
+                              InputBytesBeforeLoading(flags, "k", "random_k_shape");
+  ROPE_RETURN_IF_ERROR(CheckMessageFits("the Rotate request (q and k)", input_bytes));
   ROPE_ASSIGN_OR_RETURN(std::optional<InputTensor> q,
                         LoadInputTensor(flags, "q", "random_q_shape", 0));
   if (!q.has_value()) return UsageError("give --q=file.npy or --random_q_shape=B,S,H,D");
@@ -100,8 +107,10 @@ absl::Status RunRotate(const FlagSet& flags, std::ostream& out) {
     return UsageError("--out_k given but there is no k (--k or --random_k_shape)");
   }
   const v1::Tensor& q_tensor = q->tensor;
+  std::string defaults_note;
   ROPE_ASSIGN_OR_RETURN(v1::RopeConfig config,
-                        RopeConfigFromFlags(flags, q_tensor.shape(q_tensor.shape_size() - 1)));
+                        RopeConfigFromFlags(flags, q_tensor.shape(q_tensor.shape_size() - 1),
+                                            &defaults_note));
 
   v1::RotateRequest request;
   *request.mutable_config() = config;
@@ -113,16 +122,21 @@ absl::Status RunRotate(const FlagSet& flags, std::ostream& out) {
   for (int64_t p : *positions) request.add_positions(p);
   request.set_inverse(flags.Bool("inverse"));
 
+  ROPE_RETURN_IF_ERROR(SaveInputsIfAsked(flags, q, k, std::nullopt, out));
   ROPE_ASSIGN_OR_RETURN(std::unique_ptr<RopeClient> client, ClientFromFlags(flags));
   const absl::Time start = absl::Now();
   absl::StatusOr<v1::RotateResponse> response =
       flags.Bool("shm") ? RotateBySharedMemory(*client, request) : client->Rotate(request);
   const absl::Duration elapsed = absl::Now() - start;
-  if (!response.ok()) return response.status();
+  if (!response.ok()) {
+    return ExplainHfHeadDimMismatch(response.status(), flags,
+                                    q_tensor.shape(q_tensor.shape_size() - 1));
+  }
 
   out << "rotate  " << flags.String("target") << (flags.Bool("shm") ? "  (shared memory)" : "")
       << "  " << DescribeEffectiveConfig(*client, config)
       << (request.inverse() ? "  inverse" : "") << "\n";
+  if (!defaults_note.empty()) out << "  from the config.json: " << defaults_note << "\n";
   if (positions->empty()) {
     out << "  positions: start_pos=" << request.start_pos() << "\n";
   } else {

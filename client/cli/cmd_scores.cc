@@ -1,5 +1,7 @@
 // ropectl scores: RopeService.AttentionScores on .npy or random q/k/v.
+#include <limits>
 #include <optional>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -43,9 +45,51 @@ void AddScoresFlags(FlagSet* flags) {
              "Write the scores, float32 [B,Hq,Sq,Sk], to this .npy file.");
   flags->Add("out_output", FlagSet::Kind::kString, "",
              "Write the output P v, float32 [B,Sq,Hq,Dv], to this .npy file (needs v).");
+  AddSaveInputsFlag(flags);
+}
+
+// Bytes of the AttentionScores reply for q [B,Sq,Hq,D] and k [B,Sk,Hkv,D]
+// (rank 3: B = 1), and v [B,Sk,Hkv,Dv]: float32 scores [B,Hq,Sq,Sk] and
+// output [B,Sq,Hq,Dv]. 0 when a shape is not of rank 3 or 4 (the server
+// names that).
+int64_t ScoresReplyBytes(const std::vector<int64_t>& q, const std::vector<int64_t>& k,
+                         const std::vector<int64_t>& v) {
+  if (q.size() < 3 || q.size() > 4 || k.size() != q.size()) return 0;
+  const size_t off = q.size() - 3;
+  const double batch = off == 1 ? static_cast<double>(q[0]) : 1.0;
+  const double scores = batch * static_cast<double>(q[off + 1]) * static_cast<double>(q[off]) *
+                        static_cast<double>(k[off]) * 4.0;
+  const double output = v.size() == q.size() ? batch * static_cast<double>(q[off]) *
+                                                   static_cast<double>(q[off + 1]) *
+                                                   static_cast<double>(v[off + 2]) * 4.0
+                                             : 0.0;
+  const double total = scores + output;
+  return total >= 9.0e18 ? std::numeric_limits<int64_t>::max() : static_cast<int64_t>(total);
+}
+
+std::vector<int64_t> ShapeOfFlag(const FlagSet& flags, absl::string_view shape_flag) {
+  absl::StatusOr<std::vector<int64_t>> shape = ParseShape(flags.String(shape_flag));
+  return shape.ok() ? *shape : std::vector<int64_t>();
+}
+
+std::vector<int64_t> ShapeOf(const std::optional<InputTensor>& input) {
+  if (!input.has_value()) return {};
+  return std::vector<int64_t>(input->tensor.shape().begin(), input->tensor.shape().end());
 }
 
 absl::Status RunScores(const FlagSet& flags, std::ostream& out) {
+  // Before any input is generated or any call made (random inputs of a
+  // mistyped shape take long to make): outputs writable, request and reply
+  // within one message.
+  ROPE_RETURN_IF_ERROR(CheckOutputsWritable(flags, {"out", "out_output"}));
+  ROPE_RETURN_IF_ERROR(CheckMessageFits("the AttentionScores request (q, k and v)",
+                                        InputBytesBeforeLoading(flags, "q", "random_q_shape") +
+                                            InputBytesBeforeLoading(flags, "k", "random_k_shape") +
+                                            InputBytesBeforeLoading(flags, "v", "random_v_shape")));
+  ROPE_RETURN_IF_ERROR(CheckMessageFits(
+      "the AttentionScores reply (float32 scores [B,Hq,Sq,Sk] and output)",
+      ScoresReplyBytes(ShapeOfFlag(flags, "random_q_shape"), ShapeOfFlag(flags, "random_k_shape"),
+                       ShapeOfFlag(flags, "random_v_shape"))));
   ROPE_ASSIGN_OR_RETURN(std::optional<InputTensor> q,
                         LoadInputTensor(flags, "q", "random_q_shape", 0));
   ROPE_ASSIGN_OR_RETURN(std::optional<InputTensor> k,
@@ -58,9 +102,14 @@ absl::Status RunScores(const FlagSet& flags, std::ostream& out) {
   if (!v.has_value() && !flags.String("out_output").empty()) {
     return UsageError("--out_output given but there is no v (--v or --random_v_shape)");
   }
+  ROPE_RETURN_IF_ERROR(CheckMessageFits(
+      "the AttentionScores reply (float32 scores [B,Hq,Sq,Sk] and output)",
+      ScoresReplyBytes(ShapeOf(q), ShapeOf(k), ShapeOf(v))));
   const v1::Tensor& q_tensor = q->tensor;
+  std::string defaults_note;
   ROPE_ASSIGN_OR_RETURN(v1::RopeConfig config,
-                        RopeConfigFromFlags(flags, q_tensor.shape(q_tensor.shape_size() - 1)));
+                        RopeConfigFromFlags(flags, q_tensor.shape(q_tensor.shape_size() - 1),
+                                            &defaults_note));
 
   v1::AttentionScoresRequest request;
   *request.mutable_config() = config;
@@ -73,14 +122,19 @@ absl::Status RunScores(const FlagSet& flags, std::ostream& out) {
   request.set_softmax(flags.Bool("softmax"));
   request.set_scale(flags.Double("scale"));
 
+  ROPE_RETURN_IF_ERROR(SaveInputsIfAsked(flags, q, k, v, out));
   ROPE_ASSIGN_OR_RETURN(std::unique_ptr<RopeClient> client, ClientFromFlags(flags));
   const absl::Time start = absl::Now();
   absl::StatusOr<v1::AttentionScoresResponse> response = client->AttentionScores(request);
   const absl::Duration elapsed = absl::Now() - start;
-  if (!response.ok()) return response.status();
+  if (!response.ok()) {
+    return ExplainHfHeadDimMismatch(response.status(), flags,
+                                    q_tensor.shape(q_tensor.shape_size() - 1));
+  }
 
   out << "scores  " << flags.String("target") << "  " << DescribeEffectiveConfig(*client, config)
       << "\n";
+  if (!defaults_note.empty()) out << "  from the config.json: " << defaults_note << "\n";
   out << "  q_start_pos=" << request.q_start_pos() << " k_start_pos=" << request.k_start_pos()
       << " causal=" << (request.causal() ? "true" : "false")
       << " softmax=" << (request.softmax() ? "true" : "false") << " scale="

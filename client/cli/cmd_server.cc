@@ -33,7 +33,10 @@ absl::Status RunInfo(const FlagSet& flags, std::ostream& out) {
       << " max_elements_per_request=" << limits.max_elements_per_request()
       << " max_concurrent_calls=" << limits.max_concurrent_calls()
       << " table_cache_bytes=" << limits.table_cache_bytes()
-      << " max_table_blocks_per_call=" << limits.max_table_blocks_per_call() << "\n"
+      << " max_table_blocks_per_call=" << limits.max_table_blocks_per_call()
+      << " max_inflight_bytes=" << limits.max_inflight_bytes()
+      << " shm_max_regions_per_client=" << limits.shm_max_regions_per_client()
+      << " shm_max_mapped_bytes=" << limits.shm_max_mapped_bytes() << "\n"
       << "  table cache: blocks of " << cache.block_rows() << " rows, resident="
       << cache.blocks_resident() << " bytes=" << cache.bytes() << "/" << cache.budget_bytes()
       << " built=" << cache.blocks_built() << " hits=" << cache.hits()

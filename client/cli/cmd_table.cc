@@ -31,7 +31,8 @@ void AddTableFlags(FlagSet* flags) {
 }
 
 absl::Status RunTable(const FlagSet& flags, std::ostream& out) {
-  ROPE_ASSIGN_OR_RETURN(v1::RopeConfig config, RopeConfigFromFlags(flags, 0));
+  std::string defaults_note;
+  ROPE_ASSIGN_OR_RETURN(v1::RopeConfig config, RopeConfigFromFlags(flags, 0, &defaults_note));
   v1::GetTableRequest request;
   *request.mutable_config() = config;
   request.set_start(flags.Int("start"));
@@ -51,6 +52,7 @@ absl::Status RunTable(const FlagSet& flags, std::ostream& out) {
     inv_freq.push_back(absl::StrFormat("%.9g", response->inv_freq(i)));
   }
   if (shown < response->inv_freq_size()) inv_freq.push_back("...");
+  if (!defaults_note.empty()) out << "  from the config.json: " << defaults_note << "\n";
   out << "  rows from " << response->start() << "  attention_factor="
       << absl::StrFormat("%g", response->attention_factor()) << "  inv_freq["
       << response->inv_freq_size() << "]=[" << absl::StrJoin(inv_freq, ", ") << "]\n";

@@ -154,7 +154,10 @@ int RunRopectl(const std::vector<std::string>& args, std::ostream& out, std::ost
                 err);
     return kExitUsage;
   }
-  ReportError(where, ExplainTransportFailure(status, ChannelSecurityFromFlags(flags)), err);
+  ReportError(where,
+              ExplainTransportFailure(status, ChannelSecurityFromFlags(flags),
+                                      flags.String("target")),
+              err);
   return kExitFailure;
 }
 

@@ -1,5 +1,10 @@
 #include "client/cli/common_flags.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <limits>
 #include <sstream>
@@ -9,8 +14,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
 #include "client/cli/cli_parsing.h"
 #include "client/cli/scaling_flags.h"
+#include "client/hf_config_defaults.h"
 #include "client/npy.h"
 #include "client/tensor_util.h"
 #include "common/defaults.h"
@@ -27,6 +34,16 @@ absl::Status ValidateDTypeName(absl::string_view value) {
 
 absl::Status ValidateLayoutName(absl::string_view value) { return ParseLayout(value).status(); }
 
+absl::Status ValidateAnglePrecision(absl::string_view value) {
+  if (value == "exact" || value == "float32") return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("--angle_precision=", value, ": expected exact or float32"));
+}
+
+v1::AnglePrecision AnglePrecisionOfFlags(const FlagSet& flags) {
+  return flags.String("angle_precision") == "float32" ? v1::ANGLE_FLOAT32 : v1::ANGLE_EXACT;
+}
+
 absl::Status ValidateDistribution(absl::string_view value) {
   return ParseDistribution(value).status();
 }
@@ -35,35 +52,57 @@ absl::Status ValidateSectionList(absl::string_view value) {
   return ParseInt64List(value).status();
 }
 
-// A config.json is a few KiB; this bounds what a mistyped path can pull in.
-constexpr std::streamoff kMaxHfConfigBytes = 64 << 20;
-
-absl::StatusOr<std::string> ReadHfConfig(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    return absl::NotFoundError(absl::StrCat("--hf_config=", path, ": cannot open the file"));
-  }
-  in.seekg(0, std::ios::end);
-  const std::streamoff size = in.tellg();
-  if (size > kMaxHfConfigBytes) {
-    return absl::InvalidArgumentError(absl::StrCat("--hf_config=", path, " is ", size,
-                                                   " bytes: a config.json is far smaller"));
-  }
-  in.seekg(0);
-  std::stringstream text;
-  text << in.rdbuf();
-  if (!in.good() && !in.eof()) {
-    return absl::DataLossError(absl::StrCat("--hf_config=", path, ": reading the file failed"));
-  }
-  return text.str();
-}
-
 absl::StatusOr<uint32_t> Uint32Flag(absl::string_view name, int64_t value) {
   if (value < 0 || value > std::numeric_limits<uint32_t>::max()) {
     return UsageError(absl::StrCat("--", name, "=", value, ": must be in [0, ",
                                    std::numeric_limits<uint32_t>::max(), "]"));
   }
   return static_cast<uint32_t>(value);
+}
+
+// --hf_config's RopeConfig: layout and max_len by the config.json rule of
+// hf_config_defaults.h unless the flags give them.
+absl::StatusOr<v1::RopeConfig> HfRopeConfigFromFlags(const FlagSet& flags, std::string json,
+                                                     int64_t inferred_head_dim,
+                                                     std::string* defaults_note) {
+  HfConfigOverrides overrides;
+  overrides.hf_layer_type = flags.String("hf_layer_type");
+  // An explicit --head_dim must agree with the config.json's; the last dim
+  // of q is sent too, so that a mismatch is named by the server.
+  const int64_t head_dim = flags.Int("head_dim") != 0 ? flags.Int("head_dim") : inferred_head_dim;
+  ROPE_ASSIGN_OR_RETURN(overrides.head_dim, Uint32Flag("head_dim", head_dim));
+  if (flags.IsSet("layout")) {
+    absl::StatusOr<v1::Layout> layout = ParseLayout(flags.String("layout"));
+    if (!layout.ok()) return UsageError(layout.status().message());
+    overrides.layout = *layout;
+  }
+  if (flags.IsSet("max_len")) {
+    ROPE_ASSIGN_OR_RETURN(overrides.max_len, Uint32Flag("max_len", flags.Int("max_len")));
+  }
+  absl::StatusOr<HfConfigDefaults> defaults = HfConfigDefaultsOf(json);
+  if (!defaults.ok()) {
+    return UsageError(absl::StrCat("--hf_config=", flags.String("hf_config"), ": ",
+                                   defaults.status().message()));
+  }
+  absl::StatusOr<v1::RopeConfig> config = RopeConfigFromHfConfig(json, overrides);
+  if (!config.ok()) {
+    return UsageError(absl::StrCat("--hf_config=", flags.String("hf_config"),
+                                   " has no max_position_embeddings: give --max_len"));
+  }
+  config->set_angle_precision(AnglePrecisionOfFlags(flags));
+  if (defaults_note != nullptr) {
+    std::vector<std::string> parts;
+    parts.push_back(overrides.layout.has_value()
+                        ? absl::StrCat("layout=", LayoutName(config->layout()), " (--layout)")
+                        : absl::StrCat("layout=", LayoutName(config->layout()), " (",
+                                       defaults->layout_reason, ")"));
+    parts.push_back(overrides.max_len.has_value()
+                        ? absl::StrCat("max_len=", config->max_len(), " (--max_len)")
+                        : absl::StrCat("max_len=", config->max_len(), " (",
+                                       defaults->max_len_reason, ")"));
+    *defaults_note = absl::StrJoin(parts, " ");
+  }
+  return config;
 }
 
 }  // namespace
@@ -121,11 +160,14 @@ void AddRopeConfigFlags(FlagSet* flags) {
   flags->Add("rotary_dim", FlagSet::Kind::kInt, "0",
              "Features that rotate (partial rotary); 0 means head_dim.");
   flags->Add("max_len", FlagSet::Kind::kInt, "4096",
-             "Table length: every position must be < max_len.");
+             "Table length: every position must be < max_len. With --hf_config the default "
+             "is the config's max_position_embeddings.");
   flags->Add("layout", FlagSet::Kind::kString, "interleaved",
              "Pairing of rotated features: interleaved = (x[2i], x[2i+1]) as Meta "
              "Llama / GPT-J; half = (x[i], x[i+r/2]) as GPT-NeoX / Hugging Face "
-             "rotate_half.",
+             "rotate_half. With --hf_config the default is the layout transformers' "
+             "modeling code uses for the config's model_type (half for most; interleaved for "
+             "GPT-J, GLM, Cohere, DeepSeek V2/V3, Llama 4, ...).",
              ValidateLayoutName);
   flags->Add("mrope_section", FlagSet::Kind::kString, "",
              "M-RoPE (Qwen2-VL, Qwen3-VL): three comma-separated counts (t,h,w) of frequencies "
@@ -134,13 +176,19 @@ void AddRopeConfigFlags(FlagSet* flags) {
              ValidateSectionList);
   flags->Add("mrope_interleaved", FlagSet::Kind::kBool, "false",
              "M-RoPE: interleave the axes (Qwen3-VL) instead of one section per axis (Qwen2-VL).");
+  flags->Add("angle_precision", FlagSet::Kind::kString, "exact",
+             "exact: angles in double, cos/sin rounded once (the precision contract); float32: "
+             "as transformers computes them in float32, for bit-parity checks (plain RoPE, "
+             "linear and llama3 scaling).",
+             ValidateAnglePrecision);
   AddScalingFlags(flags);
   flags->BeginGroup("Hugging Face config.json");
   flags->Add("hf_config", FlagSet::Kind::kString, "",
-             "A model's config.json (whole, or its rope keys). The server derives theta, head_dim, "
-             "rotary_dim, scaling and M-RoPE from it with transformers' rules; --theta, "
-             "--rotary_dim, --mrope_* and the scaling flags must then be left out. "
-             "`ropectl resolve` shows what it becomes.");
+             "A model's config.json (whole, or its rope keys), or the model's directory. The "
+             "server derives theta, head_dim, rotary_dim, scaling and M-RoPE from it with "
+             "transformers' rules; --theta, --rotary_dim, --mrope_* and the scaling flags must "
+             "then be left out. --layout and --max_len default to the model's (see their "
+             "help). `ropectl resolve` shows what it becomes.");
   flags->Add("hf_layer_type", FlagSet::Kind::kString, "",
              "With --hf_config: full_attention (default) or sliding_attention (Gemma 3's local "
              "layers: rope_local_base_freq, no scaling).");
@@ -185,7 +233,8 @@ absl::StatusOr<std::unique_ptr<RopeClient>> ClientFromFlags(const FlagSet& flags
 }
 
 absl::StatusOr<v1::RopeConfig> RopeConfigFromFlags(const FlagSet& flags,
-                                                   int64_t inferred_head_dim) {
+                                                   int64_t inferred_head_dim,
+                                                   std::string* defaults_note) {
   v1::RopeConfig config;
   const std::string& hf_config = flags.String("hf_config");
   if (!hf_config.empty()) {
@@ -198,18 +247,16 @@ absl::StatusOr<v1::RopeConfig> RopeConfigFromFlags(const FlagSet& flags,
                                        " does not go with --hf_config (the config.json gives it)"));
       }
     }
-    absl::StatusOr<std::string> json = ReadHfConfig(hf_config);
+    absl::StatusOr<std::string> json = ReadHfConfigFile(hf_config, "--hf_config");
     if (!json.ok()) return json.status();
-    config.set_hf_config_json(*std::move(json));
-    config.set_hf_layer_type(flags.String("hf_layer_type"));
+    return HfRopeConfigFromFlags(flags, *std::move(json), inferred_head_dim, defaults_note);
   } else {
     if (flags.IsSet("hf_layer_type")) return UsageError("--hf_layer_type needs --hf_config");
     config.set_theta(flags.Double("theta"));
   }
   int64_t head_dim = flags.Int("head_dim");
   if (head_dim == 0) head_dim = inferred_head_dim;
-  // With a config.json the server derives head_dim when none is sent.
-  if (head_dim == 0 && hf_config.empty()) return UsageError("--head_dim is required");
+  if (head_dim == 0) return UsageError("--head_dim is required");
   absl::StatusOr<uint32_t> v = Uint32Flag("head_dim", head_dim);
   if (!v.ok()) return v.status();
   config.set_head_dim(*v);
@@ -222,7 +269,7 @@ absl::StatusOr<v1::RopeConfig> RopeConfigFromFlags(const FlagSet& flags,
   absl::StatusOr<v1::Layout> layout = ParseLayout(flags.String("layout"));
   if (!layout.ok()) return UsageError(layout.status().message());
   config.set_layout(*layout);
-  if (!hf_config.empty()) return config;
+  config.set_angle_precision(AnglePrecisionOfFlags(flags));
   ROPE_RETURN_IF_ERROR(ApplyScalingFlags(flags, &config));
   if (!flags.String("mrope_section").empty()) {
     absl::StatusOr<std::vector<int64_t>> section = ParseInt64List(flags.String("mrope_section"));
@@ -249,6 +296,9 @@ std::string ConfigAsFlags(const v1::RopeConfig& config) {
     absl::StrAppend(&out, " --mrope_section=", absl::StrJoin(config.mrope().section(), ","));
     if (config.mrope().interleaved()) absl::StrAppend(&out, " --mrope_interleaved");
   }
+  if (config.angle_precision() == v1::ANGLE_FLOAT32) {
+    absl::StrAppend(&out, " --angle_precision=float32");
+  }
   return out;
 }
 
@@ -273,6 +323,7 @@ std::string DescribeConfig(const v1::RopeConfig& config) {
     absl::StrAppend(&out, " mrope=", config.mrope().interleaved() ? "interleaved[" : "chunked[",
                     absl::StrJoin(config.mrope().section(), ","), "]");
   }
+  if (config.angle_precision() == v1::ANGLE_FLOAT32) absl::StrAppend(&out, " angles=float32");
   return out;
 }
 
@@ -338,6 +389,36 @@ absl::StatusOr<std::optional<InputTensor>> LoadInputTensor(const FlagSet& flags,
   return std::optional<InputTensor>(std::move(input));
 }
 
+void AddSaveInputsFlag(FlagSet* flags) {
+  flags->Add("save_inputs", FlagSet::Kind::kString, "",
+             "Write the inputs as sent (random or read, in the dtype sent) to DIR/q.npy, "
+             "DIR/k.npy (and DIR/v.npy), to send them again with --q, --k (--v). DIR is "
+             "created when missing.");
+}
+
+absl::Status SaveInputsIfAsked(const FlagSet& flags, const std::optional<InputTensor>& q,
+                               const std::optional<InputTensor>& k,
+                               const std::optional<InputTensor>& v, std::ostream& out) {
+  std::string dir = flags.String("save_inputs");
+  if (dir.empty()) return absl::OkStatus();
+  while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+  if (mkdir(dir.c_str(), 0777) != 0 && errno != EEXIST) {
+    return UsageError(absl::StrCat("--save_inputs=", dir, ": cannot create the directory: ",
+                                   std::strerror(errno)));
+  }
+  for (const auto& [name, input] : {std::pair<const char*, const std::optional<InputTensor>*>{
+                                        "q", &q},
+                                    {"k", &k},
+                                    {"v", &v}}) {
+    if (!input->has_value()) continue;
+    const std::string path = absl::StrCat(dir, "/", name, ".npy");
+    ROPE_ASSIGN_OR_RETURN(NpyArray array, TensorToNpy((*input)->tensor, name));
+    ROPE_RETURN_IF_ERROR(WriteNpyFile(path, array));
+    out << "  saved " << name << " to " << path << " (" << NpyDTypeDescr(array.dtype) << ")\n";
+  }
+  return absl::OkStatus();
+}
+
 absl::Status WriteOutputIfAsked(const FlagSet& flags, absl::string_view flag,
                                 const v1::Tensor& tensor, std::ostream& out) {
   const std::string& path = flags.String(flag);
@@ -346,6 +427,81 @@ absl::Status WriteOutputIfAsked(const FlagSet& flags, absl::string_view flag,
   ROPE_RETURN_IF_ERROR(WriteNpyFile(path, array));
   out << "  wrote " << path << " (" << NpyDTypeDescr(array.dtype) << ")\n";
   return absl::OkStatus();
+}
+
+int64_t InputBytesBeforeLoading(const FlagSet& flags, absl::string_view file_flag,
+                                absl::string_view shape_flag) {
+  const std::string& path = flags.String(file_flag);
+  if (!path.empty()) {
+    std::ifstream in(path, std::ios::binary | std::ios::ate);
+    return in ? static_cast<int64_t>(in.tellg()) : 0;
+  }
+  const std::string& shape_text = flags.String(shape_flag);
+  if (shape_text.empty()) return 0;
+  absl::StatusOr<std::vector<int64_t>> shape = ParseShape(shape_text);
+  if (!shape.ok()) return 0;
+  int64_t bytes = 4;
+  const std::string& dtype = flags.String("dtype");
+  if (dtype == "float16" || dtype == "bfloat16") bytes = 2;
+  for (int64_t dim : *shape) {
+    if (dim > 0 && bytes > std::numeric_limits<int64_t>::max() / dim) {
+      return std::numeric_limits<int64_t>::max();
+    }
+    bytes *= dim;
+  }
+  return bytes;
+}
+
+absl::Status CheckMessageFits(absl::string_view what, int64_t bytes) {
+  if (bytes <= kDefaultMaxMessageBytes) return absl::OkStatus();
+  return absl::ResourceExhaustedError(absl::StrCat(
+      what, " would be ", bytes, " bytes, over the ", kDefaultMaxMessageBytes,
+      " bytes (512 MiB) one gRPC message may carry (ropectl's limit, and ropeserve's default "
+      "--max_message_bytes): use smaller shapes, or split the work over several calls"));
+}
+
+absl::Status CheckOutputsWritable(const FlagSet& flags,
+                                  std::initializer_list<absl::string_view> output_flags) {
+  for (absl::string_view flag : output_flags) {
+    const std::string& path = flags.String(flag);
+    if (path.empty()) continue;
+    if (access(path.c_str(), F_OK) == 0) {
+      if (access(path.c_str(), W_OK) != 0) {
+        return UsageError(absl::StrCat("--", flag, "=", path, ": the file is not writable"));
+      }
+      continue;
+    }
+    const size_t slash = path.rfind('/');
+    const std::string dir =
+        slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
+    if (access(dir.c_str(), F_OK) != 0) {
+      return UsageError(absl::StrCat("--", flag, "=", path, ": the directory ", dir,
+                                     " does not exist"));
+    }
+    if (access(dir.c_str(), W_OK) != 0) {
+      return UsageError(absl::StrCat("--", flag, "=", path, ": the directory ", dir,
+                                     " is not writable"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ExplainHfHeadDimMismatch(const absl::Status& status, const FlagSet& flags,
+                                      int64_t q_last_dim) {
+  if (status.code() != absl::StatusCode::kInvalidArgument || flags.IsSet("head_dim") ||
+      flags.String("hf_config").empty()) {
+    return status;
+  }
+  absl::string_view message = status.message();
+  constexpr absl::string_view kGives = "but hf_config_json gives head_dim ";
+  const size_t at = message.find(kGives);
+  if (at == absl::string_view::npos) return status;
+  absl::string_view rest = message.substr(at + kGives.size());
+  const std::string head_dim(rest.substr(0, rest.find_first_not_of("0123456789")));
+  return absl::InvalidArgumentError(absl::StrCat(
+      "q's last dimension is ", q_last_dim, " but --hf_config=", flags.String("hf_config"),
+      " gives head_dim ", head_dim, ": send q (and k) with last dimension ", head_dim,
+      " (--random_q_shape=...,", head_dim, " or a --q file of that shape)"));
 }
 
 }  // namespace client

@@ -4,6 +4,7 @@
 #define ROPE_CLIENT_CLI_COMMON_FLAGS_H_
 
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <optional>
 #include <ostream>
@@ -54,9 +55,13 @@ absl::StatusOr<std::unique_ptr<RopeClient>> ClientFromFlags(const FlagSet& flags
 // last dim of q); a usage error when both are 0 (without --hf_config, which
 // lets the server derive it), when a value does not fit the proto's uint32,
 // or when --hf_config comes with --theta, --rotary_dim, --mrope_* or a
-// scaling flag. NOT_FOUND when the --hf_config file cannot be opened.
+// scaling flag. NOT_FOUND when the --hf_config file (or a model directory's
+// config.json) cannot be opened. With --hf_config, --layout and --max_len
+// default to the config.json's (hf_config_defaults.h), and `defaults_note`
+// (when given) says which values were taken and why, for the summary.
 absl::StatusOr<v1::RopeConfig> RopeConfigFromFlags(const FlagSet& flags,
-                                                   int64_t inferred_head_dim);
+                                                   int64_t inferred_head_dim,
+                                                   std::string* defaults_note = nullptr);
 
 // "theta=10000 head_dim=64 rotary_dim=64 max_len=4096 layout=interleaved",
 // or "hf_config (N bytes, full_attention) ...".
@@ -89,6 +94,41 @@ absl::StatusOr<std::optional<InputTensor>> LoadInputTensor(const FlagSet& flags,
                                                            absl::string_view file_flag,
                                                            absl::string_view shape_flag,
                                                            uint64_t seed_offset);
+
+// Bytes the input named by --<file_flag> (its file's size) or --<shape_flag>
+// (product of the shape times the element size of --dtype, float32 when
+// unset) will have, known before any value is generated; 0 when neither is
+// given or the value is malformed (LoadInputTensor names that error).
+int64_t InputBytesBeforeLoading(const FlagSet& flags, absl::string_view file_flag,
+                                absl::string_view shape_flag);
+
+// RESOURCE_EXHAUSTED naming the message and the limit when `bytes` exceed
+// the largest message a ropectl call may send or receive (512 MiB, as the
+// server's default --max_message_bytes): checked before inputs are
+// generated and the call is made, so that a mistyped shape fails at once.
+absl::Status CheckMessageFits(absl::string_view what, int64_t bytes);
+
+// A usage error naming the flag when one of `output_flags` names a file that
+// cannot be written (its directory missing or not writable, or the file
+// not writable): checked before the call, so that no result is lost after
+// it. Nothing is created.
+absl::Status CheckOutputsWritable(const FlagSet& flags,
+                                  std::initializer_list<absl::string_view> output_flags);
+
+// `status` said in ropectl's terms when the server refused a config.json's
+// head_dim against the last dim of q that ropectl sent for it (the user never
+// set --head_dim); any other status unchanged.
+absl::Status ExplainHfHeadDimMismatch(const absl::Status& status, const FlagSet& flags,
+                                      int64_t q_last_dim);
+
+// --save_inputs=DIR (commands that send tensors): the flag, and the inputs
+// as sent (random or read, in the dtype sent) written to DIR/q.npy, DIR/k.npy
+// and DIR/v.npy, so that a later call can send them again with --q, --k,
+// --v. DIR is created when missing (its parent must exist).
+void AddSaveInputsFlag(FlagSet* flags);
+absl::Status SaveInputsIfAsked(const FlagSet& flags, const std::optional<InputTensor>& q,
+                               const std::optional<InputTensor>& k,
+                               const std::optional<InputTensor>& v, std::ostream& out);
 
 // Writes `tensor` to the .npy path in --<flag> when that flag is non-empty,
 // and notes it on `out`.

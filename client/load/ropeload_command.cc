@@ -108,7 +108,9 @@ struct RunSetup {
   std::unique_ptr<ChannelPool> pool;
   v1::ServerInfo server;                // what Connect's GetServerInfo said
   std::unique_ptr<Verifier> verifier;  // null without --verify
-  std::unique_ptr<client::SharedRegion> shm;  // --shm: the payloads' region
+  // --shm: the payloads' region; declared after `pool`, so unregistered
+  // (destroyed) before the channels close.
+  std::unique_ptr<RegisteredPayloads> shm;
 };
 
 // Setup: the load spec and the workload from `flags`, the channels, a first
@@ -157,7 +159,7 @@ int SetUpRun(const client::FlagSet& flags, std::ostream& err, RunSetup* setup) {
   absl::StatusOr<v1::ServerInfo> info = setup->pool->Connect();
   if (!info.ok()) {
     const absl::Status explained =
-        client::ExplainTransportFailure(info.status(), setup->spec.security);
+        client::ExplainTransportFailure(info.status(), setup->spec.security, setup->spec.target);
     ReportError(absl::Status(explained.code(), absl::StrCat("cannot use ", setup->spec.target,
                                                             ": ", explained.message())),
                 err);
@@ -184,7 +186,7 @@ int SetUpRun(const client::FlagSet& flags, std::ostream& err, RunSetup* setup) {
                   err);
       return kExitUsage;
     }
-    absl::StatusOr<std::unique_ptr<client::SharedRegion>> shm =
+    absl::StatusOr<std::unique_ptr<RegisteredPayloads>> shm =
         MovePayloadsToSharedMemory(&setup->workload, *setup->pool);
     if (!shm.ok()) {
       ReportError(shm.status(), err);

@@ -17,7 +17,13 @@ size_t RoundUp(size_t n) { return (n + 63) / 64 * 64; }
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<client::SharedRegion>> MovePayloadsToSharedMemory(
+RegisteredPayloads::~RegisteredPayloads() {
+  for (int i = 0; i < pool_.size(); ++i) {
+    pool_.client(i).UnregisterSharedMemory(region_->name()).IgnoreError();
+  }
+}
+
+absl::StatusOr<std::unique_ptr<RegisteredPayloads>> MovePayloadsToSharedMemory(
     Workload* workload, const ChannelPool& pool) {
   if (workload->kind != WorkloadKind::kRotate && workload->kind != WorkloadKind::kRotateStream) {
     return client::UsageError("--shm drives Rotate and RotateStream workloads only");
@@ -45,6 +51,10 @@ absl::StatusOr<std::unique_ptr<client::SharedRegion>> MovePayloadsToSharedMemory
   }
   for (int i = 0; i < pool.size(); ++i) {
     const absl::Status registered = pool.client(i).RegisterSharedMemory(*region);
+    // The server knows a client by its identity (token, certificate or
+    // host), not by connection: channels after the first that reach the
+    // same server find this run's region already theirs.
+    if (i > 0 && registered.code() == absl::StatusCode::kAlreadyExists) continue;
     if (!registered.ok()) {
       return absl::Status(registered.code(), absl::StrCat("--shm: RegisterSharedMemory on channel ",
                                                           i, ": ", registered.message()));
@@ -53,7 +63,7 @@ absl::StatusOr<std::unique_ptr<client::SharedRegion>> MovePayloadsToSharedMemory
   workload->request_bytes = static_cast<int64_t>(workload->Request(0)->ByteSizeLong());
   absl::StrAppend(&workload->payload_description, " (by shared-memory reference, ", total,
                   " bytes in region ", region->key(), ")");
-  return region;
+  return std::make_unique<RegisteredPayloads>(std::move(region), pool);
 }
 
 }  // namespace load

@@ -1,6 +1,6 @@
 // ropeload --shm: the Rotate payloads' tensors moved into one POSIX
-// shared-memory region, which every channel of the pool registers (each
-// connection is its own client identity on the server), so that each call
+// shared-memory region, which every channel of the pool registers, so that
+// each call
 // sends (region, offset, byte_size) and the server rotates in place.
 //
 // Calls in flight on the same payload rotate the same bytes concurrently:
@@ -19,10 +19,29 @@
 namespace rope {
 namespace load {
 
+// The payloads' region, registered on the server(s) behind a pool's
+// channels; destroying it unregisters the region on every channel (errors
+// ignored: the server's idle lease reclaims what a lost channel leaves) so
+// that the next run from this host can register the same name.
+class RegisteredPayloads {
+ public:
+  RegisteredPayloads(std::unique_ptr<client::SharedRegion> region, const ChannelPool& pool)
+      : region_(std::move(region)), pool_(pool) {}
+  ~RegisteredPayloads();
+  RegisteredPayloads(const RegisteredPayloads&) = delete;
+  RegisteredPayloads& operator=(const RegisteredPayloads&) = delete;
+
+  const client::SharedRegion& region() const { return *region_; }
+
+ private:
+  std::unique_ptr<client::SharedRegion> region_;
+  const ChannelPool& pool_;
+};
+
 // Rewrites `workload`'s payloads (Rotate / RotateStream only: a usage error
 // otherwise) and registers the region on every channel of `pool`. The
-// region must outlive the run.
-absl::StatusOr<std::unique_ptr<client::SharedRegion>> MovePayloadsToSharedMemory(
+// result must outlive the run and be destroyed before `pool`.
+absl::StatusOr<std::unique_ptr<RegisteredPayloads>> MovePayloadsToSharedMemory(
     Workload* workload, const ChannelPool& pool);
 
 }  // namespace load

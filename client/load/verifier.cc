@@ -98,8 +98,9 @@ absl::StatusOr<Verifier::Expected> Verifier::Compute(int payload) const {
     case WorkloadKind::kGetTable: {
       auto reply = std::make_unique<v1::GetTableResponse>();
       // No message limit: the server checks its own.
-      ROPE_RETURN_IF_ERROR(AnswerGetTable(
-          *engine_, static_cast<const v1::GetTableRequest&>(*request), 0, reply.get()));
+      ROPE_RETURN_IF_ERROR(AnswerGetTable(*engine_,
+                                          static_cast<const v1::GetTableRequest&>(*request),
+                                          ReplyLimit(), reply.get()));
       return Expected(std::move(reply));
     }
   }

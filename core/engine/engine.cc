@@ -8,11 +8,16 @@
 #include <string>
 #include <vector>
 #include <numeric>
+#include <optional>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "core/engine/hf_config.h"
+#include "core/engine/scaling.h"
+#include "core/engine/table_block.h"
 #include "core/engine/table_blocks_touched.h"
+#include "core/engine/tensor_size.h"
 #include "core/engine/validation.h"
 
 namespace rope {
@@ -28,7 +33,98 @@ Engine::Engine(std::unique_ptr<Backend> backend, EngineLimits limits)
              }),
       hf_configs_(limits.hf_config_cache_bytes, limits.hf_config_cache_entries) {}
 
-absl::StatusOr<RopeConfig> Engine::ExplicitConfig(const RopeConfig& config) {
+namespace {
+
+// INVALID_ARGUMENT naming the config's fields when the table `key` stands
+// for has a non-finite inverse frequency or attention factor: finite,
+// in-range parameters can still combine into one (a tiny scaling factor
+// dividing a frequency, a dynamic-NTK base past double's range), and would
+// give replies full of NaN or Inf. A thread's last key that passed is
+// remembered, so a client sending one config call after call pays for the
+// check once.
+absl::Status CheckDerivedValues(const TableKey& key) {
+  thread_local std::optional<TableKey> last_passed;
+  if (last_passed.has_value() && *last_passed == key) return absl::OkStatus();
+  const std::vector<double> inv_freq = ComputeInvFreq(key);
+  for (size_t i = 0; i < inv_freq.size(); ++i) {
+    if (!std::isfinite(inv_freq[i])) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "config.theta ", ExactDecimal(key.theta), ", config.rotary_dim ", key.rotary_dim,
+          " and config.scaling ", DescribeScaling(key.scaling), " give inv_freq[", i, "] = ",
+          inv_freq[i], ": not finite; the parameters are outside what this scaling can use"));
+    }
+  }
+  const double factor = ComputeAttentionFactor(key);
+  if (!std::isfinite(factor)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config.scaling ", DescribeScaling(key.scaling), " with config.max_len ", key.max_len,
+        " gives an attention factor of ", factor, ": not finite"));
+  }
+  last_passed = key;
+  return absl::OkStatus();
+}
+
+// Checks where `result` (`what`: "the scores are") goes against the
+// result's shape and the call's memory, before any work.
+absl::Status CheckResult(const ResultBuffer& result, const std::vector<int64_t>& shape,
+                         const TensorMemory& memory, const char* what) {
+  if (result.bytes != nullptr) {
+    if (memory.is_host()) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrCat(
+        result.name, ": the call's tensors are in ", memory.ToString(),
+        ", so its results go there too (a region of that memory), not into the reply"));
+  }
+  if (result.view.memory != memory) {
+    return absl::InvalidArgumentError(absl::StrCat(result.name, " is in ",
+                                                   result.view.memory.ToString(),
+                                                   " but the call's tensors are in ",
+                                                   memory.ToString(),
+                                                   ": one call's tensors are all in one memory"));
+  }
+  const int64_t bytes = Float32Bytes(shape);
+  if (result.view.byte_size != static_cast<uint64_t>(bytes)) {
+    return absl::InvalidArgumentError(absl::StrCat(result.name, ".byte_size is ",
+                                                   result.view.byte_size, ": ", what, " ", bytes,
+                                                   " bytes"));
+  }
+  return absl::OkStatus();
+}
+
+// The result's memory: the reply's bytes, resized to the result, or the
+// caller's view (CheckResult passed).
+float* PlaceResult(ResultBuffer& result, const std::vector<int64_t>& shape) {
+  result.shape = shape;
+  if (result.bytes == nullptr) return static_cast<float*>(result.view.data);
+  result.bytes->resize(static_cast<size_t>(Float32Bytes(shape)));
+  return reinterpret_cast<float*>(result.bytes->data());
+}
+
+}  // namespace
+
+absl::StatusOr<DeviceMemory*> Engine::DeviceMemoryFor(absl::string_view field) {
+  DeviceMemory* memory = backend_->device_memory();
+  if (memory == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(field, ": this server's backend is ", backend_->info().name,
+                     ", which has no device memory; CUDA shared memory needs ropeserve "
+                     "--backend=cuda"));
+  }
+  return memory;
+}
+
+absl::Status Engine::CheckMemory(const TensorMemory& memory, absl::string_view field) {
+  if (memory.is_host()) return absl::OkStatus();
+  ROPE_ASSIGN_OR_RETURN(DeviceMemory* const device_memory, DeviceMemoryFor(field));
+  if (memory.device != device_memory->device()) {
+    return absl::InvalidArgumentError(absl::StrCat(field, " is in ", memory.ToString(),
+                                                   ": this server's backend computes on device ",
+                                                   device_memory->device()));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<RopeConfig> Engine::ExplicitConfig(const RopeConfig& config,
+                                                  const Interrupt* interrupt) {
   if (config.hf_config_json.empty()) {
     if (!config.hf_layer_type.empty()) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -44,7 +140,7 @@ absl::StatusOr<RopeConfig> Engine::ExplicitConfig(const RopeConfig& config) {
         limits_.max_hf_config_json_bytes, " bytes"));
   }
   const std::shared_ptr<const HfConfigCache::Result> parsed =
-      hf_configs_.Get(config.hf_config_json, config.hf_layer_type);
+      hf_configs_.Get(config.hf_config_json, config.hf_layer_type, interrupt);
   if (!parsed->ok()) return parsed->status();
   ROPE_ASSIGN_OR_RETURN(RopeConfig explicit_config, ApplyHfRopeConfig(config, **parsed));
   // What the JSON gives is checked here, so that the message says where the
@@ -62,6 +158,7 @@ absl::StatusOr<std::shared_ptr<const RopeTable>> Engine::TableFor(
     const RopeConfig& config, int64_t max_position,
     const std::function<void(BlocksTouched&)>& touch) {
   const TableKey key = MakeTableKey(config, max_position);
+  ROPE_RETURN_IF_ERROR(CheckDerivedValues(key));
   BlocksTouched touched(TableBlockShift(key), limits_.max_table_blocks_per_call);
   touch(touched);
   ROPE_ASSIGN_OR_RETURN(const std::vector<int64_t> blocks, touched.Sorted());
@@ -69,8 +166,9 @@ absl::StatusOr<std::shared_ptr<const RopeTable>> Engine::TableFor(
 }
 
 absl::Status Engine::Rotate(const RotateParams& params) {
-  ROPE_ASSIGN_OR_RETURN(const RopeConfig config, ExplicitConfig(params.config));
+  ROPE_ASSIGN_OR_RETURN(const RopeConfig config, ExplicitConfig(params.config, params.interrupt));
   ROPE_ASSIGN_OR_RETURN(ResolvedRotate resolved, ResolveRotate(params, config, limits_));
+  ROPE_RETURN_IF_ERROR(CheckMemory(resolved.args.memory, "q"));
   ROPE_ASSIGN_OR_RETURN(
       const std::shared_ptr<const RopeTable> table,
       TableFor(config, resolved.max_position, [&resolved](BlocksTouched& touched) {
@@ -112,127 +210,77 @@ absl::Status Engine::Rotate(const RotateParams& params) {
   return backend_->Rotate(*gathered, args);
 }
 
-namespace {
-
-// One result's destination for AttentionScores: its buffer field name (for
-// messages), host string or device range, and where its shape goes.
-struct ResultSlot {
-  AttentionResult result;
-  const char* buffer;  // "scores", "lse", ... (outputs.<buffer>, <buffer>_out)
-  std::string* host;
-  void* device;
-  uint64_t device_bytes;
-  std::vector<int64_t>* shape_out;
-  const std::vector<int64_t>* shape;
-  size_t element_bytes;
-  void** arg;  // where the backend reads the pointer
-};
-
-uint64_t Bytes(const std::vector<int64_t>& shape, size_t element_bytes) {
-  uint64_t n = element_bytes;
-  for (int64_t d : shape) n *= static_cast<uint64_t>(d);
-  return n;
-}
-
-}  // namespace
 
 absl::Status Engine::AttentionScores(const AttentionParams& params, AttentionOutputs* outputs) {
-  if (outputs == nullptr) {
+  if (outputs == nullptr || (params.results.empty() && !outputs->scores.requested())) {
     return absl::InvalidArgumentError("AttentionScores needs an outputs.scores buffer");
   }
-  ROPE_ASSIGN_OR_RETURN(const RopeConfig config, ExplicitConfig(params.config));
+  ROPE_ASSIGN_OR_RETURN(const RopeConfig config, ExplicitConfig(params.config, params.interrupt));
   ROPE_ASSIGN_OR_RETURN(ResolvedAttention resolved, ResolveAttention(params, config, limits_));
   AttentionArgs& args = resolved.args;
+  if (params.results.empty() && args.v != nullptr && !outputs->output.requested()) {
+    return absl::InvalidArgumentError("v is given but outputs.output is null");
+  }
+  ROPE_RETURN_IF_ERROR(CheckMemory(args.memory, "q"));
   args.interrupt = params.interrupt;
-  args.on_device = params.on_device;
 
-  // Every computed result and its destination; shapes are already checked
-  // against the element limit, so no byte size overflows.
-  std::vector<ResultSlot> slots;
-  auto add = [&](AttentionResult result, const char* buffer, std::string* host, void* device,
-                 uint64_t device_bytes, std::vector<int64_t>* shape_out,
-                 const std::vector<int64_t>& shape, size_t element_bytes, void** arg) {
-    if (resolved.Wants(result)) {
-      slots.push_back({result, buffer, host, device, device_bytes, shape_out, &shape,
-                       element_bytes, arg});
-    }
+  // Every computed result, its destination and where the backend reads its
+  // pointer. Every result is 4-byte elements (float32, top_k_indices int32).
+  struct Slot {
+    ResultBuffer* buffer;
+    const char* field;  // outputs.<field>
+    const std::vector<int64_t>* shape;
+    const char* what;   // "the scores are", for CheckResult's message
+    void** arg;
   };
-  add(AttentionResult::kScores, "scores", outputs->scores, outputs->device_scores,
-      outputs->device_scores_bytes, &outputs->scores_shape, resolved.scores_shape, sizeof(float),
-      reinterpret_cast<void**>(&args.scores));
-  add(AttentionResult::kOutput, "output", outputs->output, outputs->device_output,
-      outputs->device_output_bytes, &outputs->output_shape, resolved.output_shape, sizeof(float),
-      reinterpret_cast<void**>(&args.output));
-  const auto add_buffer = [&](AttentionResult result, const char* name, AttentionResultBuffer& b,
-                              const std::vector<int64_t>& shape, size_t element_bytes,
-                              void** arg) {
-    add(result, name, b.bytes, b.device, b.device_bytes, &b.shape, shape, element_bytes, arg);
+  std::vector<Slot> slots;
+  const auto add = [&](AttentionResult result, ResultBuffer& buffer, const char* field,
+                       const std::vector<int64_t>& shape, const char* what, void** arg) {
+    if (resolved.Wants(result)) slots.push_back({&buffer, field, &shape, what, arg});
   };
-  add_buffer(AttentionResult::kLse, "lse", outputs->lse, resolved.lse_shape, sizeof(float),
-             reinterpret_cast<void**>(&args.lse));
-  add_buffer(AttentionResult::kTopK, "top_k_indices", outputs->top_k_indices,
-             resolved.top_k_shape, sizeof(int32_t), reinterpret_cast<void**>(&args.top_k_indices));
-  add_buffer(AttentionResult::kTopK, "top_k_probs", outputs->top_k_probs, resolved.top_k_shape,
-             sizeof(float), reinterpret_cast<void**>(&args.top_k_probs));
-  add_buffer(AttentionResult::kKeyMass, "key_mass", outputs->key_mass, resolved.key_mass_shape,
-             sizeof(float), reinterpret_cast<void**>(&args.key_mass));
-  add_buffer(AttentionResult::kScoreRows, "score_rows", outputs->score_rows,
-             resolved.score_rows_shape, sizeof(float),
-             reinterpret_cast<void**>(&args.score_rows));
+  add(AttentionResult::kScores, outputs->scores, "scores", resolved.scores_shape,
+      "the scores are", reinterpret_cast<void**>(&args.scores));
+  add(AttentionResult::kOutput, outputs->output, "output", resolved.output_shape,
+      "the output is", reinterpret_cast<void**>(&args.output));
+  add(AttentionResult::kLse, outputs->lse, "lse", resolved.lse_shape, "the lse are",
+      reinterpret_cast<void**>(&args.lse));
+  add(AttentionResult::kTopK, outputs->top_k_indices, "top_k_indices", resolved.top_k_shape,
+      "the top_k_indices are", reinterpret_cast<void**>(&args.top_k_indices));
+  add(AttentionResult::kTopK, outputs->top_k_probs, "top_k_probs", resolved.top_k_shape,
+      "the top_k_probs are", reinterpret_cast<void**>(&args.top_k_probs));
+  add(AttentionResult::kKeyMass, outputs->key_mass, "key_mass", resolved.key_mass_shape,
+      "the key_mass are", reinterpret_cast<void**>(&args.key_mass));
+  add(AttentionResult::kScoreRows, outputs->score_rows, "score_rows", resolved.score_rows_shape,
+      "the score_rows are", reinterpret_cast<void**>(&args.score_rows));
 
-  // Every destination present (and, on the device, of exactly the result's
-  // size) before any work.
-  for (const ResultSlot& slot : slots) {
-    const uint64_t bytes = Bytes(*slot.shape, slot.element_bytes);
-    if (args.on_device) {
-      if (slot.device == nullptr) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            AttentionResultName(slot.result), " is computed on the device but ", slot.buffer,
-            "_out is not set"));
-      }
-      if (slot.device_bytes != bytes) {
-        return absl::InvalidArgumentError(absl::StrCat(slot.buffer, "_out.byte_size is ",
-                                                       slot.device_bytes, ": the ", slot.buffer,
-                                                       slot.result == AttentionResult::kOutput
-                                                           ? " is "
-                                                           : " are ",
-                                                       bytes, " bytes"));
-      }
-    } else if (slot.host == nullptr) {
-      if (params.results.empty() && slot.result == AttentionResult::kOutput) {
-        return absl::InvalidArgumentError("v is given but outputs.output is null");
-      }
+  // Every destination present and fitting before any work.
+  for (const Slot& slot : slots) {
+    if (!slot.buffer->requested()) {
       return absl::InvalidArgumentError(
-          absl::StrCat("AttentionScores needs an outputs.", slot.buffer, " buffer"));
+          absl::StrCat("AttentionScores needs an outputs.", slot.field, " buffer"));
     }
+    ROPE_RETURN_IF_ERROR(CheckResult(*slot.buffer, *slot.shape, args.memory, slot.what));
   }
   ROPE_ASSIGN_OR_RETURN(const std::shared_ptr<const RopeTable> table,
                         TableFor(config, resolved.max_position, [&args](BlocksTouched& touched) {
                           touched.AddPositions(args.q_positions);
                           touched.AddPositions(args.k_positions);
                         }));
-
-  for (const ResultSlot& slot : slots) {
-    *slot.shape_out = *slot.shape;
-    if (args.on_device) {
-      *slot.arg = slot.device;
-      continue;
-    }
+  for (const Slot& slot : slots) {
     try {
-      slot.host->resize(Bytes(*slot.shape, slot.element_bytes));
+      *slot.arg = PlaceResult(*slot.buffer, *slot.shape);
     } catch (const std::bad_alloc&) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "out of memory allocating the ", slot.buffer, " (",
-          Bytes(*slot.shape, slot.element_bytes), " bytes)"));
+      return absl::ResourceExhaustedError(absl::StrCat("out of memory allocating the ",
+                                                       slot.field, " (",
+                                                       Float32Bytes(*slot.shape), " bytes)"));
     }
-    *slot.arg = slot.host->data();
   }
   return backend_->AttentionScores(*table, args);
 }
 
 absl::StatusOr<TableSlice> Engine::GetTable(const RopeConfig& requested, int64_t start,
-                                           int64_t count) {
-  ROPE_ASSIGN_OR_RETURN(const RopeConfig config, ExplicitConfig(requested));
+                                           int64_t count, const Interrupt* interrupt) {
+  ROPE_ASSIGN_OR_RETURN(const RopeConfig config, ExplicitConfig(requested, interrupt));
   ROPE_RETURN_IF_ERROR(ValidateConfig(config, limits_.max_len_cap));
   const int64_t max_len = config.max_len;
   if (start < 0) {
@@ -268,8 +316,9 @@ absl::StatusOr<TableSlice> Engine::GetTable(const RopeConfig& requested, int64_t
   return slice;
 }
 
-absl::StatusOr<ResolvedConfig> Engine::ResolveConfig(const RopeConfig& requested) {
-  ROPE_ASSIGN_OR_RETURN(RopeConfig config, ExplicitConfig(requested));
+absl::StatusOr<ResolvedConfig> Engine::ResolveConfig(const RopeConfig& requested,
+                                                     const Interrupt* interrupt) {
+  ROPE_ASSIGN_OR_RETURN(RopeConfig config, ExplicitConfig(requested, interrupt));
   ROPE_RETURN_IF_ERROR(ValidateConfig(config, limits_.max_len_cap));
   // No tensor bounds head_dim here: the inverse frequencies (doubles, two
   // values each as GetTable counts a row) are held to the element limit
@@ -283,6 +332,7 @@ absl::StatusOr<ResolvedConfig> Engine::ResolveConfig(const RopeConfig& requested
   }
   ResolvedConfig out;
   out.key = MakeTableKey(config, /*max_position=*/0);
+  ROPE_RETURN_IF_ERROR(CheckDerivedValues(out.key));
   out.inv_freq = ComputeInvFreq(out.key);
   out.attention_factor = ComputeAttentionFactor(out.key);
   out.softmax_scale = config.model_softmax_scale != 0

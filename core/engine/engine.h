@@ -11,7 +11,6 @@
 #include <memory>
 #include <optional>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -38,19 +37,26 @@ struct EngineLimits {
   int64_t hf_config_cache_entries = 1024;
 };
 
-// Rotate q (and optionally k) in place.
+// Rotate q (and optionally k), in place or into q_out (k_out). Every tensor
+// of one call is in the same memory (TensorView::memory).
 struct RotateParams {
   RopeConfig config;
   TensorView q;                      // [B,S,Hq,D] or [S,Hq,D] (B = 1)
   TensorView k;                      // same rank/B/S/D, its own head count; data == nullptr: absent
+  // Where rotated q (k) go instead of q (k) itself, which is then only read:
+  // q's byte size, never partly overlapping an input (the caller's
+  // contract: core/proto_engine/tensor_resolver.h checks references).
+  // data == nullptr: rotated in place.
+  TensorView q_out;
+  TensorView k_out;
   int64_t start_pos = 0;             // positions start_pos + s when `positions` is empty
   // S or B*S explicit positions (start_pos must then be 0). With
   // config.mrope: 3*S or 3*B*S, ordered [axis][b][s] (axes t, h, w).
   std::vector<int64_t> positions;
   bool inverse = false;
-  // q.data and k.data are device memory the backend opened
-  // (OpenCudaIpcMemory), not host memory; see RotateArgs::on_device.
-  bool on_device = false;
+  // Optional: polled while the config is derived (hf_config_json), so a
+  // cancelled or late call stops there. Must outlive the call.
+  const Interrupt* interrupt = nullptr;
 };
 
 // What AttentionScores computes (the numbers of rope.v1.AttentionResult).
@@ -99,46 +105,39 @@ struct AttentionParams {
   // Optional: lets the backend stop early (CANCELLED / DEADLINE_EXCEEDED)
   // when the caller has gone. Must outlive the call.
   const Interrupt* interrupt = nullptr;
-  // q, k and v are device memory the backend opened (OpenCudaIpcMemory);
-  // the results then go to AttentionOutputs' device ranges.
-  bool on_device = false;
 };
 
-// Result buffers for AttentionScores. The engine resizes each string to the
-// result's byte size and writes little-endian float32 into it, so a caller
-// can hand it the bytes field of a reply and avoid a copy.
-//
-// With AttentionParams::on_device the results go instead to device memory
-// the backend opened: device_scores (and device_output when v is present),
-// whose byte sizes must be exactly the results' (INVALID_ARGUMENT naming
-// scores_out / output_out otherwise, before any work).
-//
-// The results beyond scores and output (AttentionParams::results) each have
-// an AttentionResultBuffer: `bytes` for a host result (resized and filled:
-// float32, top_k_indices int32, little-endian), or `device` /
-// `device_bytes` with on_device. The engine sets every computed result's
-// shape. A requested result without its buffer is INVALID_ARGUMENT.
-struct AttentionResultBuffer {
+// Where one result of a call goes (a float32 tensor whose shape the engine
+// computes and sets in `shape`):
+//  - `bytes` (a reply's bytes field): the engine resizes it to the result
+//    and writes it there, so that a reply carries the result without a
+//    copy (host memory; not for a call on device memory); or, when `bytes`
+//    is null,
+//  - `view`: memory the caller provides (a shared-memory region, host or
+//    device, in the call's memory) of exactly the result's byte size:
+//    INVALID_ARGUMENT naming `name`.byte_size otherwise, before any work.
+// Neither: the result is not asked for.
+struct ResultBuffer {
   std::string* bytes = nullptr;
-  void* device = nullptr;
-  uint64_t device_bytes = 0;
+  TensorView view;
+  const char* name = "";  // the field a message names, e.g. "scores_out"
   std::vector<int64_t> shape;
+  bool requested() const { return bytes != nullptr || view.data != nullptr; }
 };
 
+// Result buffers for AttentionScores (top_k_indices int32, the others
+// float32). With AttentionParams::results empty, scores is required and
+// output is required exactly when v is given; otherwise each requested
+// result needs its buffer (TOP_K both of its buffers), and the others are
+// left untouched.
 struct AttentionOutputs {
-  std::string* scores = nullptr;     // when SCORES is computed: [B,Hq,Sq,Sk]
-  std::vector<int64_t> scores_shape;
-  std::string* output = nullptr;     // when OUTPUT is computed: [B,Sq,Hq,Dv]
-  std::vector<int64_t> output_shape;
-  float* device_scores = nullptr;
-  uint64_t device_scores_bytes = 0;
-  float* device_output = nullptr;
-  uint64_t device_output_bytes = 0;
-  AttentionResultBuffer lse;            // [B,Hq,Sq]
-  AttentionResultBuffer top_k_indices;  // [B,Hq,Sq,top_k] int32
-  AttentionResultBuffer top_k_probs;    // [B,Hq,Sq,top_k]
-  AttentionResultBuffer key_mass;       // [B,Hq,Sk]
-  AttentionResultBuffer score_rows;     // [B,Hq,count,Sk]
+  ResultBuffer scores;         // [B,Hq,Sq,Sk]
+  ResultBuffer output;         // [B,Sq,Hq,Dv]
+  ResultBuffer lse;            // [B,Hq,Sq]
+  ResultBuffer top_k_indices;  // [B,Hq,Sq,top_k] int32
+  ResultBuffer top_k_probs;    // [B,Hq,Sq,top_k]
+  ResultBuffer key_mass;       // [B,Hq,Sk]
+  ResultBuffer score_rows;     // [B,Hq,count,Sk]
 };
 
 // A slice of a table for GetTable: rows [start, start + count) of cos and sin.
@@ -186,28 +185,29 @@ class Engine {
   // Validates `config` and returns its table (building it if needed) with the
   // requested row range checked against max_len. count == 0 means up to the
   // end of the table. For dynamic NTK the sequence length is start + count.
-  absl::StatusOr<TableSlice> GetTable(const RopeConfig& config, int64_t start, int64_t count);
+  // `interrupt` (may be null) stops the parse of an hf_config_json.
+  absl::StatusOr<TableSlice> GetTable(const RopeConfig& config, int64_t start, int64_t count,
+                                      const Interrupt* interrupt = nullptr);
 
-  // Resolves and validates `config` without building a table.
-  absl::StatusOr<ResolvedConfig> ResolveConfig(const RopeConfig& config);
+  // Resolves and validates `config` without building a table; `interrupt`
+  // as GetTable's.
+  absl::StatusOr<ResolvedConfig> ResolveConfig(const RopeConfig& config,
+                                               const Interrupt* interrupt = nullptr);
 
   // The explicit config `config` stands for: itself when hf_config_json is
   // empty, else the JSON's derivation (hf_config.h; cached by content) with
   // the request's max_len and layout. Not yet validated against limits.
   // INVALID_ARGUMENT for an unusable JSON or a conflicting field;
-  // RESOURCE_EXHAUSTED for a JSON over limits.max_hf_config_json_bytes.
-  absl::StatusOr<RopeConfig> ExplicitConfig(const RopeConfig& config);
+  // RESOURCE_EXHAUSTED for a JSON over limits.max_hf_config_json_bytes;
+  // CANCELLED or DEADLINE_EXCEEDED when `interrupt` (may be null) stops the
+  // parse.
+  absl::StatusOr<RopeConfig> ExplicitConfig(const RopeConfig& config,
+                                            const Interrupt* interrupt = nullptr);
 
-  // The backend's Backend::OpenCudaIpcMemory and CopyOnDevice (CUDA shared
-  // memory; FAILED_PRECONDITION on a backend without device memory).
-  absl::StatusOr<std::shared_ptr<DeviceMemoryLease>> OpenCudaIpcMemory(std::string_view handle,
-                                                                       int device,
-                                                                       uint64_t byte_size) {
-    return backend_->OpenCudaIpcMemory(handle, device, byte_size);
-  }
-  absl::Status CopyOnDevice(void* destination, const void* source, uint64_t bytes) {
-    return backend_->CopyOnDevice(destination, source, bytes);
-  }
+  // The backend's device memory for `field` (e.g. "cuda_ipc_handle"), or
+  // FAILED_PRECONDITION naming it on a backend without any (the CPU's):
+  // the one place where device memory is refused.
+  absl::StatusOr<DeviceMemory*> DeviceMemoryFor(absl::string_view field);
 
   const EngineLimits& limits() const { return limits_; }
   BackendInfo backend_info() const { return backend_->info(); }
@@ -217,6 +217,11 @@ class Engine {
   HfConfigCache::Stats hf_config_cache_stats() const { return hf_configs_.stats(); }
 
  private:
+  // OK for host memory, and for device memory of the backend's device;
+  // FAILED_PRECONDITION (no device memory) or INVALID_ARGUMENT (another
+  // device) naming `field` otherwise.
+  absl::Status CheckMemory(const TensorMemory& memory, absl::string_view field);
+
   // The rows of the table for a validated config and the largest position
   // the request uses (dynamic NTK's base depends on it) that `touch` adds:
   // the blocks they fall in, built if missing, held by the returned view.

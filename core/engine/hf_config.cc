@@ -23,7 +23,7 @@ using Json = nlohmann::json;
 
 // Real config.json files nest 3 or 4 levels; the limit keeps a hostile
 // document from building a deep tree (nlohmann's parser itself is
-// iterative, its tree is not).
+// iterative, its tree is not). The top-level object is level 1.
 constexpr int kMaxDepth = 64;
 constexpr size_t kMaxShown = 64;  // bytes of a value quoted in a message
 
@@ -203,25 +203,93 @@ class Scope {
   std::string prefix_;
 };
 
-absl::StatusOr<Json> ParseJson(absl::string_view text) {
-  bool too_deep = false;
-  Json::parser_callback_t limit_depth = [&too_deep](int depth, Json::parse_event_t, Json&) {
-    if (depth > kMaxDepth) too_deep = true;
-    return depth <= kMaxDepth;  // false: the value is dropped, parsing goes on
-  };
+// nlohmann's DOM builder behind a SAX handler that counts nesting and polls
+// the caller's interrupt. Not nlohmann's callback parser: after every closing
+// brace it walks the parent container looking for values the callback
+// discarded, so `[{},{},...]` took time quadratic in its length (4 MiB of
+// `{}`: minutes of a work thread). This is one pass, linear in the text.
+class BoundedDomBuilder {
+ public:
+  using number_integer_t = Json::number_integer_t;
+  using number_unsigned_t = Json::number_unsigned_t;
+  using number_float_t = Json::number_float_t;
+  using string_t = Json::string_t;
+  using binary_t = Json::binary_t;
+
+  BoundedDomBuilder(Json& root, const Interrupt* interrupt)
+      : dom_(root, /*allow_exceptions_=*/false), interrupt_(interrupt) {}
+
+  bool null() { return Tick() && dom_.null(); }
+  bool boolean(bool value) { return Tick() && dom_.boolean(value); }
+  bool number_integer(number_integer_t value) { return Tick() && dom_.number_integer(value); }
+  bool number_unsigned(number_unsigned_t value) { return Tick() && dom_.number_unsigned(value); }
+  bool number_float(number_float_t value, const string_t& text) {
+    return Tick() && dom_.number_float(value, text);
+  }
+  bool string(string_t& value) { return Tick() && dom_.string(value); }
+  bool binary(binary_t& value) { return Tick() && dom_.binary(value); }
+  bool key(string_t& value) { return Tick() && dom_.key(value); }
+  bool start_object(std::size_t size) { return Enter() && dom_.start_object(size); }
+  bool end_object() {
+    --depth_;
+    return dom_.end_object();
+  }
+  bool start_array(std::size_t size) { return Enter() && dom_.start_array(size); }
+  bool end_array() {
+    --depth_;
+    return dom_.end_array();
+  }
+  bool parse_error(std::size_t /*position*/, const std::string& /*token*/,
+                   const nlohmann::detail::exception& error) {
+    status_ = absl::InvalidArgumentError(
+        absl::StrCat("hf_config_json is not valid JSON: ", Truncated(error.what(), 240)));
+    return false;
+  }
+
+  // Why parsing stopped early; OK when it did not.
+  const absl::Status& status() const { return status_; }
+
+ private:
+  // The top-level object is level 1; kMaxDepth levels are accepted.
+  bool Enter() {
+    if (++depth_ > kMaxDepth) {
+      status_ = absl::InvalidArgumentError(absl::StrCat(
+          "hf_config_json nests objects and arrays deeper than ", kMaxDepth, " levels"));
+      return false;
+    }
+    return Tick();
+  }
+
+  // Polls the interrupt every kEventsPerCheck values (a few microseconds of
+  // parsing), so a cancelled or late call stops within that.
+  bool Tick() {
+    static constexpr int64_t kEventsPerCheck = 4096;
+    if (interrupt_ == nullptr || ++events_ % kEventsPerCheck != 0) return true;
+    status_ = interrupt_->Check("parsing hf_config_json");
+    return status_.ok();
+  }
+
+  nlohmann::detail::json_sax_dom_parser<Json> dom_;
+  const Interrupt* const interrupt_;
+  int depth_ = 0;
+  int64_t events_ = 0;
+  absl::Status status_;
+};
+
+absl::StatusOr<Json> ParseJson(absl::string_view text, const Interrupt* interrupt) {
   Json root;
-  // nlohmann reports malformed input only by exception (or by a discarded
-  // value without the reason); it is caught here and never leaves.
+  BoundedDomBuilder builder(root, interrupt);
+  bool parsed = false;
+  // The SAX parser reports malformed input through parse_error; anything it
+  // still throws is caught here and never leaves.
   try {
-    root = Json::parse(text.begin(), text.end(), limit_depth, /*allow_exceptions=*/true);
+    parsed = Json::sax_parse(text.begin(), text.end(), &builder);
   } catch (const Json::exception& e) {
     return absl::InvalidArgumentError(
         absl::StrCat("hf_config_json is not valid JSON: ", Truncated(e.what(), 240)));
   }
-  if (too_deep) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "hf_config_json nests objects and arrays deeper than ", kMaxDepth, " levels"));
-  }
+  if (!builder.status().ok()) return builder.status();
+  if (!parsed) return absl::InvalidArgumentError("hf_config_json is not valid JSON");
   if (!root.is_object()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "hf_config_json is ", Show(root), ": must be a JSON object (a model's config.json)"));
@@ -583,8 +651,9 @@ absl::StatusOr<ScalingConfig> Scaling(const std::string& rope_type, const Scope&
 }  // namespace
 
 absl::StatusOr<HfRopeConfig> ParseHfRopeConfig(absl::string_view json,
-                                               absl::string_view layer_type_in) {
-  ROPE_ASSIGN_OR_RETURN(const Json root, ParseJson(json));
+                                               absl::string_view layer_type_in,
+                                               const Interrupt* interrupt) {
+  ROPE_ASSIGN_OR_RETURN(const Json root, ParseJson(json, interrupt));
   const Scope top(root, "");
   // Vision-language models keep the language model's keys in text_config.
   ROPE_ASSIGN_OR_RETURN(std::optional<Scope> text_config, top.Object("text_config"));
@@ -681,6 +750,7 @@ absl::StatusOr<RopeConfig> ApplyHfRopeConfig(const RopeConfig& request, const Hf
   RopeConfig out;
   out.max_len = request.max_len;
   out.layout = request.layout;
+  out.angle_precision = request.angle_precision;
   out.theta = hf.theta;
   out.model_softmax_scale = hf.softmax_scale;
   out.scaling = hf.scaling;

@@ -21,6 +21,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "core/engine/interrupt.h"
 #include "core/engine/mrope.h"
 #include "core/engine/rope_config.h"
 #include "core/engine/scaling.h"
@@ -46,13 +47,16 @@ struct HfRopeConfig {
 };
 
 // Parses `json` (a whole config.json, or only its rope keys) for
-// `layer_type` ("" means full_attention). Nesting deeper than 64 levels is
-// refused. INVALID_ARGUMENT, the message starting "hf_config_json" and
+// `layer_type` ("" means full_attention), in time linear in its length.
+// Nesting deeper than 64 levels (the top-level object being level 1) is
+// refused. `interrupt` (may be null) is polled while parsing: CANCELLED or
+// DEADLINE_EXCEEDED when it says stop. INVALID_ARGUMENT, the message starting "hf_config_json" and
 // naming the key path (e.g. "text_config.rope_scaling.factor") and value,
 // for malformed JSON, a wrong type, a non-finite or out-of-range number, a
 // missing required key, an unknown rope_type or layer type.
 absl::StatusOr<HfRopeConfig> ParseHfRopeConfig(absl::string_view json,
-                                               absl::string_view layer_type);
+                                               absl::string_view layer_type,
+                                               const Interrupt* interrupt = nullptr);
 
 // The explicit config `request` stands for: theta, head_dim, rotary_dim,
 // scaling, mrope and model_softmax_scale from `hf`; max_len and layout from

@@ -10,7 +10,8 @@ HfConfigCache::HfConfigCache(int64_t budget_bytes, int64_t max_entries)
     : budget_bytes_(budget_bytes), max_entries_(max_entries) {}
 
 std::shared_ptr<const HfConfigCache::Result> HfConfigCache::Get(absl::string_view json,
-                                                                absl::string_view layer_type) {
+                                                                absl::string_view layer_type,
+                                                                const Interrupt* interrupt) {
   // Length-prefixed, so that no (layer type, JSON) pair can spell another's key.
   std::string key = absl::StrCat(layer_type.size(), ":", layer_type, json);
   const int64_t key_bytes = static_cast<int64_t>(key.size());
@@ -24,8 +25,10 @@ std::shared_ptr<const HfConfigCache::Result> HfConfigCache::Get(absl::string_vie
     }
     ++misses_;
   }
-  auto result = std::make_shared<const Result>(ParseHfRopeConfig(json, layer_type));
-  if (key_bytes > budget_bytes_ || max_entries_ <= 0) return result;
+  auto result = std::make_shared<const Result>(ParseHfRopeConfig(json, layer_type, interrupt));
+  const bool interrupted = result->status().code() == absl::StatusCode::kCancelled ||
+                           result->status().code() == absl::StatusCode::kDeadlineExceeded;
+  if (interrupted || key_bytes > budget_bytes_ || max_entries_ <= 0) return result;
 
   absl::MutexLock lock(&mu_);
   auto [it, inserted] = entries_.try_emplace(std::move(key));

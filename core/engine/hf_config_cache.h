@@ -42,8 +42,11 @@ class HfConfigCache {
   HfConfigCache(const HfConfigCache&) = delete;
   HfConfigCache& operator=(const HfConfigCache&) = delete;
 
-  // ParseHfRopeConfig(json, layer_type), from the cache when it holds it.
-  std::shared_ptr<const Result> Get(absl::string_view json, absl::string_view layer_type);
+  // ParseHfRopeConfig(json, layer_type, interrupt), from the cache when it
+  // holds it. A parse the interrupt stopped (CANCELLED, DEADLINE_EXCEEDED)
+  // is not cached: it says nothing about the text.
+  std::shared_ptr<const Result> Get(absl::string_view json, absl::string_view layer_type,
+                                    const Interrupt* interrupt = nullptr);
 
   Stats stats() const;
 

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "core/engine/float32_angles.h"
 
 namespace rope {
 
@@ -35,6 +36,18 @@ absl::Status ValidateConfig(const RopeConfig& config, uint32_t max_len_cap) {
   if (absl::Status s = ValidateMrope(config.mrope, config.EffectiveRotaryDim()); !s.ok()) {
     return s;
   }
+  if (config.angle_precision != AnglePrecision::kExact &&
+      config.angle_precision != AnglePrecision::kFloat32) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config.angle_precision is ", static_cast<int>(config.angle_precision),
+        ": must be ANGLE_EXACT or ANGLE_FLOAT32"));
+  }
+  if (config.angle_precision == AnglePrecision::kFloat32 && !HasFloat32Angles(config.scaling)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config.angle_precision is ANGLE_FLOAT32 with scaling ", ScalingName(config.scaling),
+        ": transformers' float32 angles are reproduced for plain RoPE and the linear and llama3 "
+        "scalings only; use ANGLE_EXACT"));
+  }
   if (config.max_len == 0) {
     return absl::InvalidArgumentError("config.max_len is 0: must be > 0 (the table length)");
   }
@@ -53,6 +66,7 @@ TableKey MakeTableKey(const RopeConfig& config, int64_t max_position) {
                             max_position + 1);
   key.max_len = config.max_len;
   key.scaling = WithScalingDefaults(config.scaling);
+  key.float32_angles = config.angle_precision == AnglePrecision::kFloat32;
   if (auto* longrope = std::get_if<LongRopeScaling>(&key.scaling)) {
     key.long_factor = UsesLongFactor(*longrope, config.max_len, max_position + 1);
     // Resolved here, where max_len is known, so that an explicit attention
@@ -65,8 +79,10 @@ TableKey MakeTableKey(const RopeConfig& config, int64_t max_position) {
 }
 
 std::string TableKey::DebugString() const {
-  return absl::StrFormat("{theta=%.17g rotary_dim=%u max_len=%u scaling=%s%s}", theta, rotary_dim,
-                         max_len, ScalingName(scaling), long_factor ? " (long_factor)" : "");
+  return absl::StrFormat("{theta=%.17g rotary_dim=%u max_len=%u scaling=%s%s%s}", theta,
+                         rotary_dim, max_len, ScalingName(scaling),
+                         long_factor ? " (long_factor)" : "",
+                         float32_angles ? " angles=float32" : "");
 }
 
 std::string TableKey::ToString() const {
@@ -74,7 +90,8 @@ std::string TableKey::ToString() const {
                          rotary_dim, max_len, DescribeScaling(scaling),
                          std::holds_alternative<LongRopeScaling>(scaling)
                              ? (long_factor ? " uses=long_factor" : " uses=short_factor")
-                             : "");
+                             : "") +
+         (float32_angles ? " angles=float32" : "");
 }
 
 }  // namespace rope

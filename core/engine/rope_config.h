@@ -14,6 +14,13 @@
 
 namespace rope {
 
+// How the table's angles are computed (rope.proto's AnglePrecision).
+// kExact: in double, cos/sin rounded once to float32 (the precision
+// contract). kFloat32: as transformers computes them in float32
+// (float32_angles.h), for bit-parity checks; none, linear and llama3
+// scaling only.
+enum class AnglePrecision { kExact, kFloat32 };
+
 struct RopeConfig {
   double theta = 0;          // base; 0 means kDefaultTheta
   uint32_t head_dim = 0;     // required, even, > 0
@@ -22,6 +29,7 @@ struct RopeConfig {
   Layout layout = Layout::kInterleaved;
   ScalingConfig scaling = NoScaling{};
   MropeConfig mrope;  // disabled: one position per token
+  AnglePrecision angle_precision = AnglePrecision::kExact;
   // A model's config.json (whole, or only its rope keys). When set, theta,
   // rotary_dim, scaling and mrope must be unset and head_dim 0 or equal to
   // what the JSON gives: the Engine derives them (hf_config.h) before
@@ -59,17 +67,20 @@ struct TableKey {
   uint32_t max_len = 0;
   ScalingConfig scaling = NoScaling{};
   bool long_factor = false;
+  // AnglePrecision::kFloat32: transformers' float32 angles (float32_angles.h).
+  bool float32_angles = false;
 
   friend bool operator==(const TableKey& a, const TableKey& b) {
     return a.theta == b.theta && a.rotary_dim == b.rotary_dim &&
-           a.max_len == b.max_len && a.scaling == b.scaling && a.long_factor == b.long_factor;
+           a.max_len == b.max_len && a.scaling == b.scaling && a.long_factor == b.long_factor &&
+           a.float32_angles == b.float32_angles;
   }
   template <typename H>
   friend H AbslHashValue(H h, const TableKey& k) {
     // Debian's Abseil is built without std::variant support in absl::Hash,
     // so the active alternative is hashed by hand.
     h = H::combine(std::move(h), k.theta, k.rotary_dim, k.max_len, k.long_factor,
-                   k.scaling.index());
+                   k.float32_angles, k.scaling.index());
     return std::visit([&h](const auto& alt) { return H::combine(std::move(h), alt); },
                       k.scaling);
   }

@@ -9,6 +9,7 @@
 #include <new>
 
 #include "absl/strings/str_cat.h"
+#include "core/engine/float32_angles.h"
 
 namespace rope {
 namespace {
@@ -85,6 +86,10 @@ void TableBlock::StorageFree::operator()(float* p) const {
 }
 
 std::vector<double> ComputeInvFreq(const TableKey& key) {
+  if (key.float32_angles) {
+    const std::vector<float> inv = TransformersFloat32InvFreq(key);
+    return std::vector<double>(inv.begin(), inv.end());
+  }
   return ScaledInvFreq(key.scaling, key.theta, key.rotary_dim, key.long_factor);
 }
 
@@ -186,7 +191,15 @@ std::shared_ptr<const TableBlock> TableBlock::Build(const TableKey& key, int64_t
   // FillTableRows re-anchors the recurrence at the first row of each range
   // it is given, so every block (and every piece of a parallel fill) starts
   // from exact cos/sin: the precision contract holds at any position.
-  auto fill = [b, &inv_freq, factor, first, half](int64_t begin, int64_t end) {
+  // float32 angles (float32_angles.h): the scalings allowed have factor 1.
+  const std::vector<float> inv_freq_f32 =
+      key.float32_angles ? TransformersFloat32InvFreq(key) : std::vector<float>();
+  auto fill = [b, &inv_freq, &inv_freq_f32, factor, first, half](int64_t begin, int64_t end) {
+    if (!inv_freq_f32.empty()) {
+      FillFloat32AngleRows(inv_freq_f32, first + begin, end - begin,
+                           b->mutable_cos() + begin * half, b->mutable_sin() + begin * half);
+      return;
+    }
     FillTableRows(inv_freq, factor, first + begin, end - begin, b->mutable_cos() + begin * half,
                   b->mutable_sin() + begin * half);
   };

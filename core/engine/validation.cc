@@ -8,11 +8,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
+#include "core/engine/tensor_size.h"
 
 namespace rope {
 namespace {
-
-constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
 
 std::string ShapeString(const std::vector<int64_t>& shape) {
   return absl::StrCat("[", absl::StrJoin(shape, ","), "]");
@@ -20,12 +19,6 @@ std::string ShapeString(const std::vector<int64_t>& shape) {
 
 bool IsValidDType(DType dtype) {
   return dtype == DType::kFloat32 || dtype == DType::kFloat16 || dtype == DType::kBFloat16;
-}
-
-// a * b, or -1 when it would overflow int64 (inputs are >= 0).
-int64_t CheckedMul(int64_t a, int64_t b) {
-  if (a != 0 && b > kInt64Max / a) return -1;
-  return a * b;
 }
 
 // Dimensions of a [B, S, H, D] tensor (rank 3 [S, H, D] means B = 1).
@@ -124,6 +117,36 @@ absl::Status CheckGqa(const char* q_name, int64_t q_heads, const char* k_name, i
   return absl::OkStatus();
 }
 
+// Every tensor of one call is in one memory: a backend reads them all on
+// the host or all on its device.
+absl::Status CheckSameMemory(const char* name, const TensorMemory& memory, const char* q_name,
+                             const TensorMemory& q_memory) {
+  if (memory != q_memory) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        name, " is in ", memory.ToString(), " but ", q_name, " is in ", q_memory.ToString(),
+        ": one call's tensors are all in one memory"));
+  }
+  return absl::OkStatus();
+}
+
+// Where a rotated tensor goes: `out` (q_out for q) when given, which holds
+// exactly `in`'s bytes in `in`'s memory; else `in` itself. Sets the backend's
+// destination and, for a rotation out of place, its source.
+absl::Status ResolveDestination(const char* out_name, const TensorView& out, const char* in_name,
+                                const TensorView& in, void** destination, const void** source) {
+  *destination = in.data;
+  *source = nullptr;
+  if (out.data == nullptr) return absl::OkStatus();
+  if (out.byte_size != in.byte_size) {
+    return absl::InvalidArgumentError(absl::StrCat(out_name, ".byte_size is ", out.byte_size, ": ",
+                                                   in_name, " is ", in.byte_size, " bytes"));
+  }
+  ROPE_RETURN_IF_ERROR(CheckSameMemory(out_name, out.memory, in_name, in.memory));
+  *destination = out.data;
+  if (out.data != in.data) *source = in.data;
+  return absl::OkStatus();
+}
+
 // Positions start_pos + s, s < seq, must lie in [0, max_len).
 absl::Status CheckStartPos(const char* name, int64_t start_pos, int64_t seq, uint32_t max_len) {
   if (start_pos < 0) {
@@ -145,11 +168,6 @@ absl::Status CheckElementLimit(int64_t elements, const EngineLimits& limits) {
         limits.max_elements_per_request));
   }
   return absl::OkStatus();
-}
-
-int64_t CheckedAdd(int64_t a, int64_t b) {
-  if (a < 0 || b < 0 || a > kInt64Max - b) return -1;
-  return a + b;
 }
 
 // One explicit position: >= 0 (INVALID_ARGUMENT) and < max_len (OUT_OF_RANGE).
@@ -242,12 +260,13 @@ absl::StatusOr<ResolvedRotate> ResolveRotate(const RotateParams& params, const R
   args.dtype = params.q.dtype;
   args.layout = config.layout;
   args.inverse = params.inverse;
-  args.on_device = params.on_device;
+  args.memory = params.q.memory;
   args.batch = q.batch;
   args.seq = q.seq;
   args.head_dim = config.head_dim;
   args.rotary_dim = config.EffectiveRotaryDim();
-  args.q = params.q.data;
+  ROPE_RETURN_IF_ERROR(
+      ResolveDestination("q_out", params.q_out, "q", params.q, &args.q, &args.q_source));
   args.q_heads = q.heads;
 
   const bool has_k = params.k.data != nullptr || !params.k.shape.empty();
@@ -256,9 +275,13 @@ absl::StatusOr<ResolvedRotate> ResolveRotate(const RotateParams& params, const R
     ROPE_RETURN_IF_ERROR(CheckHeadDim("k", k, config));
     ROPE_RETURN_IF_ERROR(CheckCompanion("k", params.k, k, "q", params.q, q, /*same_seq=*/true));
     ROPE_RETURN_IF_ERROR(CheckGqa("q", q.heads, "k", k.heads));
-    args.k = params.k.data;
+    ROPE_RETURN_IF_ERROR(CheckSameMemory("k", params.k.memory, "q", params.q.memory));
+    ROPE_RETURN_IF_ERROR(
+        ResolveDestination("k_out", params.k_out, "k", params.k, &args.k, &args.k_source));
     args.k_heads = k.heads;
     elements = CheckedAdd(elements, k.elements);
+  } else if (params.k_out.data != nullptr) {
+    return absl::InvalidArgumentError("k_out is set but k is missing");
   }
   ROPE_RETURN_IF_ERROR(CheckElementLimit(elements, limits));
 
@@ -372,6 +395,7 @@ absl::StatusOr<ResolvedAttention> ResolveAttention(const AttentionParams& params
   ROPE_RETURN_IF_ERROR(CheckHeadDim("k", k, config));
   ROPE_RETURN_IF_ERROR(CheckCompanion("k", params.k, k, "q", params.q, q, /*same_seq=*/false));
   ROPE_RETURN_IF_ERROR(CheckGqa("q", q.heads, "k", k.heads));
+  ROPE_RETURN_IF_ERROR(CheckSameMemory("k", params.k.memory, "q", params.q.memory));
   // The backends multiply in float32: a double above FLT_MAX would become inf.
   if (!std::isfinite(params.scale) || params.scale < 0 ||
       params.scale > std::numeric_limits<float>::max()) {
@@ -393,6 +417,7 @@ absl::StatusOr<ResolvedAttention> ResolveAttention(const AttentionParams& params
   a.rotary_dim = config.EffectiveRotaryDim();
   a.q = params.q.data;
   a.k = params.k.data;
+  a.memory = params.q.memory;
   a.causal = params.causal;
   a.softmax = params.softmax;
   double scale = params.scale;
@@ -407,6 +432,7 @@ absl::StatusOr<ResolvedAttention> ResolveAttention(const AttentionParams& params
   if (has_v) {
     ROPE_ASSIGN_OR_RETURN(v, CheckTensor("v", params.v));
     ROPE_RETURN_IF_ERROR(CheckCompanion("v", params.v, v, "k", params.k, k, /*same_seq=*/true));
+    ROPE_RETURN_IF_ERROR(CheckSameMemory("v", params.v.memory, "q", params.q.memory));
     if (v.heads != k.heads) {
       return absl::InvalidArgumentError(absl::StrCat("v heads (", v.heads,
                                                      ") must equal k heads (", k.heads, ")"));

@@ -89,6 +89,18 @@ absl::StatusOr<RopeConfig> ConfigFromProto(const v1::RopeConfig& proto) {
   }
   config.hf_config_json = proto.hf_config_json();
   config.hf_layer_type = proto.hf_layer_type();
+  switch (proto.angle_precision()) {
+    case v1::ANGLE_EXACT:
+      config.angle_precision = AnglePrecision::kExact;
+      break;
+    case v1::ANGLE_FLOAT32:
+      config.angle_precision = AnglePrecision::kFloat32;
+      break;
+    default:
+      return absl::InvalidArgumentError(absl::StrCat(
+          "config.angle_precision is ", proto.angle_precision(),
+          ": not a rope.v1.AnglePrecision (ANGLE_EXACT = 0, ANGLE_FLOAT32 = 1)"));
+  }
   return config;
 }
 
@@ -107,6 +119,8 @@ v1::RopeConfig ConfigToProto(const RopeConfig& config) {
   }
   proto.set_hf_config_json(config.hf_config_json);
   proto.set_hf_layer_type(config.hf_layer_type);
+  proto.set_angle_precision(config.angle_precision == AnglePrecision::kFloat32 ? v1::ANGLE_FLOAT32
+                                                                               : v1::ANGLE_EXACT);
   return proto;
 }
 

@@ -12,10 +12,21 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/match.h"
+#include "absl/time/clock.h"
 #include "core/proto_engine/shm_fault_guard.h"
 
 namespace rope {
 namespace {
+
+// Regions outlive the calls (and processes) that registered them, so the
+// usual cause is an earlier run of the same client that never unregistered.
+absl::Status RegionTakenError(const std::string& name) {
+  return absl::AlreadyExistsError(absl::StrCat(
+      "region \"", name, "\" is already registered by this client (the same token, "
+      "certificate or host; perhaps an earlier run that did not unregister it): unregister it "
+      "first (UnregisterSharedMemory; Python: client.unregister_shm(\"", name,
+      "\")) or use another name"));
+}
 
 constexpr size_t kMaxNameLength = 128;
 
@@ -60,21 +71,37 @@ absl::StatusOr<int> OpenKey(const std::string& key, const std::string& allowed_d
     return absl::FailedPreconditionError(
         absl::StrCat("--shm_allowed_dir \"", allowed_dir, "\" cannot be resolved"));
   }
-  if (realpath(key.c_str(), resolved_key) == nullptr) return OpenError(key, errno);
-  const std::string dir_prefix = absl::StrCat(resolved_dir, "/");
-  if (!absl::StartsWith(resolved_key, dir_prefix)) {
-    return absl::PermissionDeniedError(absl::StrCat("key \"", key, "\" (", resolved_key,
-                                                    ") is not under --shm_allowed_dir \"",
-                                                    allowed_dir, "\""));
-  }
+  // One answer for every refusal below: whether the path exists, where a
+  // symlink leads, what kind of file it is must not be learnt through it.
+  const absl::Status refused = absl::PermissionDeniedError(
+      absl::StrCat("key \"", key, "\" is not a regular file under --shm_allowed_dir \"",
+                   allowed_dir, "\" that the server may open"));
+  if (realpath(key.c_str(), resolved_key) == nullptr) return refused;
+  if (!absl::StartsWith(resolved_key, absl::StrCat(resolved_dir, "/"))) return refused;
   const int fd = open(resolved_key, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
-  if (fd < 0) return OpenError(key, errno);
+  if (fd < 0) return refused;
   struct stat st = {};
   if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     close(fd);
-    return absl::InvalidArgumentError(absl::StrCat("key \"", key, "\" is not a regular file"));
+    return refused;
   }
   return fd;
+}
+
+// FAILED_PRECONDITION when the object `st` describes is sparse: fewer bytes
+// allocated than its size (ftruncate without writing, or a punched hole).
+// The server's first touch of a hole would allocate the page, charged to the
+// server's memory and counted by nothing. The whole object is judged, not
+// the region's range: allocation by range is not observable on tmpfs
+// (SEEK_HOLE reports pages reserved by posix_fallocate as holes).
+absl::Status CheckAllocated(const struct stat& st, const std::string& name,
+                            const std::string& key) {
+  const int64_t allocated = static_cast<int64_t>(st.st_blocks) * 512;
+  if (allocated >= static_cast<int64_t>(st.st_size)) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "shared-memory region \"", name, "\": \"", key, "\" has ", allocated, " of its ",
+      st.st_size, " bytes allocated (a sparse object): allocate it whole first "
+      "(posix_fallocate, or write it)"));
 }
 
 }  // namespace
@@ -103,7 +130,7 @@ absl::Status MappedRegion::Check() const {
         st.st_size, " bytes, short of the registered offset ", offset_, " + byte_size ",
         byte_size_, "; unregister the region and register it again"));
   }
-  return absl::OkStatus();
+  return CheckAllocated(st, name_, key_);
 }
 
 bool MappedRegion::Faulted() const { return ShmRangeFaulted(guard_slot_); }
@@ -111,6 +138,30 @@ bool MappedRegion::Faulted() const { return ShmRangeFaulted(guard_slot_); }
 ShmRegistry::ShmRegistry(ShmLimits limits) : limits_(std::move(limits)) {}
 
 ShmRegistry::~ShmRegistry() { Clear(); }
+
+void ShmRegistry::TouchAndExpire(const std::string& owner,
+                                 std::vector<std::shared_ptr<MappedRegion>>* released) const {
+  const absl::Time now = absl::Now();
+  if (per_owner_.count(owner) != 0) last_used_[owner] = now;
+  if (limits_.owner_idle_lease == absl::InfiniteDuration()) return;
+  for (auto used = last_used_.begin(); used != last_used_.end();) {
+    if (used->first == owner || now - used->second <= limits_.owner_idle_lease) {
+      ++used;
+      continue;
+    }
+    const std::string idle = used->first;
+    for (auto it = regions_.lower_bound({idle, ""});
+         it != regions_.end() && it->first.first == idle;) {
+      if (!it->second->is_device()) {
+        mapped_bytes_ -= static_cast<int64_t>(it->second->byte_size());
+      }
+      released->push_back(std::move(it->second));
+      it = regions_.erase(it);
+    }
+    per_owner_.erase(idle);
+    used = last_used_.erase(used);
+  }
+}
 
 absl::Status ShmRegistry::CheckRoom(const std::string& owner, const std::string& name,
                                     uint64_t offset, uint64_t byte_size,
@@ -136,10 +187,11 @@ absl::Status ShmRegistry::CheckRoom(const std::string& owner, const std::string&
         absl::StrCat("byte_size ", byte_size, " of region \"", name,
                      "\" is over the server's --shm_max_mapped_bytes ", limits_.max_mapped_bytes));
   }
+  std::vector<std::shared_ptr<MappedRegion>> expired;  // unmapped after the lock
   absl::MutexLock lock(&mu_);
+  TouchAndExpire(owner, &expired);
   if (regions_.count({owner, name}) != 0) {
-    return absl::AlreadyExistsError(absl::StrCat(
-        "region \"", name, "\" is already registered by this client; unregister it first"));
+    return RegionTakenError(name);
   }
   auto it = per_owner_.find(owner);
   if (it != per_owner_.end() && it->second >= limits_.max_regions_per_client) {
@@ -163,8 +215,7 @@ absl::Status ShmRegistry::Add(const std::string& owner, const std::string& name,
   // Checked again: another registration may have won the race meanwhile.
   // (A refused region is released by the caller, outside the lock.)
   if (regions_.count({owner, name}) != 0) {
-    return absl::AlreadyExistsError(absl::StrCat(
-        "region \"", name, "\" is already registered by this client; unregister it first"));
+    return RegionTakenError(name);
   }
   if (per_owner_[owner] >= limits_.max_regions_per_client ||
       mapped_bytes_ + static_cast<int64_t>(host_bytes) > limits_.max_mapped_bytes) {
@@ -181,6 +232,7 @@ absl::Status ShmRegistry::Add(const std::string& owner, const std::string& name,
   }
   regions_[{owner, name}] = std::move(region);
   ++per_owner_[owner];
+  last_used_[owner] = absl::Now();
   mapped_bytes_ += static_cast<int64_t>(host_bytes);
   return absl::OkStatus();
 }
@@ -206,6 +258,7 @@ absl::Status ShmRegistry::Register(const std::string& owner, const std::string& 
         "offset ", offset, " + byte_size ", byte_size, " is past the end of \"", key, "\" (",
         st.st_size, " bytes)"));
   }
+  if (absl::Status allocated = CheckAllocated(st, name, key); !allocated.ok()) return allocated;
   const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
   const uint64_t map_offset = offset - offset % page;
   region->map_length_ = static_cast<size_t>(offset + byte_size - map_offset);
@@ -236,6 +289,7 @@ absl::Status ShmRegistry::RegisterDevice(const std::string& owner, const std::st
 absl::Status ShmRegistry::Unregister(const std::string& owner, const std::string& name) {
   std::vector<std::shared_ptr<MappedRegion>> released;  // unmapped outside the lock
   absl::MutexLock lock(&mu_);
+  TouchAndExpire(owner, &released);
   auto first = name.empty() ? regions_.lower_bound({owner, ""}) : regions_.find({owner, name});
   if (!name.empty() && first == regions_.end()) {
     return absl::NotFoundError(
@@ -245,7 +299,10 @@ absl::Status ShmRegistry::Unregister(const std::string& owner, const std::string
   while (name.empty() && last != regions_.end() && last->first.first == owner) ++last;
   for (auto it = first; it != last;) {
     if (!it->second->is_device()) mapped_bytes_ -= static_cast<int64_t>(it->second->byte_size());
-    if (--per_owner_[owner] == 0) per_owner_.erase(owner);
+    if (--per_owner_[owner] == 0) {
+      per_owner_.erase(owner);
+      last_used_.erase(owner);
+    }
     released.push_back(std::move(it->second));
     it = regions_.erase(it);
   }
@@ -255,7 +312,9 @@ absl::Status ShmRegistry::Unregister(const std::string& owner, const std::string
 absl::StatusOr<std::vector<ShmRegionInfo>> ShmRegistry::Status(const std::string& owner,
                                                                const std::string& name) const {
   std::vector<ShmRegionInfo> out;
+  std::vector<std::shared_ptr<MappedRegion>> expired;  // unmapped after the lock
   absl::MutexLock lock(&mu_);
+  TouchAndExpire(owner, &expired);
   for (auto it = regions_.lower_bound({owner, name}); it != regions_.end() && it->first.first == owner;
        ++it) {
     if (!name.empty() && it->first.second != name) break;
@@ -272,7 +331,9 @@ absl::StatusOr<std::vector<ShmRegionInfo>> ShmRegistry::Status(const std::string
 
 absl::StatusOr<std::shared_ptr<const MappedRegion>> ShmRegistry::Find(
     const std::string& owner, const std::string& name, const std::string& field) const {
+  std::vector<std::shared_ptr<MappedRegion>> expired;  // unmapped after the lock
   absl::MutexLock lock(&mu_);
+  TouchAndExpire(owner, &expired);
   auto it = regions_.find({owner, name});
   if (it == regions_.end()) {
     return absl::NotFoundError(absl::StrCat(field, ".region \"", name,
@@ -286,6 +347,7 @@ void ShmRegistry::Clear() {
   absl::MutexLock lock(&mu_);
   released.swap(regions_);
   per_owner_.clear();
+  last_used_.clear();
   mapped_bytes_ = 0;
 }
 

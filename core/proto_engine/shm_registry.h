@@ -5,8 +5,17 @@
 // object ("/name", shm_open) or of a regular file under an allowed
 // directory, mapped read-write once at registration. Regions belong to an
 // owner (the caller identity the service derives: bearer token, else mTLS
-// subject, else peer address) and are visible only to it: another owner
-// asking for the same name gets NOT_FOUND, as if it did not exist.
+// subject, else peer address without its port, so a reconnecting client
+// keeps its regions) and are visible only to it: another owner asking for
+// the same name gets NOT_FOUND, as if it did not exist. The regions of an
+// owner that has made no shared-memory call (register, status, a reference
+// in a request) for ShmLimits::owner_idle_lease are released.
+//
+// The object must be allocated when it is registered, and stay so: a sparse
+// object (fewer bytes allocated than its size: ftruncate without writing, or
+// a punched hole) is refused, at registration and before every use, because the server's first touch of a hole would
+// allocate the page, charged to the server's memory, counted by nothing.
+// Clients allocate with posix_fallocate (the client libraries do).
 //
 // A call using a region holds a lease (shared_ptr): unregistering a region
 // while a call uses it lets the call finish on the mapping, which is unmapped
@@ -38,7 +47,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "core/engine/backend.h"
+#include "absl/time/time.h"
+#include "core/engine/device_memory.h"
+#include "core/engine/tensor.h"
 
 namespace rope {
 
@@ -52,6 +63,9 @@ struct ShmLimits {
   // Directory under which file keys (absolute paths) may lie
   // (--shm_allowed_dir); empty: only POSIX shared-memory names.
   std::string allowed_dir;
+  // An owner's regions are released once it has made no shared-memory call
+  // for this long (--shm_owner_idle_lease); InfiniteDuration(): never.
+  absl::Duration owner_idle_lease = absl::InfiniteDuration();
 };
 
 class MappedRegion {
@@ -70,10 +84,14 @@ class MappedRegion {
   // Whether the region is CUDA device memory (RegisterDevice), and its device.
   bool is_device() const { return device_memory_ != nullptr; }
   int cuda_device() const { return is_device() ? device_memory_->device() : 0; }
+  // Where data() points: host memory, or the device's.
+  TensorMemory memory() const {
+    return is_device() ? TensorMemory::Device(cuda_device()) : TensorMemory::Host();
+  }
 
-  // OK while the backing object still covers the region and no access has
-  // faulted (always OK for a device region); FAILED_PRECONDITION naming the
-  // region otherwise.
+  // OK while the backing object still covers the region with allocated
+  // pages (no hole) and no access has faulted (always OK for a device
+  // region); FAILED_PRECONDITION naming the region otherwise.
   absl::Status Check() const;
   // Whether an access faulted (the object shrank under a call).
   bool Faulted() const;
@@ -103,7 +121,7 @@ struct ShmRegionInfo {
   int cuda_device = 0;
 };
 
-// Opens a device region's memory (the backend's OpenCudaIpcMemory).
+// Opens a device region's memory (DeviceMemory::OpenIpcHandle).
 using DeviceMemoryOpener = std::function<absl::StatusOr<std::shared_ptr<DeviceMemoryLease>>()>;
 
 class ShmRegistry {
@@ -115,10 +133,14 @@ class ShmRegistry {
 
   // Opens and maps the region. INVALID_ARGUMENT for a bad name, key, zero
   // size or a range past the object's end (naming the object's size);
-  // NOT_FOUND for a key that does not exist; PERMISSION_DENIED for a key the
-  // server may not open or a path outside allowed_dir; ALREADY_EXISTS when
-  // `owner` already has `name`; RESOURCE_EXHAUSTED naming the flag when a
-  // limit would be passed; FAILED_PRECONDITION when shared memory is off.
+  // NOT_FOUND for a POSIX name that does not exist; PERMISSION_DENIED for a
+  // POSIX name the server may not open, and for every file path that is not
+  // a regular file under allowed_dir the server may open, with one message
+  // whatever the reason (a missing file, a symlink leading out, a
+  // directory), so that the answer tells nothing about the file system;
+  // ALREADY_EXISTS when `owner` already has `name`; RESOURCE_EXHAUSTED
+  // naming the flag when a limit would be passed; FAILED_PRECONDITION when
+  // shared memory is off or the range is not allocated (sparse).
   absl::Status Register(const std::string& owner, const std::string& name, const std::string& key,
                         uint64_t offset, uint64_t byte_size);
   // Registers device memory as `owner`'s region `name` of `byte_size` bytes:
@@ -153,11 +175,19 @@ class ShmRegistry {
                          uint64_t byte_size, uint64_t host_bytes) const;
   absl::Status Add(const std::string& owner, const std::string& name,
                    std::shared_ptr<MappedRegion> region, uint64_t host_bytes);
+  // Notes `owner`'s use now, and releases (into `released`, to be unmapped
+  // outside the lock) the regions of owners idle past the lease.
+  void TouchAndExpire(const std::string& owner,
+                      std::vector<std::shared_ptr<MappedRegion>>* released) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   const ShmLimits limits_;
   mutable absl::Mutex mu_;
-  std::map<Key, std::shared_ptr<MappedRegion>> regions_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, int64_t> per_owner_ ABSL_GUARDED_BY(mu_);
-  int64_t mapped_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  // Mutable: a lookup (Find, Status) is a use that renews the owner's lease
+  // and may expire other owners' regions.
+  mutable std::map<Key, std::shared_ptr<MappedRegion>> regions_ ABSL_GUARDED_BY(mu_);
+  mutable std::map<std::string, int64_t> per_owner_ ABSL_GUARDED_BY(mu_);
+  mutable std::map<std::string, absl::Time> last_used_ ABSL_GUARDED_BY(mu_);
+  mutable int64_t mapped_bytes_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace rope

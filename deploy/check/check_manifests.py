@@ -11,10 +11,17 @@ VARIANT is cpu or gpu, optionally with -tls (an overlay with
 deploy/k8s/components/tls): checked as cpu or gpu, and TLS, mutual TLS and
 token auth must be on.
 
-`k8s` asserts, on one rendered overlay: native gRPC startup/readiness/liveness
-probes on a port that serves plaintext health (the gRPC port without TLS; with
---tls_cert_file, the --health_listen port, which must be a declared container
-port reachable on the pod IP and not the gRPC or metrics port); every
+`k8s` asserts, on one rendered overlay: the front proxy (a container named
+proxy running HAProxy with deploy/proxy/haproxy.cfg) owns the gRPC port and
+is the only way in: ropeserve listens only on a Unix socket in an in-memory
+emptyDir mounted by the two containers alone, the proxy's ROPE_BACKEND is
+that socket, and the proxy container is hardened like the server's; with
+-tls, the proxy terminates TLS and checks client certificates (its
+certificate and CA from a Secret mount) and connects to ropeserve with TLS;
+native gRPC startup/readiness/liveness
+probes on a port that serves plaintext health (the --health_listen port,
+which must be a declared container port reachable on the pod IP and not the
+gRPC or metrics port); every
 --tls_*_file and --auth_token_file under the read-only mount of a Secret volume
 (listed in its items, if any) that is not optional, not readable by other
 users, and readable through fsGroup; no mount nested under a read-only one; no
@@ -31,8 +38,10 @@ in its admitted calls' half,
 docs/operations.md "Memory"); and, for gpu, one nvidia.com/gpu with a GPU
 toleration and node selector (for cpu, none).
 
-`compose` asserts the single-machine compose file: the server with ports on
-127.0.0.1, a read-only root, no capabilities, a stop grace period longer than
+`compose` asserts the single-machine compose file: the proxy publishing gRPC
+on 127.0.0.1 in front of the server's Unix socket (a volume the two share),
+the server publishing no gRPC port, the load run going through the proxy,
+ports on 127.0.0.1, a read-only root, no capabilities, a stop grace period longer than
 the drain, and a one-shot load run that waits for the server to be healthy.
 
 `sidecar` asserts the same-host example (a client pod with ropeserve as a
@@ -60,9 +69,14 @@ import sys
 import yaml
 
 GRPC_PORT = 50051
+PROXY = "proxy"  # the front proxy's container (and compose service)
 VARIANTS = ("cpu", "gpu", "cpu-tls", "gpu-tls")
 # Flags naming files that hold keys or secrets: they must come from Secrets.
 SECRET_FILE_FLAGS = ("tls_cert_file", "tls_key_file", "tls_client_ca_file", "auth_token_file")
+# What a -tls variant turns on in ropeserve (mutual TLS is the proxy's).
+TLS_VARIANT_FLAGS = ("tls_cert_file", "tls_key_file", "auth_token_file")
+# The proxy's environment naming files from Secrets (-tls variants).
+PROXY_SECRET_ENV = ("ROPE_PROXY_TLS_CERT", "ROPE_PROXY_CLIENT_CA")
 # A Secret volume's file mode when defaultMode is not given.
 SECRET_DEFAULT_MODE = 0o644
 LOOPBACK_HOSTS = ("localhost", "[::1]", "::1")
@@ -187,9 +201,9 @@ def plaintext_health_ports(flags, ports, needs_tls, c):
     where = "Deployment ropeserve container"
     tls = bool(flags.get("tls_cert_file"))
     if needs_tls:
-        for name in SECRET_FILE_FLAGS:
+        for name in TLS_VARIANT_FLAGS:
             c.expect(bool(flags.get(name)), f"{where}: no --{name} (a -tls variant serves "
-                     "TLS, mutual TLS and token auth)")
+                     "TLS and token auth)")
     if tls:
         c.expect(bool(flags.get("tls_key_file")), f"{where}: --tls_cert_file without "
                  "--tls_key_file")
@@ -197,11 +211,13 @@ def plaintext_health_ports(flags, ports, needs_tls, c):
         for name in ("tls_key_file", "tls_client_ca_file", "auth_token_file"):
             c.expect(not flags.get(name), f"{where}: --{name} needs --tls_cert_file")
 
-    allowed = set() if tls else {GRPC_PORT}
+    grpc_on_tcp = any(e.strip().endswith(f":{GRPC_PORT}")
+                      for e in flags.get("listen", "").split(","))
+    allowed = {GRPC_PORT} if grpc_on_tcp and not tls else set()
     health = flags.get("health_listen", "")
     if not health:
-        c.expect(not tls, f"{where}: --tls_cert_file without --health_listen: the kubelet's "
-                 "gRPC probes (plaintext, no token) cannot reach grpc.health.v1")
+        c.expect(bool(allowed), f"{where}: no --health_listen: the kubelet's gRPC probes "
+                 "(plaintext, no token, TCP) cannot reach grpc.health.v1")
         return allowed
     host, port = host_port(health)
     if not c.expect(port is not None, f"{where}: --health_listen={health} has no port"):
@@ -305,6 +321,98 @@ def check_memory_bound(flags, memory_limit, where, c):
              f"--max_message_bytes={message}: a largest request and its reply could never run")
 
 
+def check_hardened(pod_spec, container, where, c):
+    """Non-root, read-only root, no privilege escalation, no capabilities."""
+    sc = container.get("securityContext", {})
+    pod_sc = pod_spec.get("securityContext", {})
+    c.expect(sc.get("runAsNonRoot", pod_sc.get("runAsNonRoot")) is True,
+             f"{where}: runAsNonRoot is not true")
+    c.expect(sc.get("runAsUser", pod_sc.get("runAsUser", 1)) != 0, f"{where}: runAsUser is 0")
+    c.expect(sc.get("readOnlyRootFilesystem") is True,
+             f"{where}: securityContext.readOnlyRootFilesystem is not true")
+    c.expect(sc.get("allowPrivilegeEscalation") is False,
+             f"{where}: securityContext.allowPrivilegeEscalation is not false")
+    c.expect(sc.get("privileged", False) is False, f"{where}: securityContext.privileged")
+    c.expect("ALL" in (sc.get("capabilities") or {}).get("drop", []),
+             f"{where}: securityContext.capabilities.drop lacks ALL")
+    c.expect(not (sc.get("capabilities") or {}).get("add"),
+             f"{where}: securityContext.capabilities.add is not empty")
+
+
+def check_front_proxy(pod_spec, server, flags, needs_tls, c):
+    """The proxy container is the pod's gRPC listener and ropeserve is
+    reachable only through it: a Unix socket in an in-memory emptyDir that
+    the two containers alone mount. Returns the proxy's TLS certificate
+    variable (None: plaintext)."""
+    proxies = [x for x in pod_spec.get("containers", []) if x.get("name") == PROXY]
+    if not c.expect(len(proxies) == 1, f"Deployment: no container named {PROXY} (the front "
+                    "proxy every untrusted client must go through)"):
+        return None
+    proxy = proxies[0]
+    where = f"Deployment {PROXY} container"
+    command = proxy.get("command", []) + proxy.get("args", [])
+    c.expect(bool(command) and command[0].endswith("haproxy") and "-f" in command,
+             f"{where}: does not run haproxy -f CONFIG ({command})")
+    ports = {p.get("name"): p.get("containerPort") for p in proxy.get("ports", [])}
+    c.expect(ports.get("grpc") == GRPC_PORT, f"{where}: port grpc is {ports.get('grpc')}, "
+             f"want {GRPC_PORT}")
+    env = {e.get("name"): e.get("value") for e in proxy.get("env", [])}
+    check_hardened(pod_spec, proxy, where, c)
+    resources = proxy.get("resources", {})
+    for section in ("requests", "limits"):
+        for name in ("cpu", "memory"):
+            c.expect(name in resources.get(section, {}),
+                     f"{where}: resources.{section}.{name} is missing")
+
+    entries = [e.strip() for e in flags.get("listen", "").split(",") if e.strip()]
+    tcp = [e for e in entries if not e.startswith("unix://")]
+    sockets = [e[len("unix://"):] for e in entries if e.startswith("unix://")]
+    c.expect(not tcp, f"Deployment ropeserve container: --listen={flags.get('listen')} serves "
+             "gRPC on TCP: every client must come through the proxy")
+    if not c.expect(len(sockets) == 1, f"Deployment ropeserve container: --listen="
+                    f"{flags.get('listen')} names no single Unix socket for the proxy"):
+        return env.get("ROPE_PROXY_TLS_CERT")
+    socket = sockets[0]
+    c.expect(env.get("ROPE_BACKEND") == "unix@" + socket,
+             f"{where}: ROPE_BACKEND is {env.get('ROPE_BACKEND')}, not ropeserve's socket "
+             f"unix@{socket}")
+    volumes = {v["name"]: v for v in pod_spec.get("volumes", [])}
+    directory = socket.rsplit("/", 1)[0]
+    holders = []
+    for container in pod_spec.get("containers", []):
+        for mount in container.get("volumeMounts", []):
+            if mount["mountPath"].rstrip("/") == directory:
+                holders.append((container.get("name"), mount["name"]))
+    names = sorted(h[0] for h in holders)
+    c.expect(names == sorted(["ropeserve", PROXY]),
+             f"Deployment: the socket directory {directory} is mounted by {names}, not by "
+             f"ropeserve and {PROXY} alone")
+    for _, volume_name in holders:
+        volume = volumes.get(volume_name, {})
+        c.expect((volume.get("emptyDir") or {}).get("medium") == "Memory",
+                 f"Deployment pod: volume {volume_name} (the socket's directory) is not an "
+                 "in-memory emptyDir")
+
+    tls_cert = env.get("ROPE_PROXY_TLS_CERT")
+    if needs_tls:
+        for name in PROXY_SECRET_ENV:
+            c.expect(bool(env.get(name)), f"{where}: no {name} (a -tls variant terminates "
+                     "TLS and checks client certificates at the proxy)")
+        c.expect(bool(env.get("ROPE_BACKEND_TLS")), f"{where}: no ROPE_BACKEND_TLS, but "
+                 "ropeserve serves TLS (its bearer tokens need it)")
+    c.expect(bool(env.get("ROPE_BACKEND_TLS")) == bool(flags.get("tls_cert_file")),
+             f"{where}: ROPE_BACKEND_TLS={env.get('ROPE_BACKEND_TLS')} while ropeserve's "
+             f"--tls_cert_file is {flags.get('tls_cert_file')!r}: the two must agree")
+    secret_mounts = [m["mountPath"].rstrip("/") for m in proxy.get("volumeMounts", [])
+                     if "secret" in volumes.get(m["name"], {}) and m.get("readOnly") is True]
+    for name in PROXY_SECRET_ENV:
+        path = env.get(name)
+        if path:
+            c.expect(any(path.startswith(m + "/") for m in secret_mounts),
+                     f"{where}: {name}={path} is not under a read-only Secret mount")
+    return tls_cert
+
+
 def check_k8s(docs, variant):
     base_variant, needs_tls = split_variant(variant)
     c = Checker()
@@ -327,8 +435,6 @@ def check_k8s(docs, variant):
     where = "Deployment ropeserve container"
 
     ports = {p.get("name"): p.get("containerPort") for p in container.get("ports", [])}
-    c.expect(ports.get("grpc") == GRPC_PORT, f"{where}: port grpc is {ports.get('grpc')}, "
-             f"want {GRPC_PORT}")
     resources = container.get("resources", {})
     for section in ("requests", "limits"):
         for name in ("cpu", "memory"):
@@ -341,22 +447,10 @@ def check_k8s(docs, variant):
             c.expect(parse_quantity(req) <= parse_quantity(lim),
                      f"{where}: resources.requests.{name} {req} > limits.{name} {lim}")
 
-    sc = container.get("securityContext", {})
-    pod_sc = pod_spec.get("securityContext", {})
-    c.expect(sc.get("runAsNonRoot", pod_sc.get("runAsNonRoot")) is True,
-             f"{where}: runAsNonRoot is not true")
-    c.expect(sc.get("runAsUser", pod_sc.get("runAsUser", 1)) != 0, f"{where}: runAsUser is 0")
-    c.expect(sc.get("readOnlyRootFilesystem") is True,
-             f"{where}: securityContext.readOnlyRootFilesystem is not true")
-    c.expect(sc.get("allowPrivilegeEscalation") is False,
-             f"{where}: securityContext.allowPrivilegeEscalation is not false")
-    c.expect(sc.get("privileged", False) is False, f"{where}: securityContext.privileged")
-    c.expect("ALL" in (sc.get("capabilities") or {}).get("drop", []),
-             f"{where}: securityContext.capabilities.drop lacks ALL")
-    c.expect(not (sc.get("capabilities") or {}).get("add"),
-             f"{where}: securityContext.capabilities.add is not empty")
+    check_hardened(pod_spec, container, where, c)
 
     flags = server_flags(deployment, container, configmaps, c)
+    proxy_tls = check_front_proxy(pod_spec, container, flags, needs_tls, c)
     health_ports = plaintext_health_ports(flags, ports, needs_tls, c)
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
         spec = container.get(probe) or {}
@@ -393,9 +487,6 @@ def check_k8s(docs, variant):
                 "sender could hold its connection's memory for ever)"):
         c.expect(parse_duration(age_grace) < float("inf"),
                  f"{where}: --max_connection_age_grace={age_grace} is infinite")
-    listen = flags.get("listen", "")
-    c.expect(listen.endswith(f":{GRPC_PORT}"), f"{where}: --listen={listen} is not port "
-             f"{GRPC_PORT}")
 
     annotations = pod["metadata"].get("annotations", {})
     c.expect(annotations.get("prometheus.io/scrape") == "true",
@@ -418,7 +509,7 @@ def check_k8s(docs, variant):
         grpc = [p for p in service["spec"].get("ports", []) if p.get("port") == GRPC_PORT]
         c.expect(len(grpc) == 1 and grpc[0].get("targetPort") in ("grpc", GRPC_PORT),
                  f"Service: no port {GRPC_PORT} to the gRPC container port")
-        if flags.get("tls_cert_file"):
+        if proxy_tls:
             c.expect(all(p.get("appProtocol") != "kubernetes.io/h2c" for p in grpc),
                      f"Service: port {GRPC_PORT} serves TLS but its appProtocol is "
                      "kubernetes.io/h2c (cleartext HTTP/2)")
@@ -475,9 +566,36 @@ def check_compose(doc):
     for port in ports:
         c.expect(str(port).startswith("127.0.0.1:"),
                  f"compose ropeserve: port {port} is not bound to 127.0.0.1")
+        c.expect(f":{GRPC_PORT}" not in str(port), f"compose ropeserve: publishes gRPC ({port}); "
+                 f"clients must go through the {PROXY} service")
     c.expect(server.get("read_only") is True, "compose ropeserve: read_only is not true")
     c.expect("ALL" in server.get("cap_drop", []), "compose ropeserve: cap_drop lacks ALL")
     command = server.get("command", [])
+    listen = [a.partition("=")[2] for a in command if a.startswith("--listen=")]
+    socket = listen[-1][len("unix://"):] if listen and listen[-1].startswith("unix://") else None
+    c.expect(socket is not None, f"compose ropeserve: --listen is {listen}, not one Unix socket "
+             f"for the {PROXY} service")
+    proxy = services.get(PROXY)
+    if c.expect(proxy is not None, f"compose: no service {PROXY} (the front proxy)"):
+        for port in proxy.get("ports", []):
+            c.expect(str(port).startswith("127.0.0.1:"),
+                     f"compose {PROXY}: port {port} is not bound to 127.0.0.1")
+        c.expect(any(str(p).endswith(f":{GRPC_PORT}") for p in proxy.get("ports", [])),
+                 f"compose {PROXY}: does not publish gRPC ({GRPC_PORT})")
+        c.expect(proxy.get("read_only") is True, f"compose {PROXY}: read_only is not true")
+        c.expect("ALL" in proxy.get("cap_drop", []), f"compose {PROXY}: cap_drop lacks ALL")
+        env = proxy.get("environment", {})
+        if socket is not None:
+            c.expect(env.get("ROPE_BACKEND") == "unix@" + socket,
+                     f"compose {PROXY}: ROPE_BACKEND is {env.get('ROPE_BACKEND')}, not "
+                     f"unix@{socket}")
+            directory = socket.rsplit("/", 1)[0]
+            shared = [v.split(":")[0] for v in server.get("volumes", [])
+                      if str(v).split(":")[1:2] == [directory]]
+            c.expect(shared and any(str(v).split(":")[:2] == [shared[0], directory]
+                                    for v in proxy.get("volumes", [])),
+                     f"compose: the socket directory {directory} is not a volume of both "
+                     f"ropeserve and {PROXY}")
     grace = [a.partition("=")[2] for a in command if a.startswith("--shutdown_grace_period=")]
     teardown = [a.partition("=")[2] for a in command if a.startswith("--teardown_timeout=")]
     stop = server.get("stop_grace_period")
@@ -494,8 +612,8 @@ def check_compose(doc):
                  (depends.get("ropeserve") or {}).get("condition") == "service_healthy",
                  "compose ropeload: does not wait for ropeserve to be service_healthy")
         c.expect(load.get("restart", "no") == "no", "compose ropeload: restarts (one-shot run)")
-        c.expect(any("ropeserve:" in str(a) for a in load.get("command", [])),
-                 "compose ropeload: no --target at the ropeserve service")
+        c.expect(any(f"{PROXY}:" in str(a) for a in load.get("command", [])),
+                 f"compose ropeload: no --target at the {PROXY} service")
     return c.failures
 
 
@@ -523,6 +641,18 @@ def _volume(docs, name):
 
 def _mount(docs, volume_name):
     return next(m for m in _container(docs)[1]["volumeMounts"] if m["name"] == volume_name)
+
+
+def _proxy(docs):
+    d = next(d for d in docs if d.get("kind") == "Deployment")
+    return next(x for x in d["spec"]["template"]["spec"]["containers"] if x["name"] == PROXY)
+
+
+def _set_proxy_env(docs, name, value):
+    proxy = _proxy(docs)
+    proxy["env"] = [e for e in proxy.get("env", []) if e["name"] != name]
+    if value is not None:
+        proxy["env"].append({"name": name, "value": value})
 
 
 def _set_probe_ports(docs, port):
@@ -593,7 +723,13 @@ def tls_mutations():
          lambda docs: _mount(docs, "tls").__setitem__("readOnly", False)),
         ("tls.flags not read", base_flagfiles),
         ("no token auth", lambda docs: _set_flag(docs, "auth_token_file", None)),
-        ("no mutual TLS", lambda docs: _set_flag(docs, "tls_client_ca_file", None)),
+        ("no mutual TLS", lambda docs: _set_proxy_env(docs, "ROPE_PROXY_CLIENT_CA", None)),
+        ("proxy serves plaintext", lambda docs: _set_proxy_env(docs, "ROPE_PROXY_TLS_CERT",
+                                                               None)),
+        ("plaintext from the proxy to ropeserve",
+         lambda docs: _set_proxy_env(docs, "ROPE_BACKEND_TLS", None)),
+        ("proxy certificate outside a Secret",
+         lambda docs: _set_proxy_env(docs, "ROPE_PROXY_TLS_CERT", "/etc/ropeserve/tls.crt")),
         ("TLS port announced as cleartext HTTP/2", h2c_service),
     ]
 
@@ -652,7 +788,36 @@ def k8s_mutations(variant):
     def no_tolerations(docs):
         _container(docs)[0]["spec"]["template"]["spec"].pop("tolerations", None)
 
+    def no_proxy(docs):
+        pod_spec = _container(docs)[0]["spec"]["template"]["spec"]
+        pod_spec["containers"].remove(_proxy(docs))
+
+    def socket_not_shared(docs):
+        _proxy(docs)["volumeMounts"] = []
+
+    def socket_on_disk(docs):
+        _volume(docs, "grpc-socket")["emptyDir"].pop("medium", None)
+
+    def socket_shared_with_a_third(docs):
+        pod_spec = _container(docs)[0]["spec"]["template"]["spec"]
+        extra = copy.deepcopy(_proxy(docs))
+        extra["name"] = "debug"
+        pod_spec["containers"].append(extra)
+
     mutations = [
+        ("ropeserve on TCP", lambda docs: _set_flag(docs, "listen", f"0.0.0.0:{GRPC_PORT}")),
+        ("ropeserve on TCP beside its socket", lambda docs: _set_flag(
+            docs, "listen", f"0.0.0.0:{GRPC_PORT},unix:///run/ropeserve/grpc.sock")),
+        ("no front proxy", no_proxy),
+        ("proxy to another socket",
+         lambda docs: _set_proxy_env(docs, "ROPE_BACKEND", "unix@/tmp/other.sock")),
+        ("socket directory not shared with the proxy", socket_not_shared),
+        ("socket directory on disk", socket_on_disk),
+        ("socket directory shared with a third container", socket_shared_with_a_third),
+        ("proxy with a writable root",
+         lambda docs: _proxy(docs)["securityContext"].__setitem__("readOnlyRootFilesystem",
+                                                                    False)),
+        ("proxy without limits", lambda docs: _proxy(docs)["resources"].pop("limits")),
         ("no startup probe", drop_probe("startupProbe")),
         ("no liveness probe", drop_probe("livenessProbe")),
         ("HTTP readiness probe", http_probe),
@@ -724,7 +889,31 @@ def compose_mutations():
     def no_wait(doc):
         doc["services"]["ropeload"]["depends_on"] = ["ropeserve"]
 
+    def grpc_published(doc):
+        server(doc)["ports"].append(f"127.0.0.1:{GRPC_PORT}:{GRPC_PORT}")
+
+    def load_bypasses_proxy(doc):
+        doc["services"]["ropeload"]["command"] = [
+            a.replace(f"{PROXY}:", "ropeserve:") for a in doc["services"]["ropeload"]["command"]]
+
+    def proxy_public(doc):
+        doc["services"][PROXY]["ports"] = [f"{GRPC_PORT}:{GRPC_PORT}"]
+
+    def socket_not_shared(doc):
+        doc["services"][PROXY]["volumes"] = []
+
+    def server_on_tcp(doc):
+        server(doc)["command"] = [a for a in server(doc)["command"]
+                                  if not a.startswith("--listen=")]
+        server(doc)["command"].append(f"--listen=0.0.0.0:{GRPC_PORT}")
+
     return [
+        ("gRPC published by the server", grpc_published),
+        ("load run bypasses the proxy", load_bypasses_proxy),
+        ("no proxy", lambda doc: doc["services"].pop(PROXY)),
+        ("proxy on every interface", proxy_public),
+        ("socket not shared with the proxy", socket_not_shared),
+        ("server on TCP", server_on_tcp),
         ("port on every interface", public_port),
         ("writable root", lambda doc: server(doc).__setitem__("read_only", False)),
         ("stop grace shorter than the drain", short_stop),

@@ -67,8 +67,7 @@ std::string CallerIdentity(const grpc::ServerContextBase& context, bool tokens_v
     if (subject.empty()) subject = FirstProperty(*auth, "x509_common_name");
     if (!subject.empty()) return absl::StrCat("cert:", subject);
   }
-  return absl::StrCat("peer:",
-                      use == IdentityUse::kShare ? WithoutPort(context.peer()) : context.peer());
+  return absl::StrCat("peer:", WithoutPort(context.peer()));
 }
 
 bool IsLocalPeer(const std::string& peer) {

@@ -3,9 +3,12 @@
 // its mTLS client certificate, else its peer address. Two uses read it
 // differently:
 //   - ownership of server-side state (shared-memory regions): the token's
-//     whole SHA-256 digest, and the peer address with its port
-//     ("peer:ipv4:127.0.0.1:40312"; every client of a Unix socket is
-//     "peer:unix:...", where the socket file's mode is the boundary);
+//     whole SHA-256 digest, the certificate's subject, or the peer's address
+//     without its port ("peer:ipv4:127.0.0.1"), so that a client that
+//     reconnects (--max_connection_age, a restart of its channel) keeps what
+//     it registered. Every client of a Unix socket is "peer:unix:<path>": the
+//     socket file's mode is the boundary (gRPC 1.51 gives a call no access to
+//     its connection's socket, so the peer's uid cannot be read);
 //   - the per-client share of calls in flight and the work queue's turns
 //     (client_share.h, work_queue.h): a short fingerprint that logs and
 //     errors may show ("token:1a2b3c4d", never the token), and the peer's
@@ -22,7 +25,7 @@
 namespace rope {
 
 enum class IdentityUse {
-  kOwnership,  // "token:<64 hex>", "cert:<subject>", "peer:<address:port>"
+  kOwnership,  // "token:<64 hex>", "cert:<subject>", "peer:<address>"
   kShare,      // "token:<8 hex>", "cert:<subject>", "peer:<address>"
 };
 

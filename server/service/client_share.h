@@ -1,6 +1,6 @@
 // ClientShare: per-client limits on calls in flight, so that one client
 // flooding the server cannot take every slot of --max_concurrent_calls from
-// the others (issue 19: fairness).
+// the others (fairness).
 //
 // A client is named by a short identity string (caller_identity.h: its
 // bearer token's fingerprint, else its certificate's subject, else its peer

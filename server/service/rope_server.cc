@@ -19,9 +19,10 @@
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/resource_quota.h"
 #include "grpcpp/server_builder.h"
-#include "prometheus/exposer.h"
 #include "prometheus/registry.h"
+#include "server/service/bind_diagnosis.h"
 #include "server/service/byte_budget_metrics.h"
+#include "server/service/metrics_http_server.h"
 
 namespace rope {
 
@@ -143,21 +144,19 @@ absl::StatusOr<std::unique_ptr<RopeServer>> RopeServer::Start(std::unique_ptr<En
   if (!options.metrics_address.empty()) {
     server->state_collector_ =
         ServiceMetrics::NewStateCollector(&server->gate_, server->engine_.get());
-    // prometheus-cpp reports a failed bind by throwing; nothing else here does.
-    try {
-      server->exposer_ = std::make_unique<prometheus::Exposer>(options.metrics_address);
-    } catch (const std::exception& e) {
-      return absl::UnavailableError(
-          absl::StrCat("cannot serve metrics on ", options.metrics_address, ": ", e.what()));
-    }
-    server->exposer_->RegisterCollectable(server->metrics_.registry());
-    server->exposer_->RegisterCollectable(server->state_collector_);
     server->budget_collector_ = NewByteBudgetCollector(&server->budget_);
-    server->exposer_->RegisterCollectable(server->budget_collector_);
     server->shm_collector_ = NewShmStateCollector(&server->shm_);
-    server->exposer_->RegisterCollectable(server->shm_collector_);
-    std::vector<int> ports = server->exposer_->GetListeningPorts();
-    server->metrics_port_ = ports.empty() ? 0 : ports.front();
+    MetricsHttpOptions metrics_options;
+    metrics_options.address = options.metrics_address;
+    metrics_options.client_timeout = options.metrics_client_timeout;
+    metrics_options.max_connections = options.metrics_max_connections;
+    metrics_options.max_connections_per_address = options.metrics_max_connections_per_address;
+    absl::StatusOr<std::unique_ptr<MetricsHttpServer>> metrics_http = MetricsHttpServer::Start(
+        metrics_options, {server->metrics_.registry(), server->state_collector_,
+                          server->budget_collector_, server->shm_collector_});
+    if (!metrics_http.ok()) return metrics_http.status();
+    server->metrics_http_ = *std::move(metrics_http);
+    server->metrics_port_ = server->metrics_http_->port();
   }
 
   grpc::ServerBuilder builder;
@@ -225,19 +224,30 @@ absl::StatusOr<std::unique_ptr<RopeServer>> RopeServer::Start(std::unique_ptr<En
   const bool tcp_failed = !options.listen_address.empty() && server->port_ == 0;
   if (server->server_ == nullptr || tcp_failed) {
     if (server->server_ != nullptr) server->server_->Shutdown();
+    // Name the address that failed and why (gRPC's builder says neither).
+    std::string address, cause;
+    if (tcp_failed) {
+      address = options.listen_address;
+      cause = DiagnoseTcpBind(address, options.reuse_port);
+    }
+    for (size_t i = 0; i < options.unix_socket_paths.size() && cause.empty(); ++i) {
+      if (unix_bound[i] != 0) continue;
+      address = absl::StrCat("unix://", options.unix_socket_paths[i]);
+      cause = DiagnoseUnixBind(options.unix_socket_paths[i]);
+    }
+    if (address.empty()) address = options.listen_address;
     return absl::UnavailableError(absl::StrCat(
-        "cannot listen on ",
-        options.listen_address.empty() ? absl::StrJoin(options.unix_socket_paths, ", ")
-                                       : options.listen_address,
-        ": the address is in use, not local, or malformed"));
+        "cannot listen on ", address, ": ",
+        cause.empty() ? "the address is in use, not local, or malformed" : cause));
   }
   for (size_t i = 0; i < options.unix_socket_paths.size(); ++i) {
     const std::string& path = options.unix_socket_paths[i];
     if (unix_bound[i] == 0 || chmod(path.c_str(), options.unix_socket_mode) != 0) {
       server->server_->Shutdown();
+      const std::string cause = DiagnoseUnixBind(path);
       return absl::UnavailableError(absl::StrCat(
-          "cannot serve the Unix socket ", path,
-          ": its directory is missing or not writable, or the mode cannot be set"));
+          "cannot serve the Unix socket ", path, ": ",
+          cause.empty() ? "its mode cannot be set (--unix_socket_mode)" : cause));
     }
   }
   if (grpc::HealthCheckServiceInterface* health = server->server_->GetHealthCheckService()) {
@@ -259,12 +269,8 @@ absl::StatusOr<std::unique_ptr<RopeServer>> RopeServer::Start(std::unique_ptr<En
 
 RopeServer::~RopeServer() {
   Drain(absl::ZeroDuration());
-  if (exposer_ != nullptr) {
-    exposer_->RemoveCollectable(budget_collector_);
-    exposer_->RemoveCollectable(state_collector_);
-    exposer_->RemoveCollectable(shm_collector_);
-    exposer_->RemoveCollectable(metrics_.registry());
-  }
+  // The endpoint's thread reads the collectors' subjects: stop it first.
+  metrics_http_.reset();
 }
 
 void RopeServer::StartDraining() {

@@ -1,6 +1,6 @@
 // RopeServer: one running ropeserve instance. Assembles the gRPC server
 // (RopeService, health, reflection, optional Echo), the call gate, the work
-// queue and the metrics exposer around an Engine, and drains it on request.
+// queue and the metrics endpoint around an Engine, and drains it on request.
 //
 // main.cc and the service tests start servers through this class, so the
 // tests exercise the same wiring as production.
@@ -27,6 +27,7 @@
 #include "server/service/credential_reloader.h"
 #include "server/service/echo_service.h"
 #include "server/service/health_port.h"
+#include "server/service/metrics_http_server.h"
 #include "server/service/refusal_log.h"
 #include "server/service/rope_service.h"
 #include "server/service/server_security.h"
@@ -35,7 +36,6 @@
 
 namespace prometheus {
 class Collectable;
-class Exposer;
 }  // namespace prometheus
 
 namespace rope {
@@ -80,8 +80,13 @@ struct ServerOptions {
   // Ignored while max_calls_per_client is set (InlineRotateMaxBytes).
   int64_t inline_rotate_max_bytes = 64 << 10;
   // host:port of the Prometheus /metrics endpoint; empty: none. Port 0 picks
-  // a free port (see RopeServer::metrics_port()).
+  // a free port (see RopeServer::metrics_port()). The endpoint's limits
+  // (metrics_http_server.h): a connection idle this long is closed; at most
+  // this many connections in all and from one IP address.
   std::string metrics_address;
+  absl::Duration metrics_client_timeout = absl::Seconds(10);
+  int metrics_max_connections = 256;
+  int metrics_max_connections_per_address = 16;
   // Connections are closed (gracefully) after this age so that clients
   // re-resolve and spread over new replicas. InfiniteDuration(): never.
   absl::Duration max_connection_age = absl::InfiniteDuration();
@@ -185,7 +190,7 @@ class RopeServer {
   std::shared_ptr<prometheus::Collectable> state_collector_;
   std::shared_ptr<prometheus::Collectable> budget_collector_;
   std::shared_ptr<prometheus::Collectable> shm_collector_;
-  std::unique_ptr<prometheus::Exposer> exposer_;
+  std::unique_ptr<MetricsHttpServer> metrics_http_;
   std::unique_ptr<CredentialReloader> reloader_;  // null: fixed credentials
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<HealthPort> health_;

@@ -10,10 +10,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "common/retry_metadata.h"
-#include "core/proto_engine/reply_size.h"
 #include "core/proto_engine/request_conversion.h"
 #include "core/proto_engine/rope_calls.h"
-#include "core/proto_engine/shm_calls.h"
 #include "core/engine/table_block.h"
 #include "server/service/caller_identity.h"
 #include "server/service/status_conversion.h"
@@ -30,13 +28,6 @@ namespace {
 absl::Status CancelledBeforeRun(Rpc rpc) {
   return absl::CancelledError(
       absl::StrCat(RpcName(rpc), " was cancelled (or its deadline passed) before it ran"));
-}
-
-// `reply_bytes` plus the serialized copy gRPC makes of the reply (held until
-// it is sent), saturating.
-int64_t WithSerializedCopy(int64_t reply_bytes) {
-  return reply_bytes > std::numeric_limits<int64_t>::max() / 2 ? std::numeric_limits<int64_t>::max()
-                                                               : 2 * reply_bytes;
 }
 
 // Echoes the attempt number gRPC's retries send to the server back to the
@@ -100,7 +91,7 @@ class RopeServiceImpl::RotateStreamReactor final
     // Per message: its request's bytes and its reply's serialized copy,
     // returned once the reply is written.
     const int64_t held_bytes = static_cast<int64_t>(request_.ByteSizeLong());
-    const int64_t more_bytes = RotateReplyBytes(request_);
+    const int64_t more_bytes = EstimateRotate(request_).more_bytes;
     service_.budget_.Reserve(RpcName(Rpc::kRotateStream), held_bytes, more_bytes,
                              absl::FromChrono(context_->deadline()),
                              [this, held_bytes, more_bytes](absl::Status granted) {
@@ -142,10 +133,15 @@ class RopeServiceImpl::RotateStreamReactor final
 
   void RotateCurrent() {
     const int64_t bytes_in = static_cast<int64_t>(request_.ByteSizeLong());
-    absl::Status status = context_->IsCancelled() ? CancelledBeforeRun(Rpc::kRotateStream)
-                          : UsesSharedMemory(request_)
-                              ? service_.AnswerRotateByReference(context_, &request_, &response_)
-                              : AnswerRotate(service_.engine_, &request_, &response_);
+    grpc::CallbackServerContext* const context = context_;
+    const Interrupt interrupt([context] { return context->IsCancelled(); },
+                              absl::FromChrono(context_->deadline()));
+    CallContext call = service_.CallOf(context_);
+    call.interrupt = &interrupt;
+    absl::Status status =
+        context_->IsCancelled()
+            ? CancelledBeforeRun(Rpc::kRotateStream)
+            : AnswerRotate(service_.engine_, &request_, &response_, call);
     if (!status.ok()) {
       bytes_in_ = bytes_in;
       FinishStream(status);
@@ -255,11 +251,18 @@ void RopeServiceImpl::FillServerInfo(v1::ServerInfo* info) const {
   }
 }
 
-bool RopeServiceImpl::IsInlineRotate(const v1::RotateRequest& request) const {
-  return options_.inline_rotate_max_bytes > 0 && engine_.backend_calls_never_wait() &&
-         !UsesSharedMemory(request) && request.config().hf_config_json().empty() &&
-         request.config().max_len() <= kInlineRotateMaxLen &&
+bool RopeServiceImpl::RunsInline(const CallEstimate& estimate,
+                                  const google::protobuf::Message& request) const {
+  return estimate.may_run_inline && options_.inline_rotate_max_bytes > 0 &&
+         engine_.backend_calls_never_wait() &&
          static_cast<int64_t>(request.ByteSizeLong()) <= options_.inline_rotate_max_bytes;
+}
+
+CallContext RopeServiceImpl::CallOf(grpc::CallbackServerContext* context) const {
+  CallContext call;
+  call.regions.registry = options_.shm;
+  call.regions.owner = [this, context] { return OwnerOf(*context); };
+  return call;
 }
 
 grpc::ServerUnaryReactor* RopeServiceImpl::Rotate(grpc::CallbackServerContext* context,
@@ -269,26 +272,26 @@ grpc::ServerUnaryReactor* RopeServiceImpl::Rotate(grpc::CallbackServerContext* c
   // installed in the constructor: rotated in place, its bytes moved into the
   // reply.
   v1::RotateRequest* owned = MutableRequest<v1::RotateRequest, v1::RotateResponse>(context);
-  if (owned != nullptr && IsInlineRotate(*request)) {
-    // Admitted and charged like every call; answered on this thread (or, if
-    // it had to wait for bytes, on the thread that freed them).
-    return ServeUnary(
-        Rpc::kRotate, context, *request, RotateReplyBytes(*request), response,
-        [this, owned, response] { return AnswerRotate(engine_, owned, response); },
-        RunOn::kThisThread);
-  }
-  // The reply takes over the request's bytes; gRPC then serializes it (a
-  // second copy, freed once sent). Tensors in shared memory are not counted:
-  // they are mapped, not held by the process.
+  const CallEstimate estimate = EstimateRotate(*request);
+  // A small call is admitted and charged like every call, and answered on
+  // this thread (or, if it had to wait for bytes, on the thread that freed
+  // them).
   return ServeUnary(
-      Rpc::kRotate, context, *request, RotateReplyBytes(*request), response,
+      Rpc::kRotate, context, *request, estimate.more_bytes, response,
       [this, context, owned, response] {
         if (owned == nullptr) {
           return absl::InternalError("Rotate: the owning message allocator is not installed");
         }
-        if (UsesSharedMemory(*owned)) return AnswerRotateByReference(context, owned, response);
-        return AnswerRotate(engine_, owned, response);
-      });
+        // Stops the parse of an hf_config_json when the caller goes or its
+        // deadline passes.
+        const Interrupt interrupt([context] { return context->IsCancelled(); },
+                                  absl::FromChrono(context->deadline()));
+        CallContext call = CallOf(context);
+        call.interrupt = &interrupt;
+        return AnswerRotate(engine_, owned, response, call);
+      },
+      owned != nullptr && RunsInline(estimate, *request) ? RunOn::kThisThread
+                                                         : RunOn::kWorkQueue);
 }
 
 grpc::ServerBidiReactor<v1::RotateRequest, v1::RotateResponse>* RopeServiceImpl::RotateStream(
@@ -299,22 +302,17 @@ grpc::ServerBidiReactor<v1::RotateRequest, v1::RotateResponse>* RopeServiceImpl:
 grpc::ServerUnaryReactor* RopeServiceImpl::AttentionScores(
     grpc::CallbackServerContext* context, const v1::AttentionScoresRequest* request,
     v1::AttentionScoresResponse* response) {
-  // Results written into the caller's shared memory (scores_out) leave no
-  // serialized copy in the reply.
-  const int64_t reply_bytes = AttentionScoresReplyBytes(*request);
-  const int64_t held_bytes =
-      request->has_scores_out() ? reply_bytes : WithSerializedCopy(reply_bytes);
-  return ServeUnary(Rpc::kAttentionScores, context, *request, held_bytes, response,
+  return ServeUnary(Rpc::kAttentionScores, context, *request,
+                    EstimateAttentionScores(*request).more_bytes, response,
                     [this, context, request, response] {
                       // The longest call there is: let the backend stop when the
                       // client cancels or its deadline passes (gRPC marks the call
                       // cancelled then).
                       const Interrupt interrupt([context] { return context->IsCancelled(); },
                                                 absl::FromChrono(context->deadline()));
-                      if (UsesSharedMemory(*request)) {
-                        return AnswerAttentionByReference(context, *request, response, &interrupt);
-                      }
-                      return AnswerAttentionScores(engine_, *request, response, &interrupt);
+                      CallContext call = CallOf(context);
+                      call.interrupt = &interrupt;
+                      return AnswerAttentionScores(engine_, *request, response, call);
                     });
 }
 
@@ -322,12 +320,13 @@ grpc::ServerUnaryReactor* RopeServiceImpl::GetTable(grpc::CallbackServerContext*
                                                     const v1::GetTableRequest* request,
                                                     v1::GetTableResponse* response) {
   // A miss builds a whole table: off gRPC's threads too.
-  const int64_t reply_bytes =
-      GetTableReplyBytes(*request, engine_.limits().max_len_cap, options_.max_message_bytes);
-  return ServeUnary(Rpc::kGetTable, context, *request, WithSerializedCopy(reply_bytes), response,
-                    [this, request, response] {
-                      return AnswerGetTable(engine_, *request, options_.max_message_bytes,
-                                            response);
+  const ReplyLimit limit(options_.max_message_bytes);
+  return ServeUnary(Rpc::kGetTable, context, *request,
+                    EstimateGetTable(*request, engine_.limits().max_len_cap, limit).more_bytes,
+                    response, [this, context, request, response, limit] {
+                      const Interrupt interrupt([context] { return context->IsCancelled(); },
+                                                absl::FromChrono(context->deadline()));
+                      return AnswerGetTable(engine_, *request, limit, response, &interrupt);
                     });
 }
 
@@ -335,11 +334,14 @@ grpc::ServerUnaryReactor* RopeServiceImpl::ResolveConfig(grpc::CallbackServerCon
                                                          const v1::RopeConfig* request,
                                                          v1::ResolvedConfig* response) {
   // A miss parses a config.json: off gRPC's threads too.
-  // The reply is about the size of the config it resolves (and its copy).
-  const int64_t reply_bytes = static_cast<int64_t>(request->ByteSizeLong()) + 4096;
   return ServeUnary(
-      Rpc::kResolveConfig, context, *request, WithSerializedCopy(reply_bytes), response,
-      [this, request, response] { return AnswerResolveConfig(engine_, *request, response); });
+      Rpc::kResolveConfig, context, *request, EstimateResolveConfig(*request).more_bytes,
+      response,
+      [this, context, request, response] {
+        const Interrupt interrupt([context] { return context->IsCancelled(); },
+                                  absl::FromChrono(context->deadline()));
+        return AnswerResolveConfig(engine_, *request, response, &interrupt);
+      });
 }
 
 std::string RopeServiceImpl::ClientOf(const grpc::CallbackServerContext& context) const {

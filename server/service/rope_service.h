@@ -23,10 +23,10 @@
 #include "grpcpp/support/server_callback.h"
 #include "rope/v1/rope.grpc.pb.h"
 #include "rope/v1/rope.pb.h"
-#include "core/proto_engine/shm_registry.h"
 #include "core/engine/engine.h"
+#include "core/proto_engine/rope_calls.h"
+#include "core/proto_engine/shm_registry.h"
 #include "server/service/byte_budget.h"
-#include "core/engine/interrupt.h"
 #include "server/service/call_gate.h"
 #include "server/service/owned_messages.h"
 #include "server/service/service_metrics.h"
@@ -46,18 +46,15 @@ struct ServiceOptions {
   // Shared-memory regions (owned by the server); null: the region RPCs and
   // references answer FAILED_PRECONDITION.
   ShmRegistry* shm = nullptr;
-  // A Rotate request of at most this many bytes whose table is cheap to
-  // build (explicit fields, max_len <= kInlineRotateMaxLen), on a backend
-  // whose calls never wait (Backend::CallsNeverWait: the CPU), is answered on
-  // the gRPC thread that received it, as Echo is: its arithmetic (a few
-  // microseconds) costs less than handing it to the work queue and back
+  // A Rotate request of at most this many bytes that may run inline
+  // (CallEstimate::may_run_inline: no reference, a table of at most
+  // kInlineMaxLen rows from explicit fields), on a backend whose calls never
+  // wait (Backend::CallsNeverWait: the CPU), is answered on the gRPC thread
+  // that received it, as Echo is: its arithmetic (a few microseconds) costs
+  // less than handing it to the work queue and back
   // (bench/results/service_bench.md). 0 sends every call to the queue.
   int64_t inline_rotate_max_bytes = 64 << 10;
 };
-
-// The largest max_len of an inline Rotate: on a table-cache miss the gRPC
-// thread builds at most this many rows (about a millisecond at head_dim 128).
-inline constexpr uint32_t kInlineRotateMaxLen = 32768;
 
 class RopeServiceImpl final : public v1::RopeService::CallbackService {
  public:
@@ -95,9 +92,12 @@ class RopeServiceImpl final : public v1::RopeService::CallbackService {
  private:
   class RotateStreamReactor;
 
-  // Whether a Rotate is answered on the receiving gRPC thread
+  // Whether a call of `estimate` is answered on the receiving gRPC thread
   // (ServiceOptions::inline_rotate_max_bytes).
-  bool IsInlineRotate(const v1::RotateRequest& request) const;
+  bool RunsInline(const CallEstimate& estimate, const google::protobuf::Message& request) const;
+  // What a call brings to its rope_calls.h entry: the caller's regions (its
+  // identity derived only if the call references one).
+  CallContext CallOf(grpc::CallbackServerContext* context) const;
 
   // Where an admitted call's answer runs: on the work queue (in its
   // client's turn), or on the thread that admitted it (a small CPU-backend
@@ -121,14 +121,6 @@ class RopeServiceImpl final : public v1::RopeService::CallbackService {
   // The caller's identity as the owner of shared-memory regions
   // (caller_identity.h, IdentityUse::kOwnership).
   std::string OwnerOf(const grpc::CallbackServerContext& context) const;
-  // Rotate / AttentionScores for requests that reference shared memory
-  // (rope_service_shm.cc).
-  absl::Status AnswerRotateByReference(grpc::CallbackServerContext* context,
-                                       v1::RotateRequest* request, v1::RotateResponse* response);
-  absl::Status AnswerAttentionByReference(grpc::CallbackServerContext* context,
-                                          const v1::AttentionScoresRequest& request,
-                                          v1::AttentionScoresResponse* response,
-                                          const Interrupt* interrupt);
   void FillShmInfo(v1::ServerInfo* info) const;
 
   Engine& engine_;

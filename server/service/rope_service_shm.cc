@@ -1,5 +1,4 @@
-// RopeServiceImpl's shared-memory side: the region RPCs, and Rotate /
-// AttentionScores for requests that reference regions (core/proto_engine/
+// RopeServiceImpl's shared-memory side: the region RPCs (core/proto_engine/
 // shm_calls.h does the work; this file adds the caller's identity).
 #include "absl/strings/str_cat.h"
 #include "core/proto_engine/shm_calls.h"
@@ -37,22 +36,6 @@ grpc::ServerUnaryReactor* ServeRegionCall(Rpc rpc, CallGate& gate, ServiceMetric
 }
 
 }  // namespace
-
-absl::Status RopeServiceImpl::AnswerRotateByReference(grpc::CallbackServerContext* context,
-                                                      v1::RotateRequest* request,
-                                                      v1::RotateResponse* response) {
-  if (options_.shm == nullptr) return NoShm();
-  return AnswerRotateShared(engine_, *options_.shm, OwnerOf(*context), request, response);
-}
-
-absl::Status RopeServiceImpl::AnswerAttentionByReference(grpc::CallbackServerContext* context,
-                                                         const v1::AttentionScoresRequest& request,
-                                                         v1::AttentionScoresResponse* response,
-                                                         const Interrupt* interrupt) {
-  if (options_.shm == nullptr) return NoShm();
-  return AnswerAttentionScoresShared(engine_, *options_.shm, OwnerOf(*context), request, response,
-                                     interrupt);
-}
 
 std::string RopeServiceImpl::OwnerOf(const grpc::CallbackServerContext& context) const {
   return CallerIdentity(context, options_.tokens_verified, IdentityUse::kOwnership);

@@ -9,7 +9,7 @@ UnaryCall::UnaryCall(Rpc rpc, CallGate& gate, ServiceMetrics& metrics, int64_t m
     : rpc_(rpc),
       gate_(gate),
       metrics_(metrics),
-      max_reply_bytes_(max_reply_bytes),
+      reply_limit_(max_reply_bytes),
       start_(absl::Now()) {}
 
 bool UnaryCall::Admit(const google::protobuf::Message& request, std::string client) {
@@ -45,10 +45,9 @@ void UnaryCall::FinishWith(const absl::Status& status, google::protobuf::Message
   int64_t bytes_out = 0;
   if (status.ok() && response != nullptr) {
     bytes_out = static_cast<int64_t>(response->ByteSizeLong());
-    if (max_reply_bytes_ > 0 && bytes_out > max_reply_bytes_) {
-      final_status = absl::ResourceExhaustedError(absl::StrCat(
-          RpcName(rpc_), " reply is ", bytes_out, " bytes: over the server's max_message_bytes ",
-          max_reply_bytes_, "; ask for less per call"));
+    final_status = reply_limit_.Check(absl::StrCat(RpcName(rpc_), " reply"), bytes_out,
+                                      "ask for less per call");
+    if (!final_status.ok()) {
       response->Clear();
       bytes_out = 0;
     }

@@ -13,6 +13,7 @@
 #include "absl/functional/any_invocable.h"
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "core/proto_engine/reply_limit.h"
 #include "google/protobuf/message.h"
 #include "grpcpp/support/server_callback.h"
 #include "server/service/byte_budget.h"
@@ -53,7 +54,7 @@ class UnaryCall final : public grpc::ServerUnaryReactor {
   const Rpc rpc_;
   CallGate& gate_;
   ServiceMetrics& metrics_;
-  const int64_t max_reply_bytes_;
+  const ReplyLimit reply_limit_;
   const absl::Time start_;
   int64_t bytes_in_ = 0;
   bool admitted_ = false;

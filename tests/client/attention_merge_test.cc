@@ -62,7 +62,7 @@ AttentionState Attend(Engine& engine, const Problem& p, int64_t begin, int64_t e
   if (sinks) params.sinks = p.sinks;
   std::string output, lse;
   AttentionOutputs out;
-  out.output = &output;
+  out.output.bytes = &output;
   out.lse.bytes = &lse;
   const absl::Status status = engine.AttentionScores(params, &out);
   EXPECT_TRUE(status.ok()) << status;

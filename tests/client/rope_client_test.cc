@@ -5,9 +5,16 @@
 
 #include <grpcpp/create_channel.h>
 #include <grpcpp/security/credentials.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <memory>
 #include <sstream>
@@ -326,8 +333,11 @@ TEST_F(RopeClientTest, RopectlResolvePrintsTheDerivedConfigAndItsFlags) {
   ASSERT_EQ(code, kExitOk) << err.str();
   EXPECT_THAT(out.str(), HasSubstr("theta=1e+06 head_dim=256 rotary_dim=256 max_len=8192"));
   EXPECT_THAT(out.str(), HasSubstr("scaling=linear(factor=8)"));
+  // Gemma rotates halves in transformers: the default layout.
+  EXPECT_THAT(out.str(), HasSubstr("from the config.json: layout=half (model_type gemma3: "
+                                   "transformers rotates halves) max_len=8192 (--max_len)"));
   EXPECT_THAT(out.str(), HasSubstr("as flags: --theta=1000000 --head_dim=256 --rotary_dim=256 "
-                                   "--max_len=8192 --layout=interleaved --rope_scaling=linear "
+                                   "--max_len=8192 --layout=half --rope_scaling=linear "
                                    "--factor=8"));
   EXPECT_THAT(out.str(), HasSubstr("inv_freq[128]=[0.125, "));
   EXPECT_THAT(out.str(), HasSubstr("table_key: theta=1000000 rotary_dim=256 max_len=8192 "
@@ -339,6 +349,55 @@ TEST_F(RopeClientTest, RopectlResolvePrintsTheDerivedConfigAndItsFlags) {
   ASSERT_EQ(code, kExitOk) << sliding_err.str();
   EXPECT_THAT(sliding_out.str(), HasSubstr("as flags: --theta=10000 --head_dim=256"));
   EXPECT_THAT(sliding_out.str(), Not(HasSubstr("--rope_scaling")));
+  // No max_position_embeddings in the file: Gemma3TextConfig's 131072.
+  EXPECT_THAT(sliding_out.str(),
+              HasSubstr("max_len=131072 (max_position_embeddings of transformers' gemma3 config "
+                        "class: the config.json has none)"));
+}
+
+TEST_F(RopeClientTest, RopectlTakesLayoutAndMaxLenFromTheConfigJsonUnlessGiven) {
+  const std::string dir = ::testing::TempDir() + "/glm-like-model";
+  ASSERT_TRUE(mkdir(dir.c_str(), 0755) == 0 || errno == EEXIST);
+  std::ofstream(dir + "/config.json")
+      << R"({"model_type": "glm4", "rope_theta": 10000, "head_dim": 64,
+             "partial_rotary_factor": 0.5, "max_position_embeddings": 2048})";
+  const std::string target = "--target=" + server_->address();
+  std::ostringstream out, err;
+  ASSERT_EQ(RunRopectl({"rotate", target, "--hf_config=" + dir, "--random_q_shape=1,3,2,64",
+                        "--start_pos=2040", "--save_inputs=" + dir + "/inputs"},
+                       out, err),
+            kExitOk)
+      << err.str();
+  EXPECT_THAT(out.str(), HasSubstr("from the config.json: layout=interleaved (model_type glm4: "
+                                   "transformers pairs neighbours) max_len=2048 (the config's "
+                                   "max_position_embeddings)"));
+  EXPECT_THAT(out.str(), HasSubstr("saved q to " + dir + "/inputs/q.npy (<f4)"));
+  // The saved input, sent again, gives the same reply; --layout overrides.
+  std::ostringstream again, again_err;
+  ASSERT_EQ(RunRopectl({"rotate", target, "--hf_config=" + dir, "--q=" + dir + "/inputs/q.npy",
+                        "--start_pos=2040", "--layout=half"},
+                       again, again_err),
+            kExitOk)
+      << again_err.str();
+  EXPECT_THAT(again.str(), HasSubstr("layout=half (--layout) max_len=2048"));
+  // q's last dim against the config.json's head_dim, said in ropectl's terms.
+  std::ostringstream bad, bad_err;
+  EXPECT_EQ(RunRopectl({"rotate", target, "--hf_config=" + dir, "--random_q_shape=1,3,2,32"},
+                       bad, bad_err),
+            kExitFailure);
+  EXPECT_THAT(bad_err.str(), HasSubstr("q's last dimension is 32 but --hf_config=" + dir +
+                                       " gives head_dim 64: send q (and k) with last dimension "
+                                       "64"));
+  EXPECT_THAT(bad_err.str(), Not(HasSubstr("leave config.head_dim 0")));
+}
+
+TEST_F(RopeClientTest, RopectlInfoShowsEveryLimit) {
+  std::ostringstream out, err;
+  ASSERT_EQ(RunRopectl({"info", "--target=" + server_->address()}, out, err), kExitOk) << err.str();
+  const google::protobuf::Descriptor* limits = v1::ServerLimits::descriptor();
+  for (int i = 0; i < limits->field_count(); ++i) {
+    EXPECT_THAT(out.str(), HasSubstr(" " + limits->field(i)->name() + "=")) << out.str();
+  }
 }
 
 TEST_F(RopeClientTest, AttentionScoresSelfCheckVector) {
@@ -423,15 +482,29 @@ TEST_F(RopeClientTest, CpuServerRefusesACudaRegion) {
   EXPECT_EQ(status->regions_size(), 0);
 }
 
-TEST_F(RopeClientTest, PastDeadlineIsDeadlineExceeded) {
-  // A deadline already past when the call starts: gRPC fails it locally.
+TEST_F(RopeClientTest, DeadlineIsDeadlineExceeded) {
+  // A peer that completes the TCP handshake (the kernel's listen backlog does)
+  // but never speaks HTTP/2: the channel never becomes ready, so the call can
+  // only end at the client's deadline. Deterministic, unlike a 1 ns deadline
+  // racing a fast loopback reply.
+  const int listener = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(listener, 0) << strerror(errno);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(listener, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0)
+      << strerror(errno);
+  ASSERT_EQ(listen(listener, 4), 0) << strerror(errno);
+  socklen_t length = sizeof(address);
+  ASSERT_EQ(getsockname(listener, reinterpret_cast<sockaddr*>(&address), &length), 0);
   ClientOptions options = TestOptions();
-  options.deadline = absl::Nanoseconds(1);
+  options.deadline = absl::Milliseconds(200);
   absl::StatusOr<std::unique_ptr<RopeClient>> client =
-      RopeClient::Create(server_->address(), options);
-  ASSERT_TRUE(client.ok());
+      RopeClient::Create(absl::StrCat("127.0.0.1:", ntohs(address.sin_port)), options);
+  ASSERT_TRUE(client.ok()) << client.status();
   absl::StatusOr<v1::ServerInfo> info = (*client)->GetServerInfo();
-  EXPECT_EQ(info.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(info.status().code(), absl::StatusCode::kDeadlineExceeded) << info.status();
+  close(listener);
 }
 
 // Table-cache lookups (hits + misses) a server has served: each GetTable

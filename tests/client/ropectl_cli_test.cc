@@ -1,5 +1,9 @@
 // ropectl's command line, without a server: flag parsing, value parsers,
 // help text, usage errors and their exit codes.
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -244,8 +248,39 @@ TEST(RopectlTest, HfConfigExcludesTheFieldsItGives) {
   EXPECT_THAT(layer.err, HasSubstr("--hf_layer_type needs --hf_config"));
   RunResult missing = RunCtl({"resolve", "--hf_config=/nonexistent/config.json"});
   EXPECT_EQ(missing.code, kExitFailure);
-  EXPECT_THAT(missing.err,
-              HasSubstr("NOT_FOUND: --hf_config=/nonexistent/config.json: cannot open the file"));
+  EXPECT_THAT(missing.err, HasSubstr("NOT_FOUND: --hf_config=/nonexistent/config.json: no such "
+                                     "file or directory"));
+  // A model directory is read as its config.json; without one, named as such.
+  const std::string dir = ::testing::TempDir() + "/empty-model-dir";
+  ASSERT_EQ(mkdir(dir.c_str(), 0755) == 0 || errno == EEXIST, true);
+  RunResult no_config = RunCtl({"resolve", "--hf_config=" + dir});
+  EXPECT_EQ(no_config.code, kExitFailure);
+  EXPECT_THAT(no_config.err, HasSubstr("is a directory without a config.json"));
+}
+
+TEST(RopectlTest, HfConfigWithoutMaxPositionEmbeddingsNeedsMaxLen) {
+  const std::string path = ::testing::TempDir() + "/rope-keys-only.json";
+  std::ofstream(path) << R"({"model_type": "llama", "rope_theta": 10000, "head_dim": 64})";
+  RunResult r = RunCtl({"resolve", "--hf_config=" + path});
+  EXPECT_EQ(r.code, kExitUsage);
+  EXPECT_THAT(r.err, HasSubstr("has no max_position_embeddings: give --max_len"));
+}
+
+TEST(RopectlTest, ChecksOutputsAndMessageSizesBeforeGeneratingInputs) {
+  RunResult out_dir = RunCtl({"rotate", "--random_q_shape=1,2,2,8", "--out_q=/nonexistent/q.npy"});
+  EXPECT_EQ(out_dir.code, kExitUsage);
+  EXPECT_THAT(out_dir.err, HasSubstr("--out_q=/nonexistent/q.npy: the directory /nonexistent "
+                                     "does not exist"));
+  // Refused at once, before any value is made.
+  RunResult huge = RunCtl({"scores", "--random_q_shape=1,65536,32,128",
+                           "--random_k_shape=1,65536,8,128", "--dtype=bfloat16"});
+  EXPECT_EQ(huge.code, kExitFailure);
+  EXPECT_THAT(huge.err, HasSubstr("RESOURCE_EXHAUSTED: the AttentionScores request (q, k and v) "
+                                  "would be 671088640 bytes, over the 536870912 bytes"));
+  RunResult reply = RunCtl({"scores", "--random_q_shape=1,8192,32,8", "--random_k_shape=1,8192,8,8"});
+  EXPECT_EQ(reply.code, kExitFailure);
+  EXPECT_THAT(reply.err, HasSubstr("the AttentionScores reply (float32 scores [B,Hq,Sq,Sk] and "
+                                   "output) would be 8589934592 bytes"));
 }
 
 TEST(RopectlTest, ScalingAndMropeFlagsOnlyWhereTheyApply) {

@@ -199,6 +199,43 @@ TEST_F(CudaBackendTest, RotateThroughManyStagingChunksMatchesCpuBackend) {
   ExpectRotateMatchesCpu(*cuda, c);
 }
 
+// Out of place (RotateArgs::q_source, k_source: a host region's q_out):
+// the chunks are read from the sources and written to q and k, which match
+// the CPU backend's in-place answer; the sources are not written.
+TEST_F(CudaBackendTest, RotateOutOfPlaceThroughStagingMatchesCpuBackend) {
+  CudaBackendOptions options;
+  options.staging_bytes = 64 << 10;
+  std::unique_ptr<Backend> cuda = MakeBackend(options);
+  ASSERT_NE(cuda, nullptr);
+  RotateCase c;
+  c.dtype = DType::kFloat16;
+  c.layout = Layout::kHalf;
+  c.batch = 2;
+  c.seq = 300;
+  c.q_heads = 8;
+  c.k_heads = 2;
+  c.head_dim = 64;
+  c.rotary_dim = 32;
+  c.positions = test::PositionMode::kPerToken;
+  const std::shared_ptr<const RopeTable> table = test::PlainTable(c.rotary_dim, c.max_len);
+  RotateData want = test::MakeRotateData(c, 5);
+  RotateData source = test::MakeRotateData(c, 5);
+  ASSERT_TRUE(test::CpuBackend().Rotate(*table, want.Args(c)).ok());
+  const std::vector<uint8_t> q_before = source.q, k_before = source.k;
+  std::vector<uint8_t> q_out(source.q.size(), 0xee), k_out(source.k.size(), 0xee);
+  RotateArgs args = source.Args(c);
+  args.q_source = args.q;
+  args.k_source = args.k;
+  args.q = q_out.data();
+  args.k = k_out.data();
+  const absl::Status status = cuda->Rotate(*table, args);
+  ASSERT_TRUE(status.ok()) << status;
+  EXPECT_TRUE(SameBytes(q_out, want.q)) << "q_out";
+  EXPECT_TRUE(SameBytes(k_out, want.k)) << "k_out";
+  EXPECT_TRUE(SameBytes(source.q, q_before)) << "the source q was written";
+  EXPECT_TRUE(SameBytes(source.k, k_before)) << "the source k was written";
+}
+
 TEST_F(CudaBackendTest, AttentionMatchesCpuBackendOverTheGrid) {
   std::unique_ptr<Backend> cuda = MakeBackend();
   ASSERT_NE(cuda, nullptr);

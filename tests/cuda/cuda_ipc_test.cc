@@ -1,6 +1,6 @@
 // CUDA shared memory on the CUDA backend: device memory that another
 // process exported with cudaIpcGetMemHandle (IpcExporter, a child process),
-// opened by Backend::OpenCudaIpcMemory and rotated where it lies.
+// opened through the backend's DeviceMemory and rotated where it lies.
 //
 // Linked into rope_cuda_backend_test (a GPU; the tests skip without one) and
 // rope_cuda_fake_device_test (the fake runtime: the exporter's cudaMalloc is
@@ -9,11 +9,12 @@
 //     CPU backend's, at aligned and unaligned offsets; the exporter sees
 //     the result; attention over the attention grid read and written in the
 //     allocation; the handle, device and size checks; closing.
-//   - the calls (core/proto_engine/shm_calls.h over an Engine on this backend and
-//     a ShmRegistry): register by handle, status, Rotate by reference in
-//     place and into an output reference, AttentionScores by reference
-//     (inputs and results in the region), the refusals (mixing with bytes,
-//     results not in a CUDA region, another owner), unregister.
+//   - the calls (core/proto_engine/rope_calls.h and shm_calls.h over an
+//     Engine on this backend and a ShmRegistry): register by handle, status,
+//     Rotate by reference in place and into an output reference,
+//     AttentionScores by reference (inputs and results in the region), the
+//     refusals (mixing with bytes, results not in a CUDA region, another
+//     owner), unregister.
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
@@ -123,7 +124,7 @@ TEST_F(CudaIpcTest, RotatesAnotherProcesssMemoryInPlaceBitForBitLikeTheCpuBacken
   std::unique_ptr<IpcExporter> exporter = Export(most);
   ASSERT_NE(exporter, nullptr);
   absl::StatusOr<std::shared_ptr<DeviceMemoryLease>> memory =
-      backend_->OpenCudaIpcMemory(exporter->handle(), 0, static_cast<uint64_t>(most));
+      backend_->device_memory()->OpenIpcHandle(exporter->handle(), 0, static_cast<uint64_t>(most));
   ASSERT_TRUE(memory.ok()) << memory.status();
   EXPECT_EQ((*memory)->device(), 0);
   EXPECT_GE((*memory)->allocation_bytes(), static_cast<uint64_t>(most));
@@ -148,7 +149,7 @@ TEST_F(CudaIpcTest, RotatesAnotherProcesssMemoryInPlaceBitForBitLikeTheCpuBacken
     RotateArgs args = got.Args(c);
     args.q = region + q_offset;
     if (args.k != nullptr) args.k = region + k_offset;
-    args.on_device = true;
+    args.memory = TensorMemory::Device(0);
     const absl::Status rotated = backend_->Rotate(*table, args);
     ASSERT_TRUE(rotated.ok()) << rotated;
     EXPECT_EQ(FromDevice(region + q_offset, got.q.size()), want.q) << "q";
@@ -196,7 +197,7 @@ TEST_F(CudaIpcTest, AttentionInAnotherProcesssMemoryMatchesTheCpuBackend) {
   std::unique_ptr<IpcExporter> exporter = Export(most);
   ASSERT_NE(exporter, nullptr);
   absl::StatusOr<std::shared_ptr<DeviceMemoryLease>> memory =
-      backend_->OpenCudaIpcMemory(exporter->handle(), 0, static_cast<uint64_t>(most));
+      backend_->device_memory()->OpenIpcHandle(exporter->handle(), 0, static_cast<uint64_t>(most));
   ASSERT_TRUE(memory.ok()) << memory.status();
   char* region = static_cast<char*>((*memory)->data());
   for (const Placed& p : cases) {
@@ -216,7 +217,7 @@ TEST_F(CudaIpcTest, AttentionInAnotherProcesssMemoryMatchesTheCpuBackend) {
     if (args.v != nullptr) args.v = region + p.v;
     args.scores = reinterpret_cast<float*>(region + p.scores);
     if (args.output != nullptr) args.output = reinterpret_cast<float*>(region + p.output);
-    args.on_device = true;
+    args.memory = TensorMemory::Device(0);
     const absl::Status status = backend_->AttentionScores(*table, args);
     ASSERT_TRUE(status.ok()) << status;
     const std::vector<uint8_t> scores =
@@ -235,17 +236,20 @@ TEST_F(CudaIpcTest, AttentionInAnotherProcesssMemoryMatchesTheCpuBackend) {
 TEST_F(CudaIpcTest, OpeningRefusesABadHandleAnotherDeviceAndASizePastTheAllocation) {
   std::unique_ptr<IpcExporter> exporter = Export(4096);
   ASSERT_NE(exporter, nullptr);
-  EXPECT_TRUE(StatusIs(backend_->OpenCudaIpcMemory(exporter->handle().substr(1), 0, 4096).status(),
-                       absl::StatusCode::kInvalidArgument,
-                       "cuda_ipc_handle is 63 bytes: a cudaIpcMemHandle_t is 64"));
-  EXPECT_TRUE(StatusIs(backend_->OpenCudaIpcMemory(exporter->handle(), 1, 4096).status(),
-                       absl::StatusCode::kInvalidArgument,
-                       "cuda_device is 1: this server computes on CUDA device 0"));
-  EXPECT_TRUE(StatusIs(backend_->OpenCudaIpcMemory(exporter->handle(), 0, 4097).status(),
-                       absl::StatusCode::kInvalidArgument,
-                       "byte_size is 4097: the allocation cuda_ipc_handle names holds 4096 bytes"));
+  EXPECT_TRUE(StatusIs(
+      backend_->device_memory()->OpenIpcHandle(exporter->handle().substr(1), 0, 4096).status(),
+      absl::StatusCode::kInvalidArgument,
+      "cuda_ipc_handle is 63 bytes: a cudaIpcMemHandle_t is 64"));
+  EXPECT_TRUE(
+      StatusIs(backend_->device_memory()->OpenIpcHandle(exporter->handle(), 1, 4096).status(),
+               absl::StatusCode::kInvalidArgument,
+               "cuda_device is 1: this server computes on CUDA device 0"));
+  EXPECT_TRUE(
+      StatusIs(backend_->device_memory()->OpenIpcHandle(exporter->handle(), 0, 4097).status(),
+               absl::StatusCode::kInvalidArgument,
+               "byte_size is 4097: the allocation cuda_ipc_handle names holds 4096 bytes"));
   const std::string garbage(64, '\x5a');
-  EXPECT_TRUE(StatusIs(backend_->OpenCudaIpcMemory(garbage, 0, 16).status(),
+  EXPECT_TRUE(StatusIs(backend_->device_memory()->OpenIpcHandle(garbage, 0, 16).status(),
                        absl::StatusCode::kInvalidArgument, "cuda_ipc_handle could not be opened"));
   if (test::OpenIpcMappings() >= 0) {
     EXPECT_EQ(test::OpenIpcMappings(), 0) << "a refusal leaked";
@@ -253,19 +257,27 @@ TEST_F(CudaIpcTest, OpeningRefusesABadHandleAnotherDeviceAndASizePastTheAllocati
 
   // The backend still works: the whole allocation opens and rotates.
   absl::StatusOr<std::shared_ptr<DeviceMemoryLease>> memory =
-      backend_->OpenCudaIpcMemory(exporter->handle(), 0, 4096);
+      backend_->device_memory()->OpenIpcHandle(exporter->handle(), 0, 4096);
   ASSERT_TRUE(memory.ok()) << memory.status();
 
   // Once the exporter has freed its allocation the handle opens no more.
   memory->reset();
   ASSERT_TRUE(exporter->Stop().ok());
-  EXPECT_TRUE(StatusIs(backend_->OpenCudaIpcMemory(exporter->handle(), 0, 16).status(),
+  EXPECT_TRUE(StatusIs(backend_->device_memory()->OpenIpcHandle(exporter->handle(), 0, 16).status(),
                        absl::StatusCode::kInvalidArgument, "cuda_ipc_handle could not be opened"));
 }
 
 // ---- The calls ------------------------------------------------------------------
 
 constexpr char kOwner[] = "ipv4:127.0.0.1:5000";
+
+// A call of `owner` whose references resolve in `registry`.
+CallContext CallOf(const ShmRegistry& registry, std::string owner = kOwner) {
+  CallContext call;
+  call.regions.registry = &registry;
+  call.regions.owner = [owner] { return owner; };
+  return call;
+}
 
 v1::RopeConfig SmallConfig() {
   v1::RopeConfig config;
@@ -350,7 +362,7 @@ TEST_F(CudaIpcTest, RegisteredByHandleARegionServesRotateByReferenceOnTheDevice)
   v1::RotateRequest request = RotateByReference();
   const auto [want_q, want_k] = RotatedOnTheCpu(request, before);
   v1::RotateResponse reply;
-  const absl::Status rotated = AnswerRotateShared(engine, registry, kOwner, &request, &reply);
+  const absl::Status rotated = AnswerRotate(engine, &request, &reply, CallOf(registry));
   ASSERT_TRUE(rotated.ok()) << rotated;
   EXPECT_EQ(reply.q().shm().region(), "dev");
   EXPECT_TRUE(reply.q().data().empty());
@@ -371,7 +383,7 @@ TEST_F(CudaIpcTest, RegisteredByHandleARegionServesRotateByReferenceOnTheDevice)
   request.mutable_k_out()->set_byte_size(request.k().shm().byte_size());
   const auto [want_q2, want_k2] = RotatedOnTheCpu(RotateByReference(), after);
   reply.Clear();
-  ASSERT_TRUE(AnswerRotateShared(engine, registry, kOwner, &request, &reply).ok());
+  ASSERT_TRUE(AnswerRotate(engine, &request, &reply, CallOf(registry)).ok());
   EXPECT_EQ(reply.q().shm().offset(), 4096u);
   const std::vector<uint8_t> outputs = *exporter->ReadBack();
   EXPECT_EQ(Slice(outputs, 4096, want_q2.size()), want_q2);
@@ -409,7 +421,7 @@ TEST_F(CudaIpcTest, RegisteredByHandleARegionServesRotateByReferenceOnTheDevice)
   ASSERT_TRUE(AnswerAttentionScores(cpu, by_bytes, &want).ok());
   v1::AttentionScoresResponse scores;
   const absl::Status attended =
-      AnswerAttentionScoresShared(engine, registry, kOwner, attention, &scores);
+      AnswerAttentionScores(engine, attention, &scores, CallOf(registry));
   ASSERT_TRUE(attended.ok()) << attended;
   EXPECT_EQ(scores.scores().shm().offset(), 4096u);
   EXPECT_TRUE(scores.scores().data().empty());
@@ -431,26 +443,27 @@ TEST_F(CudaIpcTest, RegisteredByHandleARegionServesRotateByReferenceOnTheDevice)
   request = RotateByReference();
   request.mutable_k()->clear_shm();
   request.mutable_k()->set_data(std::string(5 * 2 * 16 * 2, '\0'));
-  EXPECT_TRUE(StatusIs(AnswerRotateShared(engine, registry, kOwner, &request, &reply),
+  EXPECT_TRUE(StatusIs(AnswerRotate(engine, &request, &reply, CallOf(registry)),
                        absl::StatusCode::kInvalidArgument,
                        "q.shm (region \"dev\") is CUDA device memory but k (bytes) is not"));
   v1::AttentionScoresRequest bad = attention;
   *bad.mutable_v() = by_bytes.v();
-  EXPECT_TRUE(StatusIs(AnswerAttentionScoresShared(engine, registry, kOwner, bad, &scores),
+  EXPECT_TRUE(StatusIs(AnswerAttentionScores(engine, bad, &scores, CallOf(registry)),
                        absl::StatusCode::kInvalidArgument,
                        "q.shm (region \"dev\") is CUDA device memory but v (bytes) is not"));
   bad = attention;
   bad.clear_scores_out();
-  EXPECT_TRUE(StatusIs(AnswerAttentionScoresShared(engine, registry, kOwner, bad, &scores),
+  EXPECT_TRUE(StatusIs(AnswerAttentionScores(engine, bad, &scores, CallOf(registry)),
                        absl::StatusCode::kInvalidArgument, "scores_out is not set"));
   bad = attention;
   bad.mutable_scores_out()->set_byte_size(404);
-  EXPECT_TRUE(StatusIs(AnswerAttentionScoresShared(engine, registry, kOwner, bad, &scores),
+  EXPECT_TRUE(StatusIs(AnswerAttentionScores(engine, bad, &scores, CallOf(registry)),
                        absl::StatusCode::kInvalidArgument,
                        "scores_out.byte_size is 404: the scores are 400 bytes"));
   request = RotateByReference();
-  EXPECT_TRUE(StatusIs(AnswerRotateShared(engine, registry, "ipv4:127.0.0.1:5001", &request, &reply),
-                       absl::StatusCode::kNotFound, "q.shm.region \"dev\" is not registered"));
+  EXPECT_TRUE(
+      StatusIs(AnswerRotate(engine, &request, &reply, CallOf(registry, "ipv4:127.0.0.1:5001")),
+               absl::StatusCode::kNotFound, "q.shm.region \"dev\" is not registered"));
 
   // A region larger than the allocation is refused at registration.
   registration.set_name("too-large");

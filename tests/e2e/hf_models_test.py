@@ -17,7 +17,11 @@ model has two), this test
      complex-number form for the interleaved layout, Qwen2-VL's
      apply_multimodal_rotary_pos_emb (section split) and Qwen3-VL's
      apply_interleaved_mrope, with M-RoPE positions [3, B, S];
-  4. runs `ropectl resolve --hf_config=...` on one of them.
+  4. runs `ropectl resolve --hf_config=...` on one of them, and on every one
+     without --layout and --max_len: the layout transformers uses for the
+     model (the third column of MODELS, written here from transformers'
+     modeling code) and max_position_embeddings, as RopeConfig.from_hf
+     derives them too (one rule in every client).
 
 ropeserve is started with tests/support/python/ropeserve_process.py; the
 rope.v1 stubs are the Python client package's (ropeserve.proto).
@@ -442,6 +446,35 @@ def main():
                   % (run.returncode, missing, run.stdout, run.stderr))
         else:
             print("ok  ropectl resolve --hf_config=Phi-4-mini-instruct.json")
+        # One rule for config.json defaults: ropectl (the C++ table) and the
+        # Python package's from_hf, against this test's own column.
+        import ropeserve  # pylint: disable=import-outside-toplevel
+        for name, _, layout_half in MODELS:
+            path = os.path.join(args.fixtures, name + ".json")
+            with open(path, encoding="utf-8") as f:
+                max_position = json.load(f)
+            # Gemma 3's config.json has none: transformers' Gemma3TextConfig default.
+            max_position = max_position.get("max_position_embeddings") or \
+                max_position.get("text_config", {}).get("max_position_embeddings") or \
+                GEMMA3_TEXT_DEFAULTS["max_position_embeddings"]
+            want_layout = "half" if layout_half else "interleaved"
+            run = subprocess.run([args.ropectl, "resolve", "--target=" + rs.address,
+                                  "--hf_config=" + path], capture_output=True, text=True,
+                                 timeout=TIMEOUT_S)
+            line = next((l for l in run.stdout.splitlines() if "from the config.json:" in l), "")
+            config = ropeserve.RopeConfig.from_hf(path)
+            problems = []
+            if run.returncode != 0 or "layout=%s (" % want_layout not in line or \
+                    "max_len=%d (" % max_position not in line:
+                problems.append("ropectl printed %r (exit %d) %s" % (line, run.returncode, run.stderr))
+            if config.layout.value != want_layout or config.max_len != max_position:
+                problems.append("from_hf gave layout %s max_len %d" % (config.layout.value, config.max_len))
+            if problems:
+                failures += 1
+                print("FAIL defaults of %s: want layout=%s max_len=%d: %s"
+                      % (name, want_layout, max_position, "; ".join(problems)))
+            else:
+                print("ok  defaults of %s: layout=%s max_len=%d" % (name, want_layout, max_position))
         status = rs.stop()
         if status != 0:
             failures += 1

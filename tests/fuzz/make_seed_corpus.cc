@@ -123,6 +123,8 @@ std::vector<std::pair<std::string, v1::RotateRequest>> RotateSeeds() {
   *r.mutable_config() = Config(8, 64, v1::HALF, 0, 500000);
   r.mutable_config()->mutable_llama3()->set_original_max_position_embeddings(16);
   seeds.emplace_back("rotate_llama3", r);
+  r.mutable_config()->set_angle_precision(v1::ANGLE_FLOAT32);
+  seeds.emplace_back("rotate_llama3_float32_angles", r);
 
   r = scaled;
   *r.mutable_config() = Config(8, 64);
@@ -188,6 +190,31 @@ std::vector<std::pair<std::string, v1::RotateRequest>> RotateSeeds() {
   r.mutable_k_out()->set_byte_size(64);
   r.set_start_pos(2);
   seeds.emplace_back("rotate_shm_in_place_and_out", r);
+
+  // Varint-heavy: many packed positions, each 1 byte on the wire and 8
+  // parsed (one per token of q's sequence).
+  r = v1::RotateRequest();
+  *r.mutable_config() = Config(8, 4096);
+  *r.mutable_q() = MakeTensor(v1::FLOAT32, {1, 512, 1, 8}, 21);
+  for (int64_t p = 0; p < 512; ++p) r.add_positions(p % 100);
+  seeds.emplace_back("rotate_varint_heavy_positions", r);
+
+  // JSON-heavy: a config.json nested exactly 64 levels (the limit) and one
+  // with many empty objects (linear-time parsing).
+  r = v1::RotateRequest();
+  *r.mutable_config() = Config(0, 16);
+  std::string nested = R"({"rope_theta": 10000, "head_dim": 8, "x": )";
+  for (int i = 0; i < 62; ++i) nested += R"({"a":)";
+  nested += "{}" + std::string(62, '}') + "}";
+  r.mutable_config()->set_hf_config_json(nested);
+  *r.mutable_q() = MakeTensor(v1::FLOAT32, {1, 2, 1, 8}, 22);
+  seeds.emplace_back("rotate_hf_config_64_levels", r);
+
+  std::string objects = R"({"rope_theta": 10000, "head_dim": 8, "x": [)";
+  for (int i = 0; i < 2000; ++i) objects += "{},";
+  objects += "{}]}";
+  r.mutable_config()->set_hf_config_json(objects);
+  seeds.emplace_back("rotate_hf_config_many_empty_objects", r);
   return seeds;
 }
 

@@ -1,5 +1,6 @@
 #include "tests/fuzz/request_fuzz_target.h"
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -11,6 +12,7 @@
 #include "core/backends/cpu/cpu_backend.h"
 #include "core/engine/engine.h"
 #include "core/proto_engine/request_conversion.h"
+#include "core/proto_engine/rope_calls.h"
 #include "core/proto_engine/shm_calls.h"
 #include "core/proto_engine/shm_registry.h"
 
@@ -52,7 +54,7 @@ const ShmRegistry& SharedRegions() {
     auto* regions = new ShmRegistry(ShmLimits{});
     const std::string key = "/rope-fuzz-" + std::to_string(getpid());
     const int fd = shm_open(key.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
-    if (fd < 0 || ftruncate(fd, 1 << 16) != 0) {
+    if (fd < 0 || posix_fallocate(fd, 0, 1 << 16) != 0) {
       std::fprintf(stderr, "cannot create the fuzz region %s\n", key.c_str());
       std::abort();
     }
@@ -87,43 +89,37 @@ void CheckRejection(const absl::Status& status) {
   }
 }
 
+// Calls as the service makes them: references resolve against the fuzz
+// region, owned by the fuzzer.
+CallContext FuzzCall() {
+  CallContext call;
+  call.regions.registry = &SharedRegions();
+  call.regions.owner = [] { return std::string(kFuzzOwner); };
+  return call;
+}
+
 void RunRotate(const uint8_t* data, size_t size) {
   v1::RotateRequest request;
   if (!request.ParseFromArray(data, static_cast<int>(size))) return;
-  if (UsesSharedMemory(request)) {
-    v1::RotateResponse reply;
-    CheckRejection(AnswerRotateShared(SharedEngine(), SharedRegions(), kFuzzOwner, &request, &reply));
-    return;
-  }
-  absl::StatusOr<RotateParams> params = RotateParamsFromProto(&request);
-  CheckRejection(params.status());
-  if (!params.ok()) return;
-  const absl::Status status = SharedEngine().Rotate(*params);
+  v1::RotateResponse reply;
+  const absl::Status status = AnswerRotate(SharedEngine(), &request, &reply, FuzzCall());
   CheckRejection(status);
   if (status.ok()) {
-    // Undo it: the same validated request with inverse flipped must pass too.
-    params->inverse = !params->inverse;
-    CheckRejection(SharedEngine().Rotate(*params));
+    // Undo it: the reply's tensors (bytes, or the references written) sent
+    // back with inverse flipped must pass too.
+    *request.mutable_q() = reply.q();
+    if (request.has_k()) *request.mutable_k() = reply.k();
+    request.set_inverse(!request.inverse());
+    v1::RotateResponse undone;
+    CheckRejection(AnswerRotate(SharedEngine(), &request, &undone, FuzzCall()));
   }
 }
 
 void RunAttention(const uint8_t* data, size_t size) {
   v1::AttentionScoresRequest request;
   if (!request.ParseFromArray(data, static_cast<int>(size))) return;
-  if (UsesSharedMemory(request)) {
-    v1::AttentionScoresResponse reply;
-    CheckRejection(AnswerAttentionScoresShared(SharedEngine(), SharedRegions(), kFuzzOwner,
-                                               request, &reply));
-    return;
-  }
-  absl::StatusOr<AttentionParams> params = AttentionParamsFromProto(request);
-  CheckRejection(params.status());
-  if (!params.ok()) return;
-  std::string scores, output;
-  AttentionOutputs outputs;
-  outputs.scores = &scores;
-  outputs.output = &output;
-  CheckRejection(SharedEngine().AttentionScores(*params, &outputs));
+  v1::AttentionScoresResponse reply;
+  CheckRejection(AnswerAttentionScores(SharedEngine(), request, &reply, FuzzCall()));
 }
 
 void RunGetTable(const uint8_t* data, size_t size) {
@@ -152,6 +148,20 @@ void RunResolveConfig(const uint8_t* data, size_t size) {
   absl::StatusOr<ResolvedConfig> resolved = SharedEngine().ResolveConfig(*config);
   CheckRejection(resolved.status());
   if (!resolved.ok()) return;
+  // An accepted config derives finite values only (else its tables and
+  // replies would be NaN or Inf).
+  for (double f : resolved->inv_freq) {
+    if (!std::isfinite(f)) {
+      std::fprintf(stderr, "an accepted config derives a non-finite inv_freq: %s\n",
+                   resolved->key.ToString().c_str());
+      std::abort();
+    }
+  }
+  if (!std::isfinite(resolved->attention_factor)) {
+    std::fprintf(stderr, "an accepted config derives a non-finite attention factor: %s\n",
+                 resolved->key.ToString().c_str());
+    std::abort();
+  }
   // The explicit form must resolve to the same table.
   absl::StatusOr<ResolvedConfig> again = SharedEngine().ResolveConfig(resolved->config);
   CheckRejection(again.status());

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""--max_inflight_bytes under a flood of large calls (issue 21), CI-sized.
+"""--max_inflight_bytes under a flood of large calls, CI-sized.
 
 Starts ropeserve (CPU backend) with a small in-flight budget and table cache,
 then runs inflight_flood: CALLS large Rotate calls of REQUEST_MIB each at once,

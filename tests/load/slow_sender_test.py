@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Slow senders (slowloris) cannot hold a connection, nor its transport memory,
-forever: --max_connection_age + --max_connection_age_grace bound it (issue 21).
+forever: --max_connection_age + --max_connection_age_grace bound it.
 
 A raw HTTP/2 client (sockets and hand-made frames, no gRPC library: it must
 misbehave) opens CONNECTIONS connections, starts on each a Rotate call whose

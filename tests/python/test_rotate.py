@@ -132,3 +132,46 @@ def test_numpy_results_are_read_only_and_aligned(client):
         t_out, _ = client.rotate(torch.from_numpy(q), config=config("half", head_dim=d))
         assert t_out.data_ptr() % 2 == 0
         t_out += 1  # torch results are writable
+
+
+# ---- Conversions (the rule of ropeserve._tensors, as ropectl's .npy inputs) ----------
+
+def test_float64_is_sent_as_float32_rounded_once(client):
+    rng = np.random.default_rng(5)
+    q64 = rng.standard_normal((1, 3, 2, 16))
+    config = ropeserve.RopeConfig(head_dim=16, max_len=64)
+    q_out, _ = client.rotate(q64, config=config, start_pos=4)
+    want, _ = client.rotate(q64.astype(np.float32), config=config, start_pos=4)
+    assert q_out.dtype == np.float32 and np.array_equal(q_out, want)
+    t_out, _ = client.rotate(torch.from_numpy(q64), config=config, start_pos=4)
+    assert t_out.dtype == torch.float32 and np.array_equal(t_out.numpy(), want)
+
+
+def test_float64_to_16_bits_rounds_once_not_twice(client):
+    # 1 + 2^-8 + 2^-40 rounds up to bfloat16 1 + 2^-7 directly; through float32
+    # (1 + 2^-8, a tie) it would round to even, 1.0. Position 0 leaves values as sent.
+    value = 1.0 + 2.0 ** -8 + 2.0 ** -40
+    q = np.full((1, 1, 1, 8), value)
+    config = ropeserve.RopeConfig(head_dim=8, max_len=4)
+    bits, _ = client.rotate(q, config=config, dtype="bfloat16")
+    assert bits.dtype == np.uint16 and np.all(bits == 0x3F81)
+    t_bits, _ = client.rotate(torch.from_numpy(q), config=config, dtype=torch.bfloat16)
+    assert t_bits.dtype == torch.bfloat16 and torch.all(t_bits.float() == 1.0 + 2.0 ** -7)
+    # float16: 1 + 2^-11 + 2^-40 rounds up to 1 + 2^-10.
+    half, _ = client.rotate(np.full((1, 1, 1, 8), 1.0 + 2.0 ** -11 + 2.0 ** -40), config=config,
+                            dtype="float16")
+    assert half.dtype == np.float16 and np.all(half == np.float16(1.0 + 2.0 ** -10))
+
+
+def test_int16_arrays_are_bfloat16_bits_with_dtype_bfloat16(client):
+    q = torch.randn(1, 2, 2, 16).to(torch.bfloat16)
+    config = ropeserve.RopeConfig(head_dim=16, max_len=64)
+    want, _ = client.rotate(q, config=config, start_pos=9)
+    for bits_dtype in (torch.int16,):
+        bits = q.view(bits_dtype).numpy()
+        got, _ = client.rotate(bits, config=config, start_pos=9, dtype="bfloat16")
+        assert got.dtype == np.int16
+        assert np.array_equal(got, want.view(torch.int16).numpy())
+    got_u, _ = client.rotate(q.view(torch.int16).numpy().view(np.uint16), config=config, start_pos=9,
+                             dtype="bfloat16")
+    assert got_u.dtype == np.uint16 and np.array_equal(got_u.view(np.int16), want.view(torch.int16).numpy())

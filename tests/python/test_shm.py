@@ -62,17 +62,21 @@ def test_region_errors_are_specific(client, server):
             with pytest.raises(ropeserve.AlreadyExists, match="already registered"):
                 client.register_shm(region)
             q = region.ndarray(np.float32, (1, 2, 1, 16))
-            # Another connection is another client: the region is not its. (gRPC shares
-            # one connection between channels of equal arguments: ask for a local pool.)
+            # Another connection from the same host is the same client (regions are
+            # owned by identity, and survive a reconnect); a name nobody registered is
+            # NOT_FOUND. (gRPC shares one connection between channels of equal
+            # arguments: ask for a local pool.)
             request = _shm_calls.rotate_request({region.name: region}, q, config=CONFIG)
             channel = grpc.insecure_channel(server.address,
                                             options=[("grpc.use_local_subchannel_pool", 1)])
             with channel:
                 stub = rope_pb2_grpc.RopeServiceStub(channel)
+                stub.Rotate(request, timeout=20)
+                request.q.shm.region = "py-nobody"
                 with pytest.raises(grpc.RpcError) as refused:
                     stub.Rotate(request, timeout=20)
                 assert refused.value.code() == grpc.StatusCode.NOT_FOUND
-                assert 'q.shm.region "py-errors" is not registered' in refused.value.details()
+                assert 'q.shm.region "py-nobody" is not registered' in refused.value.details()
             # Overlapping output.
             out = region.ndarray(np.float32, (1, 2, 1, 16), offset=64)
             with pytest.raises(ropeserve.InvalidArgument, match="overlaps q.shm"):

@@ -56,6 +56,22 @@ const std::string& CorpusShmKey() {
     std::string key = absl::StrCat("/rope-corpus-", getpid());
     Object() {
       const int fd = shm_open(key.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0600);
+      if (fd < 0 || posix_fallocate(fd, 0, 4096) != 0) std::abort();
+      close(fd);
+    }
+    ~Object() { shm_unlink(key.c_str()); }
+  };
+  static const Object object;
+  return object.key;
+}
+
+// A 4 KiB POSIX shared-memory object that is sized but never allocated (a
+// sparse object), made once and unlinked at exit.
+const std::string& CorpusSparseShmKey() {
+  struct Object {
+    std::string key = absl::StrCat("/rope-corpus-sparse-", getpid());
+    Object() {
+      const int fd = shm_open(key.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0600);
       if (fd < 0 || ftruncate(fd, 4096) != 0) std::abort();
       close(fd);
     }
@@ -307,6 +323,18 @@ std::vector<MalformedCase> Cases() {
       {"LayoutNegative", kTable,
        [](Requests* r) { r->table.mutable_config()->set_layout(static_cast<v1::Layout>(-7)); },
        kInvalid, "config.layout is -7"},
+      {"AnglePrecisionUnknown", kRotate,
+       [](Requests* r) {
+         RotateConfig(r)->set_angle_precision(static_cast<v1::AnglePrecision>(2));
+       },
+       kInvalid, "config.angle_precision is 2: not a rope.v1.AnglePrecision"},
+      {"AnglePrecisionFloat32WithYarn", kTable,
+       [](Requests* r) {
+         r->table.mutable_config()->set_angle_precision(v1::ANGLE_FLOAT32);
+         r->table.mutable_config()->mutable_yarn()->set_factor(4);
+         r->table.mutable_config()->mutable_yarn()->set_original_max_position_embeddings(16);
+       },
+       kInvalid, "config.angle_precision is ANGLE_FLOAT32 with scaling yarn"},
 
       // ---- Positions ----
       {"NegativeStartPos", kRotate, [](Requests* r) { r->rotate.set_start_pos(-1); }, kInvalid,
@@ -324,6 +352,13 @@ std::vector<MalformedCase> Cases() {
        kInvalid, "positions[1] is -1: must be >= 0"},
       {"ExplicitPositionAtMaxLen", kRotate, [](Requests* r) { SetPositions(r, {0, 1, 64}); },
        kOutOfRange, "positions[2] is 64: must be < config.max_len 64"},
+      // Varint-heavy: each position costs 1 byte on the wire and 8 parsed.
+      {"ManyOneBytePositionsOfTheWrongCount", kRotate,
+       [](Requests* r) { SetPositions(r, std::vector<int64_t>(1 << 20, 1)); }, kInvalid,
+       "positions has 1048576 values: must be S"},
+      {"ManyTenBytePositions", kRotate,
+       [](Requests* r) { SetPositions(r, std::vector<int64_t>(1 << 16, -1)); }, kInvalid,
+       "positions has 65536 values: must be S"},
       {"ExplicitPositionInt64Max", kRotate,
        [](Requests* r) { SetPositions(r, {0, 1, 2, 3, 4, kInt64Max}); }, kOutOfRange,
        "positions[5] is 9223372036854775807"},
@@ -407,6 +442,13 @@ std::vector<MalformedCase> Cases() {
       {"LinearFactorNaN", kRotate,
        [](Requests* r) { RotateConfig(r)->mutable_linear()->set_factor(kNaN); }, kInvalid,
        "config.linear.factor is nan"},
+      // Finite, in-range parameters whose derived values are not finite.
+      {"LinearFactorDenormalGivesInfiniteInvFreq", kRotate,
+       [](Requests* r) { RotateConfig(r)->mutable_linear()->set_factor(1e-310); }, kInvalid,
+       "give inv_freq[0] = inf: not finite"},
+      {"LinearFactorDenormalGivesInfiniteInvFreqInTable", kTable,
+       [](Requests* r) { r->table.mutable_config()->mutable_linear()->set_factor(1e-310); },
+       kInvalid, "give inv_freq[0] = inf: not finite"},
       {"LinearFactorInf", kTable,
        [](Requests* r) { r->table.mutable_config()->mutable_linear()->set_factor(kInf); },
        kInvalid, "config.linear.factor is inf"},
@@ -728,6 +770,12 @@ std::vector<MalformedCase> Cases() {
        "name is \"a/b\""},
       {"RegionRelativeKey", kRegister, [](Requests* r) { r->region.set_key("relative"); },
        kInvalid, "key is \"relative\""},
+      {"RegionSparseObject", kRegister,
+       [](Requests* r) { r->region.set_key(CorpusSparseShmKey()); },
+       StatusCode::FAILED_PRECONDITION, "(a sparse object)"},
+      {"RegionFileKeyWithoutAllowedDir", kRegister,
+       [](Requests* r) { r->region.set_key("/etc/passwd"); }, StatusCode::PERMISSION_DENIED,
+       "the server allows none (--shm_allowed_dir unset)"},
       {"CudaRegionOnTheCpuBackend", kRegister,
        [](Requests* r) {
          r->region.clear_key();

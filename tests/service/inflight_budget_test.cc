@@ -11,7 +11,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
-#include "core/proto_engine/reply_size.h"
+#include "core/proto_engine/rope_calls.h"
 #include "tests/service/service_fixture.h"
 
 namespace rope {
@@ -103,6 +103,28 @@ class InflightBudgetTest : public ServiceTest {
 
   int64_t budget_ = 0;  // the admitted calls' half of max_inflight_bytes
 };
+
+// Validation before budget: a GetTable whose rows lie past the table's end
+// asks for more bytes than the budget holds, but it is wrong before it is
+// large: OUT_OF_RANGE naming the rows, not RESOURCE_EXHAUSTED.
+TEST_F(InflightBudgetTest, GetTablePastTheTableIsOutOfRangeNotOverBudget) {
+  v1::GetTableRequest request;
+  request.mutable_config()->set_head_dim(128);
+  request.mutable_config()->set_max_len(1 << 20);
+  request.set_start((1 << 20) + 5);
+  request.set_count(1 << 20);  // 512 MiB of cos/sin, far over the budget
+  v1::GetTableResponse response;
+  grpc::ClientContext context;
+  SetDeadline(&context);
+  EXPECT_TRUE(GrpcStatusIs(stub_->GetTable(&context, request, &response),
+                           grpc::StatusCode::OUT_OF_RANGE, "start is 1048581"));
+  request.set_start(1000);
+  request.set_count((1 << 20) - 999);
+  grpc::ClientContext past_end;
+  SetDeadline(&past_end);
+  EXPECT_TRUE(GrpcStatusIs(stub_->GetTable(&past_end, request, &response),
+                           grpc::StatusCode::OUT_OF_RANGE, "is past config.max_len 1048576"));
+}
 
 TEST_F(InflightBudgetTest, CallsWithinTheBudgetRunAndReturnTheirBytes) {
   for (unsigned seed = 1; seed <= 3; ++seed) {
@@ -221,9 +243,11 @@ TEST_F(InflightMetricsTest, MetricsReportTheBudgetAndItsRefusals) {
   EXPECT_GE(MetricValue(page, "rope_inflight_bytes"), 0.0);
 }
 
-// An AttentionScores by shared-memory reference (issue 16's Tensor.shm)
-// computes into server memory as one by value does: the budget charges it by
-// its shapes, not as the 0 bytes its empty data fields would say.
+// What an AttentionScores costs the budget comes from its shapes, whether
+// its inputs come as bytes or by shared-memory reference (whose data fields
+// are empty): results into the reply twice (and the serialized copy),
+// results into shared memory not at all, the engine's float32 working
+// copies of q and k once.
 v1::Tensor ZeroFloat32Tensor(std::vector<int64_t> shape) {
   v1::Tensor tensor;
   tensor.set_dtype(v1::FLOAT32);
@@ -236,7 +260,7 @@ v1::Tensor ZeroFloat32Tensor(std::vector<int64_t> shape) {
   return tensor;
 }
 
-TEST(ReplySizeTest, TensorsByReferenceCountByTheirShapes) {
+TEST(CallEstimateTest, AttentionCountsItsResultsByShapeAndNotThoseWrittenToRegions) {
   v1::AttentionScoresRequest by_value;
   *by_value.mutable_q() = ZeroFloat32Tensor({1, 4, 2, 8});
   *by_value.mutable_k() = ZeroFloat32Tensor({1, 6, 1, 8});
@@ -249,13 +273,37 @@ TEST(ReplySizeTest, TensorsByReferenceCountByTheirShapes) {
     t->mutable_shm()->set_region("r");
     t->mutable_shm()->set_byte_size(bytes);
   }
-  // scores 1x2x4x6, output 1x4x2x3, working copies of q (64) and k (48): floats.
-  const int64_t want = (48 + 24 + 64 + 48) * 4;
-  EXPECT_EQ(AttentionScoresReplyBytes(by_value), want);
-  EXPECT_EQ(AttentionScoresReplyBytes(by_reference), want);
+  // scores 1x2x4x6 and output 1x4x2x3 (twice), working copies of q (64) and
+  // k (48): floats.
+  const int64_t want = (2 * (48 + 24) + 64 + 48) * 4;
+  EXPECT_EQ(EstimateAttentionScores(by_value).more_bytes, want);
+  EXPECT_EQ(EstimateAttentionScores(by_reference).more_bytes, want);
+  // Results written to regions take no server memory.
+  by_reference.mutable_scores_out()->set_region("r");
+  EXPECT_EQ(EstimateAttentionScores(by_reference).more_bytes, (2 * 24 + 64 + 48) * 4);
+  by_reference.mutable_output_out()->set_region("r");
+  EXPECT_EQ(EstimateAttentionScores(by_reference).more_bytes, (64 + 48) * 4);
   // A reference whose size does not match its shape is left to validation.
   by_reference.mutable_q()->mutable_shm()->set_byte_size(4);
-  EXPECT_EQ(AttentionScoresReplyBytes(by_reference), 0);
+  EXPECT_EQ(EstimateAttentionScores(by_reference).more_bytes, 0);
+}
+
+TEST(CallEstimateTest, RotateChargesTheSerializedCopyAndRunsInlineOnlyWithoutReferences) {
+  const v1::RotateRequest request = MakeRotateRequest(1, 4, 2, 8);
+  CallEstimate estimate = EstimateRotate(request);
+  EXPECT_EQ(estimate.more_bytes, static_cast<int64_t>(request.q().data().size()));
+  EXPECT_TRUE(estimate.may_run_inline);
+  v1::RotateRequest to_region = request;
+  to_region.mutable_q_out()->set_region("r");
+  estimate = EstimateRotate(to_region);
+  EXPECT_EQ(estimate.more_bytes, 0);
+  EXPECT_FALSE(estimate.may_run_inline);
+  v1::RotateRequest long_table = request;
+  long_table.mutable_config()->set_max_len(kInlineMaxLen + 1);
+  EXPECT_FALSE(EstimateRotate(long_table).may_run_inline);
+  v1::RotateRequest from_json = request;
+  from_json.mutable_config()->set_hf_config_json("{}");
+  EXPECT_FALSE(EstimateRotate(from_json).may_run_inline);
 }
 
 }  // namespace

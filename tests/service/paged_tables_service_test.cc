@@ -1,4 +1,4 @@
-// Paged tables through a real server (issue 20): a decode Rotate at position
+// Paged tables through a real server: a decode Rotate at position
 // 10,000,000 with Llama 4 Scout's published config.json builds one 4096-row
 // block (GetServerInfo and /metrics say so) and rotates exactly; positions
 // scattered over more blocks than max_table_blocks_per_call are refused

@@ -9,6 +9,9 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
 #include <memory>
 #include <set>
 #include <string>
@@ -304,8 +307,10 @@ TEST(ProcessTest, AutoBackendWithoutADeviceUsesTheCpuAndSaysWhy) {
   Server server;
   ASSERT_NO_FATAL_FAILURE(StartServer({"--backend=auto", "--cpu_threads=1"}, &server));
   const std::string& output = server.process->Output();
+  // The reason after "no usable CUDA device: " depends on the machine (no
+  // driver, or cudaGetDeviceCount's error), so only the prefix is fixed.
   EXPECT_NE(output.find(ROPE_HAVE_CUDA ? "--backend=auto: using the CPU backend (no usable CUDA "
-                                         "device: cudaGetDeviceCount: "
+                                         "device: "
                                        : "--backend=auto: using the CPU backend (this build has "
                                          "no CUDA backend"),
             std::string::npos)
@@ -559,6 +564,58 @@ TEST(ProcessTest, ASecondServerOnATakenPortExitsOneNamingTheAddress) {
        "--reuse_port"},
       absl::Seconds(30));
   EXPECT_TRUE(second.ok()) << second.status();
+}
+
+TEST(ProcessTest, BindFailuresNameTheirCauseWithoutGrpcsOwnLogLine) {
+  Server first;
+  ASSERT_NO_FATAL_FAILURE(StartServer({"--backend=cpu", "--cpu_threads=1"}, &first));
+  int exit_code = -1;
+  std::string output = RunToExit(
+      {"--backend=cpu", "--cpu_threads=1", absl::StrCat("--listen=127.0.0.1:", first.port)},
+      &exit_code);
+  EXPECT_EQ(exit_code, 1);
+  EXPECT_NE(output.find(absl::StrCat("port ", first.port, " is in use by another process")),
+            std::string::npos)
+      << output;
+  EXPECT_EQ(output.find("chttp2_server"), std::string::npos) << output;
+  output = RunToExit({"--backend=cpu", "--listen=unix:///missing/dir/x.sock"}, &exit_code);
+  EXPECT_EQ(exit_code, 1);
+  EXPECT_NE(output.find("cannot listen on unix:///missing/dir/x.sock: the directory /missing/dir "
+                        "does not exist"),
+            std::string::npos)
+      << output;
+  EXPECT_EQ(output.find("in use, not local, or malformed"), std::string::npos) << output;
+  EXPECT_EQ(output.find("chttp2_server"), std::string::npos) << output;
+  // Asked for, gRPC's own lines come back, prefixed.
+  output = RunToExit({"--backend=cpu", "--cpu_threads=1", "--grpc_verbosity=error",
+                      absl::StrCat("--listen=127.0.0.1:", first.port)},
+                     &exit_code);
+  EXPECT_EQ(exit_code, 1);
+  EXPECT_NE(output.find("ropeserve: grpc: E "), std::string::npos) << output;
+  output = RunToExit({"--grpc_verbosity=loud", "--listen=127.0.0.1:0"}, &exit_code);
+  EXPECT_EQ(exit_code, 2);
+  EXPECT_NE(output.find("--grpc_verbosity is \"loud\": must be empty, debug, info or error"),
+            std::string::npos)
+      << output;
+}
+
+TEST(ProcessTest, TheLogIsOneOrderedStreamOnStderr) {
+  const std::string out = ::testing::TempDir() + "/ropeserve-log-stdout";
+  const std::string err = ::testing::TempDir() + "/ropeserve-log-stderr";
+  // Fails at the bind, after the start-up lines: both streams redirected apart.
+  const std::string command =
+      absl::StrCat(ROPESERVE_PATH, " --backend=cpu --cpu_threads=1 --listen=unix:///missing/x.sock",
+                   " >", out, " 2>", err);
+  EXPECT_NE(std::system(command.c_str()), 0);
+  std::ifstream out_file(out), err_file(err);
+  const std::string out_text((std::istreambuf_iterator<char>(out_file)), {});
+  const std::string err_text((std::istreambuf_iterator<char>(err_file)), {});
+  EXPECT_EQ(out_text, "");
+  const size_t malloc_line = err_text.find("ropeserve: malloc:");
+  const size_t failure = err_text.find("cannot listen on");
+  ASSERT_NE(malloc_line, std::string::npos) << err_text;
+  ASSERT_NE(failure, std::string::npos) << err_text;
+  EXPECT_LT(malloc_line, failure) << err_text;
 }
 
 TEST(ProcessTest, ConfigurationIsCheckedBeforeTheBackendIsCreated) {

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "client/shared_region.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
@@ -41,10 +42,21 @@ std::unique_ptr<SharedRegion> NewRegion(const std::string& name, size_t bytes) {
 class ShmServiceTest : public ServiceTest {
  protected:
   void SetUp() override {
+    // Clients are told apart by identity, not by connection: every channel
+    // to the TCP port comes from 127.0.0.1 (one client), so "another client"
+    // here is a channel over the Unix socket ("peer:unix:...").
+    socket_path_ = absl::StrCat("/tmp/rope-shm-test-", getpid(), ".sock");
     ServerOptions options = DefaultOptions();
     options.shm.max_regions_per_client = 3;
     options.shm.max_mapped_bytes = 1 << 22;
+    options.unix_socket_paths = {socket_path_};
     StartServer(options);
+  }
+
+  // A client other than stub_'s: its own connection over the Unix socket.
+  std::unique_ptr<v1::RopeService::Stub> OtherClient() const {
+    return v1::RopeService::NewStub(grpc::CreateChannel(absl::StrCat("unix://", socket_path_),
+                                                        grpc::InsecureChannelCredentials()));
   }
 
   grpc::Status Register(v1::RopeService::Stub* stub, const SharedRegion& region) {
@@ -92,6 +104,7 @@ class ShmServiceTest : public ServiceTest {
     *request.mutable_q()->mutable_shm() = region.Ref(offset, data.size());
     return request;
   }
+  std::string socket_path_;
 };
 
 TEST_F(ShmServiceTest, RotatesInPlaceInTheRegionAsTheBytesPathDoes) {
@@ -157,8 +170,8 @@ TEST_F(ShmServiceTest, AnotherClientCannotTouchTheRegion) {
   MakeQ(&by_bytes, &expected);
   auto region = NewRegion("mine", 4096);
   ASSERT_TRUE(Register(stub_.get(), *region).ok());
-  // Another connection is another peer: another client.
-  auto other = v1::RopeService::NewStub(NewChannel());
+  // Another peer is another client.
+  auto other = OtherClient();
   v1::RotateResponse reply;
   EXPECT_TRUE(GrpcStatusIs(Rotate(ByReference(by_bytes, *region, 0), &reply, other.get()),
                            grpc::StatusCode::NOT_FOUND,
@@ -259,6 +272,63 @@ TEST_F(ShmServiceTest, RegistrationErrorsAreSpecific) {
                            "region \"nope\" is not registered by this client"));
 }
 
+TEST_F(ShmServiceTest, AReconnectingClientKeepsItsRegionsAndItsLimit) {
+  v1::RotateRequest by_bytes;
+  std::string expected;
+  MakeQ(&by_bytes, &expected);
+  auto region = NewRegion("kept", 4096);
+  ASSERT_TRUE(Register(stub_.get(), *region).ok());
+  // A new connection from the same host (as after --max_connection_age):
+  // the same client, its region still there.
+  auto reconnected = v1::RopeService::NewStub(NewChannel());
+  v1::RotateResponse reply;
+  EXPECT_TRUE(Rotate(ByReference(by_bytes, *region, 0), &reply, reconnected.get()).ok());
+  // Reconnecting does not renew the per-client limit (3): 2 more regions
+  // over 2 more connections, then the fourth is refused on a fifth.
+  std::vector<std::unique_ptr<SharedRegion>> more;
+  for (int i = 0; i < 2; ++i) {
+    more.push_back(NewRegion(absl::StrCat("more", i), 4096));
+    auto connection = v1::RopeService::NewStub(NewChannel());
+    ASSERT_TRUE(Register(connection.get(), *more.back()).ok());
+  }
+  auto fourth = NewRegion("fourth", 4096);
+  auto fifth_connection = v1::RopeService::NewStub(NewChannel());
+  EXPECT_TRUE(GrpcStatusIs(Register(fifth_connection.get(), *fourth),
+                           grpc::StatusCode::RESOURCE_EXHAUSTED,
+                           "--shm_max_regions_per_client 3"));
+  EXPECT_EQ(server_->shm().regions(), 3);
+}
+
+TEST_F(ShmServiceTest, SparseObjectsAreRefused) {
+  const std::string key = absl::StrCat("/rope-sparse-test-", getpid());
+  const int fd = shm_open(key.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
+  ASSERT_GE(fd, 0);
+  // Sized, never written: every page is a hole the server would allocate.
+  ASSERT_EQ(ftruncate(fd, 1 << 20), 0);
+  v1::RegisterSharedMemoryRequest request;
+  request.set_name("sparse");
+  request.set_key(key);
+  request.set_byte_size(1 << 20);
+  EXPECT_TRUE(GrpcStatusIs(Register(request), grpc::StatusCode::FAILED_PRECONDITION,
+                           "has 0 of its 1048576 bytes allocated (a sparse object)"));
+  // Allocated, it registers; a hole punched later refuses the next use.
+  ASSERT_EQ(posix_fallocate(fd, 0, 1 << 20), 0);
+  ASSERT_TRUE(Register(request).ok());
+  ASSERT_EQ(fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, 1 << 16), 0);
+  v1::RotateRequest by_bytes;
+  std::string expected;
+  MakeQ(&by_bytes, &expected);
+  v1::RotateRequest by_reference = by_bytes;
+  by_reference.mutable_q()->clear_data();
+  by_reference.mutable_q()->mutable_shm()->set_region("sparse");
+  by_reference.mutable_q()->mutable_shm()->set_byte_size(by_bytes.q().data().size());
+  v1::RotateResponse reply;
+  EXPECT_TRUE(GrpcStatusIs(Rotate(by_reference, &reply), grpc::StatusCode::FAILED_PRECONDITION,
+                           "a sparse object"));
+  close(fd);
+  shm_unlink(key.c_str());
+}
+
 TEST_F(ShmServiceTest, LimitsAreResourceExhaustedNamingTheFlag) {
   auto big = NewRegion("big", (1 << 22) + 4096);
   EXPECT_TRUE(GrpcStatusIs(Register(stub_.get(), *big), grpc::StatusCode::RESOURCE_EXHAUSTED,
@@ -272,7 +342,7 @@ TEST_F(ShmServiceTest, LimitsAreResourceExhaustedNamingTheFlag) {
   EXPECT_TRUE(GrpcStatusIs(Register(stub_.get(), *fourth), grpc::StatusCode::RESOURCE_EXHAUSTED,
                            "--shm_max_regions_per_client 3"));
   // Another client: its own count, the shared byte total.
-  auto other = v1::RopeService::NewStub(NewChannel());
+  auto other = OtherClient();
   auto large = NewRegion("large", 1 << 21);
   EXPECT_TRUE(GrpcStatusIs(Register(other.get(), *large), grpc::StatusCode::RESOURCE_EXHAUSTED,
                            "would bring the mapped total to 5242880"));
@@ -420,16 +490,6 @@ TEST_F(ShmServiceTest, DrainReleasesEveryRegion) {
   EXPECT_EQ(server_->shm().mapped_bytes(), 0);
 }
 
-TEST_F(ShmServiceTest, ReferencedBytesCountsEveryReference) {
-  v1::RotateRequest request = MakeRotateRequest(1, 8, 2, 16);
-  EXPECT_EQ(ReferencedBytes(request), 0);
-  *request.mutable_q()->mutable_shm() = client::SharedRegion::Create("x", 16).value()->Ref(0, 1024);
-  *request.mutable_q_out() = request.q().shm();
-  EXPECT_EQ(ReferencedBytes(request), 2048);
-  request.mutable_q_out()->set_byte_size(UINT64_MAX);
-  EXPECT_EQ(ReferencedBytes(request), INT64_MAX);
-}
-
 // The SIGBUS guard: a region whose object shrinks under a call is read as
 // zeros instead of killing the process, and answers FAILED_PRECONDITION.
 TEST(ShmRegistryTest, ShrinkDuringUseIsCaughtNotFatal) {
@@ -453,6 +513,49 @@ TEST(ShmRegistryTest, ShrinkDuringUseIsCaughtNotFatal) {
                        "q.shm.region \"g\""));
 }
 
+TEST(ShmRegistryTest, IdleOwnersLoseTheirRegionsOthersKeepTheirs) {
+  auto idle = SharedRegion::Create("idle", 4096).value();
+  auto busy = SharedRegion::Create("busy", 4096).value();
+  ShmLimits limits;
+  limits.owner_idle_lease = absl::Milliseconds(200);
+  ShmRegistry registry(limits);
+  ASSERT_TRUE(registry.Register("idle-owner", "r", idle->key(), 0, 4096).ok());
+  ASSERT_TRUE(registry.Register("busy-owner", "r", busy->key(), 0, 4096).ok());
+  for (int i = 0; i < 6; ++i) {
+    absl::SleepFor(absl::Milliseconds(100));
+    ASSERT_TRUE(registry.Find("busy-owner", "r", "q.shm").ok());  // a use renews the lease
+  }
+  EXPECT_TRUE(StatusIs(registry.Find("idle-owner", "r", "q.shm").status(),
+                       absl::StatusCode::kNotFound, "is not registered by this client"));
+  EXPECT_EQ(registry.regions(), 1);
+  EXPECT_EQ(registry.mapped_bytes(), 4096);
+}
+
+TEST(ShmRegistryTest, FileKeyRefusalsAllLookAlike) {
+  char dir_template[] = "/tmp/rope-shm-test-XXXXXX";
+  ASSERT_NE(mkdtemp(dir_template), nullptr);
+  const std::string dir = dir_template;
+  ASSERT_EQ(symlink("/etc/passwd", (dir + "/link").c_str()), 0);
+  ASSERT_EQ(mkdir((dir + "/sub").c_str(), 0700), 0);
+  ShmLimits limits;
+  limits.allowed_dir = dir;
+  ShmRegistry registry(limits);
+  // Missing, a symlink out, a directory, outside: one code, one message
+  // shape, nothing about what is there (no resolved path, no errno).
+  for (const std::string& key : {dir + "/missing", dir + "/link", dir + "/sub",
+                                 std::string("/etc/passwd"), dir + "/../../etc/shadow"}) {
+    const absl::Status status = registry.Register("me", "f", key, 0, 1);
+    EXPECT_TRUE(StatusIs(status, absl::StatusCode::kPermissionDenied,
+                         absl::StrCat("key \"", key, "\" is not a regular file under "
+                                      "--shm_allowed_dir \"", dir, "\" that the server may open")))
+        << key;
+    EXPECT_EQ(status.message().find("passwd\" ("), std::string::npos) << status;
+  }
+  unlink((dir + "/link").c_str());
+  rmdir((dir + "/sub").c_str());
+  rmdir(dir.c_str());
+}
+
 TEST(ShmRegistryTest, FileKeysMustLieUnderTheAllowedDirectory) {
   char dir_template[] = "/tmp/rope-shm-test-XXXXXX";
   ASSERT_NE(mkdtemp(dir_template), nullptr);
@@ -460,14 +563,15 @@ TEST(ShmRegistryTest, FileKeysMustLieUnderTheAllowedDirectory) {
   const std::string file = dir + "/tensor.bin";
   const int fd = open(file.c_str(), O_RDWR | O_CREAT, 0600);
   ASSERT_GE(fd, 0);
-  ASSERT_EQ(ftruncate(fd, 8192), 0);
+  ASSERT_EQ(posix_fallocate(fd, 0, 8192), 0);
   close(fd);
   ShmLimits limits;
   limits.allowed_dir = dir;
   ShmRegistry registry(limits);
   EXPECT_TRUE(registry.Register("me", "f", file, 4096, 4096).ok());
   EXPECT_TRUE(StatusIs(registry.Register("me", "g", dir + "/../" + dir.substr(5) + "/../../etc/passwd", 0, 1),
-                       absl::StatusCode::kPermissionDenied, "is not under --shm_allowed_dir"));
+                       absl::StatusCode::kPermissionDenied,
+                       "is not a regular file under --shm_allowed_dir"));
   ShmLimits off;
   off.max_mapped_bytes = 0;
   ShmRegistry disabled(off);

@@ -74,7 +74,7 @@ TEST(AttentionMemoryTest, CausalPrefillOf64KTokensNeedsNoScoresMemory) {
   std::memset(output.data(), 1, output.size());
   std::memset(lse.data(), 1, lse.size());
   AttentionOutputs out;
-  out.output = &output;
+  out.output.bytes = &output;
   out.lse.bytes = &lse;
 
   const int64_t rss_before = StatusBytes("VmRSS");

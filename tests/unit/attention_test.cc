@@ -91,9 +91,9 @@ TEST_F(AttentionTest, DerivationNoteVector) {
   params.scale = 1.0;
   std::string scores;
   AttentionOutputs out;
-  out.scores = &scores;
+  out.scores.bytes = &scores;
   ASSERT_TRUE(engine_->AttentionScores(params, &out).ok());
-  EXPECT_EQ(out.scores_shape, (std::vector<int64_t>{1, 1, 1, 1}));
+  EXPECT_EQ(out.scores.shape, (std::vector<int64_t>{1, 1, 1, 1}));
   ASSERT_EQ(scores.size(), sizeof(float));
   EXPECT_NEAR(Floats(scores)[0], want, 1e-6);
 
@@ -126,7 +126,7 @@ TEST_F(AttentionTest, CancelledCallStopsWithCancelled) {
   params.interrupt = &cancelled;
   std::string scores;
   AttentionOutputs out;
-  out.scores = &scores;
+  out.scores.bytes = &scores;
   EXPECT_TRUE(test::StatusIs(engine_->AttentionScores(params, &out), absl::StatusCode::kCancelled,
                              "AttentionScores stopped: the caller cancelled"));
   EXPECT_GT(polls.load(), 0);
@@ -140,7 +140,7 @@ TEST_F(AttentionTest, CallPastItsDeadlineStopsWithDeadlineExceeded) {
   params.interrupt = &late;
   std::string scores;
   AttentionOutputs out;
-  out.scores = &scores;
+  out.scores.bytes = &scores;
   EXPECT_TRUE(test::StatusIs(engine_->AttentionScores(params, &out),
                              absl::StatusCode::kDeadlineExceeded, "deadline passed"));
 }
@@ -153,9 +153,9 @@ TEST_F(AttentionTest, UninterruptedCallCompletes) {
   params.interrupt = &never;
   std::string scores;
   AttentionOutputs out;
-  out.scores = &scores;
+  out.scores.bytes = &scores;
   ASSERT_TRUE(engine_->AttentionScores(params, &out).ok());
-  EXPECT_EQ(out.scores_shape, (std::vector<int64_t>{1, 4, 2, 2}));
+  EXPECT_EQ(out.scores.shape, (std::vector<int64_t>{1, 4, 2, 2}));
 }
 
 TEST_F(AttentionTest, ScoresDependOnlyOnRelativePosition) {
@@ -186,7 +186,7 @@ TEST_F(AttentionTest, ScoresDependOnlyOnRelativePosition) {
     params.k_start_pos = n;
     std::string scores;
     AttentionOutputs out;
-    out.scores = &scores;
+    out.scores.bytes = &scores;
     const absl::Status status = engine_->AttentionScores(params, &out);
     EXPECT_TRUE(status.ok()) << status;
     return Floats(scores);
@@ -222,7 +222,7 @@ TEST_F(AttentionTest, FullyMaskedRowsAreMinusInfinityOrZero) {
 
   std::string scores, output;
   AttentionOutputs out;
-  out.scores = &scores;
+  out.scores.bytes = &scores;
   ASSERT_TRUE(engine_->AttentionScores(params, &out).ok());
   for (float s : Floats(scores)) {
     EXPECT_TRUE(std::isinf(s) && s < 0) << s;
@@ -230,9 +230,9 @@ TEST_F(AttentionTest, FullyMaskedRowsAreMinusInfinityOrZero) {
 
   params.softmax = true;
   params.v = v.const_view();
-  out.output = &output;
+  out.output.bytes = &output;
   ASSERT_TRUE(engine_->AttentionScores(params, &out).ok());
-  EXPECT_EQ(out.output_shape, (std::vector<int64_t>{1, Sq, H, Dv}));
+  EXPECT_EQ(out.output.shape, (std::vector<int64_t>{1, Sq, H, Dv}));
   for (float p : Floats(scores)) EXPECT_EQ(p, 0.0f);
   const std::vector<float> y = Floats(output);
   ASSERT_EQ(y.size(), static_cast<size_t>(Sq * H * Dv));
@@ -261,8 +261,8 @@ TEST_F(AttentionTest, PartlyMaskedRowsNormaliseOverVisibleKeys) {
   params.softmax = true;
   std::string scores, output;
   AttentionOutputs out;
-  out.scores = &scores;
-  out.output = &output;
+  out.scores.bytes = &scores;
+  out.output.bytes = &output;
   ASSERT_TRUE(engine_->AttentionScores(params, &out).ok());
   const std::vector<float> p = Floats(scores), y = Floats(output);
   const std::vector<float> want_p = {0, 0, 0, 0, 1, 0, 0, 0};
@@ -290,11 +290,11 @@ TEST_F(AttentionTest, ZeroScaleMeansOneOverSqrtHeadDim) {
   params.k = k.const_view();
   std::string by_default, explicit_scale;
   AttentionOutputs out;
-  out.scores = &by_default;
+  out.scores.bytes = &by_default;
   ASSERT_TRUE(engine_->AttentionScores(params, &out).ok());
-  EXPECT_EQ(out.scores_shape, (std::vector<int64_t>{1, H, S, S}));
+  EXPECT_EQ(out.scores.shape, (std::vector<int64_t>{1, H, S, S}));
   params.scale = 0.25;
-  out.scores = &explicit_scale;
+  out.scores.bytes = &explicit_scale;
   ASSERT_TRUE(engine_->AttentionScores(params, &out).ok());
   EXPECT_EQ(by_default, explicit_scale);
 }
@@ -380,13 +380,13 @@ TEST_P(AttentionGridTest, MatchesReference) {
   params.softmax = softmax;
   std::string scores, output;
   AttentionOutputs out;
-  out.scores = &scores;
-  if (with_v) out.output = &output;
+  out.scores.bytes = &scores;
+  if (with_v) out.output.bytes = &output;
   const absl::Status status = engine_->AttentionScores(params, &out);
   ASSERT_TRUE(status.ok()) << status;
-  EXPECT_EQ(out.scores_shape, (std::vector<int64_t>{B, hq, sq, sk}));
+  EXPECT_EQ(out.scores.shape, (std::vector<int64_t>{B, hq, sq, sk}));
   if (with_v) {
-    EXPECT_EQ(out.output_shape, (std::vector<int64_t>{B, sq, hq, Dv}));
+    EXPECT_EQ(out.output.shape, (std::vector<int64_t>{B, sq, hq, Dv}));
   }
 
   const double scale = 1.0 / std::sqrt(static_cast<double>(D));

@@ -13,11 +13,15 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "core/backends/cpu/cpu_backend.h"
 #include "core/engine/engine.h"
 #include "core/engine/hf_config.h"
+#include "core/engine/hf_config_cache.h"
+#include "core/engine/interrupt.h"
 #include "tests/unit/reference_scaling.h"
 #include "tests/support/status_matchers.h"
 #include "tests/unit/test_util.h"
@@ -215,10 +219,10 @@ TEST(HfConfigTest, AttentionScaleZeroTakesTheModelsScale) {
   p.k = ConstTensorView(DType::kFloat32, {1, 1, 256}, twos.data(), 256 * sizeof(float));
   std::string by_default, explicit_scale;
   AttentionOutputs out;
-  out.scores = &by_default;
+  out.scores.bytes = &by_default;
   ASSERT_TRUE(engine->AttentionScores(p, &out).ok());
   p.scale = 1.0 / 16;
-  out.scores = &explicit_scale;
+  out.scores.bytes = &explicit_scale;
   ASSERT_TRUE(engine->AttentionScores(p, &out).ok());
   EXPECT_EQ(by_default, explicit_scale);
   // DeepSeek: not 1/sqrt(64).
@@ -226,7 +230,7 @@ TEST(HfConfigTest, AttentionScaleZeroTakesTheModelsScale) {
   p.q = ConstTensorView(DType::kFloat32, {1, 1, 64}, ones.data(), 64 * sizeof(float));
   p.k = ConstTensorView(DType::kFloat32, {1, 1, 64}, twos.data(), 64 * sizeof(float));
   p.scale = 0;
-  out.scores = &by_default;
+  out.scores.bytes = &by_default;
   ASSERT_TRUE(engine->AttentionScores(p, &out).ok());
   float got;
   std::memcpy(&got, by_default.data(), sizeof(float));
@@ -612,6 +616,68 @@ TEST(HfConfigErrorsTest, MalformedJsonNamesTheProblem) {
   const std::string deep = std::string(100000, '[') + std::string(100000, ']');
   EXPECT_TRUE(StatusIs(Resolve(absl::StrCat(R"({"x": )", deep, "}")).status(),
                        absl::StatusCode::kInvalidArgument, "deeper than 64 levels"));
+}
+
+// `levels` nested objects, the top-level one included: {"a":{"a":{}}} is 3.
+std::string NestedObjects(int levels) {
+  std::string json;
+  for (int i = 1; i < levels; ++i) json += R"({"a":)";
+  json += "{}";
+  json += std::string(levels - 1, '}');
+  return json;
+}
+
+TEST(HfConfigErrorsTest, DepthLimitIsExactlySixtyFourLevels) {
+  // 64 levels are parsed (and refused for what they lack, not for depth).
+  const absl::Status at_limit = Resolve(NestedObjects(64)).status();
+  EXPECT_FALSE(absl::StrContains(at_limit.message(), "deeper")) << at_limit;
+  EXPECT_TRUE(StatusIs(at_limit, absl::StatusCode::kInvalidArgument, "hf_config_json"));
+  EXPECT_TRUE(StatusIs(Resolve(NestedObjects(65)).status(), absl::StatusCode::kInvalidArgument,
+                       "deeper than 64 levels"));
+  // Arrays count as levels too.
+  const std::string arrays = absl::StrCat(R"({"x": )", std::string(63, '['),
+                                          std::string(63, ']'), "}");
+  EXPECT_FALSE(absl::StrContains(Resolve(arrays).status().message(), "deeper"));
+  EXPECT_TRUE(StatusIs(Resolve(absl::StrCat(R"({"x": )", std::string(64, '['),
+                                            std::string(64, ']'), "}"))
+                           .status(),
+                       absl::StatusCode::kInvalidArgument, "deeper than 64 levels"));
+  // Brackets inside strings are text, not nesting.
+  EXPECT_TRUE(StatusIs(Resolve(absl::StrCat(R"({"rope_theta": 10000, "head_dim": 64, "s": ")",
+                                            std::string(100, '['), R"(\"]"})"))
+                           .status(),
+                       absl::StatusCode::kOk, ""));
+}
+
+// 4 MiB of empty objects in one array: nlohmann's callback parser walked the
+// array after every '}' (quadratic: minutes); the parse is linear now. The
+// deadline is far beyond a linear parse (well under a second here, and
+// under AddressSanitizer) and far short of the quadratic one.
+TEST(HfConfigErrorsTest, FourMebibytesOfEmptyObjectsParseWithinADeadline) {
+  std::string json = R"({"rope_theta": 10000, "head_dim": 64, "x": [)";
+  while (json.size() < (4u << 20) - 16) json += "{},";
+  json += "{}]}";
+  const Interrupt interrupt(nullptr, absl::Now() + absl::Seconds(60));
+  absl::StatusOr<HfRopeConfig> parsed = ParseHfRopeConfig(json, "", &interrupt);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->theta, 10000);
+}
+
+TEST(HfConfigErrorsTest, ParsingStopsWhenTheCallerGoesOrItsDeadlinePasses) {
+  std::string json = R"({"x": [)";
+  for (int i = 0; i < 100000; ++i) json += "1,";
+  json += "1]}";
+  const Interrupt cancelled([] { return true; }, absl::InfiniteFuture());
+  EXPECT_TRUE(StatusIs(ParseHfRopeConfig(json, "", &cancelled).status(),
+                       absl::StatusCode::kCancelled, "parsing hf_config_json stopped"));
+  const Interrupt late(nullptr, absl::Now() - absl::Seconds(1));
+  EXPECT_TRUE(StatusIs(ParseHfRopeConfig(json, "", &late).status(),
+                       absl::StatusCode::kDeadlineExceeded, "parsing hf_config_json stopped"));
+  // A stopped parse is not cached: the same text parses in full next time.
+  HfConfigCache cache(/*budget_bytes=*/1 << 20, /*max_entries=*/4);
+  EXPECT_EQ(cache.Get(json, "", &late)->status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(cache.stats().entries, 0);
+  EXPECT_EQ(cache.Get(json, "")->status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(HfConfigErrorsTest, WrongTypesNameKeyAndValue) {

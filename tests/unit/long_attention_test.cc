@@ -239,8 +239,8 @@ TEST_P(LongAttentionTest, MatchesReference) {
 
   std::string scores, output, lse, top_idx, top_prob, mass, rows;
   AttentionOutputs out;
-  out.scores = &scores;
-  out.output = &output;
+  out.scores.bytes = &scores;
+  out.output.bytes = &output;
   out.lse.bytes = &lse;
   out.top_k_indices.bytes = &top_idx;
   out.top_k_probs.bytes = &top_prob;
@@ -280,7 +280,7 @@ TEST_P(LongAttentionTest, MatchesReference) {
   const int64_t rows_count =
       c.score_rows_count == 0 ? c.sq - c.score_rows_start : c.score_rows_count;
   if (Has(c, AttentionResult::kOutput)) {
-    ASSERT_EQ(out.output_shape, (std::vector<int64_t>{c.batch, c.sq, c.hq, c.dv}));
+    ASSERT_EQ(out.output.shape, (std::vector<int64_t>{c.batch, c.sq, c.hq, c.dv}));
   }
   if (Has(c, AttentionResult::kLse)) {
     ASSERT_EQ(out.lse.shape, (std::vector<int64_t>{c.batch, c.hq, c.sq}));
@@ -642,17 +642,17 @@ TEST_F(TiledAttentionTest, OutputAndLseMatchTheScoresPath) {
     // Today's path: raw scores and P v.
     std::string scores, legacy_output;
     AttentionOutputs legacy;
-    legacy.scores = &scores;
-    legacy.output = &legacy_output;
+    legacy.scores.bytes = &scores;
+    legacy.output.bytes = &legacy_output;
     ASSERT_TRUE(engine_->AttentionScores(p, &legacy).ok());
     // The tiled pass.
     p.results = {AttentionResult::kOutput, AttentionResult::kLse};
     std::string output, lse;
     AttentionOutputs tiled;
-    tiled.output = &output;
+    tiled.output.bytes = &output;
     tiled.lse.bytes = &lse;
     ASSERT_TRUE(engine_->AttentionScores(p, &tiled).ok());
-    EXPECT_TRUE(scores.size() > 0 && tiled.scores_shape.empty());
+    EXPECT_TRUE(scores.size() > 0 && tiled.scores.shape.empty());
 
     const std::vector<float> s = Floats(scores), y0 = Floats(legacy_output), y1 = Floats(output),
                              l = Floats(lse);
@@ -773,7 +773,7 @@ TEST_F(TiledAttentionTest, SinksJoinTheDenominator) {
   p.softmax = true;
   std::string lse0, lse1, probs;
   AttentionOutputs out;
-  out.scores = &probs;
+  out.scores.bytes = &probs;
   out.lse.bytes = &lse0;
   ASSERT_TRUE(engine_->AttentionScores(p, &out).ok());
   p.sinks = {0.5f, 3.0f};
@@ -809,12 +809,12 @@ TEST_F(TiledAttentionTest, RawScoresIncludeTransformsAndMask) {
   p.scale = 4.0;
   std::string plain, capped;
   AttentionOutputs out;
-  out.scores = &plain;
+  out.scores.bytes = &plain;
   ASSERT_TRUE(engine_->AttentionScores(p, &out).ok());
   p.softcap = 1.0;
   p.alibi_slopes = {0.5f};
   p.window_left = 3;
-  out.scores = &capped;
+  out.scores.bytes = &capped;
   ASSERT_TRUE(engine_->AttentionScores(p, &out).ok());
   const std::vector<float> s0 = Floats(plain), s1 = Floats(capped);
   for (int64_t i = 0; i < S; ++i) {

@@ -290,7 +290,7 @@ TEST_F(PagedEngineTest, GetTableAndAttentionBuildTheBlocksOfTheirRows) {
   params.k_start_pos = 4094;
   std::string scores;
   AttentionOutputs outputs;
-  outputs.scores = &scores;
+  outputs.scores.bytes = &scores;
   ASSERT_TRUE(engine_->AttentionScores(params, &outputs).ok());
   EXPECT_EQ(engine_->cache_stats().built, 4);
 }

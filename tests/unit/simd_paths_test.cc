@@ -158,12 +158,13 @@ std::vector<uint8_t> RandomStorage(DType dtype, int64_t n, std::mt19937* rng) {
 }
 
 // Rotation of q/k exactly as math::RotatePair on widened values.
-void RotateScalar(const cpu::RotateParams& p, int64_t tokens) {
+void RotateScalar(const RotateArgs& p, const TableRows& table, int64_t tokens) {
   const int64_t half = p.rotary_dim / 2;
+  const bool interleaved = p.layout == Layout::kInterleaved;
   for (int64_t t = 0; t < tokens; ++t) {
     const int64_t pos = p.positions.At(t / p.seq, t % p.seq);
-    const float* c = p.table.Cos(pos);
-    const float* s = p.table.Sin(pos);
+    const float* c = table.Cos(pos);
+    const float* s = table.Sin(pos);
     for (int tensor = 0; tensor < 2; ++tensor) {
       void* base = tensor == 0 ? p.q : p.k;
       const int64_t heads = tensor == 0 ? p.q_heads : p.k_heads;
@@ -171,8 +172,8 @@ void RotateScalar(const cpu::RotateParams& p, int64_t tokens) {
       for (int64_t h = 0; h < heads; ++h) {
         const int64_t v = (t * heads + h) * p.head_dim;
         for (int64_t i = 0; i < half; ++i) {
-          const int64_t f0 = p.interleaved ? v + 2 * i : v + i;
-          const int64_t f1 = p.interleaved ? v + 2 * i + 1 : v + i + half;
+          const int64_t f0 = interleaved ? v + 2 * i : v + i;
+          const int64_t f1 = interleaved ? v + 2 * i + 1 : v + i + half;
           float y0, y1;
           math::RotatePair(LoadScalar(p.dtype, base, f0), LoadScalar(p.dtype, base, f1), c[i],
                            p.inverse ? -s[i] : s[i], &y0, &y1);
@@ -282,16 +283,17 @@ TEST_P(SimdPathTest, RotatesBitForBitLikeScalarMath) {
                 std::vector<uint8_t> k = RandomStorage(dtype, k_elems, &rng);
                 std::vector<uint8_t> q_want = q, k_want = k;
                 std::vector<int64_t> positions = {0, 511, 17, 300, 1, 255};
-                cpu::RotateParams p;
+                RotateArgs p;
                 p.dtype = dtype;
-                p.interleaved = interleaved;
+                p.layout = interleaved ? Layout::kInterleaved : Layout::kHalf;
                 p.inverse = inverse;
                 p.q_heads = heads;
                 p.k_heads = 2;
                 p.head_dim = head_dim;
                 p.rotary_dim = rotary;
+                p.batch = batch;
                 p.seq = seq;
-                p.table = table->rows();
+                const TableRows rows = table->rows();
                 p.positions.seq = seq;
                 if (explicit_positions) {
                   p.positions.explicit_positions = positions.data();
@@ -301,12 +303,12 @@ TEST_P(SimdPathTest, RotatesBitForBitLikeScalarMath) {
                 }
                 p.q = q_want.data();
                 p.k = k_want.data();
-                RotateScalar(p, batch * seq);
+                RotateScalar(p, rows, batch * seq);
                 p.q = q.data();
                 p.k = k.data();
                 // Two calls over token ranges, as the thread pool splits them.
-                kernels_->rotate(p, 0, 1);
-                kernels_->rotate(p, 1, batch * seq);
+                kernels_->rotate(p, rows, 0, 1);
+                kernels_->rotate(p, rows, 1, batch * seq);
                 const std::string what = DTypeTag(dtype) + (interleaved ? " interleaved" : " half") +
                                          " rotary_dim " + std::to_string(rotary) + " head_dim " +
                                          std::to_string(head_dim) + " heads " +
@@ -342,23 +344,24 @@ TEST_P(SimdPathTest, LargeCallsRotateBitForBitLikeScalarMath) {
         std::vector<uint8_t> q = RandomStorage(dtype, seq * q_heads * head_dim, &rng);
         std::vector<uint8_t> k = RandomStorage(dtype, seq * k_heads * head_dim, &rng);
         std::vector<uint8_t> q_want = q, k_want = k;
-        cpu::RotateParams p;
+        RotateArgs p;
         p.dtype = dtype;
-        p.interleaved = interleaved;
+        p.layout = interleaved ? Layout::kInterleaved : Layout::kHalf;
         p.q_heads = q_heads;
         p.k_heads = k_heads;
         p.head_dim = head_dim;
         p.rotary_dim = rotary;
+        p.batch = 1;
         p.seq = seq;
-        p.table = table->rows();
+        const TableRows rows = table->rows();
         p.positions.seq = seq;
         p.positions.start_pos = 1000;
         p.q = q_want.data();
         p.k = k_want.data();
-        RotateScalar(p, seq);
+        RotateScalar(p, rows, seq);
         p.q = q.data();
         p.k = k.data();
-        kernels_->rotate(p, 0, seq);
+        kernels_->rotate(p, rows, 0, seq);
         const std::string what = DTypeTag(dtype) + (interleaved ? " interleaved" : " half") +
                                  " rotary_dim " + std::to_string(rotary);
         EXPECT_TRUE(SameBuffers(dtype, q, q_want)) << "q: " << what;
@@ -625,10 +628,10 @@ TEST_P(SimdPathTest, EngineAttentionIsBitForBitTheBestPaths) {
       params.softmax = softmax;
       std::string scores, output, best_scores, best_output;
       AttentionOutputs out, best_out;
-      out.scores = &scores;
-      out.output = &output;
-      best_out.scores = &best_scores;
-      best_out.output = &best_output;
+      out.scores.bytes = &scores;
+      out.output.bytes = &output;
+      best_out.scores.bytes = &best_scores;
+      best_out.output.bytes = &best_output;
       ASSERT_TRUE(engine->AttentionScores(params, &out).ok());
       ASSERT_TRUE(best->AttentionScores(params, &best_out).ok());
       EXPECT_EQ(scores, best_scores) << DTypeTag(dtype) << (softmax ? " softmax" : " raw");
@@ -670,7 +673,7 @@ TEST_P(SimdPathTest, EngineTiledAttentionIsBitForBitTheBestPaths) {
   std::string got[6], want[6];
   auto run = [&](Engine* e, std::string* r) {
     AttentionOutputs out;
-    out.output = &r[0];
+    out.output.bytes = &r[0];
     out.lse.bytes = &r[1];
     out.top_k_indices.bytes = &r[2];
     out.top_k_probs.bytes = &r[3];
@@ -710,7 +713,7 @@ TEST_P(SimdPathTest, EngineAttentionWithStreamedScoresMatchesTheReference) {
     params.softmax = softmax;
     std::string scores;
     AttentionOutputs out;
-    out.scores = &scores;
+    out.scores.bytes = &scores;
     ASSERT_TRUE(engine->AttentionScores(params, &out).ok());
     reference::Rope rope;
     rope.theta = 10000;

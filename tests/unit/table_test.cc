@@ -183,3 +183,49 @@ TEST(RopeTableTest, ParallelFillCoversEveryRow) {
 
 }  // namespace
 }  // namespace rope
+
+namespace rope {
+namespace {
+
+// angle_precision FLOAT32 (float32_angles.h): its own table key, float32
+// inverse frequencies, and angles that are float32 products. The bits
+// against torch are checked in tests/python/test_angle_precision.py.
+TEST(Float32AnglesTest, OwnKeyFloat32FrequenciesAndAngles) {
+  RopeConfig config;
+  config.theta = 500000;
+  config.head_dim = 128;
+  config.max_len = 65536;
+  const TableKey exact = MakeTableKey(config, 0);
+  config.angle_precision = AnglePrecision::kFloat32;
+  const TableKey float32 = MakeTableKey(config, 0);
+  EXPECT_FALSE(exact == float32);
+  EXPECT_EQ(float32.ToString(), exact.ToString() + " angles=float32");
+  const std::vector<double> inv = ComputeInvFreq(float32);
+  ASSERT_EQ(inv.size(), 64u);
+  for (double f : inv) EXPECT_EQ(f, static_cast<double>(static_cast<float>(f)));
+  const std::shared_ptr<const RopeTable> table = RopeTable::Build(float32);
+  const float angle = 40000.0f * static_cast<float>(inv[1]);
+  EXPECT_NEAR(table->cos_row(40000)[1], std::cos(static_cast<double>(angle)), 1.2e-7);
+  // The exact table's angle differs by the float32 product's rounding.
+  const std::shared_ptr<const RopeTable> exact_table = RopeTable::Build(exact);
+  EXPECT_NEAR(exact_table->cos_row(40000)[1], std::cos(40000.0 * ComputeInvFreq(exact)[1]), 6e-8);
+}
+
+TEST(Float32AnglesTest, OnlyScalingsWithAFloat32FormAreAccepted) {
+  RopeConfig config;
+  config.head_dim = 8;
+  config.max_len = 64;
+  config.angle_precision = AnglePrecision::kFloat32;
+  EXPECT_TRUE(ValidateConfig(config, 1 << 24).ok());
+  config.scaling = Llama3Scaling{};
+  EXPECT_TRUE(ValidateConfig(config, 1 << 24).ok());
+  config.scaling = DynamicNtkScaling{2.0, 16};
+  const absl::Status refused = ValidateConfig(config, 1 << 24);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.message().find("config.angle_precision is ANGLE_FLOAT32 with scaling dynamic"),
+            absl::string_view::npos)
+      << refused;
+}
+
+}  // namespace
+}  // namespace rope

@@ -90,8 +90,8 @@ class ValidationTest : public ::testing::Test {
                                                const std::string& substr) {
     std::string scores, output;
     AttentionOutputs out;
-    out.scores = &scores;
-    out.output = &output;
+    out.scores.bytes = &scores;
+    out.output.bytes = &output;
     return StatusIs(engine_->AttentionScores(params, &out), code, substr);
   }
 
@@ -103,8 +103,8 @@ TEST_F(ValidationTest, BaselineRequestsAreAccepted) {
   EXPECT_TRUE(engine_->Rotate(ValidRotate()).ok());
   std::string scores, output;
   AttentionOutputs out;
-  out.scores = &scores;
-  out.output = &output;
+  out.scores.bytes = &scores;
+  out.output.bytes = &output;
   EXPECT_TRUE(engine_->AttentionScores(ValidAttention(/*with_v=*/true), &out).ok());
 }
 
@@ -459,7 +459,7 @@ TEST_F(ValidationTest, AttentionCountsScoresTowardTheElementLimit) {
   p.q = q.const_view();
   std::string scores;
   AttentionOutputs out;
-  out.scores = &scores;
+  out.scores.bytes = &scores;
   EXPECT_TRUE(engine_->AttentionScores(p, &out).ok());
 }
 
@@ -471,7 +471,7 @@ TEST_F(ValidationTest, AttentionNeedsOutputBuffers) {
                        "outputs.scores"));
   EXPECT_TRUE(StatusIs(engine_->AttentionScores(p, nullptr), StatusCode::kInvalidArgument,
                        "outputs.scores"));
-  out.scores = &scores;
+  out.scores.bytes = &scores;
   EXPECT_TRUE(StatusIs(engine_->AttentionScores(p, &out), StatusCode::kInvalidArgument,
                        "outputs.output is null"));
 }
@@ -572,7 +572,7 @@ TEST_F(ValidationTest, AttentionChecksExplicitPositions) {
   p.k_positions = {63, 2, 1, 0, 5, 6, 7, 8, 9, 10};
   std::string scores;
   AttentionOutputs out;
-  out.scores = &scores;
+  out.scores.bytes = &scores;
   EXPECT_TRUE(engine_->AttentionScores(p, &out).ok());
 }
 
@@ -608,7 +608,7 @@ TEST_F(ValidationTest, AttentionNeedsABufferForEachRequestedResult) {
   p.results = {AttentionResult::kOutput, AttentionResult::kKeyMass};
   std::string output;
   AttentionOutputs out;
-  out.output = &output;
+  out.output.bytes = &output;
   EXPECT_TRUE(StatusIs(engine_->AttentionScores(p, &out), StatusCode::kInvalidArgument,
                        "AttentionScores needs an outputs.key_mass buffer"));
   EXPECT_TRUE(StatusIs(engine_->AttentionScores(p, nullptr), StatusCode::kInvalidArgument,

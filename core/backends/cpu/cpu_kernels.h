@@ -1,6 +1,7 @@
 // The CPU backend's SIMD kernels: one table of entry points per instruction
 // set the build compiled (Google Highway targets, chosen at run time by
-// cpu_simd.h), and the plain parameter structs they take.
+// cpu_simd.h), and the plain parameter structs they take: a rotation reads
+// the backend's RotateArgs as they are (core/engine/backend_args.h).
 //
 // Arithmetic contract, the same on every path: float32 math with separate
 // multiplies and adds (no FMA contraction: every kernel source is compiled
@@ -19,31 +20,13 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/engine/backend_args.h"
 #include "core/engine/dtype.h"
 #include "core/engine/rope_math.h"
 #include "core/engine/table_rows.h"
 
 namespace rope {
 namespace cpu {
-
-// Rotates tokens of q (and k) in place: token t = b * seq + s of q is
-// q_heads head vectors of head_dim elements at q + t * q_heads * head_dim
-// (likewise k, which may be null), rotated by the table row of
-// positions.At(b, s). Features rotary_dim.. are not touched.
-struct RotateParams {
-  DType dtype = DType::kFloat32;
-  bool interleaved = true;
-  bool inverse = false;
-  void* q = nullptr;
-  int64_t q_heads = 0;
-  void* k = nullptr;
-  int64_t k_heads = 0;
-  int64_t head_dim = 0;
-  int64_t rotary_dim = 0;
-  int64_t seq = 1;
-  TableRows table;
-  math::PositionSpec positions;
-};
 
 // Float32 rotated copies: head h of token t (t = b * seq + s) is read from
 // src + t * src_token_stride + h * head_dim (elements of dtype), widened,
@@ -74,8 +57,13 @@ struct CpuKernels {
   // target's (avx512_bf16: AVX-512 BF16); null when it uses none.
   bool (*cpu_has_extensions)();
 
-  // Tokens [begin, end) of RotateParams / RotateCopyParams.
-  void (*rotate)(const RotateParams& p, int64_t begin, int64_t end);
+  // Rotates tokens [begin, end) of args.q (and args.k) in place: token
+  // t = b * seq + s of q is q_heads head vectors of head_dim elements at
+  // q + t * q_heads * head_dim (likewise k, which may be null), rotated by
+  // the row of `table` at positions.At(b, s). Features rotary_dim.. are not
+  // touched; q_source, k_source and memory are the backend's (host memory).
+  void (*rotate)(const RotateArgs& args, const TableRows& table, int64_t begin, int64_t end);
+  // Tokens [begin, end) of RotateCopyParams.
   void (*rotate_copy)(const RotateCopyParams& p, int64_t begin, int64_t end);
 
   // n elements of 16-bit storage <-> float32.

@@ -1,5 +1,7 @@
 #include "core/backends/cpu/cpu_rotate.h"
 
+#include <cstring>
+
 namespace rope {
 namespace {
 
@@ -7,25 +9,30 @@ namespace {
 // with a few heads) that task overhead stays invisible.
 constexpr int64_t kMinTokensPerTask = 8;
 
+// Copies tokens [begin, end) of `source` (tokens of `token_bytes`) to `x`.
+void CopyTokens(const void* source, void* x, int64_t token_bytes, int64_t begin, int64_t end) {
+  std::memcpy(static_cast<char*>(x) + begin * token_bytes,
+              static_cast<const char*>(source) + begin * token_bytes,
+              static_cast<size_t>((end - begin) * token_bytes));
+}
+
 }  // namespace
 
 void CpuRotate(const cpu::CpuKernels& kernels, const RopeTable& table, const RotateArgs& args,
                ThreadPool* pool) {
-  cpu::RotateParams p;
-  p.dtype = args.dtype;
-  p.interleaved = args.layout == Layout::kInterleaved;
-  p.inverse = args.inverse;
-  p.q = args.q;
-  p.q_heads = args.q_heads;
-  p.k = args.k;
-  p.k_heads = args.k_heads;
-  p.head_dim = args.head_dim;
-  p.rotary_dim = args.rotary_dim;
-  p.seq = args.seq;
-  p.table = table.rows();
-  p.positions = args.positions;
-  pool->ParallelFor(args.batch * args.seq, kMinTokensPerTask,
-                    [&](int64_t begin, int64_t end) { kernels.rotate(p, begin, end); });
+  const TableRows rows = table.rows();
+  const int64_t element = static_cast<int64_t>(DTypeSize(args.dtype));
+  const int64_t q_token = args.q_heads * args.head_dim * element;
+  const int64_t k_token = args.k_heads * args.head_dim * element;
+  pool->ParallelFor(args.batch * args.seq, kMinTokensPerTask, [&](int64_t begin, int64_t end) {
+    // Out of place: each task copies its own tokens first, while they are
+    // about to be in cache anyway.
+    if (args.q_source != nullptr) CopyTokens(args.q_source, args.q, q_token, begin, end);
+    if (args.k != nullptr && args.k_source != nullptr) {
+      CopyTokens(args.k_source, args.k, k_token, begin, end);
+    }
+    kernels.rotate(args, rows, begin, end);
+  });
 }
 
 }  // namespace rope

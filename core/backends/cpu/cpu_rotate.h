@@ -10,7 +10,9 @@
 
 namespace rope {
 
-// Rotates args.q (and args.k) in place. Arguments are already validated.
+// Rotates args.q (and args.k) in place, after copying args.q_source
+// (args.k_source) into them when set. Arguments are already validated, and
+// in host memory.
 void CpuRotate(const cpu::CpuKernels& kernels, const RopeTable& table, const RotateArgs& args,
                ThreadPool* pool);
 

@@ -393,7 +393,7 @@ constexpr int64_t kCacheLine = 64;
 // CachedIo: the storage access of calls whose data sits in cache (all heads
 // of a token block by block); the same type and row form as Io.
 template <class Io, bool kInterleaved, class CachedIo = Io>
-void RotateTokens(const RotateParams& p, int64_t begin, int64_t end) {
+void RotateTokens(const RotateArgs& p, const TableRows& table, int64_t begin, int64_t end) {
   using T = typename Io::T;
   static_assert(std::is_same_v<T, typename CachedIo::T> && Io::kSplit == CachedIo::kSplit &&
                 Io::kLanesCap == CachedIo::kLanesCap);
@@ -421,7 +421,7 @@ void RotateTokens(const RotateParams& p, int64_t begin, int64_t end) {
     const int64_t pos = p.positions.At(b, s);
     if (++s == p.seq) s = 0, ++b;
     const TokenRow row = PrepareRow<Io, kInterleaved>(
-        p.table.Cos(pos), p.table.Sin(pos), p.inverse, p.rotary_dim,
+        table.Cos(pos), table.Sin(pos), p.inverse, p.rotary_dim,
         scratch.data());
     for (int tensor = 0; tensor < 2; ++tensor) {
       void* base = tensor == 0 ? p.q : p.k;
@@ -452,27 +452,30 @@ void RotateTokens(const RotateParams& p, int64_t begin, int64_t end) {
   }
 }
 
-void Rotate(const RotateParams& p, int64_t begin, int64_t end) {
+void Rotate(const RotateArgs& p, const TableRows& table, int64_t begin, int64_t end) {
+  const bool interleaved = p.layout == Layout::kInterleaved;
   switch (p.dtype) {
     case DType::kFloat32:
-      return p.interleaved ? RotateTokens<F32Io, true>(p, begin, end)
-                           : RotateTokens<F32Io, false>(p, begin, end);
+      return interleaved ? RotateTokens<F32Io, true>(p, table, begin, end)
+                         : RotateTokens<F32Io, false>(p, table, begin, end);
     case DType::kFloat16:
-      return p.interleaved ? RotateTokens<F16Io, true>(p, begin, end)
-                           : RotateTokens<F16Io, false>(p, begin, end);
+      return interleaved ? RotateTokens<F16Io, true>(p, table, begin, end)
+                         : RotateTokens<F16Io, false>(p, table, begin, end);
     case DType::kBFloat16:
-      return p.interleaved ? RotateTokens<Bf16Io, true>(p, begin, end)
-                           : RotateTokens<Bf16Io, false>(p, begin, end);
+      return interleaved ? RotateTokens<Bf16Io, true>(p, table, begin, end)
+                         : RotateTokens<Bf16Io, false>(p, table, begin, end);
   }
 }
 
 #if ROPE_HAS_BF16_NARROWING
 // Rotate for CPUs with AVX-512 BF16 (the avx512_bf16 path): bfloat16 calls
 // narrow with its instruction; the other types are Rotate's.
-void RotateWithBf16Instructions(const RotateParams& p, int64_t begin, int64_t end) {
-  if (p.dtype != DType::kBFloat16) return Rotate(p, begin, end);
-  return p.interleaved ? RotateTokens<Bf16Io, true, Bf16NativeIo>(p, begin, end)
-                       : RotateTokens<Bf16Io, false, Bf16NativeIo>(p, begin, end);
+void RotateWithBf16Instructions(const RotateArgs& p, const TableRows& table, int64_t begin,
+                                int64_t end) {
+  if (p.dtype != DType::kBFloat16) return Rotate(p, table, begin, end);
+  return p.layout == Layout::kInterleaved
+             ? RotateTokens<Bf16Io, true, Bf16NativeIo>(p, table, begin, end)
+             : RotateTokens<Bf16Io, false, Bf16NativeIo>(p, table, begin, end);
 }
 #endif
 

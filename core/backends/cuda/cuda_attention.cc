@@ -53,7 +53,7 @@ absl::Status CudaTiledAttention(WorkerContext& context, const DeviceTable& table
   const bool with_v = args.v != nullptr && args.output != nullptr;
   const int64_t v_elems = with_v ? args.batch * args.k_seq * args.k_heads * args.v_dim : 0;
   const int64_t rows = args.batch * args.q_heads * args.q_seq;
-  const bool staged = !args.on_device;
+  const bool staged = args.memory.is_host();
   const bool rows_pass =
       args.scores != nullptr || args.score_rows != nullptr || args.top_k_indices != nullptr;
   const bool needs_lse = args.lse != nullptr || args.top_k_indices != nullptr ||
@@ -117,7 +117,7 @@ absl::Status CudaTiledAttention(WorkerContext& context, const DeviceTable& table
   math::PositionSpec positions[2] = {args.q_positions, args.k_positions};
   ROPE_RETURN_IF_ERROR(UploadPositions(context, positions, 2));
   // Sinks and ALiBi slopes, one float per query head each.
-  float* heads_host = static_cast<float*>(context.head_values_host.data());
+  float* heads_host = reinterpret_cast<float*>(context.head_values_host.data());
   float* heads_device = static_cast<float*>(context.head_values.data());
   for (int64_t h = 0; h < args.q_heads; ++h) {
     heads_host[h] = args.sinks != nullptr ? args.sinks[h] : 0.0f;
@@ -273,10 +273,10 @@ absl::Status CudaAttentionScores(WorkerContext& context, const DeviceTable& tabl
   // before any work is enqueued. Allocated in order on the compute stream;
   // the other slot's stream, which also copies q, k, v in and the results
   // out, is then ordered after the allocations.
-  // With args.on_device the inputs are read, and the scores and output
-  // written, where they lie: no staging buffers, no copies.
+  // In device memory (args.memory) the inputs are read, and the scores and
+  // output written, where they lie: no staging buffers, no copies.
   const cudaStream_t compute = context.compute_stream();
-  const bool staged = !args.on_device;
+  const bool staged = args.memory.is_host();
   if (staged) {
     ROPE_RETURN_IF_ERROR(context.q_in.Reserve(q_elems * elem, "q", compute));
     ROPE_RETURN_IF_ERROR(context.k_in.Reserve(k_elems * elem, "k", compute));

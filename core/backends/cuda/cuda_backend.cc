@@ -16,11 +16,28 @@
 #include "core/backends/cuda/cuda_status.h"
 #include "core/backends/cuda/device_table_cache.h"
 #include "core/backends/cuda/kernel_launchers.h"
+#include "core/backends/cuda/no_device_cause.h"
 #include "core/backends/cuda/worker_context.h"
 #include "common/status_macros.h"
 
 namespace rope {
 namespace {
+
+// The CUDA backend's device memory: CUDA IPC allocations of client
+// processes, opened on the backend's device.
+class CudaDeviceMemory final : public DeviceMemory {
+ public:
+  explicit CudaDeviceMemory(int device) : device_(device) {}
+  int device() const override { return device_; }
+  absl::StatusOr<std::shared_ptr<DeviceMemoryLease>> OpenIpcHandle(std::string_view handle,
+                                                                   int device,
+                                                                   uint64_t byte_size) override {
+    return OpenCudaIpcHandle(device_, handle, device, byte_size);
+  }
+
+ private:
+  const int device_;
+};
 
 class CudaBackend final : public Backend {
  public:
@@ -38,6 +55,7 @@ class CudaBackend final : public Backend {
         attention_chunk_work_(options.attention_chunk_work > 0
                                   ? static_cast<double>(options.attention_chunk_work)
                                   : kChunkWorkPerMultiprocessor * properties.multiProcessorCount),
+        device_memory_(device),
         table_cache_(options.table_cache_bytes),
         contexts_(device, options, cublas),
         table_pool_(static_cast<int>(std::max(1u, std::thread::hardware_concurrency()))) {}
@@ -75,24 +93,13 @@ class CudaBackend final : public Backend {
     ROPE_ASSIGN_OR_RETURN(ContextPool::Lease context, contexts_.Acquire());
     SampleMemory(/*force=*/false);
     ROPE_ASSIGN_OR_RETURN(device_table, table_cache_.Get(table));
-    if (args.on_device) return CudaRotateOnDevice(*context, device_table, args, max_blocks_);
+    if (!args.memory.is_host()) {
+      return CudaRotateOnDevice(*context, device_table, args, max_blocks_);
+    }
     return CudaRotate(*context, device_table, args, max_blocks_);
   }
 
-  absl::StatusOr<std::shared_ptr<DeviceMemoryLease>> OpenCudaIpcMemory(
-      std::string_view handle, int device, uint64_t byte_size) override {
-    return OpenCudaIpcHandle(device_, handle, device, byte_size);
-  }
-
-  absl::Status CopyOnDevice(void* destination, const void* source, uint64_t bytes) override {
-    ROPE_ASSIGN_OR_RETURN(ContextPool::Lease context, contexts_.Acquire());
-    ROPE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(destination, source, bytes, cudaMemcpyDeviceToDevice,
-                                              context->compute_stream()),
-                              "copying within CUDA shared memory");
-    ROPE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(context->compute_stream()),
-                              "copying within CUDA shared memory");
-    return absl::OkStatus();
-  }
+  DeviceMemory* device_memory() override { return &device_memory_; }
 
   absl::Status AttentionScores(const RopeTable& table, const AttentionArgs& args) override {
     DeviceTable device_table;
@@ -128,6 +135,7 @@ class CudaBackend final : public Backend {
   const std::string description_;
   const int64_t max_blocks_;
   const double attention_chunk_work_;
+  CudaDeviceMemory device_memory_;
   DeviceTableCache table_cache_;
   ContextPool contexts_;
   ThreadPool table_pool_;
@@ -218,11 +226,11 @@ absl::StatusOr<int> CountCudaDevices() {
   const cudaError_t error = cudaGetDeviceCount(&count);
   if (error != cudaSuccess) {
     // Whatever the reason (no device, no driver, a driver older than this
-    // runtime), there is no device to use.
+    // runtime), there is no device to use; the message names which.
     (void)cudaGetLastError();
     return absl::FailedPreconditionError(
-        absl::StrCat("no usable CUDA device: cudaGetDeviceCount: ", cudaGetErrorName(error), ": ",
-                     cudaGetErrorString(error)));
+        absl::StrCat("no usable CUDA device: ",
+                     NoCudaDeviceCause(cudaGetErrorName(error), cudaGetErrorString(error))));
   }
   if (count == 0) {
     return absl::FailedPreconditionError("no CUDA device: cudaGetDeviceCount found none");

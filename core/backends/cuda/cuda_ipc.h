@@ -17,7 +17,7 @@
 #include <string_view>
 
 #include "absl/status/statusor.h"
-#include "core/engine/backend.h"
+#include "core/engine/device_memory.h"
 
 namespace rope {
 

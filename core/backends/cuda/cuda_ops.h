@@ -19,20 +19,22 @@ namespace rope {
 
 kernels::Storage StorageOf(DType dtype);
 
-// Rotates args.q (and args.k) in place: token chunks go host -> pinned ->
-// device, through one kernel launch for q and k, and back, alternating the
-// context's two staging slots.
+// Rotates args.q (and args.k) in host memory in place (reading
+// args.q_source / args.k_source instead when set): token chunks go host ->
+// pinned -> device, through one kernel launch for q and k, and back,
+// alternating the context's two staging slots.
 absl::Status CudaRotate(WorkerContext& context, const DeviceTable& table, const RotateArgs& args,
                         int64_t max_blocks);
 
 // Rotates args.q (and args.k) in place where they are, in device memory
-// (args.on_device: CUDA shared memory): one kernel launch on the compute
+// (args.memory: CUDA shared memory), after a device-to-device copy from
+// args.q_source / args.k_source when set: one kernel launch on the compute
 // stream, no staging; returns after the kernel has finished.
 absl::Status CudaRotateOnDevice(WorkerContext& context, const DeviceTable& table,
                                 const RotateArgs& args, int64_t max_blocks);
 
-// Fills args.scores (and args.output) (with args.on_device, reading and
-// writing device memory where it lies, without staging): rotated float32 copies of q and k on
+// Fills args.scores (and args.output) (in device memory, args.memory,
+// reading and writing it where it lies, without staging): rotated float32 copies of q and k on
 // the device, cuBLAS GEMMs, the mask/softmax kernel, the optional P.V GEMMs,
 // in chunks of about `chunk_work` float32 operations (attention_chunks.h).
 // Checks args.interrupt (when set) between staging chunks of the copies and

@@ -41,8 +41,10 @@ struct CudaPluginApi {
 
 // 2: AttentionArgs::interrupt, CudaBackendOptions::attention_chunk_work.
 // 3: BackendInfo::fault.
-// 4: Backend::OpenCudaIpcMemory and CopyOnDevice, RotateArgs::on_device.
-constexpr int kCudaPluginAbi = 4;
+// 4: CUDA IPC memory.
+// 5: Backend::device_memory() (DeviceMemory), TensorMemory in RotateArgs and
+//    AttentionArgs, RotateArgs::q_source / k_source.
+constexpr int kCudaPluginAbi = 5;
 
 // The plugin's one exported symbol.
 #define ROPE_CUDA_PLUGIN_ENTRY "RopeCudaPluginApi"

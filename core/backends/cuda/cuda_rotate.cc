@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <cstring>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "core/backends/cuda/cuda_ops.h"
@@ -104,6 +105,20 @@ absl::Status CudaRotateOnDevice(WorkerContext& context, const DeviceTable& table
   const int64_t tokens = args.batch * args.seq;
   if (tokens == 0) return absl::OkStatus();
   ROPE_ASSIGN_OR_RETURN(kernels::RotateKernelParams p, RotateParamsOnDevice(context, table, args));
+  // Out of place: the output first receives the input, on the stream the
+  // kernel then runs on.
+  const int64_t elem = static_cast<int64_t>(DTypeSize(args.dtype));
+  const std::pair<const void*, void*> copies[] = {{args.q_source, args.q},
+                                                  {args.k_source, args.k}};
+  const int64_t token_bytes[] = {args.q_heads * args.head_dim * elem,
+                                 args.k_heads * args.head_dim * elem};
+  for (int i = 0; i < 2; ++i) {
+    if (copies[i].first == nullptr || copies[i].second == nullptr) continue;
+    ROPE_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(copies[i].second, copies[i].first, tokens * token_bytes[i],
+                        cudaMemcpyDeviceToDevice, context.compute_stream()),
+        "copying CUDA shared memory into an output reference");
+  }
   p.q = args.q;
   p.k = args.k;
   p.tokens = tokens;
@@ -141,6 +156,10 @@ absl::Status CudaRotate(WorkerContext& context, const DeviceTable& table, const 
 
   char* q = static_cast<char*>(args.q);
   char* k = static_cast<char*>(args.k);
+  // Read from the sources when the rotation is out of place; the rotated
+  // tokens go back to q and k.
+  const char* q_in = static_cast<const char*>(args.q_source != nullptr ? args.q_source : args.q);
+  const char* k_in = static_cast<const char*>(args.k_source != nullptr ? args.k_source : args.k);
   int next = 0;
   for (int64_t first = 0; first < tokens; first += chunk, next ^= 1) {
     const int64_t n = std::min(chunk, tokens - first);
@@ -149,8 +168,8 @@ absl::Status CudaRotate(WorkerContext& context, const DeviceTable& table, const 
     const int64_t span = k != nullptr ? k_offset + k_bytes : q_bytes;
     WorkerContext::Slot& slot = context.slot(next);
     ROPE_RETURN_IF_ERROR(context.Reuse(next));  // delivers the chunk before last
-    std::memcpy(slot.host.data(), q + first * q_token, q_bytes);
-    if (k != nullptr) std::memcpy(slot.host.data() + k_offset, k + first * k_token, k_bytes);
+    std::memcpy(slot.host.data(), q_in + first * q_token, q_bytes);
+    if (k != nullptr) std::memcpy(slot.host.data() + k_offset, k_in + first * k_token, k_bytes);
     char* device = static_cast<char*>(slot.device.data());
     ROPE_CUDA_RETURN_IF_ERROR(
         cudaMemcpyAsync(device, slot.host.data(), span, cudaMemcpyHostToDevice, slot.stream.get()),

@@ -53,6 +53,7 @@ class RotateRequest:
     start_pos: int = 0
     positions: Any = None
     inverse: bool = False
+    dtype: Any = None
 
 
 def _check_config(config):
@@ -104,16 +105,17 @@ def _same_kind_and_dtype(name, tensor, q):
 
 # ---- Rotate ----------------------------------------------------------------------
 
-def rotate(q, k=None, *, config, start_pos=0, positions=None, inverse=False):
-    """(request bytes, decode(reply bytes) -> (q, k))."""
+def rotate(q, k=None, *, config, start_pos=0, positions=None, inverse=False, dtype=None):
+    """(request bytes, decode(reply bytes) -> (q, k)); dtype: the wire dtype (_tensors)."""
     head = _config_field(_ROTATE_CONFIG, config) + pb.RotateRequest(
         start_pos=_int("start_pos", start_pos), positions=_tensors.positions_list(positions),
         inverse=bool(inverse)).SerializeToString()
-    q_in = _tensors.encode("q", q)
+    dtype = _tensors.wire_dtype(dtype)
+    q_in = _tensors.encode("q", q, dtype=dtype)
     parts = _tensor_parts(_ROTATE_Q, q_in)
     k_in = None
     if k is not None:
-        k_in = _tensors.encode("k", k)
+        k_in = _tensors.encode("k", k, dtype=dtype)
         _same_kind_and_dtype("k", k_in, q_in)
         parts += _tensor_parts(_ROTATE_K, k_in)
 
@@ -151,7 +153,7 @@ def rotate_stream_item(item, default_config):
 # ---- AttentionScores ----------------------------------------------------------------
 
 def attention_scores(q, k, v=None, *, config, q_start_pos=0, k_start_pos=0, causal=False,
-                     softmax=False, scale=None):
+                     softmax=False, scale=None, dtype=None):
     """(request bytes, decode(reply bytes) -> Scores)."""
     if scale is not None and (not isinstance(scale, numbers.Real) or not scale > 0):
         raise ValueError("scale is %r: expected a number > 0, or None for 1/sqrt(head_dim)" % (scale,))
@@ -159,12 +161,13 @@ def attention_scores(q, k, v=None, *, config, q_start_pos=0, k_start_pos=0, caus
         config=_config_message(config), q_start_pos=_int("q_start_pos", q_start_pos),
         k_start_pos=_int("k_start_pos", k_start_pos), causal=bool(causal), softmax=bool(softmax),
         scale=float(scale) if scale is not None else 0.0)
-    q_in = _tensors.encode("q", q)
-    k_in = _tensors.encode("k", k)
+    dtype = _tensors.wire_dtype(dtype)
+    q_in = _tensors.encode("q", q, dtype=dtype)
+    k_in = _tensors.encode("k", k, dtype=dtype)
     _same_kind_and_dtype("k", k_in, q_in)
     parts = _tensor_parts(_SCORES_Q, q_in) + _tensor_parts(_SCORES_K, k_in)
     if v is not None:
-        v_in = _tensors.encode("v", v)
+        v_in = _tensors.encode("v", v, dtype=dtype)
         _same_kind_and_dtype("v", v_in, q_in)
         parts += _tensor_parts(_SCORES_V, v_in)
 

@@ -1,10 +1,24 @@
 """numpy arrays and torch CPU tensors to rope.v1 tensor bytes, and reply bytes back.
 
 Inputs: numpy float32 / float16 arrays, torch float32 / float16 / bfloat16
-CPU tensors. Checked here, before any call: a wrong type (TypeError), rank,
-dtype or device (ValueError). Non-contiguous and big-endian inputs are made
+CPU tensors, sent in their own dtype unless the caller names another
+(`dtype`). Converted, with the rule of ropectl's .npy inputs:
+  - float64 (numpy's default; torch's double) is sent as float32, or as
+    `dtype`, rounding once to nearest even (ropeserve computes in float32;
+    float64 has no wire dtype);
+  - a float input with another `dtype` is rounded once to nearest even;
+  - numpy int16 / uint16 arrays hold raw bfloat16 bits (numpy has no
+    bfloat16), and need dtype="bfloat16" (ropectl's '<i2' / '<u2' files with
+    --dtype=bfloat16);
+  - any other dtype is refused.
+Checked here, before any call: a wrong type (TypeError), rank, dtype or
+device (ValueError). Non-contiguous and big-endian inputs are made
 contiguous little-endian (a copy); contiguous ones are sent from their own
 memory.
+
+Results have the wire dtype: float32 for a float64 input, and for numpy a
+bfloat16 result is a uint16 array of its raw bits (int16 when the input was
+int16).
 
 Outputs come back as the kind of array that went in. Those of large replies
 (see _wire.VIEW_MIN_BYTES) are views of the reply buffer (no copy) when
@@ -67,16 +81,73 @@ def address_of(buffer):
 
 class TensorIn:
     """A checked input: kind ("numpy" / "torch"), rope.v1 dtype, shape (tuple of ints), and
-    its bytes: data, a C-contiguous buffer of nbytes bytes."""
+    its bytes: data, a C-contiguous buffer of nbytes bytes. bits_dtype: for numpy, the
+    integer dtype a bfloat16 result comes back as (uint16 unless the input was int16)."""
 
-    __slots__ = ("kind", "dtype", "shape", "data", "nbytes")
+    __slots__ = ("kind", "dtype", "shape", "data", "nbytes", "bits_dtype")
 
-    def __init__(self, kind, dtype, shape, data, nbytes=0):
+    def __init__(self, kind, dtype, shape, data, nbytes=0, bits_dtype=np.dtype("<u2")):
         self.kind = kind
         self.dtype = dtype
         self.shape = shape
         self.data = data
         self.nbytes = nbytes
+        self.bits_dtype = bits_dtype
+
+
+_DTYPE_NAMES = {"float32": pb.FLOAT32, "float16": pb.FLOAT16, "bfloat16": pb.BFLOAT16}
+
+
+def wire_dtype(dtype):
+    """The rope.v1 DType of a `dtype` argument: None, "float32" / "float16" / "bfloat16", a
+    numpy or torch dtype of those, or a rope.v1 DType number; ValueError otherwise."""
+    if dtype is None:
+        return None
+    if isinstance(dtype, str) and dtype.lower() in _DTYPE_NAMES:
+        return _DTYPE_NAMES[dtype.lower()]
+    if isinstance(dtype, int) and not isinstance(dtype, bool) and dtype in _DTYPE_NAMES.values():
+        return dtype
+    name = str(dtype).replace("torch.", "")
+    if name in _DTYPE_NAMES:
+        return _DTYPE_NAMES[name]
+    raise ValueError("dtype is %r: expected None, 'float32', 'float16' or 'bfloat16'" % (dtype,))
+
+
+def _round_to_odd_float32(d):
+    """float64 -> float32 rounding to odd (inexact results keep a sticky low bit), so that
+    a second rounding to float16 / bfloat16 is the single correct rounding of d (as
+    ropectl's NarrowFloat64)."""
+    f = d.astype(np.float32)
+    back = f.astype(np.float64)
+    inexact = (back != d) & ~np.isnan(d)
+    if inexact.any():
+        over = inexact & (np.abs(back) > np.abs(d))
+        f[over] = np.nextafter(f[over], np.float32(0))
+        bits = f.view(np.uint32)
+        bits[inexact] |= np.uint32(1)
+    return f
+
+
+def _bfloat16_bits(f32):
+    """float32 -> bfloat16 bits, rounding to nearest even (NaN stays NaN)."""
+    u = f32.view(np.uint32).astype(np.uint64)
+    bits = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+    nan = np.isnan(f32)
+    if nan.any():
+        bits[nan] = ((u[nan] >> 16) | 0x40).astype(np.uint16)
+    return bits
+
+
+def _convert_float_array(name, a, dtype):
+    """A C-contiguous little-endian array of float `a` in wire dtype `dtype` (numpy's int16
+    view for bfloat16)."""
+    if a.dtype == np.float64 and dtype != pb.FLOAT32:
+        a = _round_to_odd_float32(a)
+    if dtype == pb.FLOAT32:
+        return np.ascontiguousarray(a, dtype="<f4")
+    if dtype == pb.FLOAT16:
+        return np.ascontiguousarray(a, dtype="<f2")
+    return _bfloat16_bits(np.ascontiguousarray(a, dtype=np.float32)).view("<i2")
 
 
 def is_tensor(x):
@@ -84,13 +155,14 @@ def is_tensor(x):
     return isinstance(x, np.ndarray) or (torch is not None and isinstance(x, torch.Tensor))
 
 
-def encode(name, x, ranks=(3, 4)):
-    """The TensorIn of argument `name`; TypeError / ValueError naming it when unusable."""
+def encode(name, x, ranks=(3, 4), dtype=None):
+    """The TensorIn of argument `name`, sent as wire dtype `dtype` (a rope.v1 DType; None:
+    the input's own, float32 for float64); TypeError / ValueError naming it when unusable."""
     if isinstance(x, np.ndarray):
-        return _encode_numpy(name, x, ranks)
+        return _encode_numpy(name, x, ranks, dtype)
     torch = _torch()
     if torch is not None and isinstance(x, torch.Tensor):
-        return _encode_torch(torch, name, x, ranks)
+        return _encode_torch(torch, name, x, ranks, dtype)
     raise TypeError("%s is a %s: expected a numpy.ndarray or a torch.Tensor"
                     % (name, type(x).__module__ + "." + type(x).__qualname__))
 
@@ -102,29 +174,49 @@ def _check_rank(name, shape, ranks):
                             " or ".join("rank %d" % r for r in ranks)))
 
 
-def _encode_numpy(name, x, ranks):
-    dtype = _NUMPY_TO_PB.get(x.dtype.newbyteorder("="))
-    if dtype is None:
-        raise ValueError("%s has dtype %s: expected float32 or float16 (numpy has no bfloat16: pass a "
-                         "torch.bfloat16 tensor)" % (name, x.dtype))
+def _encode_numpy(name, x, ranks, wanted=None):
+    native = x.dtype.newbyteorder("=")
     _check_rank(name, x.shape, ranks)
-    a = np.ascontiguousarray(x, dtype=x.dtype.newbyteorder("<"))
-    return TensorIn("numpy", dtype, a.shape, a, a.nbytes)
+    if native in (np.dtype("int16"), np.dtype("uint16")):
+        if wanted != pb.BFLOAT16:
+            raise ValueError("%s has dtype %s: integer arrays are raw bfloat16 bits and need "
+                             "dtype='bfloat16' (as ropectl's --dtype=bfloat16)" % (name, x.dtype))
+        a = np.ascontiguousarray(x, dtype=native.newbyteorder("<"))
+        return TensorIn("numpy", pb.BFLOAT16, a.shape, a, a.nbytes, bits_dtype=a.dtype)
+    dtype = _NUMPY_TO_PB.get(native)
+    if dtype is None and native != np.dtype("float64"):
+        raise ValueError("%s has dtype %s: expected float32, float16 or float64 (sent as float32), "
+                         "or int16 / uint16 bfloat16 bits with dtype='bfloat16' (numpy has no "
+                         "bfloat16)" % (name, x.dtype))
+    target = wanted if wanted is not None else (dtype if dtype is not None else pb.FLOAT32)
+    if target == dtype:
+        a = np.ascontiguousarray(x, dtype=x.dtype.newbyteorder("<"))
+    else:
+        a = _convert_float_array(name, np.asarray(x, dtype=native), target)
+    return TensorIn("numpy", target, a.shape, a, a.nbytes)
 
 
-def _encode_torch(torch, name, x, ranks):
+def _encode_torch(torch, name, x, ranks, wanted=None):
     if not x.is_cpu:
         raise ValueError("%s is on device %s: ropeserve takes CPU tensors (call .cpu() first)"
                          % (name, x.device))
     if x.layout != torch.strided:
         raise ValueError("%s has layout %s: expected a dense (strided) tensor" % (name, x.layout))
     dtype = _torch_maps(torch)[0].get(x.dtype)
-    if dtype is None:
-        raise ValueError("%s has dtype %s: expected torch.float32, torch.float16 or torch.bfloat16"
-                         % (name, x.dtype))
+    if dtype is None and x.dtype != torch.float64:
+        raise ValueError("%s has dtype %s: expected torch.float32, torch.float16, torch.bfloat16 or "
+                         "torch.float64 (sent as float32)" % (name, x.dtype))
     _check_rank(name, x.shape, ranks)
     if x.requires_grad:
         x = x.detach()
+    target = wanted if wanted is not None else (dtype if dtype is not None else pb.FLOAT32)
+    if target != dtype:
+        if x.dtype == torch.float64:
+            # torch narrows float64 to 16 bits through float32 (two roundings): round once here.
+            a = _convert_float_array(name, x.contiguous().numpy(), target)
+            return TensorIn("torch", target, a.shape, a, a.nbytes)
+        x = x.to(_torch_maps(torch)[1][target])
+        dtype = target
     if not x.is_contiguous():
         x = x.contiguous()
     # The numpy view shares x's memory and keeps x alive; numpy has no
@@ -170,6 +262,8 @@ def decode(name, field, like):
             return torch.frombuffer(bytearray(field.data), dtype=torch_dtype).view(field.shape)
         return _torch_view(torch, field.data, torch_dtype).view(field.shape)
     dtype = _PB_TO_NUMPY.get(field.dtype)
+    if dtype is None and field.dtype == pb.BFLOAT16:
+        dtype = like.bits_dtype  # numpy has no bfloat16: the raw bits
     if dtype is None:
         raise DataLoss("reply %s is %s, which numpy cannot hold" % (name, pb.DType.Name(field.dtype)))
     array = np.frombuffer(field.data, dtype)

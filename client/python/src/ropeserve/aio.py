@@ -57,17 +57,19 @@ class Client:
             raise from_rpc_error(e) from e
         return decode(reply)
 
-    async def rotate(self, q, k=None, *, config, start_pos=0, positions=None, inverse=False):
+    async def rotate(self, q, k=None, *, config, start_pos=0, positions=None, inverse=False,
+                     dtype=None):
         """See ropeserve.Client.rotate."""
         return await self._call("Rotate", _calls.rotate(q, k, config=config, start_pos=start_pos,
-                                                        positions=positions, inverse=inverse))
+                                                        positions=positions, inverse=inverse,
+                                                        dtype=dtype))
 
     async def attention_scores(self, q, k, v=None, *, config, q_start_pos=0, k_start_pos=0,
-                               causal=False, softmax=False, scale=None):
+                               causal=False, softmax=False, scale=None, dtype=None):
         """See ropeserve.Client.attention_scores."""
         return await self._call("AttentionScores", _calls.attention_scores(
             q, k, v, config=config, q_start_pos=q_start_pos, k_start_pos=k_start_pos, causal=causal,
-            softmax=softmax, scale=scale))
+            softmax=softmax, scale=scale, dtype=dtype))
 
     async def table(self, config, start=0, count=0):
         """See ropeserve.Client.table."""
@@ -156,7 +158,16 @@ class Client:
             raise failure[0]
 
     async def close(self):
-        """Closes the channel; calls in flight are cancelled."""
+        """Unregisters this client's regions, then closes the channel (see
+        ropeserve.Client.close)."""
+        for name in list(self._regions):
+            try:
+                await self._methods["UnregisterSharedMemory"](
+                    _proto.pb.UnregisterSharedMemoryRequest(name=name).SerializeToString(),
+                    timeout=min(self._deadline, 2.0))
+            except grpc.RpcError:
+                pass
+        self._regions.clear()
         await self._channel.close()
 
     async def __aenter__(self):

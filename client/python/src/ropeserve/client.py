@@ -71,19 +71,22 @@ class Client:
             raise from_rpc_error(e) from e
         return decode(reply)
 
-    def rotate(self, q, k=None, *, config, start_pos=0, positions=None, inverse=False):
+    def rotate(self, q, k=None, *, config, start_pos=0, positions=None, inverse=False, dtype=None):
         """Rotates q (and k) by their positions; returns (q, k), k None when not given.
 
         q: [B, S, Hq, D] or [S, Hq, D]; k: the same rank, B, S and D, its own
         head count (GQA / MQA) and q's dtype. Positions: start_pos + s, or
         explicit `positions` ([S] shared by every row, or [B, S]).
         inverse: rotate by -angle (undo a rotation).
+        dtype: the dtype sent ("float32", "float16", "bfloat16"); None: q's own (float32
+        for float64). Conversions round once to nearest even (see ropeserve._tensors).
         """
         return self._call("Rotate", _calls.rotate(q, k, config=config, start_pos=start_pos,
-                                                  positions=positions, inverse=inverse))
+                                                  positions=positions, inverse=inverse,
+                                                  dtype=dtype))
 
     def attention_scores(self, q, k, v=None, *, config, q_start_pos=0, k_start_pos=0, causal=False,
-                         softmax=False, scale=None):
+                         softmax=False, scale=None, dtype=None):
         """Attention scores with RoPE applied inside; returns Scores(scores, output).
 
         scores: float32 [B, Hq, Sq, Sk], probabilities when softmax; output:
@@ -92,7 +95,7 @@ class Client:
         """
         return self._call("AttentionScores", _calls.attention_scores(
             q, k, v, config=config, q_start_pos=q_start_pos, k_start_pos=k_start_pos, causal=causal,
-            softmax=softmax, scale=scale))
+            softmax=softmax, scale=scale, dtype=dtype))
 
     def table(self, config, start=0, count=0):
         """Rows start .. start+count-1 of the cos/sin table (count 0: to the end); a Table."""
@@ -202,7 +205,22 @@ class Client:
             raise failure.get()
 
     def close(self):
-        """Closes the channel; calls in flight are cancelled."""
+        """Unregisters the regions this client registered, then closes the channel (calls in
+        flight are cancelled).
+
+        The server keeps a region until it is unregistered, so one left behind by a script
+        that stopped early would make its next run's register_shm fail with AlreadyExists;
+        leaving `with Client(...)` (also by an exception) cleans up. Best effort: a server
+        that cannot be reached keeps them until it drains.
+        """
+        for name in list(self._regions):
+            try:
+                self._methods["UnregisterSharedMemory"](
+                    _proto.pb.UnregisterSharedMemoryRequest(name=name).SerializeToString(),
+                    timeout=min(self._deadline, 2.0))
+            except grpc.RpcError:
+                pass
+        self._regions.clear()
         self._channel.close()
 
     def __enter__(self):

@@ -196,7 +196,52 @@ def _scaling_from_proto(config_message):
 
 # ---- RopeConfig --------------------------------------------------------------------
 
-@dataclasses.dataclass(frozen=True)
+_ANGLE_PRECISIONS = {"exact": pb.ANGLE_EXACT, "float32": pb.ANGLE_FLOAT32}
+
+# model_types whose transformers modeling code pairs neighbours (INTERLEAVED);
+# every other one rotates halves (HALF). The same table as the C++ clients'
+# (client/hf_config_defaults.cc); tests/python/test_hf_defaults.py holds the
+# two equal.
+_INTERLEAVED_MODEL_TYPES = frozenset({
+    "codegen", "cohere", "cohere2", "deepseek_v2", "deepseek_v3", "ernie4_5", "ernie4_5_moe",
+    "glm", "glm4", "gptj", "helium", "llama4", "llama4_text",
+})
+
+
+# max_position_embeddings of transformers' config classes whose published
+# config.json leaves it out (as client/hf_config_defaults.cc and the server).
+_CLASS_MAX_POSITION_EMBEDDINGS = {"gemma3": 131072, "gemma3_text": 131072}
+
+
+def transformers_layout(model_type):
+    """The Layout transformers' modeling code uses for a model_type (HALF unless listed)."""
+    return Layout.INTERLEAVED if model_type in _INTERLEAVED_MODEL_TYPES else Layout.HALF
+
+
+def _top_or_text(parsed, key):
+    """parsed[key], else parsed["text_config"][key]; None when neither has it."""
+    if key in parsed:
+        return parsed[key]
+    text = parsed.get("text_config")
+    return text.get(key) if isinstance(text, dict) else None
+
+
+def hf_layout(parsed):
+    """(Layout, why) that a config.json dict implies: its rope_interleave when it has one
+    (DeepSeek-V3), else transformers' layout for its model_type."""
+    interleave = _top_or_text(parsed, "rope_interleave")
+    if isinstance(interleave, bool):
+        return (Layout.INTERLEAVED if interleave else Layout.HALF,
+                "rope_interleave %s" % ("true" if interleave else "false"))
+    model_type = _top_or_text(parsed, "model_type")
+    model_type = model_type if isinstance(model_type, str) else ""
+    layout = transformers_layout(model_type)
+    return layout, "%s: transformers %s" % (
+        "model_type " + model_type if model_type else "no model_type",
+        "pairs neighbours" if layout is Layout.INTERLEAVED else "rotates halves")
+
+
+@dataclasses.dataclass(frozen=True, repr=False)
 class RopeConfig:
     """The rotary embedding to apply (rope.v1.RopeConfig).
 
@@ -211,6 +256,9 @@ class RopeConfig:
     mrope: Mrope sections for multimodal RoPE, or None.
     hf_config_json, hf_layer_type: a model's config.json for the server to
         derive the rest from (see from_hf); needs a rope.proto that has them.
+    angle_precision: "exact" (angles in double, cos/sin rounded once) or
+        "float32" (transformers' float32 angle arithmetic, for bit-parity
+        checks against a transformers model; plain, linear and llama3 only).
     """
 
     head_dim: int
@@ -222,9 +270,13 @@ class RopeConfig:
     mrope: Optional[Mrope] = None
     hf_config_json: Optional[str] = None
     hf_layer_type: Optional[str] = None
+    angle_precision: str = "exact"
 
     def __post_init__(self):
         object.__setattr__(self, "layout", Layout.of(self.layout))
+        if self.angle_precision not in _ANGLE_PRECISIONS:
+            raise ValueError("RopeConfig.angle_precision is %r: expected 'exact' or 'float32'"
+                             % (self.angle_precision,))
         if self.scaling is not None and not isinstance(self.scaling, SCALINGS):
             raise TypeError("RopeConfig.scaling is a %s: expected one of %s or None"
                             % (type(self.scaling).__name__, ", ".join(c.__name__ for c in SCALINGS)))
@@ -233,6 +285,23 @@ class RopeConfig:
                             % type(self.mrope).__name__)
         if (self.hf_config_json is not None or self.hf_layer_type is not None) and not _proto.HAS_HF_CONFIG:
             raise _hf_unsupported("RopeConfig.hf_config_json")
+
+    def __repr__(self):
+        # A config.json is shown by its size and model_type, not its text.
+        parts = []
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if value is None or (field.name == "layout" and value is Layout.INTERLEAVED
+                                 and self.hf_config_json is None) or (
+                                     field.name == "angle_precision" and value == "exact"):
+                continue
+            if field.name == "hf_config_json":
+                parts.append("hf_config_json=<%s>" % _describe_json(value))
+            elif field.name == "layout":
+                parts.append("layout=%s" % value.value)
+            else:
+                parts.append("%s=%r" % (field.name, value))
+        return "RopeConfig(%s)" % ", ".join(parts)
 
     def to_proto(self):
         """A new rope.v1.RopeConfig message."""
@@ -248,6 +317,7 @@ class RopeConfig:
                 if value is not None:
                     _set_field(message, "RopeConfig", name, value)
             message.layout = pb.Layout.Value(self.layout.name)
+            message.angle_precision = _ANGLE_PRECISIONS[self.angle_precision]
             if self.scaling is not None:
                 _scaling_to_proto(self.scaling, message)
             if self.mrope is not None:
@@ -270,7 +340,8 @@ class RopeConfig:
             layout=Layout.of(message.layout),
             scaling=_scaling_from_proto(message),
             mrope=(Mrope(tuple(message.mrope.section), message.mrope.interleaved)
-                   if message.HasField("mrope") else None))
+                   if message.HasField("mrope") else None),
+            angle_precision=("float32" if message.angle_precision == pb.ANGLE_FLOAT32 else "exact"))
         if _proto.HAS_HF_CONFIG:
             values["hf_config_json"] = message.hf_config_json or None
             values["hf_layer_type"] = message.hf_layer_type or None
@@ -281,7 +352,7 @@ class RopeConfig:
         return dataclasses.replace(self, **changes)
 
     @classmethod
-    def from_hf(cls, source, layer_type=None, *, max_len=None, layout=Layout.HALF):
+    def from_hf(cls, source, layer_type=None, *, max_len=None, layout=None):
         """A config whose rope parameters the server derives from a model's config.json.
 
         source: a dict, a path to a config.json, or a directory holding one.
@@ -289,7 +360,10 @@ class RopeConfig:
             (Gemma 3's local layers), sent as hf_layer_type.
         max_len: the table length; default: the config's
             max_position_embeddings (also under text_config).
-        layout: Layout.HALF, the rotate_half of Hugging Face's modeling code.
+        layout: default: the layout transformers' modeling code uses for the
+            config's model_type (HALF, rotate_half, for most; INTERLEAVED for
+            GPT-J, GLM, Cohere, DeepSeek V2/V3, Llama 4, ...; an explicit
+            rope_interleave key wins), the rule ropectl and ropeload follow.
 
         The server reads rope_theta, rope_scaling / rope_parameters,
         partial_rotary_factor, head_dim, ... with transformers' formulas; see
@@ -299,6 +373,8 @@ class RopeConfig:
         if not _proto.HAS_HF_CONFIG:
             raise _hf_unsupported("RopeConfig.from_hf")
         text, parsed = read_hf_config(source)
+        if layout is None:
+            layout, _ = hf_layout(parsed)
         if max_len is None:
             max_len = hf_max_position_embeddings(parsed)
             if max_len is None:
@@ -306,6 +382,17 @@ class RopeConfig:
                                  "pass max_len=")
         return cls(head_dim=0, max_len=max_len, layout=layout, hf_config_json=text,
                    hf_layer_type=layer_type)
+
+
+def _describe_json(text):
+    """"855 bytes, model_type llama" for a config.json's text."""
+    try:
+        parsed = json.loads(text)
+    except ValueError:
+        parsed = None
+    model_type = _top_or_text(parsed, "model_type") if isinstance(parsed, dict) else None
+    return "%d bytes%s" % (len(text.encode("utf-8")),
+                           ", model_type %s" % model_type if isinstance(model_type, str) else "")
 
 
 def _hf_unsupported(what):
@@ -337,10 +424,12 @@ def read_hf_config(source):
 
 
 def hf_max_position_embeddings(parsed):
-    """max_position_embeddings of a config.json dict (top level, else text_config); None if absent."""
-    for scope in (parsed, parsed.get("text_config")):
-        if isinstance(scope, dict):
-            value = scope.get("max_position_embeddings")
-            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-                return value
+    """max_position_embeddings of a config.json dict (top level, else text_config; absent,
+    the value of transformers' config class where published configs leave it out: gemma3);
+    None if absent otherwise."""
+    value = _top_or_text(parsed, "max_position_embeddings")
+    if value is None:
+        return _CLASS_MAX_POSITION_EMBEDDINGS.get(_top_or_text(parsed, "model_type"))
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return value
     return None

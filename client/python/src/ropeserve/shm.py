@@ -24,6 +24,7 @@ server needs --backend=cuda); rotate_shm then takes CUDA tensors viewing it
 and the server rotates them on the device.
 """
 
+import os
 import sys
 from multiprocessing import shared_memory
 
@@ -49,6 +50,9 @@ class SharedRegion:
         self.name = name
         self.byte_size = byte_size
         self._shm = shared_memory.SharedMemory(create=True, size=byte_size)
+        # Allocated, not only sized: ropeserve refuses a sparse object (its
+        # first touch of a hole would allocate the page in the server's memory).
+        os.posix_fallocate(self._shm._fd, 0, byte_size)
         # A track=False object would not be unlinked by the resource tracker
         # at exit; the explicit close() below unlinks it.
         self.key = "/" + self._shm.name.lstrip("/")
