@@ -19,7 +19,7 @@ memory for reuse (a process-wide glibc setting; see ropeserve.memory).
 """
 
 from . import aio
-from ._calls import Resolved, RotateRequest, Scores, Table
+from ._calls import AttentionResults, Resolved, RotateRequest, Scores, Table
 from .client import Client
 from .shm import CudaRegion, SharedRegion
 from .config import (DynamicNtkScaling, Layout, Llama3Scaling, LinearScaling, LongRopeScaling,
@@ -36,6 +36,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Client", "RopeConfig", "Layout", "LinearScaling", "DynamicNtkScaling", "YarnScaling",
     "Llama3Scaling", "LongRopeScaling", "ProportionalScaling", "Mrope", "RotateRequest", "Scores",
+    "AttentionResults",
     "Table", "Resolved",
     "RopeError", "Cancelled", "Unknown", "InvalidArgument", "DeadlineExceeded", "NotFound",
     "AlreadyExists", "PermissionDenied", "ResourceExhausted", "FailedPrecondition", "Aborted",

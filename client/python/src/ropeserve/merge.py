@@ -10,8 +10,8 @@ replicas, each asking for OUTPUT and LSE, and combined exactly:
 because out_r is the softmax-weighted mean of the values of range r and
 exp(lse_r) its share of the softmax denominator.
 
-    parts = [client.attention(q, k[:, a:b], v[:, a:b], config=config,
-                              q_start_pos=pos, k_start_pos=a, results=("output", "lse"))
+    parts = [client.attention_scores(q, k[:, a:b], v[:, a:b], config=config,
+                                     q_start_pos=pos, k_start_pos=a, results=("output", "lse"))
              for a, b in ranges]
     output, lse = ropeserve.merge_attention([p.output for p in parts], [p.lse for p in parts])
 
