@@ -10,8 +10,8 @@
 //            its time against memcpy of the bytes of K and V, on one thread
 //            and on all.
 //
-// Prints one JSON object (bench/run_attention_bench.sh adds torch's figures
-// and renders bench/results/attention_bench.md). One-thread cases (and
+// Prints one JSON object (torch's figures on the same inputs are not part
+// of this binary). One-thread cases (and
 // their baselines) are timed on the process's CPU clock, so that time the
 // shared machine gives to other jobs does not count (with one thread the
 // backend runs no pool workers); cases on all threads on the wall clock.

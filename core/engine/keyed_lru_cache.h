@@ -6,11 +6,15 @@
 //
 // Thread-safe. Concurrent lookups of the same missing key build the value
 // once: the first caller builds (outside the lock), the others wait for it.
-// A value evicted while callers still hold it stays alive until they drop
-// their shared_ptr; only cached bytes count against the budget. Evicted
-// values are dropped after the cache's lock is released: destroying one may
-// be slow (unmapping a large host table, freeing device memory) and must not
-// hold up every other lookup.
+// What happens to a value callers still hold depends on HeldValues:
+// kMayExceedBudget evicts it anyway (it stays alive until they drop their
+// shared_ptr, so held values can add to the budget); kCountAgainstBudget
+// never evicts a held value, so cached bytes (held or not) are all the
+// memory there is, and a miss that cannot make room among values nobody
+// holds is refused before anything is built. Evicted values are dropped
+// after the cache's lock is released: destroying one may be slow (unmapping
+// a large host table, freeing device memory) and must not hold up every
+// other lookup.
 #ifndef ROPE_ENGINE_KEYED_LRU_CACHE_H_
 #define ROPE_ENGINE_KEYED_LRU_CACHE_H_
 
@@ -41,6 +45,11 @@ struct TableCacheStats {
   int64_t budget_bytes = 0;
 };
 
+enum class HeldValues {
+  kMayExceedBudget,     // evicted while held; the holders keep them alive
+  kCountAgainstBudget,  // never evicted while held; a miss without room is refused
+};
+
 template <typename Key, typename Value>
 class KeyedLruCache {
  public:
@@ -51,15 +60,18 @@ class KeyedLruCache {
 
   // `budget_bytes` bounds the bytes of cached values. `name` names the cache
   // in error messages (e.g. "table-cache", "device table-cache").
-  KeyedLruCache(int64_t budget_bytes, std::string name)
-      : budget_bytes_(budget_bytes), name_(std::move(name)) {}
+  KeyedLruCache(int64_t budget_bytes, std::string name,
+                HeldValues held = HeldValues::kMayExceedBudget)
+      : budget_bytes_(budget_bytes), name_(std::move(name)), held_(held) {}
   KeyedLruCache(const KeyedLruCache&) = delete;
   KeyedLruCache& operator=(const KeyedLruCache&) = delete;
 
   // Returns the value for `key`, calling `build` on a miss and evicting least
   // recently used values to make room for its `bytes`. RESOURCE_EXHAUSTED,
-  // naming the sizes, when `bytes` alone exceeds the whole budget; the
-  // builder's own error when it fails; INTERNAL when it returns null.
+  // naming the sizes, when `bytes` alone exceeds the whole budget, or (with
+  // HeldValues::kCountAgainstBudget) when values callers hold leave no room
+  // for it; the builder's own error when it fails; INTERNAL when it returns
+  // null.
   absl::StatusOr<std::shared_ptr<const Value>> Get(const Key& key, int64_t bytes,
                                                    const Builder& build) {
     if (bytes > budget_bytes_) {
@@ -67,6 +79,9 @@ class KeyedLruCache {
                                                        " bytes: over the ", name_, " budget of ",
                                                        budget_bytes_, " bytes"));
     }
+    // Values evicted to make room before a build: declared before the lock,
+    // so destroyed after it is released.
+    std::vector<std::shared_ptr<const Value>> unheld;
     {
       absl::MutexLock lock(&mu_);
       for (;;) {
@@ -85,6 +100,18 @@ class KeyedLruCache {
         };
         mu_.Await(absl::Condition(&built_or_gone));
       }
+      if (held_ == HeldValues::kCountAgainstBudget) {
+        // Room first, from values nobody holds, then the bytes reserved
+        // while the value is built outside the lock.
+        EvictUnheldUntilFits(bytes, &unheld);
+        if (bytes_ + reserved_ + bytes > budget_bytes_) {
+          return absl::ResourceExhaustedError(absl::StrCat(
+              key.DebugString(), " needs ", bytes, " bytes: the ", name_, " budget of ",
+              budget_bytes_, " bytes is held by calls in flight (", bytes_ + reserved_,
+              " bytes of values in use or being built); retry once they finish"));
+        }
+        reserved_ += bytes;
+      }
       ++misses_;
       entries_.emplace(key, Entry{});  // placeholder: "being built"
     }
@@ -98,12 +125,13 @@ class KeyedLruCache {
     // Declared before the lock, so destroyed after it is released.
     std::vector<std::shared_ptr<const Value>> evicted;
     absl::MutexLock lock(&mu_);
+    if (held_ == HeldValues::kCountAgainstBudget) reserved_ -= bytes;
     if (!built.ok()) {
       entries_.erase(key);  // waiters wake and retry the build themselves
       return built.status();
     }
     ++built_;
-    EvictUntilFits(bytes, &evicted);
+    if (held_ == HeldValues::kMayExceedBudget) EvictUntilFits(bytes, &evicted);
     lru_.push_front(key);
     Entry& entry = entries_[key];
     entry.value = *built;
@@ -147,13 +175,35 @@ class KeyedLruCache {
     }
   }
 
+  // Evicts least recently used values that only the cache holds (a
+  // shared_ptr's use_count of 1 cannot rise meanwhile: other copies come
+  // only from Get, under this lock) until `incoming_bytes` more fit beside
+  // the cached and reserved bytes, or none is left to evict.
+  void EvictUnheldUntilFits(int64_t incoming_bytes,
+                            std::vector<std::shared_ptr<const Value>>* evicted)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    auto it = lru_.end();
+    while (bytes_ + reserved_ + incoming_bytes > budget_bytes_ && it != lru_.begin()) {
+      --it;
+      auto entry = entries_.find(*it);
+      if (entry->second.value.use_count() > 1) continue;  // held by a call
+      bytes_ -= entry->second.bytes;
+      evicted->push_back(std::move(entry->second.value));
+      entries_.erase(entry);
+      it = lru_.erase(it);
+      ++evictions_;
+    }
+  }
+
   const int64_t budget_bytes_;
   const std::string name_;
+  const HeldValues held_;
 
   mutable absl::Mutex mu_;
   absl::flat_hash_map<Key, Entry> entries_ ABSL_GUARDED_BY(mu_);
   std::list<Key> lru_ ABSL_GUARDED_BY(mu_);  // front = most recent
   int64_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t reserved_ ABSL_GUARDED_BY(mu_) = 0;  // of values being built (kCountAgainstBudget)
   int64_t hits_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t misses_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t built_ ABSL_GUARDED_BY(mu_) = 0;

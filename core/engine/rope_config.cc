@@ -21,6 +21,10 @@ absl::Status ValidateConfig(const RopeConfig& config, uint32_t max_len_cap) {
     return absl::InvalidArgumentError(absl::StrCat(
         "config.head_dim is ", config.head_dim, ": must be even and > 0"));
   }
+  if (config.head_dim > kMaxHeadDim) {
+    return absl::InvalidArgumentError(absl::StrCat("config.head_dim is ", config.head_dim,
+                                                   ": at most ", kMaxHeadDim));
+  }
   if (config.rotary_dim % 2 != 0 || config.rotary_dim > config.head_dim) {
     return absl::InvalidArgumentError(absl::StrCat(
         "config.rotary_dim is ", config.rotary_dim, ": must be even and <= head_dim ",

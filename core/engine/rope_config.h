@@ -46,6 +46,13 @@ struct RopeConfig {
   uint32_t EffectiveRotaryDim() const { return rotary_dim == 0 ? head_dim : rotary_dim; }
 };
 
+// The largest head_dim (and so rotary_dim) accepted: 32 times the widest
+// heads of published models (256), and small enough that what a config
+// makes per call before any tensor bounds it (rotary_dim/2 inverse
+// frequencies, LongRoPE's factor lists, a ResolveConfig reply) stays a few
+// tens of KiB.
+inline constexpr uint32_t kMaxHeadDim = 8192;
+
 // Checks an explicit config (hf_config_json empty) on its own, not against
 // tensors. `max_len_cap` is the server's limit on table length. Returns
 // INVALID_ARGUMENT naming the field and value for a malformed config (and

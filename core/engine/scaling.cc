@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -73,7 +75,33 @@ double YarnCorrectionDim(double rotations, uint32_t dim, double base, double max
 
 std::string Exact(double v) { return ExactDecimal(v); }
 
+// 64-bit FNV-1a over the values' IEEE-754 bits, in order. Written here
+// rather than taken from a library: it names a list in a display string
+// (TableKey::ToString), it is not a security boundary, and neither Abseil's
+// hash (seeded per process) nor a crypto library (the engine links none)
+// gives a value that is stable across processes.
+uint64_t ListDigest(const std::vector<double>& values) {
+  uint64_t hash = 0xcbf29ce484222325ull;
+  for (double v : values) {
+    uint64_t bits = 0;
+    std::memcpy(&bits, &v, sizeof(bits));
+    for (int byte = 0; byte < 8; ++byte) {
+      hash ^= (bits >> (8 * byte)) & 0xff;
+      hash *= 0x100000001b3ull;
+    }
+  }
+  return hash;
+}
+
+// A few values spelled out exactly; a longer list (LongRoPE's factors: one
+// per rotated pair) as its length and digest, so that a description (and a
+// table key sent back in a reply) has a fixed size whatever the list holds.
+constexpr size_t kSpelledListValues = 8;
+
 std::string ExactList(const std::vector<double>& values) {
+  if (values.size() > kSpelledListValues) {
+    return absl::StrFormat("[%u values fnv1a64=%016x]", values.size(), ListDigest(values));
+  }
   return absl::StrCat("[", absl::StrJoin(values, ",", [](std::string* out, double v) {
                         out->append(Exact(v));
                       }), "]");

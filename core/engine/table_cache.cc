@@ -14,7 +14,7 @@ TableCache::TableCache(int64_t budget_bytes, Builder builder)
         return TableBlock::Build(key, block);
       })),
       budget_bytes_(budget_bytes),
-      cache_(budget_bytes, "table-cache") {}
+      cache_(budget_bytes, "table-cache", HeldValues::kCountAgainstBudget) {}
 
 absl::StatusOr<std::shared_ptr<const RopeTable>> TableCache::Get(const TableKey& key,
                                                                  absl::Span<const int64_t> blocks) {

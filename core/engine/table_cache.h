@@ -4,9 +4,11 @@
 // default builder).
 //
 // Thread-safe. Concurrent lookups of the same missing block build it once:
-// the first caller builds (outside the lock), the others wait for it. A block
-// evicted while a call's view still holds it stays alive until the view is
-// dropped (the call "pins" it); only cached bytes count against the budget.
+// the first caller builds (outside the lock), the others wait for it. A
+// block a call's view holds (the call "pins" it) is never evicted, so the
+// budget bounds every table block in memory, pinned or not: a call whose
+// blocks do not fit beside those pinned by calls in flight is refused
+// (RESOURCE_EXHAUSTED) before anything is built.
 #ifndef ROPE_ENGINE_TABLE_CACHE_H_
 #define ROPE_ENGINE_TABLE_CACHE_H_
 

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "core/engine/rope_config.h"
 #include "core/engine/tensor_size.h"
 #include "core/proto_engine/request_conversion.h"
 
@@ -490,10 +491,18 @@ absl::Status AnswerResolveConfig(Engine& engine, const v1::RopeConfig& config,
 }
 
 CallEstimate EstimateResolveConfig(const v1::RopeConfig& config) {
-  // The reply is about the size of the config it resolves.
+  // The reply: the explicit config (the request's fields, config.json's
+  // values in their place: at most about the request's size, plus LongRoPE's
+  // factor lists of at most kMaxHeadDim / 2 values each when config.json
+  // held them), kMaxHeadDim / 2 inverse frequencies at most, and a table key
+  // of bounded size (its lists by digest). Charged in full whatever
+  // head_dim turns out to be, since hf_config_json is parsed after admission.
+  constexpr int64_t kListBytes = int64_t{kMaxHeadDim} / 2 * sizeof(double);
+  constexpr int64_t kKeyAndFieldsBytes = 4096;
   CallEstimate estimate;
-  estimate.more_bytes =
-      WithSerializedCopy(SaturatingAdd(static_cast<int64_t>(config.ByteSizeLong()), 4096));
+  estimate.more_bytes = WithSerializedCopy(
+      SaturatingAdd(static_cast<int64_t>(config.ByteSizeLong()),
+                    3 * kListBytes + kKeyAndFieldsBytes));
   return estimate;
 }
 

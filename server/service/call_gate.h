@@ -1,7 +1,7 @@
 // CallGate: admission control shared by every RPC of one server.
 //
-// Counts calls in flight across all methods (a stream counts as one call for
-// its whole life), refuses calls beyond the limit promptly instead of queueing
+// Counts calls in flight across all methods (a stream counts as one call
+// while a message of it is being served), refuses calls beyond the limit promptly instead of queueing
 // them, and refuses every new call once draining has begun. With a per-client
 // share (client_share.h), a client over its share is refused while the
 // others are still admitted. Refusals are

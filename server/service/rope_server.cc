@@ -41,7 +41,30 @@ void EnableHealthAndReflection() {
   });
 }
 
-absl::Status CheckOptions(const ServerOptions& options) {
+// Reloads are logged on stderr (one line each: they are rare) and counted.
+CredentialReloader::Callbacks ReloadCallbacks(ServiceMetrics* metrics,
+                                              std::function<void(AuthFailure)> on_auth_failure) {
+  CredentialReloader::Callbacks callbacks;
+  callbacks.on_reload = [metrics](ReloadedPart part) {
+    metrics->RecordCredentialReload(part == ReloadedPart::kTls, true);
+    std::fprintf(stderr, "ropeserve: reloaded the %s files\n", ReloadedPartName(part).c_str());
+  };
+  callbacks.on_failure = [metrics](ReloadedPart part, const absl::Status& status) {
+    metrics->RecordCredentialReload(part == ReloadedPart::kTls, false);
+    std::fprintf(stderr, "ropeserve: refused the changed %s files, keeping the current ones: %s\n",
+                 ReloadedPartName(part).c_str(), status.ToString().c_str());
+  };
+  callbacks.on_auth_failure = std::move(on_auth_failure);
+  return callbacks;
+}
+
+std::string WithPort(const std::string& address, int port) {
+  return absl::StrCat(address.substr(0, address.rfind(':')), ":", port);
+}
+
+}  // namespace
+
+absl::Status ValidateServerOptions(const ServerOptions& options) {
   if (options.max_message_bytes <= 0 || options.max_message_bytes > INT_MAX) {
     return absl::InvalidArgumentError(absl::StrCat(
         "max_message_bytes is ", options.max_message_bytes, ": must be in [1, ", INT_MAX, "]"));
@@ -86,29 +109,6 @@ absl::Status CheckOptions(const ServerOptions& options) {
   return ValidateServerSecurity(options.security);
 }
 
-// Reloads are logged on stderr (one line each: they are rare) and counted.
-CredentialReloader::Callbacks ReloadCallbacks(ServiceMetrics* metrics,
-                                              std::function<void(AuthFailure)> on_auth_failure) {
-  CredentialReloader::Callbacks callbacks;
-  callbacks.on_reload = [metrics](ReloadedPart part) {
-    metrics->RecordCredentialReload(part == ReloadedPart::kTls, true);
-    std::fprintf(stderr, "ropeserve: reloaded the %s files\n", ReloadedPartName(part).c_str());
-  };
-  callbacks.on_failure = [metrics](ReloadedPart part, const absl::Status& status) {
-    metrics->RecordCredentialReload(part == ReloadedPart::kTls, false);
-    std::fprintf(stderr, "ropeserve: refused the changed %s files, keeping the current ones: %s\n",
-                 ReloadedPartName(part).c_str(), status.ToString().c_str());
-  };
-  callbacks.on_auth_failure = std::move(on_auth_failure);
-  return callbacks;
-}
-
-std::string WithPort(const std::string& address, int port) {
-  return absl::StrCat(address.substr(0, address.rfind(':')), ":", port);
-}
-
-}  // namespace
-
 InflightShares SplitInflightBytes(int64_t max_inflight_bytes) {
   if (max_inflight_bytes <= 0) return InflightShares{};
   const int64_t calls = std::max<int64_t>(max_inflight_bytes / 2, 1);
@@ -136,7 +136,7 @@ RopeServer::RopeServer(std::unique_ptr<Engine> engine, const ServerOptions& opti
 
 absl::StatusOr<std::unique_ptr<RopeServer>> RopeServer::Start(std::unique_ptr<Engine> engine,
                                                               const ServerOptions& options) {
-  absl::Status valid = CheckOptions(options);
+  absl::Status valid = ValidateServerOptions(options);
   if (!valid.ok()) return valid;
   EnableHealthAndReflection();
   std::unique_ptr<RopeServer> server(new RopeServer(std::move(engine), options));

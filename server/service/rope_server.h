@@ -56,7 +56,8 @@ struct ServerOptions {
   // Largest message accepted or sent, each way (at most INT32_MAX: gRPC's
   // limit is an int).
   int64_t max_message_bytes = kDefaultMaxMessageBytes;
-  // Calls in flight across all methods (a stream is one call); <= 0: no limit.
+  // Calls in flight across all methods (a stream is one call while a message
+  // of it is served); <= 0: no limit.
   int64_t max_concurrent_calls = 64;
   // Request and reply bytes in flight; <= 0: no limit. Split in two halves
   // that together bound the process: the transport's gRPC ResourceQuota
@@ -117,6 +118,13 @@ struct ServerOptions {
   // metrics endpoint stays plaintext (it is scraped inside the cluster).
   ServerSecurity security;
 };
+
+// INVALID_ARGUMENT for options RopeServer::Start refuses: a message size
+// outside [1, INT_MAX], no listen address, a relative or too long Unix socket
+// path, a TCP address without a port, negative waits or ages, inconsistent
+// security. Start checks them too; a caller configuring from flags checks
+// them before it creates a backend.
+absl::Status ValidateServerOptions(const ServerOptions& options);
 
 // How max_inflight_bytes is split: `transport` sizes the ResourceQuota, so a
 // message up to that size can arrive; `calls` is the ByteBudget of admitted

@@ -57,22 +57,20 @@ void SetTableCacheStats(const TableCacheStats& stats, v1::TableCacheStats* out) 
 }  // namespace
 
 // One RotateStream call. Strictly one message at a time: read, rotate on the
-// work queue, write, read the next; so replies come in request order. Holds
-// one gate slot for the whole stream, and each message's bytes in the byte
-// budget until its reply is written. Deletes itself in OnDone.
+// work queue, write, read the next; so replies come in request order. Each
+// message is admitted like a unary call: it takes a gate slot (refused with
+// RESOURCE_EXHAUSTED, ending the stream, when none is free) and its bytes in
+// the byte budget, both held until its reply is written. An idle stream (one
+// waiting for its next message) holds neither, so streams that never send
+// cannot take the slots from other calls; what bounds them is the
+// per-connection stream cap (--max_streams_per_connection) and the
+// connection's age. Deletes itself in OnDone.
 class RopeServiceImpl::RotateStreamReactor final
     : public grpc::ServerBidiReactor<v1::RotateRequest, v1::RotateResponse> {
  public:
   RotateStreamReactor(RopeServiceImpl& service, grpc::CallbackServerContext* context)
       : service_(service), context_(context) {
     client_ = service_.ClientOf(*context);
-    absl::Status admitted = service_.gate_.TryEnter(client_);
-    if (!admitted.ok()) {
-      message_start_ = absl::Now();
-      FinishStream(admitted);
-      return;
-    }
-    admitted_ = true;
     StartRead(&request_);
   }
 
@@ -88,6 +86,13 @@ class RopeServiceImpl::RotateStreamReactor final
       FinishStream(DrainingError());
       return;
     }
+    absl::Status admitted = service_.gate_.TryEnter(client_);
+    if (!admitted.ok()) {
+      bytes_in_ = static_cast<int64_t>(request_.ByteSizeLong());
+      FinishStream(admitted);
+      return;
+    }
+    admitted_ = true;
     // Per message: its request's bytes and its reply's serialized copy,
     // returned once the reply is written.
     const int64_t held_bytes = static_cast<int64_t>(request_.ByteSizeLong());
@@ -111,20 +116,37 @@ class RopeServiceImpl::RotateStreamReactor final
                           "RotateStream: a reply could not be sent (the client has gone)"));
       return;
     }
+    LeaveGate();
     ReleaseBytes();
-    // Clear keeps the strings' capacity: the next parse reuses it.
-    request_.Clear();
-    response_.Clear();
+    if (request_.ByteSizeLong() + response_.ByteSizeLong() <= kKeptCapacityBytes) {
+      // Clear keeps the strings' capacity: the next parse reuses it.
+      request_.Clear();
+      response_.Clear();
+    } else {
+      // An idle stream holds no budget, so it must not keep a large
+      // message's buffers either.
+      request_ = v1::RotateRequest();
+      response_ = v1::RotateResponse();
+    }
     StartRead(&request_);
   }
 
   void OnDone() override {
-    if (admitted_) service_.gate_.Leave(client_);
+    LeaveGate();
     ReleaseBytes();
     delete this;
   }
 
  private:
+  // Buffers an idle stream may keep for its next message (uncharged).
+  static constexpr size_t kKeptCapacityBytes = size_t{1} << 20;
+
+  void LeaveGate() {
+    if (!admitted_) return;
+    service_.gate_.Leave(client_);
+    admitted_ = false;
+  }
+
   void ReleaseBytes() {
     if (bytes_charged_ == 0) return;
     service_.budget_.Release(bytes_charged_);
@@ -168,7 +190,7 @@ class RopeServiceImpl::RotateStreamReactor final
   absl::Time message_start_;
   int64_t bytes_in_ = 0;
   int64_t bytes_charged_ = 0;  // of the message in hand, in the byte budget
-  bool admitted_ = false;
+  bool admitted_ = false;  // the message in hand holds a gate slot
   std::string client_;  // for the per-client share
 };
 

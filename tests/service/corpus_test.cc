@@ -286,9 +286,9 @@ std::vector<MalformedCase> Cases() {
        [](Requests* r) { r->table.mutable_config()->set_head_dim(0xFFFFFFFFu); }, kInvalid,
        "config.head_dim is 4294967295"},
       {"GetTableHugeEvenHeadDim", kTable,
-       // 4 rows x 2^31 x 2 values: refused by count, before any allocation.
-       [](Requests* r) { r->table.mutable_config()->set_head_dim(0xFFFFFFFEu); }, kExhausted,
-       "table slice of 4 rows x 2147483647 x 2 values: over the max_elements_per_request limit"},
+       // 4 rows x 2^31 x 2 values: refused by the head_dim cap, before any allocation.
+       [](Requests* r) { r->table.mutable_config()->set_head_dim(0xFFFFFFFEu); }, kInvalid,
+       "config.head_dim is 4294967294: at most 8192"},
       {"MaxLenZero", kRotate, [](Requests* r) { RotateConfig(r)->set_max_len(0); }, kInvalid,
        "config.max_len is 0: must be > 0"},
       {"MaxLenOverCap", kTable, [](Requests* r) { r->table.mutable_config()->set_max_len(~0u); },

@@ -176,11 +176,11 @@ TEST_F(HfConfigServiceTest, ResolveConfigRefusesWithTheConfigErrors) {
   v1::RopeConfig explicit_config = MakeConfig(64, 1u << 30);
   EXPECT_TRUE(GrpcStatusIs(Resolve(explicit_config, &resolved),
                            grpc::StatusCode::RESOURCE_EXHAUSTED, "over the server's max_len cap"));
-  // No tensor bounds head_dim in ResolveConfig: the element limit does.
+  // No tensor bounds head_dim in ResolveConfig: the head_dim cap does.
   explicit_config = MakeConfig(0xFFFFFFFEu, 64);
   EXPECT_TRUE(GrpcStatusIs(Resolve(explicit_config, &resolved),
-                           grpc::StatusCode::RESOURCE_EXHAUSTED,
-                           "config.rotary_dim is 4294967294: its 2147483647 inverse frequencies"));
+                           grpc::StatusCode::INVALID_ARGUMENT,
+                           "config.head_dim is 4294967294: at most 8192"));
 }
 
 // Every scaling the explicit fields can express, as a config.json.

@@ -90,6 +90,8 @@ TEST_F(ConcurrencyLimitTest, RefusesCallsOverTheLimitAndFinishesTheHeldOnes) {
     grpc::ClientContext context;
     SetDeadline(&context);
     auto refused = stub_->RotateStream(&context);
+    // A stream is admitted message by message: its first message is refused.
+    refused->Write(MakeRotateRequest(1, 2, 1, 8));
     refused->WritesDone();
     v1::RotateResponse reply;
     EXPECT_FALSE(refused->Read(&reply));
@@ -114,6 +116,36 @@ TEST_F(ConcurrencyLimitTest, RefusesCallsOverTheLimitAndFinishesTheHeldOnes) {
   SetDeadline(&context);
   EXPECT_TRUE(GrpcStatusIs(stub_->Rotate(&context, MakeRotateRequest(1, 2, 1, 8), &response),
                            grpc::StatusCode::OK, ""));
+}
+
+// Streams that never send hold no slot: more idle streams than
+// max_concurrent_calls leave every slot to other calls, and each stream is
+// served when it does send.
+TEST_F(ConcurrencyLimitTest, IdleStreamsHoldNoSlot) {
+  constexpr int kStreams = 2 * kLimit;
+  grpc::ClientContext contexts[kStreams];
+  std::unique_ptr<grpc::ClientReaderWriter<v1::RotateRequest, v1::RotateResponse>>
+      streams[kStreams];
+  for (int i = 0; i < kStreams; ++i) {
+    SetDeadline(&contexts[i]);
+    streams[i] = stub_->RotateStream(&contexts[i]);
+  }
+  for (int round = 0; round < 2; ++round) {
+    v1::RotateResponse response;
+    grpc::ClientContext context;
+    SetDeadline(&context);
+    EXPECT_TRUE(GrpcStatusIs(stub_->Rotate(&context, MakeRotateRequest(1, 2, 1, 8), &response),
+                             grpc::StatusCode::OK, ""));
+  }
+  EXPECT_EQ(server_->gate().in_flight(), 0);
+  for (int i = 0; i < kStreams; ++i) {
+    ASSERT_TRUE(streams[i]->Write(MakeRotateRequest(1, 2, 1, 8)));
+    v1::RotateResponse reply;
+    ASSERT_TRUE(streams[i]->Read(&reply)) << "stream " << i;
+    EXPECT_EQ(reply.q().data().size(), 2u * 8 * 4);
+    streams[i]->WritesDone();
+    EXPECT_TRUE(GrpcStatusIs(streams[i]->Finish(), grpc::StatusCode::OK, ""));
+  }
 }
 
 TEST_F(ServiceTest, DrainRefusesNewCallsAndLetsCallsInFlightFinish) {

@@ -15,6 +15,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -620,15 +621,52 @@ TEST(ProcessTest, TheLogIsOneOrderedStreamOnStderr) {
 
 TEST(ProcessTest, ConfigurationIsCheckedBeforeTheBackendIsCreated) {
   HiddenGpus hidden;
-  int exit_code = -1;
-  // --backend=cuda would fail too (exit 1), but the certificate is looked at first.
-  const std::string output =
-      RunToExit({"--backend=cuda", "--listen=127.0.0.1:0", "--tls_cert_file=/nonexistent/c.pem",
-                 "--tls_key_file=/nonexistent/k.pem"},
-                &exit_code);
-  EXPECT_EQ(exit_code, 2);
-  EXPECT_NE(output.find("--tls_cert_file=/nonexistent/c.pem"), std::string::npos) << output;
-  EXPECT_EQ(output.find("--backend=cuda"), std::string::npos) << output;
+  // Every misconfiguration docs/operations.md's flag table allows for: exit
+  // 2 naming the flag, before a backend exists. --backend=cuda would fail
+  // too (exit 1, a line naming --backend=cuda), so its absence shows that
+  // the backend was never created.
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--backend=tpu"}, "--backend is \"tpu\""},
+      {{"--cpu_simd=avx9000"}, "--cpu_simd"},
+      {{"--table_cache_bytes=0"}, "--table_cache_bytes is 0"},
+      {{"--max_len_cap=0"}, "--max_len_cap is 0"},
+      {{"--max_table_blocks_per_call=0"}, "--max_table_blocks_per_call is 0"},
+      {{"--max_elements_per_request=-1"}, "--max_elements_per_request is -1"},
+      {{"--shutdown_grace_period=-1s"}, "--shutdown_grace_period is -1s"},
+      {{"--teardown_timeout=-1s"}, "--teardown_timeout is -1s"},
+      {{"--listener_stuck_after=-1s"}, "--listener_stuck_after is -1s"},
+      {{"--listen=127.0.0.1:0,127.0.0.1:0"}, "--listen names two host:port addresses"},
+      {{"--listen=unix:relative.sock"}, "write Unix sockets as unix:///absolute/path"},
+      {{"--listen=unix://relative.sock"}, "--listen=unix://relative.sock: Unix socket path"},
+      {{"--listen=localhost"}, "--listen=localhost: listen address is \"localhost\""},
+      {{"--unix_socket_mode=0999"}, "--unix_socket_mode is \"0999\""},
+      {{"--shm_max_regions_per_client=0"}, "--shm_max_regions_per_client is 0"},
+      {{"--shm_owner_idle_lease=-1s"}, "--shm_owner_idle_lease is -1s"},
+      {{"--max_message_bytes=0"}, "--max_message_bytes is 0"},
+      {{"--max_message_bytes=4294967296"}, "--max_message_bytes is 4294967296"},
+      {{"--metrics_port=70000"}, "--metrics_port is 70000"},
+      {{"--metrics_client_timeout=0s"}, "--metrics_client_timeout is 0"},
+      {{"--max_connection_age=0s"}, "--max_connection_age is 0"},
+      {{"--max_connection_age_grace=-1s"}, "--max_connection_age_grace is -1s"},
+      {{"--max_inflight_bytes=-2"}, "--max_inflight_bytes is -2"},
+      {{"--max_inflight_wait=-1s"}, "--max_inflight_wait is -1s"},
+      {{"--security_reload_interval=-1s"}, "--security_reload_interval is -1s"},
+      {{"--grpc_verbosity=loud"}, "--grpc_verbosity"},
+      {{"--tls_cert_file=/nonexistent/c.pem", "--tls_key_file=/nonexistent/k.pem"},
+       "--tls_cert_file=/nonexistent/c.pem"},
+      {{"--auth_token_file=/nonexistent/tokens"}, "--auth_token_file"},
+  };
+  for (const auto& [flags, expected] : cases) {
+    std::vector<std::string> args = {"--backend=cuda", "--listen=127.0.0.1:0"};
+    if (flags[0] == "--backend=tpu") args = {"--listen=127.0.0.1:0"};
+    args.insert(args.end(), flags.begin(), flags.end());
+    int exit_code = -1;
+    const std::string output = RunToExit(args, &exit_code);
+    EXPECT_EQ(exit_code, 2) << flags[0] << ": " << output;
+    EXPECT_NE(output.find(expected), std::string::npos) << flags[0] << ": " << output;
+    EXPECT_EQ(output.find("--backend=cuda"), std::string::npos) << flags[0] << ": " << output;
+    EXPECT_EQ(output.find("CPU backend"), std::string::npos) << flags[0] << ": " << output;
+  }
 }
 
 }  // namespace

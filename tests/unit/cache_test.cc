@@ -140,15 +140,40 @@ TEST(TableCacheTest, TableLargerThanTheBudgetIsResourceExhausted) {
   EXPECT_TRUE(cache.Get(SmallKey(99)).ok());
 }
 
-TEST(TableCacheTest, EvictedTableStaysValidWhileHeld) {
-  TableCache cache(/*budget_bytes=*/800);
+// A table a call holds is never evicted: the budget bounds every table in
+// memory. A miss that finds no room beside it is refused before building, and
+// served once the holder lets go.
+TEST(TableCacheTest, HeldTableIsNotEvictedAndAMissWithoutRoomIsRefused) {
+  CountingBuilder builder;
+  TableCache cache(/*budget_bytes=*/800, builder.Fn());
   auto held = cache.Get(SmallKey(100, 1000));
   ASSERT_TRUE(held.ok());
-  ASSERT_TRUE(cache.Get(SmallKey(100, 2000)).ok());  // evicts the held one
-  ExpectStats(cache, 0, 2, 1, 1, 800);
-  EXPECT_EQ((*held)->max_len(), 100);
-  EXPECT_EQ((*held)->cos_row(0)[0], 1.0f);
+  EXPECT_TRUE(StatusIs(cache.Get(SmallKey(100, 2000)).status(),
+                       absl::StatusCode::kResourceExhausted,
+                       "budget of 800 bytes is held by calls in flight (800 bytes"));
+  EXPECT_EQ(builder.builds.load(), 1) << "the refused table was built";
+  ExpectStats(cache, 0, 1, 0, 1, 800);
   EXPECT_NEAR((*held)->cos_row(99)[0], std::cos(99.0), 1.2e-7);
+  held->reset();
+  ASSERT_TRUE(cache.Get(SmallKey(100, 2000)).ok());  // evicts the table no one holds
+  ExpectStats(cache, 0, 2, 1, 1, 800);
+}
+
+// The device cache keeps the other policy: a value evicted while held stays
+// valid for its holders (a cancelled call's kernels may still read it).
+TEST(KeyedLruCacheTest, MayExceedBudgetEvictsAHeldValueThatStaysValid) {
+  KeyedLruCache<TableKey, int> cache(/*budget_bytes=*/10, "test-cache");
+  auto build = [](int v) {
+    return [v]() -> absl::StatusOr<std::shared_ptr<const int>> {
+      return std::make_shared<const int>(v);
+    };
+  };
+  auto held = cache.Get(SmallKey(1, 1000), 10, build(1));
+  ASSERT_TRUE(held.ok());
+  auto other = cache.Get(SmallKey(1, 2000), 10, build(2));
+  ASSERT_TRUE(other.ok());
+  EXPECT_EQ(cache.stats().evictions, 1);
+  EXPECT_EQ(**held, 1);
 }
 
 // A value whose destructor asks, from another thread, for the cache's stats

@@ -795,7 +795,8 @@ TEST(HfConfigErrorsTest, UnusableDerivedValuesSayTheyCameFromTheJson) {
 
 TEST(HfConfigErrorsTest, AHugeHeadDimIsRefusedBeforeAnyAllocation) {
   // Found by rope_request_fuzzer: ResolveConfig has no tensor to bound
-  // head_dim, and 2415919102 / 2 inverse frequencies are 9.6 GB.
+  // head_dim, and 2415919102 / 2 inverse frequencies are 9.6 GB; kMaxHeadDim
+  // refuses it before anything is made.
   EngineLimits limits;
   limits.max_elements_per_request = 1 << 16;
   for (const RopeConfig& config : [] {
@@ -806,9 +807,8 @@ TEST(HfConfigErrorsTest, AHugeHeadDimIsRefusedBeforeAnyAllocation) {
          return std::vector<RopeConfig>{fields, json};
        }()) {
     EXPECT_TRUE(StatusIs(NewEngine(limits)->ResolveConfig(config).status(),
-                         absl::StatusCode::kResourceExhausted,
-                         "config.rotary_dim is 2415919102: its 1207959551 inverse frequencies (2 "
-                         "values each) are over the max_elements_per_request limit of 65536"));
+                         absl::StatusCode::kInvalidArgument,
+                         "config.head_dim is 2415919102: at most 8192"));
   }
 }
 

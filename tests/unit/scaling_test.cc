@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/hash/hash.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "core/backends/cpu/cpu_backend.h"
 #include "core/engine/engine.h"
@@ -521,6 +522,26 @@ TEST(ScalingTest, TableKeyStringsNameEveryParameter) {
             "theta=10000 rotary_dim=4 max_len=64 scaling=longrope(short_factor=[1,1.5] "
             "long_factor=[2,4] original_max_position_embeddings=16 "
             "attention_factor=1.224744871391589 max_position_embeddings=0) uses=long_factor");
+}
+
+// LongRoPE at the widest heads: the key names each factor list by its length
+// and digest, so its size does not grow with the list (a ResolveConfig reply
+// carries it), and different lists still give different keys.
+TEST(TableKeyTest, LongListsAreNamedByDigestAtAFixedSize) {
+  auto key = [](double last_short) {
+    LongRopeScaling s;
+    s.short_factor.assign(kMaxHeadDim / 2, 1.25);
+    s.long_factor.assign(kMaxHeadDim / 2, 3.5);
+    s.short_factor.back() = last_short;
+    s.original_max_position_embeddings = 4096;
+    return MakeTableKey(Config(10000, kMaxHeadDim, 8192, s), 0).ToString();
+  };
+  const std::string a = key(1.25);
+  EXPECT_THAT(a, testing::HasSubstr("short_factor=[4096 values fnv1a64="));
+  EXPECT_THAT(a, testing::HasSubstr("long_factor=[4096 values fnv1a64="));
+  EXPECT_LT(a.size(), 400u) << a;
+  EXPECT_NE(a, key(1.5));
+  EXPECT_EQ(a, key(1.25));
 }
 
 // ---- M-RoPE axes ------------------------------------------------------------------------
