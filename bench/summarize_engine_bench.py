@@ -66,7 +66,7 @@ def metrics(data):
         except KeyError:
             continue
         out[f"rotate {label}: vs memcpy"] = r["vs_memcpy"]
-        if "vs_memcpy_best" in r:  # benchmarks from before session 8 lack it
+        if "vs_memcpy_best" in r:  # older result files lack it
             out[f"rotate {label}: vs memcpy, best iterations"] = r["vs_memcpy_best"]
         out[f"rotate {label}: GB/s"] = r["bytes_per_second"] / 1e9
     for threads in (1, 2):
@@ -116,7 +116,7 @@ def main():
     if args.torch:
         t = json.load(open(args.torch))
         torch_version = t["torch"]
-        torch_allocator = t.get("allocator", "default")  # files before session 14: default
+        torch_allocator = t.get("allocator", "default")  # older result files: default
         for c in t["cases"]:
             torch_cases[(c["name"], c["dtype"], c["path"])] = c
     reps = max([b.get("repetitions", 1) for b in bm] + [1])

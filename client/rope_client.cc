@@ -120,6 +120,16 @@ absl::StatusOr<v1::ResolvedConfig> RopeClient::ResolveConfig(const v1::RopeConfi
   return response;
 }
 
+absl::StatusOr<v1::BuildPositionsResponse> RopeClient::BuildPositions(
+    const v1::BuildPositionsRequest& request) {
+  grpc::ClientContext context;
+  PrepareContext(&context);
+  v1::BuildPositionsResponse response;
+  absl::Status status = FromGrpcStatus(stub_->BuildPositions(&context, request, &response));
+  if (!status.ok()) return status;
+  return response;
+}
+
 absl::StatusOr<v1::ServerInfo> RopeClient::GetServerInfo() {
   grpc::ClientContext context;
   PrepareContext(&context);

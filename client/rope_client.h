@@ -55,6 +55,10 @@ class RopeClient {
   // explicit config a model's config.json becomes (and its inverse
   // frequencies, attention factor and table-cache key).
   absl::StatusOr<v1::ResolvedConfig> ResolveConfig(const v1::RopeConfig& config);
+  // Positions the server builds: Qwen2-VL-family M-RoPE positions from a
+  // token sequence and its grids, or axial positions from grids.
+  absl::StatusOr<v1::BuildPositionsResponse> BuildPositions(
+      const v1::BuildPositionsRequest& request);
   absl::StatusOr<v1::ServerInfo> GetServerInfo();
 
   // Shared memory (same host only): see SharedRegion and rope.proto.

@@ -9,6 +9,7 @@
 #
 #   -D EXECUTABLE=<test binary> -D RUNNER=<run_gtest.sh> -D CTEST_FILE=<out>
 #   -D LABELS=<list> -D TIMEOUT=<seconds> -D WORKING_DIRECTORY=<dir>
+#   LABELS is comma-separated (a ';' list would arrive split).
 foreach(var EXECUTABLE RUNNER CTEST_FILE TIMEOUT WORKING_DIRECTORY)
   if(NOT DEFINED ${var})
     message(FATAL_ERROR "RopeGtestSuites.cmake: ${var} is not set")
@@ -45,6 +46,7 @@ if(NOT suites)
   message(FATAL_ERROR "${EXECUTABLE} lists no test")
 endif()
 
+string(REPLACE "," ";" LABELS "${LABELS}")
 get_filename_component(binary "${EXECUTABLE}" NAME)
 set(script "")
 foreach(suite IN LISTS suites)

@@ -156,13 +156,16 @@ endfunction()
 # (tests/stage_<stage>_binaries.txt: scripts/tsan.sh runs those directly).
 function(rope_gtest_register target timeout labels)
   set(tests_file ${CMAKE_CURRENT_BINARY_DIR}/${target}_suites.cmake)
+  # A list would reach the script as separate arguments (only its first
+  # element as LABELS): it travels comma-separated.
+  string(REPLACE ";" "," labels_arg "${labels}")
   add_custom_command(TARGET ${target} POST_BUILD
     BYPRODUCTS ${tests_file}
     COMMAND ${CMAKE_COMMAND}
       -D EXECUTABLE=$<TARGET_FILE:${target}>
       -D RUNNER=${PROJECT_SOURCE_DIR}/cmake/run_gtest.sh
       -D CTEST_FILE=${tests_file}
-      -D LABELS=${labels}
+      -D LABELS=${labels_arg}
       -D TIMEOUT=${timeout}
       -D WORKING_DIRECTORY=${CMAKE_CURRENT_BINARY_DIR}
       -P ${PROJECT_SOURCE_DIR}/cmake/RopeGtestSuites.cmake

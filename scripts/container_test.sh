@@ -196,9 +196,11 @@ if [ "$MODE" = prebuilt ]; then
   timeout 300 cmake -S . -B "$WORK/image-config" -DCMAKE_BUILD_TYPE=Release \
     -DBUILD_TESTING=OFF -DROPE_BUILD_BENCHMARKS=OFF > "$WORK/image-config.log" 2>&1 \
     || { tail -n 30 "$WORK/image-config.log" >&2; fail "the Dockerfile's CMake configuration"; }
-  # The context holds only image-bin/: what the prebuilt stage copies.
+  # The context holds only what the prebuilt path copies: image-bin/ and
+  # the front proxy's configuration (the runtime stage's own COPY).
   context=$WORK/context
-  mkdir -p "$context/image-bin/bin"
+  mkdir -p "$context/image-bin/bin" "$context/deploy/proxy"
+  cp deploy/proxy/haproxy.cfg "$context/deploy/proxy/haproxy.cfg"
   for b in ropeserve ropectl ropeload; do
     if [ -x "$BUILD_DIR/bin/$b" ]; then
       strip --strip-unneeded -o "$context/image-bin/bin/$b" "$BUILD_DIR/bin/$b"

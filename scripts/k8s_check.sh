@@ -5,7 +5,8 @@
 #      cpu-tls, gpu) and the gpu overlay with the tls component
 #      (deploy/k8s/components/tls), which must work on any overlay;
 #   3. deploy/check/check_manifests.py asserts the properties ropeserve needs
-#      on each rendered overlay and on the compose file, and its self-test
+#      on each rendered overlay, on the KServe example (deploy/k8s/examples/
+#      kserve: ServingRuntime + InferenceService) and on the compose file, and its self-test
 #      proves that it catches each property broken on purpose.
 #
 # Installs yamllint and python3-yaml when missing (root or sudo). kubectl is
@@ -102,4 +103,16 @@ components:
   - $rel/components/tls
 EOF
 render_and_check gpu-tls "$WORK/gpu-tls/"
-echo "k8s_check: PASS (overlays $found_sorted and gpu + the tls component rendered and checked)"
+
+# The KServe example: a ServingRuntime and an InferenceService (KServe's
+# CRDs; rendered and checked, no cluster needed).
+echo "k8s_check: kubectl kustomize deploy/k8s/examples/kserve"
+if ! timeout 120 kubectl kustomize deploy/k8s/examples/kserve > "$WORK/kserve.yaml" \
+    2> "$WORK/kserve.err" || [ -s "$WORK/kserve.err" ]; then
+  cat "$WORK/kserve.err" >&2
+  echo "k8s_check: FAIL: kubectl kustomize deploy/k8s/examples/kserve" >&2
+  exit 1
+fi
+"$PYTHON" deploy/check/check_manifests.py kserve "$WORK/kserve.yaml"
+"$PYTHON" deploy/check/check_manifests.py kserve-self-test "$WORK/kserve.yaml"
+echo "k8s_check: PASS (overlays $found_sorted, gpu + the tls component and the KServe example rendered and checked)"

@@ -32,6 +32,8 @@ PACKAGES=(
   python3-venv python3-setuptools python3-wheel python3-pytest
   # tools used by scripts and tests
   curl procps
+  # perf_analyzer (from PyPI's tritonclient wheel, tests/kserve) links it
+  libb64-0d
   # the front proxy of the deployments (deploy/proxy/haproxy.cfg) and the
   # hostile-client tests (tests/hostile): raw HTTP/2 (python3-h2), prlimit
   haproxy python3-h2 util-linux

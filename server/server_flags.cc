@@ -96,6 +96,12 @@ ABSL_FLAG(std::string, shm_allowed_dir, "",
           "directory under which RegisterSharedMemory may name files (besides POSIX "
           "shared-memory objects \"/name\"); empty: none");
 
+ABSL_FLAG(std::string, model_repository, "",
+          "directory of models for the KServe v2 / Triton protocol (inference."
+          "GRPCInferenceService, served beside rope.v1): one folder per model holding a "
+          "config.json and a ropeserve.json (docs/operations.md); the built-in models rotate "
+          "and attention are always there; empty: only those");
+
 ABSL_FLAG(std::string, grpc_verbosity, "",
           "gRPC's own log lines on stderr: debug, info or error (that severity and above); "
           "empty: none (ropeserve names failures itself), unless GRPC_VERBOSITY or GRPC_TRACE "
@@ -326,6 +332,8 @@ absl::Status ApplyServerOptions(ServerConfig* config) {
   ROPE_RETURN_IF_ERROR(NonNegative("max_connection_age_grace", options.max_connection_age_grace,
                                    " (inf: no bound)"));
   options.enable_echo = absl::GetFlag(FLAGS_enable_echo);
+  // Loaded (and each folder checked) when the server starts: RopeServer::Start.
+  options.model_repository = absl::GetFlag(FLAGS_model_repository);
   options.health_listen_address = absl::GetFlag(FLAGS_health_listen);
   ROPE_RETURN_IF_ERROR(ApplyInflightBudget(config));
   options.max_inflight_wait = absl::GetFlag(FLAGS_max_inflight_wait);

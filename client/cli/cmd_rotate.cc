@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "client/cli/axial_flags.h"
 #include "client/cli/cli_parsing.h"
 #include "client/cli/commands.h"
 #include "client/cli/common_flags.h"
@@ -75,8 +76,10 @@ void AddRotateFlags(FlagSet* flags) {
              "Token s of every batch row sits at position start_pos + s.");
   flags->Add("positions", FlagSet::Kind::kString, "",
              "Explicit positions instead of --start_pos: S values (shared by every "
-             "batch row) or B*S values (row-major [B,S]), e.g. 0,1,2,7.",
+             "batch row) or B*S values (row-major [B,S]), e.g. 0,1,2,7 (M-RoPE and axial: "
+             "times the axes, [axis][b][s]).",
              ValidatePositions);
+  AddPositionSourceFlags(flags);
   flags->Add("inverse", FlagSet::Kind::kBool, "false",
              "Rotate by -angle (undo a rotation).");
   flags->BeginGroup("Outputs");
@@ -120,6 +123,7 @@ absl::Status RunRotate(const FlagSet& flags, std::ostream& out) {
   absl::StatusOr<std::vector<int64_t>> positions = ParseInt64List(flags.String("positions"));
   if (!positions.ok()) return UsageError(positions.status().message());
   for (int64_t p : *positions) request.add_positions(p);
+  ROPE_RETURN_IF_ERROR(ApplyPositionSourceFlags(flags, &request));
   request.set_inverse(flags.Bool("inverse"));
 
   ROPE_RETURN_IF_ERROR(SaveInputsIfAsked(flags, q, k, std::nullopt, out));
@@ -137,7 +141,9 @@ absl::Status RunRotate(const FlagSet& flags, std::ostream& out) {
       << "  " << DescribeEffectiveConfig(*client, config)
       << (request.inverse() ? "  inverse" : "") << "\n";
   if (!defaults_note.empty()) out << "  from the config.json: " << defaults_note << "\n";
-  if (positions->empty()) {
+  if (!DescribePositionSource(flags).empty()) {
+    out << "  " << DescribePositionSource(flags) << "\n";
+  } else if (positions->empty()) {
     out << "  positions: start_pos=" << request.start_pos() << "\n";
   } else {
     out << "  positions: " << absl::StrJoin(*positions, ",") << "\n";

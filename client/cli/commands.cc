@@ -13,8 +13,9 @@ namespace rope {
 namespace client {
 namespace {
 
-const Command* const kCommands[] = {&kRotateCommand, &kScoresCommand, &kTableCommand,
-                                    &kResolveCommand, &kInfoCommand, &kHealthCommand};
+const Command* const kCommands[] = {&kRotateCommand,    &kScoresCommand, &kTableCommand,
+                                    &kResolveCommand,   &kPositionsCommand, &kInfoCommand,
+                                    &kHealthCommand};
 
 constexpr char kNpyAndExitHelp[] = R"(
 Tensors and .npy files:

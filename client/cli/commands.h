@@ -23,11 +23,13 @@ struct Command {
   absl::Status (*run)(const FlagSet& flags, std::ostream& out);
 };
 
-// Defined in cmd_rotate.cc, cmd_scores.cc, cmd_table.cc, cmd_server.cc.
+// Defined in cmd_rotate.cc, cmd_scores.cc, cmd_table.cc, cmd_resolve.cc,
+// cmd_positions.cc, cmd_server.cc.
 extern const Command kRotateCommand;
 extern const Command kScoresCommand;
 extern const Command kTableCommand;
 extern const Command kResolveCommand;
+extern const Command kPositionsCommand;
 extern const Command kInfoCommand;
 extern const Command kHealthCommand;
 

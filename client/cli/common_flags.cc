@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "client/cli/axial_flags.h"
 #include "absl/strings/strip.h"
 #include "client/cli/cli_parsing.h"
 #include "client/cli/scaling_flags.h"
@@ -90,6 +91,11 @@ absl::StatusOr<v1::RopeConfig> HfRopeConfigFromFlags(const FlagSet& flags, std::
                                    " has no max_position_embeddings: give --max_len"));
   }
   config->set_angle_precision(AnglePrecisionOfFlags(flags));
+  const int64_t index = flags.Int("hf_layer_index");
+  if (index != -1) {
+    ROPE_ASSIGN_OR_RETURN(uint32_t layer, Uint32Flag("hf_layer_index", index));
+    config->set_hf_layer_index(layer);
+  }
   if (defaults_note != nullptr) {
     std::vector<std::string> parts;
     parts.push_back(overrides.layout.has_value()
@@ -158,7 +164,17 @@ void AddRopeConfigFlags(FlagSet* flags) {
              "Features per head (D). 0: the last dim of q (rotate, scores); "
              "table needs it given.");
   flags->Add("rotary_dim", FlagSet::Kind::kInt, "0",
-             "Features that rotate (partial rotary); 0 means head_dim.");
+             "Features that rotate (partial rotary); 0 means head_dim - rotary_offset.");
+  flags->Add("rotary_offset", FlagSet::Kind::kInt, "0",
+             "The first rotated feature (DeepSeek MLA heads rotate their last "
+             "qk_rope_head_dim features: --rotary_offset=qk_nope_head_dim).");
+  flags->Add("no_rope", FlagSet::Kind::kBool, "false",
+             "A layer without rotary embedding (Llama 4's NoPE layers): rotate returns q and k "
+             "unchanged; with --floor_scale, scores apply Llama 4's temperature tuning.");
+  flags->Add("floor_scale", FlagSet::Kind::kDouble, "0",
+             "--no_rope: temperature tuning's floor_scale (Llama 4: 8192); 0: none.");
+  flags->Add("attn_scale", FlagSet::Kind::kDouble, "0",
+             "--no_rope: temperature tuning's attn_scale (Llama 4: 0.1).");
   flags->Add("max_len", FlagSet::Kind::kInt, "4096",
              "Table length: every position must be < max_len. With --hf_config the default "
              "is the config's max_position_embeddings.");
@@ -176,12 +192,16 @@ void AddRopeConfigFlags(FlagSet* flags) {
              ValidateSectionList);
   flags->Add("mrope_interleaved", FlagSet::Kind::kBool, "false",
              "M-RoPE: interleave the axes (Qwen3-VL) instead of one section per axis (Qwen2-VL).");
+  flags->Add("mrope_ernie_3d", FlagSet::Kind::kBool, "false",
+             "M-RoPE: Ernie 4.5-VL's 3-D layout (h and w alternate over the first h+w "
+             "frequencies, t takes the last ones; h == w).");
   flags->Add("angle_precision", FlagSet::Kind::kString, "exact",
              "exact: angles in double, cos/sin rounded once (the precision contract); float32: "
              "as transformers computes them in float32, for bit-parity checks (plain RoPE, "
              "linear and llama3 scaling).",
              ValidateAnglePrecision);
   AddScalingFlags(flags);
+  AddAxialFlags(flags);
   flags->BeginGroup("Hugging Face config.json");
   flags->Add("hf_config", FlagSet::Kind::kString, "",
              "A model's config.json (whole, or its rope keys), or the model's directory. The "
@@ -191,7 +211,11 @@ void AddRopeConfigFlags(FlagSet* flags) {
              "help). `ropectl resolve` shows what it becomes.");
   flags->Add("hf_layer_type", FlagSet::Kind::kString, "",
              "With --hf_config: full_attention (default) or sliding_attention (Gemma 3's local "
-             "layers: rope_local_base_freq, no scaling).");
+             "layers: rope_local_base_freq, no scaling), a key of a per-layer rope_parameters, "
+             "or DeepSeek-V4's rope group (main, compress).");
+  flags->Add("hf_layer_index", FlagSet::Kind::kInt, "-1",
+             "With --hf_config: the decoder layer (from 0) whose rope is meant: its layer type, "
+             "whether it is a NoPE layer (Llama 4), its rope group. -1: unset.");
 }
 
 void AddDTypeFlag(FlagSet* flags) {
@@ -238,9 +262,12 @@ absl::StatusOr<v1::RopeConfig> RopeConfigFromFlags(const FlagSet& flags,
   v1::RopeConfig config;
   const std::string& hf_config = flags.String("hf_config");
   if (!hf_config.empty()) {
-    std::vector<std::string> exclusive = {"theta", "rotary_dim", "mrope_section",
-                                          "mrope_interleaved"};
+    std::vector<std::string> exclusive = {"theta",   "rotary_dim",  "rotary_offset",
+                                          "mrope_section", "mrope_interleaved",
+                                          "mrope_ernie_3d", "no_rope",
+                                          "floor_scale", "attn_scale"};
     for (const std::string& name : ScalingFlagNames()) exclusive.push_back(name);
+    for (const std::string& name : AxialFlagNames()) exclusive.push_back(name);
     for (const std::string& name : exclusive) {
       if (flags.IsSet(name)) {
         return UsageError(absl::StrCat("--", name,
@@ -252,6 +279,7 @@ absl::StatusOr<v1::RopeConfig> RopeConfigFromFlags(const FlagSet& flags,
     return HfRopeConfigFromFlags(flags, *std::move(json), inferred_head_dim, defaults_note);
   } else {
     if (flags.IsSet("hf_layer_type")) return UsageError("--hf_layer_type needs --hf_config");
+    if (flags.IsSet("hf_layer_index")) return UsageError("--hf_layer_index needs --hf_config");
     config.set_theta(flags.Double("theta"));
   }
   int64_t head_dim = flags.Int("head_dim");
@@ -263,6 +291,15 @@ absl::StatusOr<v1::RopeConfig> RopeConfigFromFlags(const FlagSet& flags,
   v = Uint32Flag("rotary_dim", flags.Int("rotary_dim"));
   if (!v.ok()) return v.status();
   config.set_rotary_dim(*v);
+  v = Uint32Flag("rotary_offset", flags.Int("rotary_offset"));
+  if (!v.ok()) return v.status();
+  config.set_rotary_offset(*v);
+  if (flags.Bool("no_rope")) {
+    config.mutable_no_rope()->set_floor_scale(flags.Double("floor_scale"));
+    config.mutable_no_rope()->set_attn_scale(flags.Double("attn_scale"));
+  } else if (flags.IsSet("floor_scale") || flags.IsSet("attn_scale")) {
+    return UsageError("--floor_scale and --attn_scale need --no_rope");
+  }
   v = Uint32Flag("max_len", flags.Int("max_len"));
   if (!v.ok()) return v.status();
   config.set_max_len(*v);
@@ -279,9 +316,13 @@ absl::StatusOr<v1::RopeConfig> RopeConfigFromFlags(const FlagSet& flags,
       config.mutable_mrope()->add_section(count);
     }
     config.mutable_mrope()->set_interleaved(flags.Bool("mrope_interleaved"));
+    config.set_mrope_ernie_3d(flags.Bool("mrope_ernie_3d"));
   } else if (flags.IsSet("mrope_interleaved")) {
     return UsageError("--mrope_interleaved needs --mrope_section");
+  } else if (flags.IsSet("mrope_ernie_3d")) {
+    return UsageError("--mrope_ernie_3d needs --mrope_section");
   }
+  ROPE_RETURN_IF_ERROR(ApplyAxialFlags(flags, &config));
   return config;
 }
 
@@ -290,12 +331,22 @@ std::string ConfigAsFlags(const v1::RopeConfig& config) {
       "--theta=%s --head_dim=%u --rotary_dim=%u --max_len=%u --layout=%s",
       ExactDecimal(config.theta()), config.head_dim(), config.rotary_dim(), config.max_len(),
       LayoutName(config.layout()));
+  if (config.rotary_offset() != 0) absl::StrAppend(&out, " --rotary_offset=", config.rotary_offset());
+  if (config.has_no_rope()) {
+    absl::StrAppend(&out, " --no_rope");
+    if (config.no_rope().floor_scale() != 0) {
+      absl::StrAppend(&out, " --floor_scale=", ExactDecimal(config.no_rope().floor_scale()),
+                      " --attn_scale=", ExactDecimal(config.no_rope().attn_scale()));
+    }
+  }
   const std::string scaling = ScalingAsFlags(config);
   if (!scaling.empty()) absl::StrAppend(&out, " ", scaling);
   if (config.has_mrope()) {
     absl::StrAppend(&out, " --mrope_section=", absl::StrJoin(config.mrope().section(), ","));
     if (config.mrope().interleaved()) absl::StrAppend(&out, " --mrope_interleaved");
+    if (config.mrope_ernie_3d()) absl::StrAppend(&out, " --mrope_ernie_3d");
   }
+  if (config.has_axial()) absl::StrAppend(&out, " ", AxialAsFlags(config));
   if (config.angle_precision() == v1::ANGLE_FLOAT32) {
     absl::StrAppend(&out, " --angle_precision=float32");
   }
@@ -319,10 +370,22 @@ std::string DescribeConfig(const v1::RopeConfig& config) {
   if (config.scaling_case() != v1::RopeConfig::SCALING_NOT_SET) {
     absl::StrAppend(&out, " scaling=", DescribeScaling(config));
   }
+  if (config.rotary_offset() != 0) absl::StrAppend(&out, " rotary_offset=", config.rotary_offset());
+  if (config.has_no_rope()) {
+    absl::StrAppend(&out, " no_rope");
+    if (config.no_rope().floor_scale() != 0) {
+      absl::StrAppend(&out, "(floor_scale=", config.no_rope().floor_scale(),
+                      " attn_scale=", config.no_rope().attn_scale(), ")");
+    }
+  }
   if (config.has_mrope()) {
-    absl::StrAppend(&out, " mrope=", config.mrope().interleaved() ? "interleaved[" : "chunked[",
+    absl::StrAppend(&out, " mrope=",
+                    config.mrope_ernie_3d()        ? "ernie_3d["
+                    : config.mrope().interleaved() ? "interleaved["
+                                                   : "chunked[",
                     absl::StrJoin(config.mrope().section(), ","), "]");
   }
+  if (config.has_axial()) absl::StrAppend(&out, " ", DescribeAxial(config));
   if (config.angle_precision() == v1::ANGLE_FLOAT32) absl::StrAppend(&out, " angles=float32");
   return out;
 }

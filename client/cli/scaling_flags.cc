@@ -18,8 +18,9 @@ namespace rope {
 namespace client {
 namespace {
 
-const char* const kVariants[] = {"none",   "linear",   "dynamic",     "yarn",
-                                 "llama3", "longrope", "proportional"};
+const char* const kVariants[] = {"none",     "linear",       "dynamic",       "yarn",
+                                 "llama3",   "longrope",     "proportional",  "dynamic_alpha",
+                                 "ntk",      "deepseek_yarn"};
 
 // Which parameter flags each variant takes.
 const std::vector<std::string>& ParamsOf(absl::string_view variant) {
@@ -36,12 +37,20 @@ const std::vector<std::string>& ParamsOf(absl::string_view variant) {
       "short_factor", "long_factor", "original_max_position_embeddings", "attention_factor",
       "max_position_embeddings"};
   static const auto* const kProportional = new std::vector<std::string>{"factor", "rotated_pairs"};
+  static const auto* const kDynamicAlpha = new std::vector<std::string>{"alpha"};
+  static const auto* const kNtk = new std::vector<std::string>{"factor", "mixed_b"};
+  static const auto* const kDeepseekYarn = new std::vector<std::string>{
+      "factor",         "original_max_position_embeddings", "beta_fast",  "beta_slow", "mscale",
+      "mscale_all_dim", "attn_factor",                      "extrapolation_factor"};
   if (variant == "linear") return *kLinear;
   if (variant == "dynamic") return *kDynamic;
   if (variant == "yarn") return *kYarn;
   if (variant == "llama3") return *kLlama3;
   if (variant == "longrope") return *kLongRope;
   if (variant == "proportional") return *kProportional;
+  if (variant == "dynamic_alpha") return *kDynamicAlpha;
+  if (variant == "ntk") return *kNtk;
+  if (variant == "deepseek_yarn") return *kDeepseekYarn;
   return *kNone;
 }
 
@@ -65,7 +74,8 @@ absl::Status ValidateVariant(absl::string_view value) {
   }
   return absl::InvalidArgumentError(absl::StrCat(
       "'", value,
-      "' is not a scaling variant: none, linear, dynamic, yarn, llama3, longrope, proportional"));
+      "' is not a scaling variant: none, linear, dynamic, yarn, llama3, longrope, proportional, "
+      "dynamic_alpha, ntk, deepseek_yarn"));
 }
 
 absl::StatusOr<std::vector<double>> ParseList(absl::string_view name, absl::string_view text) {
@@ -98,7 +108,9 @@ absl::StatusOr<uint32_t> OriginalLength(const FlagSet& flags) {
 void AddScalingFlags(FlagSet* flags) {
   flags->BeginGroup("RoPE scaling flags (Hugging Face rope_scaling; 0 = the variant's default)");
   flags->Add("rope_scaling", FlagSet::Kind::kString, "none",
-             "none | linear | dynamic | yarn | llama3 | longrope | proportional.", ValidateVariant);
+             "none | linear | dynamic | yarn | llama3 | longrope | proportional | dynamic_alpha "
+             "(HunYuan) | ntk | deepseek_yarn.",
+             ValidateVariant);
   flags->Add("factor", FlagSet::Kind::kDouble, "0",
              "Context extension factor (linear, dynamic, yarn: required; llama3: default 8; "
              "proportional: default 1).");
@@ -106,8 +118,10 @@ void AddScalingFlags(FlagSet* flags) {
              "Pre-training context length (dynamic, yarn, longrope: required; llama3: 8192).");
   flags->Add("beta_fast", FlagSet::Kind::kDouble, "0", "yarn: default 32.");
   flags->Add("beta_slow", FlagSet::Kind::kDouble, "0", "yarn: default 1.");
-  flags->Add("mscale", FlagSet::Kind::kDouble, "0", "yarn: unset by default.");
-  flags->Add("mscale_all_dim", FlagSet::Kind::kDouble, "0", "yarn: unset by default.");
+  flags->Add("mscale", FlagSet::Kind::kDouble, "0",
+             "yarn: unset by default; deepseek_yarn: default 1 when not given.");
+  flags->Add("mscale_all_dim", FlagSet::Kind::kDouble, "0",
+             "yarn: unset by default; deepseek_yarn: default 0.");
   flags->Add("attention_factor", FlagSet::Kind::kDouble, "0",
              "yarn, longrope: multiplies cos/sin; 0 derives it as Hugging Face does.");
   flags->Add("truncate", FlagSet::Kind::kBool, "true",
@@ -124,6 +138,14 @@ void AddScalingFlags(FlagSet* flags) {
              "proportional (Gemma 4's full-attention layers): how many of the rotary_dim/2 "
              "frequencies are nonzero (transformers: int(partial_rotary_factor * head_dim // 2), "
              "with --rotary_dim = --head_dim).");
+  flags->Add("alpha", FlagSet::Kind::kDouble, "0",
+             "dynamic_alpha (HunYuan): base = theta * alpha^(r/(r-2)); required.");
+  flags->Add("mixed_b", FlagSet::Kind::kDouble, "0",
+             "ntk: vLLM's mixed_b form when set (any finite value, 0 included).");
+  flags->Add("attn_factor", FlagSet::Kind::kDouble, "1",
+             "deepseek_yarn: multiplies cos/sin with the mscale ratio; default 1.");
+  flags->Add("extrapolation_factor", FlagSet::Kind::kDouble, "1",
+             "deepseek_yarn: scales YaRN's extrapolation mask; default 1.");
   flags->Add("max_position_embeddings", FlagSet::Kind::kInt, "0",
              "longrope: the model's max_position_embeddings. Set: transformers' rule (attention "
              "factor from it, long_factor iff the request's largest position + 1 > "
@@ -193,6 +215,24 @@ absl::Status ApplyScalingFlags(const FlagSet& flags, v1::RopeConfig* config) {
                                      ": must be in [0, 4294967295]"));
     }
     l->set_max_position_embeddings(static_cast<uint32_t>(expanded));
+  } else if (variant == "dynamic_alpha") {
+    config->mutable_dynamic_ntk_alpha()->set_alpha(flags.Double("alpha"));
+  } else if (variant == "ntk") {
+    auto* n = config->mutable_ntk();
+    n->set_factor(flags.Double("factor"));
+    if (flags.IsSet("mixed_b")) n->set_mixed_b(flags.Double("mixed_b"));
+  } else if (variant == "deepseek_yarn") {
+    auto* d = config->mutable_deepseek_yarn();
+    d->set_factor(flags.Double("factor"));
+    d->set_original_max_position_embeddings(original);
+    d->set_beta_fast(flags.Double("beta_fast"));
+    d->set_beta_slow(flags.Double("beta_slow"));
+    if (flags.IsSet("mscale")) d->set_mscale(flags.Double("mscale"));
+    if (flags.IsSet("mscale_all_dim")) d->set_mscale_all_dim(flags.Double("mscale_all_dim"));
+    if (flags.IsSet("attn_factor")) d->set_attn_factor(flags.Double("attn_factor"));
+    if (flags.IsSet("extrapolation_factor")) {
+      d->set_extrapolation_factor(flags.Double("extrapolation_factor"));
+    }
   } else if (variant == "proportional") {
     const int64_t pairs = flags.Int("rotated_pairs");
     if (pairs < 0 || pairs > 0xffffffffll) {
@@ -238,6 +278,25 @@ std::string DescribeScaling(const v1::RopeConfig& config) {
     case v1::RopeConfig::kProportional:
       return absl::StrCat("proportional(factor=", config.proportional().factor(),
                           " rotated_pairs=", config.proportional().rotated_pairs(), ")");
+    case v1::RopeConfig::kDynamicNtkAlpha:
+      return absl::StrCat("dynamic_alpha(alpha=", config.dynamic_ntk_alpha().alpha(), ")");
+    case v1::RopeConfig::kNtk:
+      return absl::StrCat("ntk(factor=", config.ntk().factor(),
+                          config.ntk().has_mixed_b()
+                              ? absl::StrCat(" mixed_b=", config.ntk().mixed_b())
+                              : std::string(),
+                          ")");
+    case v1::RopeConfig::kDeepseekYarn: {
+      const auto& d = config.deepseek_yarn();
+      return absl::StrCat("deepseek_yarn(factor=", d.factor(),
+                          " original=", d.original_max_position_embeddings(),
+                          " beta_fast=", d.beta_fast(), " beta_slow=", d.beta_slow(),
+                          " mscale=", d.has_mscale() ? d.mscale() : 1.0,
+                          " mscale_all_dim=", d.mscale_all_dim(),
+                          " attn_factor=", d.has_attn_factor() ? d.attn_factor() : 1.0,
+                          " extrapolation_factor=",
+                          d.has_extrapolation_factor() ? d.extrapolation_factor() : 1.0, ")");
+    }
     case v1::RopeConfig::SCALING_NOT_SET:
       break;
   }
@@ -316,6 +375,32 @@ std::string ScalingAsFlags(const v1::RopeConfig& config) {
       return absl::StrCat("--rope_scaling=proportional --factor=",
                           Exact(config.proportional().factor()),
                           " --rotated_pairs=", config.proportional().rotated_pairs());
+    case v1::RopeConfig::kDynamicNtkAlpha:
+      return absl::StrCat("--rope_scaling=dynamic_alpha --alpha=",
+                          Exact(config.dynamic_ntk_alpha().alpha()));
+    case v1::RopeConfig::kNtk: {
+      std::string out = absl::StrCat("--rope_scaling=ntk --factor=", Exact(config.ntk().factor()));
+      if (config.ntk().has_mixed_b()) {
+        absl::StrAppend(&out, " --mixed_b=", Exact(config.ntk().mixed_b()));
+      }
+      return out;
+    }
+    case v1::RopeConfig::kDeepseekYarn: {
+      const auto& d = config.deepseek_yarn();
+      std::string out = absl::StrCat(
+          "--rope_scaling=deepseek_yarn --factor=", Exact(d.factor()),
+          " --original_max_position_embeddings=", d.original_max_position_embeddings(),
+          " --beta_fast=", Exact(d.beta_fast()), " --beta_slow=", Exact(d.beta_slow()));
+      if (d.has_mscale()) absl::StrAppend(&out, " --mscale=", Exact(d.mscale()));
+      if (d.has_mscale_all_dim()) {
+        absl::StrAppend(&out, " --mscale_all_dim=", Exact(d.mscale_all_dim()));
+      }
+      if (d.has_attn_factor()) absl::StrAppend(&out, " --attn_factor=", Exact(d.attn_factor()));
+      if (d.has_extrapolation_factor()) {
+        absl::StrAppend(&out, " --extrapolation_factor=", Exact(d.extrapolation_factor()));
+      }
+      return out;
+    }
     case v1::RopeConfig::SCALING_NOT_SET:
       break;
   }

@@ -8,6 +8,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "client/cli/axial_flags.h"
 #include "client/cli/cli_parsing.h"
 #include "client/cli/common_flags.h"
 #include "client/cli/summary.h"
@@ -86,6 +87,7 @@ absl::Status BuildRotate(const FlagSet& flags, int index, Workload* workload) {
       client::ParseInt64List(flags.String("positions"));
   if (!positions.ok()) return UsageError(positions.status().message());
   for (int64_t p : *positions) request->add_positions(p);
+  ROPE_RETURN_IF_ERROR(client::ApplyPositionSourceFlags(flags, request.get()));
   request->set_inverse(flags.Bool("inverse"));
   if (index == 0) {
     workload->config_description = client::DescribeConfig(config);
@@ -263,7 +265,10 @@ void AddWorkloadFlags(FlagSet* flags) {
   flags->Add("start_pos", FlagSet::Kind::kInt, "0",
              "Token s of every batch row sits at position start_pos + s.");
   flags->Add("positions", FlagSet::Kind::kString, "",
-             "Explicit positions instead of --start_pos: S or B*S values.", ValidatePositions);
+             "Explicit positions instead of --start_pos: S or B*S values (M-RoPE and axial: "
+             "times the axes, [axis][b][s]).",
+             ValidatePositions);
+  client::AddPositionSourceFlags(flags);
   flags->Add("inverse", FlagSet::Kind::kBool, "false", "Rotate by -angle.");
   flags->BeginGroup("AttentionScores fields");
   flags->Add("q_start_pos", FlagSet::Kind::kInt, "0", "Query i sits at q_start_pos + i.");

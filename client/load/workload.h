@@ -69,7 +69,8 @@ struct Workload {
 // Declares the workload flags: --workload, --payloads, --configs, the inputs (--q, --k,
 // --v, --random_*_shape, --dtype, --seed, --distribution), the RoPE config
 // flags of ropectl (common_flags.h, scaling included) and each RPC's own
-// fields (--start_pos, --positions, --inverse; --q_start_pos, --k_start_pos,
+// fields (--start_pos, --positions, --fractional_positions, --grid, --inverse;
+// --q_start_pos, --k_start_pos,
 // --causal, --softmax, --scale; --table_start, --table_count).
 void AddWorkloadFlags(client::FlagSet* flags);
 

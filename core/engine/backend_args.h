@@ -21,11 +21,14 @@ class Interrupt;
 
 // Rotate q (and k when non-null) in place. q is [batch, seq, q_heads, head_dim]
 // and k is [batch, seq, k_heads, head_dim], both of `dtype`, contiguous.
+// Features rotary_offset .. rotary_offset + rotary_dim - 1 of each head
+// rotate (rotary_dim 0: none, and the table is not read); the rest pass
+// through.
 struct RotateArgs {
   DType dtype = DType::kFloat32;
   Layout layout = Layout::kInterleaved;
   bool inverse = false;
-  int64_t batch = 0, seq = 0, head_dim = 0, rotary_dim = 0;
+  int64_t batch = 0, seq = 0, head_dim = 0, rotary_dim = 0, rotary_offset = 0;
   void* q = nullptr;
   int64_t q_heads = 0;
   void* k = nullptr;  // optional
@@ -39,6 +42,18 @@ struct RotateArgs {
   // Where every tensor of the call is. Device memory is handed only to a
   // backend with device memory of that device (Backend::device_memory()).
   TensorMemory memory;
+  // Out of place to float8 (FlashInfer's rope_quantize_fp8), when
+  // IsFloat8(output_dtype): q and k (or q_source and k_source) are only
+  // read; every feature of q (k), rotated or passed through, times q_scale
+  // (k_scale) in float32, is rounded to output_dtype (to nearest even,
+  // saturating to the largest finite value, NaN to 0x7f) and written to
+  // q_out (k_out), one byte per element in q's (k's) layout. Host memory
+  // only: the engine never hands float8 outputs with device tensors.
+  DType output_dtype = DType::kFloat32;
+  void* q_out = nullptr;
+  void* k_out = nullptr;
+  float q_scale = 1.0f;
+  float k_scale = 1.0f;
 };
 
 // Attention of rotated q against rotated k. Query head h reads key/value
@@ -73,7 +88,9 @@ struct AttentionArgs {
   DType dtype = DType::kFloat32;  // of q, k and v
   Layout layout = Layout::kInterleaved;
   int64_t batch = 0, q_seq = 0, k_seq = 0, q_heads = 0, k_heads = 0;
-  int64_t head_dim = 0, rotary_dim = 0, v_dim = 0;
+  // Features rotary_offset .. rotary_offset + rotary_dim - 1 of q and k
+  // rotate (rotary_dim 0: none, and the table is not read).
+  int64_t head_dim = 0, rotary_dim = 0, rotary_offset = 0, v_dim = 0;
   const void* q = nullptr;
   const void* k = nullptr;
   const void* v = nullptr;  // optional

@@ -18,6 +18,8 @@
 #include "absl/strings/string_view.h"
 #include "core/engine/backend.h"
 #include "core/engine/hf_config_cache.h"
+#include "core/engine/position_builder.h"
+#include "core/engine/request_rows.h"
 #include "core/engine/rope_config.h"
 #include "core/engine/table_blocks_touched.h"
 #include "core/engine/table_cache.h"
@@ -37,8 +39,9 @@ struct EngineLimits {
   int64_t hf_config_cache_entries = 1024;
 };
 
-// Rotate q (and optionally k), in place or into q_out (k_out). Every tensor
-// of one call is in the same memory (TensorView::memory).
+// Rotate q (and optionally k), in place, into q_out (k_out), or into float8
+// outputs. Every tensor of one call is in the same memory
+// (TensorView::memory).
 struct RotateParams {
   RopeConfig config;
   TensorView q;                      // [B,S,Hq,D] or [S,Hq,D] (B = 1)
@@ -51,9 +54,27 @@ struct RotateParams {
   TensorView k_out;
   int64_t start_pos = 0;             // positions start_pos + s when `positions` is empty
   // S or B*S explicit positions (start_pos must then be 0). With
-  // config.mrope: 3*S or 3*B*S, ordered [axis][b][s] (axes t, h, w).
+  // config.mrope: 3*S or 3*B*S, ordered [axis][b][s] (axes t, h, w); with
+  // config.axial: n*S or n*B*S for its n axes, [axis][b][s].
   std::vector<int64_t> positions;
+  // Instead of `positions` (the same layout): positions that need not be
+  // integers; cos and sin are computed from them directly, in double.
+  std::vector<double> fractional_positions;
+  // Instead of either: the positions to build (position_builder.h), Qwen
+  // form (hf_config_json empty: config.hf_config_json's) or grids.
+  std::optional<PositionsRequest> build_positions;
   bool inverse = false;
+  // Float8 outputs (FlashInfer's rope_quantize_fp8): with output_dtype a
+  // float8 type, q and k are left as they are, and the rotated values times
+  // q_output_scale (k_output_scale) are rounded to it and written to
+  // *q_float8_out (*k_float8_out, when k is given), which the engine resizes
+  // to one byte per element. Host memory only, never with q_out (k_out).
+  // Unset or q's own dtype: as without it.
+  std::optional<DType> output_dtype;
+  double q_output_scale = 1.0;
+  double k_output_scale = 1.0;
+  std::string* q_float8_out = nullptr;
+  std::string* k_float8_out = nullptr;
   // Optional: polled while the config is derived (hf_config_json), so a
   // cancelled or late call stops there. Must outlive the call.
   const Interrupt* interrupt = nullptr;
@@ -79,6 +100,11 @@ struct AttentionParams {
   ConstTensorView v;                 // [B,Sk,Hkv,Dv]; data == nullptr: absent
   int64_t q_start_pos = 0;
   int64_t k_start_pos = 0;
+  // Instead of q_start_pos (k_start_pos): Sq or B*Sq values (times the
+  // config's position axes, [axis][b][s], as RotateParams::positions), not
+  // necessarily integers; not with `causal`.
+  std::vector<double> q_fractional_positions;
+  std::vector<double> k_fractional_positions;
   bool causal = false;
   bool softmax = false;
   // 0 -> the model's softmax scale when config.hf_config_json gives one
@@ -151,21 +177,38 @@ struct TableSlice {
 // hf_config_json resolved, defaults filled in), and the key, inverse
 // frequencies and attention factor of the table a request at position 0
 // uses (for LongRoPE with max_position_embeddings and for dynamic NTK,
-// longer requests use other tables; see scaling.h).
+// longer requests use other tables; see scaling.h). A NoPE layer
+// (config.no_rope) has no table: has_table is false and inv_freq empty.
 //
 // softmax_scale is what AttentionScores multiplies q . k by when its scale is
 // 0: the model's (RopeConfig::model_softmax_scale, from hf_config_json), else
-// head_dim^-0.5.
+// head_dim^-0.5 (of the whole head for an MLA config).
 struct ResolvedConfig {
   RopeConfig config;
+  bool has_table = true;
   TableKey key;
+  // Axial configs: the table of each axis (key is then the first axis').
+  std::vector<TableKey> axis_keys;
   std::vector<double> inv_freq;
   double attention_factor = 1;
   double softmax_scale = 0;
+  // With a config.json: the layout its model_type's transformers code
+  // pairs features in, its max_position_embeddings (0: none), the layer
+  // type (or rope group) the rope is for, and a DeepSeek MLA head's whole
+  // width (0 unless config describes the rope part of one).
+  std::optional<Layout> hf_layout;
+  uint32_t max_position_embeddings = 0;
+  std::string layer_type;
+  uint32_t whole_head_dim = 0;
 };
 
 class Engine {
  public:
+  // Axial and fractional-position calls on a backend that computes on this
+  // host rotate at most this many tokens at a time, each chunk by rows
+  // made just before (2 MiB at rotary_dim 128: they stay in cache).
+  static constexpr int64_t kRequestRowsChunk = 4096;
+
   Engine(std::unique_ptr<Backend> backend, EngineLimits limits);
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
@@ -193,6 +236,14 @@ class Engine {
   // as GetTable's.
   absl::StatusOr<ResolvedConfig> ResolveConfig(const RopeConfig& config,
                                                const Interrupt* interrupt = nullptr);
+
+  // The positions `request` describes (position_builder.h), at most
+  // max_values (and limits.max_elements_per_request) values; its
+  // hf_config_json is held to limits.max_hf_config_json_bytes
+  // (RESOURCE_EXHAUSTED); `interrupt` (may be null) stops its parse.
+  absl::StatusOr<BuiltPositions> BuildPositions(const PositionsRequest& request,
+                                                int64_t max_values,
+                                                const Interrupt* interrupt = nullptr);
 
   // The explicit config `config` stands for: itself when hf_config_json is
   // empty, else the JSON's derivation (hf_config.h; cached by content) with
@@ -228,6 +279,45 @@ class Engine {
   absl::StatusOr<std::shared_ptr<const RopeTable>> TableFor(
       const RopeConfig& config, int64_t max_position,
       const std::function<void(BlocksTouched&)>& touch);
+  // The blocks of `key`'s table that `touch` adds, built if missing.
+  absl::StatusOr<std::shared_ptr<const RopeTable>> BlocksOf(
+      const TableKey& key, const std::function<void(BlocksTouched&)>& touch);
+  // Axial configs: the view of each axis' table holding the rows that
+  // touch(axis, blocks) adds.
+  absl::StatusOr<std::vector<std::shared_ptr<const RopeTable>>> AxisTables(
+      const RopeConfig& config, const std::function<void(int, BlocksTouched&)>& touch);
+  // Rotate with build_positions: the positions built, then Rotate.
+  absl::Status RotateBuilt(const RotateParams& params);
+  // What exact rows for fractional positions are computed from: the
+  // config's inverse frequencies (at the request's largest position, for
+  // the variants that depend on it), its attention factor and the axis of
+  // each pair.
+  struct ExactLadder {
+    RequestTableInfo info;
+    std::vector<uint8_t> axis_of_pair;
+  };
+  ExactLadder FractionalLadder(const RopeConfig& config, int64_t max_position);
+  // A per-request table of exact rows for fractional positions (of
+  // `rows` rows, PositionAxes() values per row at values[axis * rows + row]).
+  std::shared_ptr<const RopeTable> FractionalRows(const RopeConfig& config, int64_t max_position,
+                                                  const double* values, int64_t rows);
+  // Rotates `args` (positions unset) by a per-request table of `rows` rows
+  // (S shared by every batch row, or B*S) that fill(first, count, cos, sin)
+  // makes, rows [first, first + count) at a time. On a backend that
+  // computes on this host (CallsNeverWait) tokens are rotated in chunks of
+  // kRequestRowsChunk, each by its rows made just before.
+  using RowFill = std::function<void(int64_t first, int64_t count, float* cos, float* sin)>;
+  absl::Status RotateRequestRows(const RotateArgs& args, int64_t rows,
+                                 const RequestTableInfo& info, const RowFill& fill);
+  TableBlock::ParallelFill ParallelFill();
+
+  // The fewest rows one thread of a parallel fill makes.
+  static constexpr int64_t kMinParallelFillRows = 1024;
+
+  // ExplicitConfig, and the config.json derivation it came from (null
+  // without hf_config_json).
+  absl::StatusOr<RopeConfig> ExplicitConfig(const RopeConfig& config, const Interrupt* interrupt,
+                                            std::shared_ptr<const HfConfigCache::Result>* derived);
 
   std::unique_ptr<Backend> backend_;
   const EngineLimits limits_;

@@ -57,12 +57,13 @@ void Llama3(const Llama3Scaling& s, std::vector<float>* inv) {
 // float32 kernels use on an AVX2 CPU. Only called when the CPU has AVX2.
 // (sleef.h declares the 8-lane functions only where AVX is on for the whole
 // file; this one file is built for any x86-64.)
-#pragma GCC push_options
-#pragma GCC target("avx2,fma")
-extern "C" __m256 Sleef_cosf8_u10(__m256);
-extern "C" __m256 Sleef_sinf8_u10(__m256);
+// The target attribute on each function, not `#pragma GCC target`, which
+// clang (the fuzz and sanitizer builds) ignores.
+#define ROPE_AVX2_FMA __attribute__((target("avx2,fma")))
+extern "C" ROPE_AVX2_FMA __m256 Sleef_cosf8_u10(__m256);
+extern "C" ROPE_AVX2_FMA __m256 Sleef_sinf8_u10(__m256);
 
-void CosSinAvx2(const float* angles, int64_t n, float* c, float* s) {
+ROPE_AVX2_FMA void CosSinAvx2(const float* angles, int64_t n, float* c, float* s) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
     const __m256 a = _mm256_loadu_ps(angles + i);
@@ -81,7 +82,7 @@ void CosSinAvx2(const float* angles, int64_t n, float* c, float* s) {
     }
   }
 }
-#pragma GCC pop_options
+#undef ROPE_AVX2_FMA
 
 bool HasAvx2() {
   static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");

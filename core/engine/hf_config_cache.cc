@@ -12,8 +12,20 @@ HfConfigCache::HfConfigCache(int64_t budget_bytes, int64_t max_entries)
 std::shared_ptr<const HfConfigCache::Result> HfConfigCache::Get(absl::string_view json,
                                                                 absl::string_view layer_type,
                                                                 const Interrupt* interrupt) {
-  // Length-prefixed, so that no (layer type, JSON) pair can spell another's key.
-  std::string key = absl::StrCat(layer_type.size(), ":", layer_type, json);
+  HfLayerSelector selector;
+  selector.layer_type = std::string(layer_type);
+  return Get(json, selector, interrupt);
+}
+
+std::shared_ptr<const HfConfigCache::Result> HfConfigCache::Get(absl::string_view json,
+                                                                const HfLayerSelector& selector,
+                                                                const Interrupt* interrupt) {
+  // Length-prefixed, so that no (layer selector, JSON) pair can spell
+  // another's key.
+  const std::string index =
+      selector.layer_index.has_value() ? absl::StrCat(*selector.layer_index) : "-";
+  std::string key = absl::StrCat(selector.layer_type.size(), ":", selector.layer_type,
+                                 index.size(), ":", index, json);
   const int64_t key_bytes = static_cast<int64_t>(key.size());
   {
     absl::MutexLock lock(&mu_);
@@ -25,7 +37,7 @@ std::shared_ptr<const HfConfigCache::Result> HfConfigCache::Get(absl::string_vie
     }
     ++misses_;
   }
-  auto result = std::make_shared<const Result>(ParseHfRopeConfig(json, layer_type, interrupt));
+  auto result = std::make_shared<const Result>(ParseHfRopeConfig(json, selector, interrupt));
   const bool interrupted = result->status().code() == absl::StatusCode::kCancelled ||
                            result->status().code() == absl::StatusCode::kDeadlineExceeded;
   if (interrupted || key_bytes > budget_bytes_ || max_entries_ <= 0) return result;

@@ -1,7 +1,7 @@
 // HfConfigCache: ParseHfRopeConfig's results by content, so that a client
 // that sends the same config.json with every request pays for one parse.
 //
-// The key is the whole JSON text and layer type (equal keys are equal
+// The key is the whole JSON text and layer selector (equal keys are equal
 // inputs; no hash collision can hand one config another's result). Bounded
 // by the bytes of cached text and by the number of entries, least recently
 // used out first. Refusals are cached as well: a malformed config sent
@@ -34,7 +34,7 @@ class HfConfigCache {
     int64_t hits = 0;
     int64_t misses = 0;  // parses
     int64_t entries = 0;
-    int64_t bytes = 0;   // of cached keys (JSON text + layer type)
+    int64_t bytes = 0;   // of cached keys (JSON text + layer selector)
   };
 
   // A text longer than budget_bytes is parsed on every call, never cached.
@@ -42,9 +42,13 @@ class HfConfigCache {
   HfConfigCache(const HfConfigCache&) = delete;
   HfConfigCache& operator=(const HfConfigCache&) = delete;
 
-  // ParseHfRopeConfig(json, layer_type, interrupt), from the cache when it
-  // holds it. A parse the interrupt stopped (CANCELLED, DEADLINE_EXCEEDED)
-  // is not cached: it says nothing about the text.
+  // ParseHfRopeConfig(json, selector, interrupt), from the cache when it
+  // holds it. The key is the JSON text and the whole selector (layer type
+  // and index). A parse the interrupt stopped (CANCELLED,
+  // DEADLINE_EXCEEDED) is not cached: it says nothing about the text.
+  std::shared_ptr<const Result> Get(absl::string_view json, const HfLayerSelector& selector,
+                                    const Interrupt* interrupt = nullptr);
+  // The layer type alone.
   std::shared_ptr<const Result> Get(absl::string_view json, absl::string_view layer_type,
                                     const Interrupt* interrupt = nullptr);
 

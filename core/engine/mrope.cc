@@ -15,7 +15,10 @@ std::vector<uint8_t> MropeFrequencyAxes(const MropeConfig& mrope, int half) {
   if (!mrope.enabled()) return axes;
   for (int i = 0; i < half; ++i) {
     const int64_t index = i;
-    if (mrope.interleaved) {
+    if (mrope.ernie_3d) {
+      const int64_t hw = static_cast<int64_t>(mrope.section[1]) + mrope.section[2];
+      if (index < hw) axes[i] = i % 2 == 0 ? 1 : 2;
+    } else if (mrope.interleaved) {
       if (i % 3 == 1 && index < 3 * static_cast<int64_t>(mrope.section[1])) {
         axes[i] = 1;
       } else if (i % 3 == 2 && index < 3 * static_cast<int64_t>(mrope.section[2])) {
@@ -45,12 +48,28 @@ absl::Status ValidateMrope(const MropeConfig& mrope, uint32_t rotary_dim) {
                                                    sum, "): must sum to rotary_dim/2 = ",
                                                    rotary_dim / 2));
   }
+  if (mrope.ernie_3d) {
+    if (mrope.interleaved) {
+      return absl::InvalidArgumentError(
+          "config.mrope.interleaved is true with Ernie's 3-D layout: the two layouts exclude "
+          "each other");
+    }
+    if (mrope.section[1] != mrope.section[2]) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "config.mrope.section is ", values,
+          ": Ernie's 3-D layout alternates h and w frequencies, so the h and w sections must be "
+          "equal"));
+    }
+  }
   return absl::OkStatus();
 }
 
 std::string DescribeMrope(const MropeConfig& mrope) {
   if (!mrope.enabled()) return "none";
-  return absl::StrCat(mrope.interleaved ? "interleaved" : "chunked", "[",
+  return absl::StrCat(mrope.ernie_3d      ? "ernie_3d"
+                      : mrope.interleaved ? "interleaved"
+                                          : "chunked",
+                      "[",
                       absl::StrJoin(mrope.section, ","), "]");
 }
 

@@ -25,10 +25,16 @@ struct MropeConfig {
   // axis 1 if i % 3 == 1 and i < 3 * section[1], axis 2 if i % 3 == 2 and
   // i < 3 * section[2], else axis 0.
   bool interleaved = false;
+  // Ernie 4.5-VL's 3-D RoPE (transformers' Ernie4_5_VLMoeTextRotaryEmbedding,
+  // vLLM's Ernie4_5_VLRotaryEmbedding), with section (t, h, w) and h == w:
+  // frequency i < h + w takes axis h when i is even and w when odd, the last
+  // t frequencies axis t. `interleaved` must then be false.
+  bool ernie_3d = false;
 
   bool enabled() const { return !section.empty(); }
   friend bool operator==(const MropeConfig& a, const MropeConfig& b) {
-    return a.section == b.section && a.interleaved == b.interleaved;
+    return a.section == b.section && a.interleaved == b.interleaved &&
+           a.ernie_3d == b.ernie_3d;
   }
 };
 
@@ -41,10 +47,12 @@ std::vector<uint8_t> MropeFrequencyAxes(const MropeConfig& mrope, int half);
 
 // OK for a disabled config; INVALID_ARGUMENT naming config.mrope.section and
 // its values when it has other than 3 values or does not sum to
-// rotary_dim / 2.
+// rotary_dim / 2, and for an Ernie 3-D config whose h and w sections differ
+// or that is also interleaved.
 absl::Status ValidateMrope(const MropeConfig& mrope, uint32_t rotary_dim);
 
-// "chunked[16,24,24]", "interleaved[24,20,20]", or "none".
+// "chunked[16,24,24]", "interleaved[24,20,20]", "ernie_3d[20,22,22]", or
+// "none".
 std::string DescribeMrope(const MropeConfig& mrope);
 
 }  // namespace rope

@@ -60,6 +60,17 @@ std::shared_ptr<const RopeTable> RopeTable::Gather(const RopeTable& source, int6
   return table;
 }
 
+std::shared_ptr<const RopeTable> RopeTable::ForRequest(
+    const TableKey& key, int block_shift, int64_t first_block,
+    std::vector<std::shared_ptr<const TableBlock>> blocks, std::vector<double> inv_freq,
+    double attention_factor) {
+  auto table = std::make_shared<RopeTable>(key, first_block, std::move(blocks));
+  table->per_request_ = true;
+  table->rows_.block_shift = block_shift;
+  table->reported_ = Reported{std::move(inv_freq), attention_factor};
+  return table;
+}
+
 void RopeTable::CopyRows(int64_t first, int64_t count, float* cos_out, float* sin_out) const {
   const int64_t block_rows = int64_t{1} << block_shift();
   const int64_t row_values = half();

@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "core/engine/rope_config.h"
@@ -48,13 +49,27 @@ class RopeTable {
                                                  const std::array<const int64_t*, 3>& positions,
                                                  const std::vector<uint8_t>& axis_of_frequency);
 
+  // A per-request view (request_rows.h): blocks of 2^block_shift rows,
+  // slot i block first_block + i (null: not held), filled by the caller;
+  // inv_freq() and attention_factor() report the values given here. No
+  // cache may keep it under `key`.
+  static std::shared_ptr<const RopeTable> ForRequest(
+      const TableKey& key, int block_shift, int64_t first_block,
+      std::vector<std::shared_ptr<const TableBlock>> blocks, std::vector<double> inv_freq,
+      double attention_factor);
+
   const TableKey& key() const { return key_; }
   bool per_request() const { return per_request_; }
   int64_t max_len() const { return key_.max_len; }
   int half() const { return static_cast<int>(key_.rotary_dim / 2); }
-  // Computed from the key on each call (not on any hot path).
-  std::vector<double> inv_freq() const { return ComputeInvFreq(key_); }
-  double attention_factor() const { return ComputeAttentionFactor(key_); }
+  // Computed from the key on each call (not on any hot path), or those a
+  // per-request view was made with.
+  std::vector<double> inv_freq() const {
+    return reported_.has_value() ? reported_->inv_freq : ComputeInvFreq(key_);
+  }
+  double attention_factor() const {
+    return reported_.has_value() ? reported_->attention_factor : ComputeAttentionFactor(key_);
+  }
 
   // Row of half() values for a position in a block the view holds.
   const float* cos_row(int64_t pos) const { return rows_.Cos(pos); }
@@ -77,8 +92,14 @@ class RopeTable {
   int64_t byte_size() const;
 
  private:
+  struct Reported {
+    std::vector<double> inv_freq;
+    double attention_factor = 1;
+  };
+
   TableKey key_;
   bool per_request_ = false;
+  std::optional<Reported> reported_;
   std::vector<std::shared_ptr<const TableBlock>> blocks_;
   std::vector<const float*> cos_blocks_;
   std::vector<const float*> sin_blocks_;

@@ -75,6 +75,28 @@ double YarnCorrectionDim(double rotations, uint32_t dim, double base, double max
 
 std::string Exact(double v) { return ExactDecimal(v); }
 
+// vLLM's DeepseekScalingRotaryEmbedding.mscale.
+double DeepseekMscale(const DeepseekYarnScaling& s) {
+  return YarnMscale(s.factor, s.mscale) / YarnMscale(s.factor, s.mscale_all_dim) * s.attn_factor;
+}
+
+// floor/ceil (when `truncate`) of the correction range of beta_fast and
+// beta_slow, clamped to [0, r - 1], widened by 0.001 when empty (HF's
+// find_correction_range and linear_ramp_factor, vLLM's
+// yarn_find_correction_range and yarn_linear_ramp_mask).
+void YarnRamp(double beta_fast, double beta_slow, uint32_t rotary_dim, double base,
+              double original, bool truncate, double* low, double* high) {
+  *low = YarnCorrectionDim(beta_fast, rotary_dim, base, original);
+  *high = YarnCorrectionDim(beta_slow, rotary_dim, base, original);
+  if (truncate) {
+    *low = std::floor(*low);
+    *high = std::ceil(*high);
+  }
+  *low = std::max(*low, 0.0);
+  *high = std::min(*high, static_cast<double>(rotary_dim) - 1);
+  if (*low == *high) *high += 0.001;  // avoid a zero-width ramp
+}
+
 // 64-bit FNV-1a over the values' IEEE-754 bits, in order. Written here
 // rather than taken from a library: it names a list in a display string
 // (TableKey::ToString), it is not a security boundary, and neither Abseil's
@@ -126,6 +148,25 @@ std::string ScalingName(const ScalingConfig& scaling) {
                         [](const Llama3Scaling&) { return "llama3"; },
                         [](const LongRopeScaling&) { return "longrope"; },
                         [](const ProportionalScaling&) { return "proportional"; },
+                        [](const DynamicNtkAlphaScaling&) { return "dynamic_alpha"; },
+                        [](const NtkScaling&) { return "ntk"; },
+                        [](const DeepseekYarnScaling&) { return "deepseek_yarn"; },
+                    },
+                    scaling);
+}
+
+std::string ScalingFieldName(const ScalingConfig& scaling) {
+  return std::visit(Overloaded{
+                        [](const NoScaling&) { return ""; },
+                        [](const LinearScaling&) { return "linear"; },
+                        [](const DynamicNtkScaling&) { return "dynamic_ntk"; },
+                        [](const YarnScaling&) { return "yarn"; },
+                        [](const Llama3Scaling&) { return "llama3"; },
+                        [](const LongRopeScaling&) { return "longrope"; },
+                        [](const ProportionalScaling&) { return "proportional"; },
+                        [](const DynamicNtkAlphaScaling&) { return "dynamic_ntk_alpha"; },
+                        [](const NtkScaling&) { return "ntk"; },
+                        [](const DeepseekYarnScaling&) { return "deepseek_yarn"; },
                     },
                     scaling);
 }
@@ -168,12 +209,30 @@ std::string DescribeScaling(const ScalingConfig& scaling) {
             return absl::StrCat("proportional(factor=", Exact(s.factor),
                                 " rotated_pairs=", s.rotated_pairs, ")");
           },
+          [](const DynamicNtkAlphaScaling& s) {
+            return absl::StrCat("dynamic_alpha(alpha=", Exact(s.alpha), ")");
+          },
+          [](const NtkScaling& s) {
+            return absl::StrCat("ntk(factor=", Exact(s.factor),
+                                s.has_mixed_b ? absl::StrCat(" mixed_b=", Exact(s.mixed_b)) : "",
+                                ")");
+          },
+          [](const DeepseekYarnScaling& s) {
+            return absl::StrCat(
+                "deepseek_yarn(factor=", Exact(s.factor),
+                " original_max_position_embeddings=", s.original_max_position_embeddings,
+                " beta_fast=", Exact(s.beta_fast), " beta_slow=", Exact(s.beta_slow),
+                " mscale=", Exact(s.mscale), " mscale_all_dim=", Exact(s.mscale_all_dim),
+                " attn_factor=", Exact(s.attn_factor),
+                " extrapolation_factor=", Exact(s.extrapolation_factor), ")");
+          },
       },
       scaling);
 }
 
 std::vector<std::string> SupportedScalingNames() {
-  return {"none", "linear", "dynamic", "yarn", "llama3", "longrope", "proportional"};
+  return {"none",         "linear",        "dynamic", "yarn",         "llama3", "longrope",
+          "proportional", "dynamic_alpha", "ntk",     "deepseek_yarn"};
 }
 
 ScalingConfig WithScalingDefaults(const ScalingConfig& scaling) {
@@ -198,6 +257,15 @@ ScalingConfig WithScalingDefaults(const ScalingConfig& scaling) {
     if (l->original_max_position_embeddings == 0) l->original_max_position_embeddings = 8192;
   } else if (auto* p = std::get_if<ProportionalScaling>(&out)) {
     if (p->factor == 0) p->factor = 1;
+  } else if (auto* d = std::get_if<DeepseekYarnScaling>(&out)) {
+    if (d->beta_fast == 0) d->beta_fast = 32;
+    if (d->beta_slow == 0) d->beta_slow = 1;
+    // The product of the mscales and attn_factor is what the table sees:
+    // folded into attn_factor, with the mscales made neutral (m(s, 0) = 1),
+    // so that equal tables share a key.
+    d->attn_factor = DeepseekMscale(*d);
+    d->mscale = 0;
+    d->mscale_all_dim = 0;
   }
   return out;
 }
@@ -229,12 +297,9 @@ absl::Status ValidateScaling(const ScalingConfig& scaling, uint32_t rotary_dim) 
             ROPE_RETURN_IF_ERROR(CheckFinite("config.yarn.mscale", s.mscale));
             ROPE_RETURN_IF_ERROR(CheckFinite("config.yarn.mscale_all_dim", s.mscale_all_dim));
             ROPE_RETURN_IF_ERROR(CheckPositiveOrDefault("config.yarn.attention_factor", s.attention_factor));
-            const double fast = s.beta_fast == 0 ? 32 : s.beta_fast;
-            const double slow = s.beta_slow == 0 ? 1 : s.beta_slow;
-            if (fast <= slow) {
-              return absl::InvalidArgumentError(absl::StrCat(
-                  "config.yarn.beta_fast is ", fast, ": must be > beta_slow ", slow));
-            }
+            // beta_fast <= beta_slow is accepted, as transformers accepts it
+            // (with a warning): Kimi K2 ships both 1. The ramp stays finite
+            // (a zero-width range is widened by 0.001).
             // The attention factor the mscales give must be usable too (and
             // then the resolved config's explicit form is valid as well).
             if (s.attention_factor == 0) {
@@ -295,12 +360,57 @@ absl::Status ValidateScaling(const ScalingConfig& scaling, uint32_t rotary_dim) 
             }
             return absl::OkStatus();
           },
+          [rotary_dim](const DynamicNtkAlphaScaling& s) {
+            ROPE_RETURN_IF_ERROR(CheckPositive("config.dynamic_ntk_alpha.alpha", s.alpha));
+            if (rotary_dim < 4) {
+              return absl::InvalidArgumentError(absl::StrCat(
+                  "config.rotary_dim is ", rotary_dim,
+                  ": dynamic NTK alpha scaling needs rotary_dim >= 4 (its exponent is r/(r-2))"));
+            }
+            const double base_factor = std::pow(s.alpha, rotary_dim / (rotary_dim - 2.0));
+            if (!std::isfinite(base_factor) || base_factor <= 0) {
+              return absl::InvalidArgumentError(absl::StrCat(
+                  "config.dynamic_ntk_alpha.alpha is ", s.alpha, ": alpha^(r/(r-2)) = ",
+                  base_factor, " must be finite and > 0"));
+            }
+            return absl::OkStatus();
+          },
+          [](const NtkScaling& s) {
+            ROPE_RETURN_IF_ERROR(CheckPositive("config.ntk.factor", s.factor));
+            if (s.has_mixed_b) ROPE_RETURN_IF_ERROR(CheckFinite("config.ntk.mixed_b", s.mixed_b));
+            return absl::OkStatus();
+          },
+          [](const DeepseekYarnScaling& s) {
+            ROPE_RETURN_IF_ERROR(CheckPositive("config.deepseek_yarn.factor", s.factor));
+            ROPE_RETURN_IF_ERROR(CheckRequiredLength(
+                "config.deepseek_yarn.original_max_position_embeddings",
+                s.original_max_position_embeddings));
+            ROPE_RETURN_IF_ERROR(CheckPositiveOrDefault("config.deepseek_yarn.beta_fast", s.beta_fast));
+            ROPE_RETURN_IF_ERROR(CheckPositiveOrDefault("config.deepseek_yarn.beta_slow", s.beta_slow));
+            ROPE_RETURN_IF_ERROR(CheckFinite("config.deepseek_yarn.mscale", s.mscale));
+            ROPE_RETURN_IF_ERROR(CheckFinite("config.deepseek_yarn.mscale_all_dim", s.mscale_all_dim));
+            ROPE_RETURN_IF_ERROR(CheckPositive("config.deepseek_yarn.attn_factor", s.attn_factor));
+            ROPE_RETURN_IF_ERROR(
+                CheckFinite("config.deepseek_yarn.extrapolation_factor", s.extrapolation_factor));
+            const double attention = DeepseekMscale(s);
+            if (!std::isfinite(attention) || attention <= 0) {
+              return absl::InvalidArgumentError(absl::StrCat(
+                  "config.deepseek_yarn.mscale is ", s.mscale, " and mscale_all_dim ",
+                  s.mscale_all_dim, ": the attention factor they give with attn_factor ",
+                  s.attn_factor, " (", attention, ") must be finite and > 0"));
+            }
+            return absl::OkStatus();
+          },
       },
       scaling);
 }
 
 double EffectiveBase(const ScalingConfig& scaling, double theta, uint32_t rotary_dim,
                      int64_t seq_len) {
+  if (const auto* a = std::get_if<DynamicNtkAlphaScaling>(&scaling)) {
+    const double r = rotary_dim;
+    return theta * std::pow(a->alpha, r / (r - 2));
+  }
   const auto* d = std::get_if<DynamicNtkScaling>(&scaling);
   if (d == nullptr || seq_len <= static_cast<int64_t>(d->original_max_position_embeddings)) {
     return theta;
@@ -325,23 +435,17 @@ std::vector<double> ScaledInvFreq(const ScalingConfig& scaling, double base, uin
   std::visit(
       Overloaded{
           [](const NoScaling&) {},
-          [](const DynamicNtkScaling&) {},  // already in `base`
+          [](const DynamicNtkScaling&) {},       // already in `base`
+          [](const DynamicNtkAlphaScaling&) {},  // already in `base`
           [&](const LinearScaling& s) {
             for (double& f : inv) f /= s.factor;
           },
           [&](const YarnScaling& s) {
             const double fast = s.beta_fast == 0 ? 32 : s.beta_fast;
             const double slow = s.beta_slow == 0 ? 1 : s.beta_slow;
-            const double orig = s.original_max_position_embeddings;
-            double low = YarnCorrectionDim(fast, rotary_dim, base, orig);
-            double high = YarnCorrectionDim(slow, rotary_dim, base, orig);
-            if (s.truncate) {
-              low = std::floor(low);
-              high = std::ceil(high);
-            }
-            low = std::max(low, 0.0);
-            high = std::min(high, static_cast<double>(rotary_dim) - 1);
-            if (low == high) high += 0.001;  // avoid a zero-width ramp
+            double low, high;
+            YarnRamp(fast, slow, rotary_dim, base, s.original_max_position_embeddings, s.truncate,
+                     &low, &high);
             for (size_t i = 0; i < half; ++i) {
               // ramp 0 -> keep (extrapolate), 1 -> interpolate (divide by factor)
               const double ramp = std::clamp((static_cast<double>(i) - low) / (high - low), 0.0, 1.0);
@@ -378,6 +482,33 @@ std::vector<double> ScaledInvFreq(const ScalingConfig& scaling, double base, uin
             const double factor = s.factor == 0 ? 1 : s.factor;
             for (size_t i = 0; i < half; ++i) inv[i] = i < s.rotated_pairs ? inv[i] / factor : 0.0;
           },
+          [&](const NtkScaling& s) {
+            const double r = rotary_dim;
+            if (!s.has_mixed_b) {
+              // vLLM: the base times factor, every frequency over factor^(2/r).
+              const double divisor = std::pow(s.factor, 2.0 / r);
+              for (size_t i = 0; i < half; ++i) {
+                inv[i] = std::pow(base * s.factor, -2.0 * static_cast<double>(i) / r) / divisor;
+              }
+            } else {
+              const double a = std::log(s.factor) / std::pow(r / 2, s.mixed_b);
+              for (size_t i = 0; i < half; ++i) {
+                inv[i] /= std::exp(a * std::pow(static_cast<double>(i + 1), s.mixed_b));
+              }
+            }
+          },
+          [&](const DeepseekYarnScaling& s) {
+            const double fast = s.beta_fast == 0 ? 32 : s.beta_fast;
+            const double slow = s.beta_slow == 0 ? 1 : s.beta_slow;
+            double low, high;
+            YarnRamp(fast, slow, rotary_dim, base, s.original_max_position_embeddings,
+                     /*truncate=*/true, &low, &high);
+            for (size_t i = 0; i < half; ++i) {
+              const double ramp = std::clamp((static_cast<double>(i) - low) / (high - low), 0.0, 1.0);
+              const double mask = (1 - ramp) * s.extrapolation_factor;
+              inv[i] = inv[i] / s.factor * (1 - mask) + inv[i] * mask;
+            }
+          },
       },
       scaling);
   return inv;
@@ -387,6 +518,7 @@ double ScaledAttentionFactor(const ScalingConfig& scaling, uint32_t max_len) {
   if (const auto* y = std::get_if<YarnScaling>(&scaling)) {
     return std::get<YarnScaling>(WithScalingDefaults(*y)).attention_factor;
   }
+  if (const auto* d = std::get_if<DeepseekYarnScaling>(&scaling)) return DeepseekMscale(*d);
   if (const auto* l = std::get_if<LongRopeScaling>(&scaling)) {
     if (l->attention_factor != 0) return l->attention_factor;
     const uint32_t expanded = l->max_position_embeddings != 0 ? l->max_position_embeddings : max_len;

@@ -151,13 +151,92 @@ struct ProportionalScaling {
   }
 };
 
-using ScalingConfig = std::variant<NoScaling, LinearScaling, DynamicNtkScaling, YarnScaling,
-                                   Llama3Scaling, LongRopeScaling, ProportionalScaling>;
+// Dynamic NTK with alpha (HunYuan; transformers' HunYuanDenseV1RotaryEmbedding
+// and vLLM's DynamicNTKAlphaRotaryEmbedding): a config.json's rope_type
+// "dynamic" with an "alpha" key. A fixed base, whatever the sequence length:
+//   base = theta * alpha ^ (r / (r - 2)),  inv_freq[i] = base^(-2i/r).
+// No factor takes part.
+struct DynamicNtkAlphaScaling {
+  double alpha = 0;  // required, > 0; r >= 4
+  friend bool operator==(const DynamicNtkAlphaScaling& a, const DynamicNtkAlphaScaling& b) {
+    return a.alpha == b.alpha;
+  }
+  template <typename H>
+  friend H AbslHashValue(H h, const DynamicNtkAlphaScaling& s) {
+    return H::combine(std::move(h), s.alpha);
+  }
+};
+
+// Fixed NTK scaling ("ntk", vLLM's NTKScalingRotaryEmbedding; only the
+// serving engines define it). With s = factor:
+//   fixed (no mixed_b): inv_freq[i] = (theta * s)^(-2i/r) / s^(2/r)
+//   mixed:              inv_freq[i] = theta^(-2i/r) / exp(a * (i + 1)^b),
+//                       a = ln(s) / (r/2)^b, b = mixed_b.
+struct NtkScaling {
+  double factor = 0;        // required, > 0
+  bool has_mixed_b = false;  // the mixed form, with exponent mixed_b
+  double mixed_b = 0;       // finite (0 is a valid exponent)
+  friend bool operator==(const NtkScaling& a, const NtkScaling& b) {
+    return a.factor == b.factor && a.has_mixed_b == b.has_mixed_b &&
+           (!a.has_mixed_b || a.mixed_b == b.mixed_b);
+  }
+  template <typename H>
+  friend H AbslHashValue(H h, const NtkScaling& s) {
+    return H::combine(std::move(h), s.factor, s.has_mixed_b, s.has_mixed_b ? s.mixed_b : 0.0);
+  }
+};
+
+// DeepSeek's YaRN as vLLM's DeepseekScalingRotaryEmbedding computes it
+// ("deepseek_yarn": the name vLLM gives DeepSeek-V2/V3/V4's rope). The
+// frequencies are YaRN's with the correction range floored and ceiled, and
+// extrapolation_factor e scaling the extrapolated share:
+//   mask[i]  = (1 - ramp[i]) * e
+//   inv'[i]  = inv[i] / factor * (1 - mask[i]) + inv[i] * mask[i]
+// and cos/sin are multiplied by
+//   m(factor, mscale) / m(factor, mscale_all_dim) * attn_factor,
+// m(s, k) = s <= 1 ? 1 : 0.1 k ln(s) + 1, where mscale_all_dim 0 gives 1
+// (transformers' yarn instead ignores mscale unless both are non-zero).
+// Every field holds its value; the wire form's absent optional fields take
+// vLLM's defaults (mscale 1, mscale_all_dim 0, attn_factor 1,
+// extrapolation_factor 1).
+struct DeepseekYarnScaling {
+  double factor = 0;                              // required, > 0
+  uint32_t original_max_position_embeddings = 0;  // required, > 0
+  double beta_fast = 0;                           // 0 -> 32
+  double beta_slow = 0;                           // 0 -> 1
+  double mscale = 1;                              // finite
+  double mscale_all_dim = 0;                      // finite
+  double attn_factor = 1;                         // finite, > 0
+  double extrapolation_factor = 1;                // finite
+  friend bool operator==(const DeepseekYarnScaling& a, const DeepseekYarnScaling& b) {
+    return a.factor == b.factor &&
+           a.original_max_position_embeddings == b.original_max_position_embeddings &&
+           a.beta_fast == b.beta_fast && a.beta_slow == b.beta_slow && a.mscale == b.mscale &&
+           a.mscale_all_dim == b.mscale_all_dim && a.attn_factor == b.attn_factor &&
+           a.extrapolation_factor == b.extrapolation_factor;
+  }
+  template <typename H>
+  friend H AbslHashValue(H h, const DeepseekYarnScaling& s) {
+    return H::combine(std::move(h), s.factor, s.original_max_position_embeddings, s.beta_fast,
+                      s.beta_slow, s.mscale, s.mscale_all_dim, s.attn_factor,
+                      s.extrapolation_factor);
+  }
+};
+
+using ScalingConfig =
+    std::variant<NoScaling, LinearScaling, DynamicNtkScaling, YarnScaling, Llama3Scaling,
+                 LongRopeScaling, ProportionalScaling, DynamicNtkAlphaScaling, NtkScaling,
+                 DeepseekYarnScaling>;
 
 // "none", "linear", "dynamic", "yarn", "llama3", "longrope", "proportional"
-// (HF rope_type names).
+// (HF rope_type names), "dynamic_alpha" (rope_type "dynamic" with alpha),
+// "ntk" and "deepseek_yarn" (vLLM's names).
 std::string ScalingName(const ScalingConfig& scaling);
 std::vector<std::string> SupportedScalingNames();
+
+// The RopeConfig field of the variant on the wire ("dynamic_ntk",
+// "dynamic_ntk_alpha", "yarn", ...; "" for none): error messages name it.
+std::string ScalingFieldName(const ScalingConfig& scaling);
 
 // Fills in defaults (0 -> the documented default) so that equal tables get
 // equal keys. Call on a validated config.
@@ -173,13 +252,16 @@ std::string ExactDecimal(double v);
 std::string DescribeScaling(const ScalingConfig& scaling);
 
 // INVALID_ARGUMENT naming the field (config.<variant>.<field>) and value for
-// a NaN/inf, a non-positive factor, beta_fast <= beta_slow, low > high freq
-// factor, list lengths other than rotary_dim/2, dynamic NTK with rotary_dim 2,
-// proportional rotated_pairs outside 1 .. rotary_dim/2.
+// a NaN/inf, a non-positive factor, alpha or beta, low > high freq factor,
+// list lengths other than rotary_dim/2, dynamic NTK (either form) with
+// rotary_dim 2, proportional rotated_pairs outside 1 .. rotary_dim/2.
+// beta_fast may equal or undercut beta_slow (Kimi K2 ships both 1), as
+// transformers accepts it.
 absl::Status ValidateScaling(const ScalingConfig& scaling, uint32_t rotary_dim);
 
 // The base for dynamic NTK at sequence length `seq_len` (theta unchanged
-// when seq_len <= original); theta itself for every other variant.
+// when seq_len <= original), for dynamic NTK with alpha (whatever seq_len);
+// theta itself for every other variant.
 double EffectiveBase(const ScalingConfig& scaling, double theta, uint32_t rotary_dim,
                      int64_t seq_len);
 

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include <tuple>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -30,6 +32,12 @@ struct Dims4 {
 // byte size of tensor `name`.
 template <typename View>
 absl::StatusOr<Dims4> CheckTensor(const char* name, const View& t) {
+  if (IsFloat8(t.dtype)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        name, ".dtype is ", DTypeName(t.dtype),
+        ": float8 is an output type only (Rotate's output_dtype); send FLOAT32, FLOAT16 or "
+        "BFLOAT16"));
+  }
   if (!IsValidDType(t.dtype)) {
     return absl::InvalidArgumentError(absl::StrCat(name, ".dtype is ", static_cast<int>(t.dtype),
                                                    ": must be FLOAT32, FLOAT16 or BFLOAT16"));
@@ -73,9 +81,13 @@ absl::StatusOr<Dims4> CheckTensor(const char* name, const View& t) {
 
 absl::Status CheckHeadDim(const char* name, const Dims4& dims, const RopeConfig& config) {
   if (dims.dim != config.head_dim) {
-    return absl::InvalidArgumentError(absl::StrCat(name, ".shape[-1] (head_dim) is ", dims.dim,
-                                                   ": must equal config.head_dim ",
-                                                   config.head_dim));
+    const bool mla = config.whole_head_dim != 0 && config.whole_head_dim != config.head_dim;
+    return absl::InvalidArgumentError(absl::StrCat(
+        name, ".shape[-1] (head_dim) is ", dims.dim, ": must equal config.head_dim ",
+        config.head_dim,
+        mla ? absl::StrCat(" (the rope part) or ", config.whole_head_dim,
+                           " (the whole MLA head, whose last features rotate)")
+            : std::string()));
   }
   return absl::OkStatus();
 }
@@ -212,39 +224,160 @@ absl::Status ResolveExplicitPositions(const char* field, const std::vector<int64
   return absl::OkStatus();
 }
 
-// M-RoPE positions: 3*S or 3*B*S values, [axis][b][s].
-absl::Status ResolveMropePositions(const RotateParams& params, const RopeConfig& config,
-                                   const Dims4& q, ResolvedRotate* out) {
+// Rotate's output: in place, or float8 (output_dtype) with its scales.
+absl::Status ResolveRotateOutput(const RotateParams& params, bool has_k, RotateArgs* args,
+                                 int64_t* elements) {
+  const bool to_float8 = params.output_dtype.has_value() && *params.output_dtype != params.q.dtype;
+  if (to_float8 && !IsFloat8(*params.output_dtype)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "output_dtype is ", DTypeName(*params.output_dtype), ": must be q's dtype ",
+        DTypeName(params.q.dtype), " (in place) or FLOAT8_E4M3FN / FLOAT8_E5M2"));
+  }
+  const std::pair<const char*, double> scales[] = {{"output_scale", params.q_output_scale},
+                                                   {"k_output_scale", params.k_output_scale}};
+  for (const auto& [field, scale] : scales) {
+    if (!std::isfinite(scale) || scale <= 0 || scale > std::numeric_limits<float>::max()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, " is ", scale, ": must be finite as float32 and > 0 (0 on the wire means 1)"));
+    }
+    if (!to_float8 && scale != 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, " is ", scale,
+          ": only a float8 output_dtype takes a scale (FlashInfer's quant_scale)"));
+    }
+  }
+  if (!to_float8) return absl::OkStatus();
+  if (!params.q.memory.is_host()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "output_dtype is ", DTypeName(*params.output_dtype), " with q in ",
+        params.q.memory.ToString(), ": float8 outputs are made from host memory into the reply"));
+  }
+  for (const auto& [field, out] : {std::pair<const char*, const TensorView*>{"q_out", &params.q_out},
+                                   {"k_out", &params.k_out}}) {
+    if (out->data != nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "output_dtype is ", DTypeName(*params.output_dtype), " with ", field,
+          ": float8 outputs go into the reply's bytes, not into an output reference"));
+    }
+  }
+  if (params.q_float8_out == nullptr || (has_k && params.k_float8_out == nullptr)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "output_dtype is ", DTypeName(*params.output_dtype),
+        ": this call has nowhere to write float8 outputs"));
+  }
+  args->output_dtype = *params.output_dtype;
+  args->q_scale = static_cast<float>(params.q_output_scale);
+  args->k_scale = static_cast<float>(params.k_output_scale);
+  // The outputs are new bytes beside the inputs: count them as elements too.
+  *elements = CheckedAdd(*elements, *elements);
+  return absl::OkStatus();
+}
+
+int AxesOf(const RopeConfig& config) { return config.PositionAxes(); }
+
+std::string AxisLabel(const RopeConfig& config, int64_t axis) {
+  if (config.mrope.enabled()) return MropeAxisName(static_cast<int>(axis));
+  return absl::StrCat(axis);
+}
+
+// The rule for a list of `axes` positions per token, for messages.
+std::string CountRule(const RopeConfig& config, int64_t seq, int64_t batch,
+                      const std::vector<int64_t>& shape, const char* tensor) {
+  const int axes = AxesOf(config);
+  if (axes == 1) {
+    return absl::StrCat("must be S (", seq, ") or B*S (", batch * seq, ") for ", tensor,
+                        ".shape ", ShapeString(shape));
+  }
+  const std::string with = config.mrope.enabled()
+                               ? std::string("with config.mrope")
+                               : absl::StrCat("with config.axial (", axes, " axes)");
+  const std::string order = config.mrope.enabled() ? "[axis t,h,w][b][s]" : "[axis][b][s]";
+  return absl::StrCat(with, " it must be ", axes, "*S (", axes * seq, ") or ", axes, "*B*S (",
+                      axes * batch * seq, ") for ", tensor, ".shape ", ShapeString(shape),
+                      ", ordered ", order);
+}
+
+// Where value i of a list of `rows` rows of positions lies, for messages:
+// "positions[9] (axis w, b 0, s 1)", or "positions[3]" with one axis.
+std::string PositionPlace(const RopeConfig& config, const std::string& field, int64_t i,
+                          int64_t rows, int64_t seq, bool batched) {
+  const int axes = AxesOf(config);
+  const int64_t axis = i / rows, token = i % rows;
+  std::string where = absl::StrCat(field, "[", i, "]");
+  if (axes == 1) return where;
+  if (batched) {
+    return absl::StrCat(where, " (axis ", AxisLabel(config, axis), ", b ", token / seq, ", s ",
+                        token % seq, ")");
+  }
+  return absl::StrCat(where, " (axis ", AxisLabel(config, axis), ", s ", token, ")");
+}
+
+// Several positions per token (M-RoPE or axial): axes*S or axes*B*S values,
+// [axis][b][s].
+absl::Status ResolveAxisPositions(const RotateParams& params, const RopeConfig& config,
+                                  const Dims4& q, ResolvedRotate* out) {
+  const int axes = AxesOf(config);
   const int64_t n = static_cast<int64_t>(params.positions.size());
-  const int64_t shared = kMropeAxes * q.seq;
-  const int64_t per_row = kMropeAxes * q.batch * q.seq;
+  const int64_t shared = axes * q.seq;
+  const int64_t per_row = axes * q.batch * q.seq;
   if (n != shared && n != per_row) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "positions has ", n, " values: with config.mrope it must be 3*S (", shared,
-        ") or 3*B*S (", per_row, ") for q.shape ", ShapeString(params.q.shape),
-        ", ordered [axis t,h,w][b][s]"));
+        "positions has ", n, " values: ", CountRule(config, q.seq, q.batch, params.q.shape, "q")));
   }
-  const int64_t rows = n / kMropeAxes;
+  const int64_t rows = n / axes;
   const bool batched = n == per_row && q.batch > 1;
   int64_t max_pos = 0;
   for (int64_t i = 0; i < n; ++i) {
     const int64_t p = params.positions[i];
     if (p < 0 || p >= static_cast<int64_t>(config.max_len)) {
-      const int64_t axis = i / rows, token = i % rows;
-      const std::string where =
-          batched ? absl::StrCat("positions[", i, "] (axis ", MropeAxisName(axis), ", b ",
-                                 token / q.seq, ", s ", token % q.seq, ")")
-                  : absl::StrCat("positions[", i, "] (axis ", MropeAxisName(axis), ", s ", token,
-                                 ")");
-      return CheckPosition(p, config.max_len, where);
+      return CheckPosition(p, config.max_len,
+                           PositionPlace(config, "positions", i, rows, q.seq, batched));
     }
     max_pos = std::max(max_pos, p);
   }
-  out->mrope_positions = params.positions.data();
-  out->mrope_rows = rows;
+  out->axis_positions = params.positions.data();
+  out->axis_rows = rows;
   out->max_position = max_pos;
   return absl::OkStatus();
 }
+
+// Fractional positions of one tensor (`field`; empty: none): axes*S or
+// axes*B*S finite values in [0, max_len), [axis][b][s].
+absl::StatusOr<FractionalPositions> ResolveFractionalPositions(
+    const std::vector<double>& values, const std::string& field, const RopeConfig& config,
+    int64_t batch, int64_t seq, const std::vector<int64_t>& shape, const char* tensor) {
+  FractionalPositions out;
+  if (values.empty()) return out;
+  const int axes = AxesOf(config);
+  const int64_t n = static_cast<int64_t>(values.size());
+  if (n != axes * seq && n != axes * batch * seq) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, " has ", n, " values: ", CountRule(config, seq, batch, shape, tensor)));
+  }
+  out.rows = n / axes;
+  out.axes = axes;
+  const bool batched = out.rows == batch * seq && batch > 1;
+  for (int64_t i = 0; i < n; ++i) {
+    const double p = values[i];
+    if (std::isfinite(p) && p >= 0 && p < static_cast<double>(config.max_len)) {
+      out.max = std::max(out.max, p);
+      continue;
+    }
+    const std::string where = PositionPlace(config, field, i, out.rows, seq, batched);
+    if (!std::isfinite(p) || p < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, " is ", p, ": must be finite and >= 0"));
+    }
+    return absl::OutOfRangeError(
+        absl::StrCat(where, " is ", p, ": must be < config.max_len ", config.max_len));
+  }
+  out.values = values.data();
+  return out;
+}
+
+// The largest fractional position rounded up: what dynamic NTK and
+// LongRoPE take as the request's largest position.
+int64_t CeilPosition(double p) { return static_cast<int64_t>(std::ceil(p)); }
 
 }  // namespace
 
@@ -265,6 +398,7 @@ absl::StatusOr<ResolvedRotate> ResolveRotate(const RotateParams& params, const R
   args.seq = q.seq;
   args.head_dim = config.head_dim;
   args.rotary_dim = config.EffectiveRotaryDim();
+  args.rotary_offset = config.rotary_offset;
   ROPE_RETURN_IF_ERROR(
       ResolveDestination("q_out", params.q_out, "q", params.q, &args.q, &args.q_source));
   args.q_heads = q.heads;
@@ -274,7 +408,9 @@ absl::StatusOr<ResolvedRotate> ResolveRotate(const RotateParams& params, const R
     ROPE_ASSIGN_OR_RETURN(const Dims4 k, CheckTensor("k", params.k));
     ROPE_RETURN_IF_ERROR(CheckHeadDim("k", k, config));
     ROPE_RETURN_IF_ERROR(CheckCompanion("k", params.k, k, "q", params.q, q, /*same_seq=*/true));
-    ROPE_RETURN_IF_ERROR(CheckGqa("q", q.heads, "k", k.heads));
+    // Any head counts: rotation pairs no query head with a key head (only
+    // attention does, AttentionScores checks Hq % Hkv); FlashInfer and vLLM
+    // rotate such q and k in one call too.
     ROPE_RETURN_IF_ERROR(CheckSameMemory("k", params.k.memory, "q", params.q.memory));
     ROPE_RETURN_IF_ERROR(
         ResolveDestination("k_out", params.k_out, "k", params.k, &args.k, &args.k_source));
@@ -283,6 +419,7 @@ absl::StatusOr<ResolvedRotate> ResolveRotate(const RotateParams& params, const R
   } else if (params.k_out.data != nullptr) {
     return absl::InvalidArgumentError("k_out is set but k is missing");
   }
+  ROPE_RETURN_IF_ERROR(ResolveRotateOutput(params, has_k, &args, &elements));
   ROPE_RETURN_IF_ERROR(CheckElementLimit(elements, limits));
 
   args.positions.seq = q.seq;
@@ -294,12 +431,29 @@ absl::StatusOr<ResolvedRotate> ResolveRotate(const RotateParams& params, const R
         "start_pos and positions are both set (start_pos is ", params.start_pos, ", positions has ",
         params.positions.size(), " values): give one of them"));
   }
+  if (!params.fractional_positions.empty()) {
+    if (!params.positions.empty() || params.start_pos != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "fractional_positions (", params.fractional_positions.size(),
+          " values) and ", params.positions.empty() ? absl::StrCat("start_pos ", params.start_pos)
+                                                    : absl::StrCat("positions (",
+                                                                   params.positions.size(),
+                                                                   " values)"),
+          " are both set: give one of them"));
+    }
+    ROPE_ASSIGN_OR_RETURN(out.fractional,
+                          ResolveFractionalPositions(params.fractional_positions,
+                                                     "fractional_positions", config, q.batch,
+                                                     q.seq, params.q.shape, "q"));
+    out.max_position = CeilPosition(out.fractional.max);
+    return out;
+  }
   if (params.positions.empty()) {
     ROPE_RETURN_IF_ERROR(CheckStartPos("start_pos", params.start_pos, q.seq, config.max_len));
     args.positions.start_pos = params.start_pos;
     out.max_position = params.start_pos + q.seq - 1;
-  } else if (config.mrope.enabled()) {
-    ROPE_RETURN_IF_ERROR(ResolveMropePositions(params, config, q, &out));
+  } else if (config.mrope.enabled() || config.axial.enabled()) {
+    ROPE_RETURN_IF_ERROR(ResolveAxisPositions(params, config, q, &out));
   } else {
     ROPE_RETURN_IF_ERROR(ResolveExplicitPositions("positions", params.positions, "q",
                                                   params.q.shape, q, config.max_len,
@@ -415,6 +569,7 @@ absl::StatusOr<ResolvedAttention> ResolveAttention(const AttentionParams& params
   a.k_heads = k.heads;
   a.head_dim = config.head_dim;
   a.rotary_dim = config.EffectiveRotaryDim();
+  a.rotary_offset = config.rotary_offset;
   a.q = params.q.data;
   a.k = params.k.data;
   a.memory = params.q.memory;
@@ -536,6 +691,56 @@ absl::StatusOr<ResolvedAttention> ResolveAttention(const AttentionParams& params
                                                  params.k.shape, k, config.max_len,
                                                  &a.k_positions, &k_max));
   r.max_position = std::max(q_max, k_max);
+  ROPE_ASSIGN_OR_RETURN(r.q_fractional,
+                        ResolveFractionalPositions(params.q_fractional_positions,
+                                                   "q_fractional_positions", config, q.batch,
+                                                   q.seq, params.q.shape, "q"));
+  ROPE_ASSIGN_OR_RETURN(r.k_fractional,
+                        ResolveFractionalPositions(params.k_fractional_positions,
+                                                   "k_fractional_positions", config, k.batch,
+                                                   k.seq, params.k.shape, "k"));
+  for (const auto& [fractional, field, start, list_field, list] :
+       {std::tuple<const FractionalPositions&, const char*, int64_t, const char*,
+                   const std::vector<int64_t>&>{r.q_fractional, "q_fractional_positions",
+                                                params.q_start_pos, "q_positions",
+                                                params.q_positions},
+        std::tuple<const FractionalPositions&, const char*, int64_t, const char*,
+                   const std::vector<int64_t>&>{r.k_fractional, "k_fractional_positions",
+                                                params.k_start_pos, "k_positions",
+                                                params.k_positions}}) {
+    if (fractional.values == nullptr) continue;
+    if (start != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(field, " and its start position (",
+                                                     start, ") are both set: give one of them"));
+    }
+    if (!list.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(field, " and ", list_field, " (",
+                                                     list.size(),
+                                                     " values) are both set: give one of them"));
+    }
+  }
+  if (r.q_fractional.values != nullptr || r.k_fractional.values != nullptr) {
+    // Fractional positions are rows of a per-request table, not integers the
+    // masks could compare.
+    const char* mask = params.causal                      ? "causal"
+                       : params.window_left.has_value()   ? "window_left"
+                       : params.window_right.has_value()  ? "window_right"
+                       : params.chunk_size != 0           ? "chunk_size"
+                       : !params.alibi_slopes.empty()     ? "alibi_slopes"
+                                                          : nullptr;
+    if (mask != nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          mask, " is set with q_fractional_positions / k_fractional_positions: masks and ALiBi "
+          "compare integer positions (q_start_pos + i or q_positions, likewise for k); send ",
+          mask, " unset"));
+    }
+  }
+  if (config.axial.enabled() && (!params.q_positions.empty() || !params.k_positions.empty())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        params.q_positions.empty() ? "k_positions" : "q_positions",
+        " is set with config.axial: an axial config takes one position per axis; send "
+        "q_fractional_positions / k_fractional_positions ([axis][b][s]) or start positions"));
+  }
 
   // Shapes and the element count: inputs and the requested results only.
   int64_t elements = CheckedAdd(q.elements, k.elements);

@@ -7,6 +7,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "core/proto_engine/positions_conversion.h"
 #include "core/proto_engine/scaling_conversion.h"
 
 namespace rope {
@@ -32,6 +33,10 @@ absl::StatusOr<DType> DTypeFromProto(int value, absl::string_view field) {
       return DType::kFloat16;
     case v1::BFLOAT16:
       return DType::kBFloat16;
+    case v1::FLOAT8_E4M3FN:
+      return DType::kFloat8E4M3;
+    case v1::FLOAT8_E5M2:
+      return DType::kFloat8E5M2;
     case v1::DTYPE_UNSPECIFIED:
       return absl::InvalidArgumentError(
           absl::StrCat(field, " is DTYPE_UNSPECIFIED (0): set FLOAT32, FLOAT16 or BFLOAT16"));
@@ -40,8 +45,10 @@ absl::StatusOr<DType> DTypeFromProto(int value, absl::string_view field) {
           field, " is INT32 (4): a reply-only type (top_k_indices); set FLOAT32, FLOAT16 or "
           "BFLOAT16"));
     default:
-      return absl::InvalidArgumentError(absl::StrCat(
-          field, " is ", value, ": not a rope.v1.DType (FLOAT32 = 1, FLOAT16 = 2, BFLOAT16 = 3)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, " is ", value,
+                       ": not a rope.v1.DType (FLOAT32 = 1, FLOAT16 = 2, BFLOAT16 = 3, "
+                       "FLOAT8_E4M3FN = 5, FLOAT8_E5M2 = 6)"));
   }
 }
 
@@ -53,6 +60,10 @@ v1::DType DTypeToProto(DType dtype) {
       return v1::FLOAT16;
     case DType::kBFloat16:
       return v1::BFLOAT16;
+    case DType::kFloat8E4M3:
+      return v1::FLOAT8_E4M3FN;
+    case DType::kFloat8E5M2:
+      return v1::FLOAT8_E5M2;
   }
   return v1::DTYPE_UNSPECIFIED;
 }
@@ -87,8 +98,34 @@ absl::StatusOr<RopeConfig> ConfigFromProto(const v1::RopeConfig& proto) {
           "config.mrope is set with no section: give its 3 sections (t, h, w), or leave it unset");
     }
   }
+  if (proto.has_axial()) {
+    for (const v1::RopeAxis& axis : proto.axial().axes()) {
+      config.axial.axes.push_back(
+          AxialAxis{axis.dim(), axis.theta(), axis.theta_rescale(), axis.interpolation()});
+    }
+    if (config.axial.axes.empty()) {
+      return absl::InvalidArgumentError(
+          "config.axial is set with no axes: give one RopeAxis per axis, or leave it unset");
+    }
+  }
   config.hf_config_json = proto.hf_config_json();
   config.hf_layer_type = proto.hf_layer_type();
+  // The serving engines' variants (RopeConfig 20-29).
+  config.rotary_offset = proto.rotary_offset();
+  if (proto.has_hf_layer_index()) config.hf_layer_index = proto.hf_layer_index();
+  if (proto.has_no_rope()) {
+    config.no_rope.enabled = true;
+    config.no_rope.floor_scale = proto.no_rope().floor_scale();
+    config.no_rope.attn_scale = proto.no_rope().attn_scale();
+  }
+  if (proto.mrope_ernie_3d()) {
+    if (!config.mrope.enabled()) {
+      return absl::InvalidArgumentError(
+          "config.mrope_ernie_3d is true without config.mrope: Ernie's 3-D layout needs its "
+          "sections (t, h, w)");
+    }
+    config.mrope.ernie_3d = true;
+  }
   switch (proto.angle_precision()) {
     case v1::ANGLE_EXACT:
       config.angle_precision = AnglePrecision::kExact;
@@ -116,9 +153,23 @@ v1::RopeConfig ConfigToProto(const RopeConfig& config) {
     proto.mutable_mrope()->mutable_section()->Assign(config.mrope.section.begin(),
                                                      config.mrope.section.end());
     proto.mutable_mrope()->set_interleaved(config.mrope.interleaved);
+    proto.set_mrope_ernie_3d(config.mrope.ernie_3d);
+  }
+  for (const AxialAxis& axis : config.axial.axes) {
+    v1::RopeAxis* out = proto.mutable_axial()->add_axes();
+    out->set_dim(axis.dim);
+    out->set_theta(axis.theta);
+    out->set_theta_rescale(axis.theta_rescale);
+    out->set_interpolation(axis.interpolation);
   }
   proto.set_hf_config_json(config.hf_config_json);
   proto.set_hf_layer_type(config.hf_layer_type);
+  proto.set_rotary_offset(config.rotary_offset);
+  if (config.hf_layer_index.has_value()) proto.set_hf_layer_index(*config.hf_layer_index);
+  if (config.no_rope.enabled) {
+    proto.mutable_no_rope()->set_floor_scale(config.no_rope.floor_scale);
+    proto.mutable_no_rope()->set_attn_scale(config.no_rope.attn_scale);
+  }
   proto.set_angle_precision(config.angle_precision == AnglePrecision::kFloat32 ? v1::ANGLE_FLOAT32
                                                                                : v1::ANGLE_EXACT);
   return proto;
@@ -129,7 +180,15 @@ v1::ResolvedConfig ResolvedConfigToProto(const ResolvedConfig& resolved) {
   *proto.mutable_config() = ConfigToProto(resolved.config);
   proto.mutable_inv_freq()->Assign(resolved.inv_freq.begin(), resolved.inv_freq.end());
   proto.set_attention_factor(resolved.attention_factor);
-  proto.set_table_key(resolved.key.ToString());
+  if (resolved.has_table) proto.set_table_key(resolved.key.ToString());
+  for (const TableKey& key : resolved.axis_keys) proto.add_axis_table_keys(key.ToString());
+  if (resolved.hf_layout.has_value()) {
+    proto.set_hf_layout(*resolved.hf_layout == Layout::kHalf ? v1::HALF : v1::INTERLEAVED);
+  }
+  proto.set_max_position_embeddings(resolved.max_position_embeddings);
+  proto.set_layer_type(resolved.layer_type);
+  proto.set_no_rope(resolved.config.no_rope.enabled);
+  proto.set_whole_head_dim(resolved.whole_head_dim);
   proto.set_softmax_scale(resolved.softmax_scale);
   return proto;
 }
@@ -160,7 +219,34 @@ absl::StatusOr<RotateParams> RotateParamsFromProto(v1::RotateRequest* request) {
   }
   params.start_pos = request->start_pos();
   params.positions.assign(request->positions().begin(), request->positions().end());
+  params.fractional_positions.assign(request->fractional_positions().begin(),
+                                     request->fractional_positions().end());
+  if (request->has_build_positions()) {
+    params.build_positions = PositionsRequestFromProto(request->build_positions());
+  }
   params.inverse = request->inverse();
+  // Float8 outputs (RotateRequest 20-22): the dtype, and FlashInfer's
+  // quant scales, 0 meaning 1 (k's: q's).
+  if (request->output_dtype() != v1::DTYPE_UNSPECIFIED) {
+    ROPE_ASSIGN_OR_RETURN(params.output_dtype,
+                          DTypeFromProto(request->output_dtype(), "output_dtype"));
+    if (IsFloat8(*params.output_dtype)) {
+      for (const auto& [field, set] :
+           {std::pair<const char*, bool>{"q.shm", request->q().has_shm()},
+            {"q_out", request->has_q_out()},
+            {"k.shm", request->k().has_shm()},
+            {"k_out", request->has_k_out()}}) {
+        if (set) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "output_dtype is ", v1::DType_Name(request->output_dtype()), " with ", field,
+              ": float8 outputs go into the reply's bytes, not into shared memory"));
+        }
+      }
+    }
+  }
+  params.q_output_scale = request->output_scale() != 0 ? request->output_scale() : 1.0;
+  params.k_output_scale =
+      request->k_output_scale() != 0 ? request->k_output_scale() : params.q_output_scale;
   return params;
 }
 
@@ -178,6 +264,10 @@ absl::StatusOr<AttentionParams> AttentionParamsFromProto(
   }
   params.q_start_pos = request.q_start_pos();
   params.k_start_pos = request.k_start_pos();
+  params.q_fractional_positions.assign(request.q_fractional_positions().begin(),
+                                       request.q_fractional_positions().end());
+  params.k_fractional_positions.assign(request.k_fractional_positions().begin(),
+                                       request.k_fractional_positions().end());
   params.causal = request.causal();
   params.softmax = request.softmax();
   params.scale = request.scale();

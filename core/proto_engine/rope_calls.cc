@@ -7,8 +7,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "core/engine/axial.h"
 #include "core/engine/rope_config.h"
 #include "core/engine/tensor_size.h"
+#include "core/proto_engine/positions_conversion.h"
 #include "core/proto_engine/request_conversion.h"
 
 namespace rope {
@@ -22,8 +24,8 @@ using v1::RotateResponse;
 // ---- The tensors of each RPC, one entry each --------------------------------------
 
 // A tensor of Rotate: rotated in place (in the request's bytes or in its
-// region), or into its output reference; returned as bytes or as the
-// reference it was written to.
+// region), into its output reference, or into float8 bytes of the reply
+// (output_dtype); returned as bytes or as the reference it was written to.
 struct RotateTensor {
   const char* name;      // "q"
   const char* out_name;  // "q_out"
@@ -37,15 +39,18 @@ struct RotateTensor {
   v1::Tensor* (RotateResponse::*reply)();
   TensorView RotateParams::*view;
   TensorView RotateParams::*out_view;
+  std::string* RotateParams::*float8_out;
 };
 
 const RotateTensor kRotateTensors[] = {
     {"q", "q_out", "q is", true, &RotateRequest::has_q, &RotateRequest::q,
      &RotateRequest::mutable_q, &RotateRequest::has_q_out, &RotateRequest::q_out,
-     &RotateResponse::mutable_q, &RotateParams::q, &RotateParams::q_out},
+     &RotateResponse::mutable_q, &RotateParams::q, &RotateParams::q_out,
+     &RotateParams::q_float8_out},
     {"k", "k_out", "k is", false, &RotateRequest::has_k, &RotateRequest::k,
      &RotateRequest::mutable_k, &RotateRequest::has_k_out, &RotateRequest::k_out,
-     &RotateResponse::mutable_k, &RotateParams::k, &RotateParams::k_out},
+     &RotateResponse::mutable_k, &RotateParams::k, &RotateParams::k_out,
+     &RotateParams::k_float8_out},
 };
 
 // An input of AttentionScores, read where it lies.
@@ -313,6 +318,14 @@ absl::Status AnswerRotate(Engine& engine, RotateRequest* request, RotateResponse
     }
   }
   ROPE_RETURN_IF_ERROR(tensors.CheckCall());
+  // Float8 outputs (never with references: RotateParamsFromProto) are
+  // written by the engine straight into the reply's bytes.
+  const bool to_float8 = params.output_dtype.has_value() && IsFloat8(*params.output_dtype);
+  if (to_float8) {
+    for (const RotateTensor& t : kRotateTensors) {
+      if ((request->*t.has)()) params.*t.float8_out = (reply->*t.reply)()->mutable_data();
+    }
+  }
   ROPE_RETURN_IF_ERROR(engine.Rotate(params));
   ROPE_RETURN_IF_ERROR(tensors.CheckAfter());
 
@@ -320,7 +333,10 @@ absl::Status AnswerRotate(Engine& engine, RotateRequest* request, RotateResponse
     if (!(request->*t.has)()) continue;
     v1::Tensor* input = (request->*t.mutable_tensor)();
     v1::Tensor* answer = (reply->*t.reply)();
-    if ((request->*t.has_out)()) {
+    if (to_float8) {
+      answer->set_dtype(DTypeToProto(*params.output_dtype));
+      *answer->mutable_shape() = input->shape();
+    } else if ((request->*t.has_out)()) {
       SetReference(input->dtype(), *input, (request->*t.out)(), answer);
     } else if (input->has_shm()) {
       SetReference(input->dtype(), *input, input->shm(), answer);
@@ -339,14 +355,31 @@ CallEstimate EstimateRotate(const RotateRequest& request) {
     const bool to_reference = (request.*t.has_out)();
     references = references || tensor.has_shm() || to_reference;
     // Bytes rotated in place come back in the reply, which takes them over
-    // from the request: only gRPC's serialized copy is new.
+    // from the request: only gRPC's serialized copy is new. Float8 outputs
+    // (output_dtype) are new bytes, one per element, and their serialized
+    // copy: never more than the 2- or 4-byte input.
     if (!to_reference) {
       estimate.more_bytes =
           SaturatingAdd(estimate.more_bytes, static_cast<int64_t>(tensor.data().size()));
     }
   }
-  estimate.may_run_inline = !references && request.config().hf_config_json().empty() &&
-                            request.config().max_len() <= kInlineMaxLen;
+  // Positions per axis (M-RoPE, axial RoPE, fractional or built positions)
+  // make a per-request table: at most one row of rotary_dim floats (cos and
+  // sin) per token of q, and a build_positions up to kMaxAxialAxes 8-byte
+  // values per token (the engine's bound on what it builds).
+  const v1::RopeConfig& config = request.config();
+  const bool built = request.has_build_positions();
+  if ((built || config.has_axial() || config.has_mrope() ||
+       request.fractional_positions_size() > 0) &&
+      ShapeMatchesBytes(request.q())) {
+    const int64_t tokens = SaturatingMul(Batch(request.q()), DimFromEnd(request.q(), 3));
+    int64_t rows = SaturatingProduct({tokens, DimFromEnd(request.q(), 1), sizeof(float)});
+    if (built) rows = SaturatingAdd(rows, SaturatingProduct({tokens, kMaxAxialAxes, 8}));
+    estimate.more_bytes = SaturatingAdd(estimate.more_bytes, rows);
+  }
+  // Building positions may parse a config.json: never inline.
+  estimate.may_run_inline = !references && !built && config.hf_config_json().empty() &&
+                            config.max_len() <= kInlineMaxLen;
   return estimate;
 }
 
@@ -420,9 +453,15 @@ CallEstimate EstimateAttentionScores(const AttentionScoresRequest& request,
   const int64_t payload = limit.Clamp(InlineResultBytes(request));
   // The engine's float32 working copies of q and k (rotated), freed when the
   // work ends.
-  const int64_t working =
+  int64_t working =
       SaturatingMul(SaturatingAdd(EstimatedElements(request.q()), EstimatedElements(request.k())),
                     sizeof(float));
+  // A NoPE layer with temperature tuning (config.no_rope, or a layer
+  // hf_layer_index picks) scales a copy of q in its own dtype.
+  if (request.config().has_no_rope() || request.config().has_hf_layer_index()) {
+    const int64_t element = request.q().dtype() == v1::FLOAT32 ? 4 : 2;
+    working = SaturatingAdd(working, SaturatingMul(EstimatedElements(request.q()), element));
+  }
   estimate.more_bytes = SaturatingAdd(WithSerializedCopy(payload), working);
   return estimate;
 }
@@ -503,6 +542,43 @@ CallEstimate EstimateResolveConfig(const v1::RopeConfig& config) {
   estimate.more_bytes = WithSerializedCopy(
       SaturatingAdd(static_cast<int64_t>(config.ByteSizeLong()),
                     3 * kListBytes + kKeyAndFieldsBytes));
+  return estimate;
+}
+
+// ---- BuildPositions -----------------------------------------------------------------
+
+absl::Status AnswerBuildPositions(Engine& engine, const v1::BuildPositionsRequest& request,
+                                  const ReplyLimit& limit, v1::BuildPositionsResponse* reply,
+                                  const Interrupt* interrupt) {
+  // A value takes at most 10 bytes on the wire (a negative int64 varint).
+  constexpr int64_t kMaxValueBytes = 10;
+  int64_t max_values = engine.limits().max_elements_per_request;
+  if (limit.max_bytes() > 0) max_values = std::min(max_values, limit.max_bytes() / kMaxValueBytes);
+  const int64_t requested = RequestedPositionValues(request);
+  if (requested > max_values) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "BuildPositions would build ", requested, " position values: over the server's limit of ",
+        max_values, " (max_elements_per_request, and the reply within max_message_bytes ",
+        limit.max_bytes(), " at 10 bytes a value)"));
+  }
+  ROPE_ASSIGN_OR_RETURN(
+      BuiltPositions built,
+      engine.BuildPositions(PositionsRequestFromProto(request), max_values, interrupt));
+  BuiltPositionsToProto(built, reply);
+  return absl::OkStatus();
+}
+
+CallEstimate EstimateBuildPositions(const v1::BuildPositionsRequest& request,
+                                    const ReplyLimit& limit) {
+  // The largest reply the request can produce (its values as 10-byte
+  // varints; AnswerBuildPositions holds it to the limit), and the engine's
+  // list of 8-byte values behind it.
+  int64_t values = RequestedPositionValues(request);
+  if (limit.max_bytes() > 0) values = std::min(values, limit.max_bytes() / 10);  // else refused
+  CallEstimate estimate;
+  estimate.more_bytes =
+      SaturatingAdd(WithSerializedCopy(limit.Clamp(BuildPositionsReplyBytes(request))),
+                    SaturatingMul(values, 8));
   return estimate;
 }
 

@@ -109,6 +109,18 @@ absl::Status AnswerResolveConfig(Engine& engine, const v1::RopeConfig& config,
                                  v1::ResolvedConfig* reply, const Interrupt* interrupt = nullptr);
 CallEstimate EstimateResolveConfig(const v1::RopeConfig& config);
 
+// BuildPositions: the positions the request describes
+// (core/engine/position_builder.h). RESOURCE_EXHAUSTED, before any is
+// built, when the reply could exceed `limit` or the server's
+// max_elements_per_request values. `interrupt` as ResolveConfig's.
+absl::Status AnswerBuildPositions(Engine& engine, const v1::BuildPositionsRequest& request,
+                                  const ReplyLimit& limit, v1::BuildPositionsResponse* reply,
+                                  const Interrupt* interrupt = nullptr);
+// The reply the request can produce at most (clamped to `limit`) and the
+// engine's list of values behind it.
+CallEstimate EstimateBuildPositions(const v1::BuildPositionsRequest& request,
+                                    const ReplyLimit& limit);
+
 }  // namespace rope
 
 #endif  // ROPE_PROTO_ENGINE_ROPE_CALLS_H_

@@ -57,6 +57,32 @@ ScalingConfig ScalingFromProto(const v1::RopeConfig& proto) {
       s.rotated_pairs = proto.proportional().rotated_pairs();
       return s;
     }
+    case v1::RopeConfig::kDynamicNtkAlpha: {
+      DynamicNtkAlphaScaling s;
+      s.alpha = proto.dynamic_ntk_alpha().alpha();
+      return s;
+    }
+    case v1::RopeConfig::kNtk: {
+      NtkScaling s;
+      s.factor = proto.ntk().factor();
+      s.has_mixed_b = proto.ntk().has_mixed_b();
+      s.mixed_b = proto.ntk().mixed_b();
+      return s;
+    }
+    case v1::RopeConfig::kDeepseekYarn: {
+      // Absent optional fields take vLLM's defaults (DeepseekYarnScaling).
+      const v1::DeepseekYarnScaling& p = proto.deepseek_yarn();
+      DeepseekYarnScaling s;
+      s.factor = p.factor();
+      s.original_max_position_embeddings = p.original_max_position_embeddings();
+      s.beta_fast = p.beta_fast();
+      s.beta_slow = p.beta_slow();
+      if (p.has_mscale()) s.mscale = p.mscale();
+      if (p.has_mscale_all_dim()) s.mscale_all_dim = p.mscale_all_dim();
+      if (p.has_attn_factor()) s.attn_factor = p.attn_factor();
+      if (p.has_extrapolation_factor()) s.extrapolation_factor = p.extrapolation_factor();
+      return s;
+    }
   }
   return NoScaling{};
 }
@@ -112,6 +138,25 @@ void ScalingToProto(const ScalingConfig& scaling, v1::RopeConfig* proto) {
                    auto* p = proto->mutable_proportional();
                    p->set_factor(s.factor);
                    p->set_rotated_pairs(s.rotated_pairs);
+                 },
+                 [proto](const DynamicNtkAlphaScaling& s) {
+                   proto->mutable_dynamic_ntk_alpha()->set_alpha(s.alpha);
+                 },
+                 [proto](const NtkScaling& s) {
+                   auto* p = proto->mutable_ntk();
+                   p->set_factor(s.factor);
+                   if (s.has_mixed_b) p->set_mixed_b(s.mixed_b);
+                 },
+                 [proto](const DeepseekYarnScaling& s) {
+                   auto* p = proto->mutable_deepseek_yarn();
+                   p->set_factor(s.factor);
+                   p->set_original_max_position_embeddings(s.original_max_position_embeddings);
+                   p->set_beta_fast(s.beta_fast);
+                   p->set_beta_slow(s.beta_slow);
+                   p->set_mscale(s.mscale);
+                   p->set_mscale_all_dim(s.mscale_all_dim);
+                   p->set_attn_factor(s.attn_factor);
+                   p->set_extrapolation_factor(s.extrapolation_factor);
                  },
              },
              scaling);

@@ -9,7 +9,8 @@
 namespace rope {
 
 // Copies every parameter as sent (0 keeps meaning "default"; an absent
-// YarnScaling.truncate is true); the engine validates the values and fills
+// YarnScaling.truncate is true; DeepseekYarnScaling's absent optional
+// fields are vLLM's defaults); the engine validates the values and fills
 // the defaults.
 ScalingConfig ScalingFromProto(const v1::RopeConfig& proto);
 

@@ -923,7 +923,7 @@ def compose_mutations():
     ]
 
 
-# ---- the same-host sidecar example (issue 16) ----------------------------
+# ---- the same-host sidecar example ----------------------------------
 
 def _sidecar_parts(docs, c):
     deployment = one(docs, "Deployment", c)
@@ -1057,6 +1057,90 @@ def sidecar_self_test(docs):
     return problems
 
 
+def check_kserve(docs):
+    """The KServe example (deploy/k8s/examples/kserve), rendered: the
+    ServingRuntime runs ropeserve on the port KServe routes gRPC to, with the
+    repository KServe mounts, and the InferenceService selects it."""
+    c = Checker()
+    runtimes = [d for d in docs if d.get("kind") == "ServingRuntime"]
+    services = [d for d in docs if d.get("kind") == "InferenceService"]
+    c.expect(len(runtimes) == 1, "one ServingRuntime")
+    c.expect(len(services) == 1, "one InferenceService")
+    if c.failures:
+        return c.failures
+    runtime, service = runtimes[0], services[0]
+    spec = runtime.get("spec", {})
+    c.expect("grpc-v2" in spec.get("protocolVersions", []),
+             "ServingRuntime protocolVersions has grpc-v2 (inference.GRPCInferenceService)")
+    containers = spec.get("containers", [])
+    c.expect(len(containers) == 1, "ServingRuntime has one container")
+    if c.failures:
+        return c.failures
+    container = containers[0]
+    args = container.get("args", [])
+    listen = [a.split("=", 1)[1] for a in args if a.startswith("--listen=")]
+    c.expect(len(listen) == 1, "the container sets --listen once")
+    port = host_port(listen[0])[1] if listen else None
+    h2c = [p for p in container.get("ports", []) if p.get("name") == "h2c"]
+    c.expect(len(h2c) == 1 and h2c[0].get("containerPort") == port,
+             f"the port named h2c (KServe's gRPC port) is --listen's {port}")
+    c.expect("--model_repository=/mnt/models" in args,
+             "--model_repository=/mnt/models (where KServe puts storageUri)")
+    for probe in ("readinessProbe", "livenessProbe"):
+        c.expect(container.get(probe, {}).get("grpc", {}).get("port") == port,
+                 f"{probe} is a gRPC probe of port {port}")
+    security = container.get("securityContext", {})
+    c.expect(security.get("runAsNonRoot") is True, "the container runs as non-root")
+    c.expect("ALL" in security.get("capabilities", {}).get("drop", []), "capabilities drop ALL")
+    c.expect("limits" in container.get("resources", {}), "the container has resource limits")
+    model = service.get("spec", {}).get("predictor", {}).get("model", {})
+    formats = [f.get("name") for f in spec.get("supportedModelFormats", [])]
+    c.expect(model.get("runtime") == runtime.get("metadata", {}).get("name"),
+             "the InferenceService names the ServingRuntime")
+    c.expect(model.get("modelFormat", {}).get("name") in formats,
+             "the InferenceService's model format is one the runtime supports")
+    c.expect(model.get("protocolVersion") == "grpc-v2", "the InferenceService speaks grpc-v2")
+    c.expect(bool(model.get("storageUri")), "the InferenceService has a storageUri")
+    return c.failures
+
+
+def kserve_mutations():
+    def container(docs):
+        return next(d for d in docs if d["kind"] == "ServingRuntime")["spec"]["containers"][0]
+
+    def model(docs):
+        return next(d for d in docs if d["kind"] == "InferenceService")["spec"]["predictor"]["model"]
+
+    def runtime(docs):
+        return next(d for d in docs if d["kind"] == "ServingRuntime")["spec"]
+
+    return [
+        ("rest protocol only", lambda d: runtime(d).update(protocolVersions=["v2"])),
+        ("h2c port elsewhere", lambda d: container(d)["ports"][0].update(containerPort=9000)),
+        ("no model repository", lambda d: container(d)["args"].remove(
+            "--model_repository=/mnt/models")),
+        ("readiness probe elsewhere",
+         lambda d: container(d)["readinessProbe"]["grpc"].update(port=50051)),
+        ("root", lambda d: container(d)["securityContext"].update(runAsNonRoot=False)),
+        ("no limits", lambda d: container(d)["resources"].pop("limits")),
+        ("other runtime", lambda d: model(d).update(runtime="triton")),
+        ("other format", lambda d: model(d)["modelFormat"].update(name="onnx")),
+        ("rest predictor", lambda d: model(d).update(protocolVersion="v2")),
+    ]
+
+
+def kserve_self_test(docs):
+    if check_kserve(docs):
+        return ["the unmodified KServe example fails the check"]
+    problems = []
+    for what, mutate in kserve_mutations():
+        broken = copy.deepcopy(docs)
+        mutate(broken)
+        if not check_kserve(broken):
+            problems.append(f"kserve check missed: {what}")
+    return problems
+
+
 def self_test(docs, variant, compose):
     problems = []
     if check_k8s(docs, variant):
@@ -1086,7 +1170,7 @@ def load_all(path):
 def main(argv):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("mode", choices=["k8s", "compose", "self-test", "sidecar",
-                                         "sidecar-self-test"])
+                                         "sidecar-self-test", "kserve", "kserve-self-test"])
     parser.add_argument("file", help="rendered manifests (k8s, self-test) or a compose file")
     parser.add_argument("--variant", choices=VARIANTS)
     parser.add_argument("--compose", help="self-test: also mutate this compose file")
@@ -1106,6 +1190,10 @@ def main(argv):
         failures = check_compose(docs[0] if docs else {})
     elif args.mode == "sidecar":
         failures = check_sidecar(docs)
+    elif args.mode == "kserve":
+        failures = check_kserve(docs)
+    elif args.mode == "kserve-self-test":
+        failures = kserve_self_test(docs)
     elif args.mode == "sidecar-self-test":
         failures = sidecar_self_test(docs)
     else:
@@ -1120,6 +1208,8 @@ def main(argv):
             caught += f", {len(compose_mutations())} compose)" if compose else ")"
         elif args.mode == "sidecar-self-test":
             caught = f" ({len(sidecar_mutations())} sidecar breaks caught)"
+        elif args.mode == "kserve-self-test":
+            caught = f" ({len(kserve_mutations())} KServe breaks caught)"
         print(f"check_manifests {args.mode}{variant} {args.file}: ok{caught}")
     return 1 if failures else 0
 

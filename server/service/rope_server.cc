@@ -215,6 +215,19 @@ absl::StatusOr<std::unique_ptr<RopeServer>> RopeServer::Start(std::unique_ptr<En
                                static_cast<int>(std::min<int64_t>(ms, INT_MAX)));
   }
   builder.RegisterService(&server->service_);
+  if (!options.model_repository.empty()) {
+    absl::StatusOr<kserve::ModelRepository> models =
+        kserve::ModelRepository::Load(options.model_repository, *server->engine_);
+    if (!models.ok()) return models.status();
+    server->models_ = *std::move(models);
+  }
+  server->kserve_ = std::make_unique<kserve::KServeServiceImpl>(
+      *server->engine_, server->gate_, server->budget_, server->metrics_, server->work_,
+      server->models_,
+      ServiceOptions{options.max_message_bytes, options.max_inflight_bytes,
+                     /*tokens_verified=*/!options.security.bearer_tokens.empty(), &server->shm_,
+                     InlineRotateMaxBytes(options)});
+  builder.RegisterService(server->kserve_.get());
   if (options.enable_echo) {
     server->echo_ = std::make_unique<EchoServiceImpl>(server->gate_, server->metrics_,
                                                       options.max_message_bytes);
@@ -254,6 +267,7 @@ absl::StatusOr<std::unique_ptr<RopeServer>> RopeServer::Start(std::unique_ptr<En
     // "" (the whole server) is SERVING by default; name the service too, for
     // probes that ask about it.
     health->SetServingStatus(v1::RopeService::service_full_name(), true);
+    health->SetServingStatus(inference::GRPCInferenceService::service_full_name(), true);
   }
   if (!options.health_listen_address.empty()) {
     absl::StatusOr<std::unique_ptr<HealthPort>> health =

@@ -1,6 +1,7 @@
 // RopeServer: one running ropeserve instance. Assembles the gRPC server
-// (RopeService, health, reflection, optional Echo), the call gate, the work
-// queue and the metrics endpoint around an Engine, and drains it on request.
+// (RopeService, the KServe v2 GRPCInferenceService, health, reflection,
+// optional Echo), the call gate, the work queue and the metrics endpoint
+// around an Engine, and drains it on request.
 //
 // main.cc and the service tests start servers through this class, so the
 // tests exercise the same wiring as production.
@@ -26,6 +27,8 @@
 #include "server/service/call_gate.h"
 #include "server/service/credential_reloader.h"
 #include "server/service/echo_service.h"
+#include "server/kserve/kserve_models.h"
+#include "server/kserve/kserve_service.h"
 #include "server/service/health_port.h"
 #include "server/service/metrics_http_server.h"
 #include "server/service/refusal_log.h"
@@ -99,6 +102,11 @@ struct ServerOptions {
   absl::Duration max_connection_age_grace = absl::InfiniteDuration();
   // Registers the bench-only rope.bench.v1.EchoService.
   bool enable_echo = false;
+  // inference.GRPCInferenceService (KServe v2 / Triton) serves the built-in
+  // models and, when set, one model per folder of this directory
+  // (server/kserve/kserve_models.h); a folder that does not load stops
+  // Start with INVALID_ARGUMENT.
+  std::string model_repository;
   // host:port of a plaintext port serving only grpc.health.v1 (for probes
   // that cannot do TLS or send tokens); empty: none. Port 0 picks a free
   // port (see RopeServer::health_port()).
@@ -195,6 +203,8 @@ class RopeServer {
   WorkQueue work_;
   RopeServiceImpl service_;
   std::unique_ptr<EchoServiceImpl> echo_;
+  kserve::ModelRepository models_;
+  std::unique_ptr<kserve::KServeServiceImpl> kserve_;
   std::shared_ptr<prometheus::Collectable> state_collector_;
   std::shared_ptr<prometheus::Collectable> budget_collector_;
   std::shared_ptr<prometheus::Collectable> shm_collector_;

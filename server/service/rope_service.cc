@@ -271,20 +271,36 @@ void RopeServiceImpl::FillServerInfo(v1::ServerInfo* info) const {
   for (DType dtype : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
     info->add_supported_dtypes(v1::DType_Name(DTypeToProto(dtype)));
   }
+  for (DType dtype : {DType::kFloat32, DType::kFloat16, DType::kBFloat16, DType::kFloat8E4M3,
+                      DType::kFloat8E5M2}) {
+    info->add_supported_output_dtypes(v1::DType_Name(DTypeToProto(dtype)));
+  }
+}
+
+bool AnswersInline(const ServiceOptions& options, const Engine& engine,
+                   const CallEstimate& estimate, int64_t request_bytes) {
+  return estimate.may_run_inline && options.inline_rotate_max_bytes > 0 &&
+         engine.backend_calls_never_wait() && request_bytes <= options.inline_rotate_max_bytes;
+}
+
+CallContext CallContextOf(const ServiceOptions& options,
+                          const grpc::CallbackServerContext* context) {
+  CallContext call;
+  call.regions.registry = options.shm;
+  call.regions.owner = [tokens_verified = options.tokens_verified, context] {
+    return CallerIdentity(*context, tokens_verified, IdentityUse::kOwnership);
+  };
+  return call;
 }
 
 bool RopeServiceImpl::RunsInline(const CallEstimate& estimate,
                                   const google::protobuf::Message& request) const {
-  return estimate.may_run_inline && options_.inline_rotate_max_bytes > 0 &&
-         engine_.backend_calls_never_wait() &&
-         static_cast<int64_t>(request.ByteSizeLong()) <= options_.inline_rotate_max_bytes;
+  return AnswersInline(options_, engine_, estimate,
+                       static_cast<int64_t>(request.ByteSizeLong()));
 }
 
 CallContext RopeServiceImpl::CallOf(grpc::CallbackServerContext* context) const {
-  CallContext call;
-  call.regions.registry = options_.shm;
-  call.regions.owner = [this, context] { return OwnerOf(*context); };
-  return call;
+  return CallContextOf(options_, context);
 }
 
 grpc::ServerUnaryReactor* RopeServiceImpl::Rotate(grpc::CallbackServerContext* context,
@@ -366,6 +382,20 @@ grpc::ServerUnaryReactor* RopeServiceImpl::ResolveConfig(grpc::CallbackServerCon
                                   absl::FromChrono(context->deadline()));
         return AnswerResolveConfig(engine_, *request, response, &interrupt);
       });
+}
+
+grpc::ServerUnaryReactor* RopeServiceImpl::BuildPositions(
+    grpc::CallbackServerContext* context, const v1::BuildPositionsRequest* request,
+    v1::BuildPositionsResponse* response) {
+  // A Qwen form parses a config.json: off gRPC's threads too.
+  const ReplyLimit limit(options_.max_message_bytes);
+  return ServeUnary(Rpc::kBuildPositions, context, *request,
+                    EstimateBuildPositions(*request, limit).more_bytes, response,
+                    [this, context, request, response, limit] {
+                      const Interrupt interrupt([context] { return context->IsCancelled(); },
+                                                absl::FromChrono(context->deadline()));
+                      return AnswerBuildPositions(engine_, *request, limit, response, &interrupt);
+                    });
 }
 
 std::string RopeServiceImpl::ClientOf(const grpc::CallbackServerContext& context) const {

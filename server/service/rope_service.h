@@ -56,6 +56,19 @@ struct ServiceOptions {
   int64_t inline_rotate_max_bytes = 64 << 10;
 };
 
+// Whether a call of `estimate` whose request is `request_bytes` long is
+// answered on the gRPC thread that received it
+// (ServiceOptions::inline_rotate_max_bytes). The one rule for every service
+// on the port (rope.v1 Rotate, and ModelInfer, which runs a Rotate).
+bool AnswersInline(const ServiceOptions& options, const Engine& engine,
+                   const CallEstimate& estimate, int64_t request_bytes);
+
+// What a call brings to its rope_calls.h entry, minus the interrupt (the
+// caller adds it): the caller's regions, its identity derived only if the
+// call references one. `context` must outlive the returned value's use.
+CallContext CallContextOf(const ServiceOptions& options,
+                          const grpc::CallbackServerContext* context);
+
 class RopeServiceImpl final : public v1::RopeService::CallbackService {
  public:
   RopeServiceImpl(Engine& engine, CallGate& gate, ByteBudget& budget, ServiceMetrics& metrics,
@@ -78,6 +91,9 @@ class RopeServiceImpl final : public v1::RopeService::CallbackService {
   grpc::ServerUnaryReactor* ResolveConfig(grpc::CallbackServerContext* context,
                                           const v1::RopeConfig* request,
                                           v1::ResolvedConfig* response) override;
+  grpc::ServerUnaryReactor* BuildPositions(grpc::CallbackServerContext* context,
+                                           const v1::BuildPositionsRequest* request,
+                                           v1::BuildPositionsResponse* response) override;
   // Shared memory: rope_service_shm.cc.
   grpc::ServerUnaryReactor* RegisterSharedMemory(
       grpc::CallbackServerContext* context, const v1::RegisterSharedMemoryRequest* request,

@@ -37,6 +37,40 @@ absl::string_view RpcName(Rpc rpc) {
       return "UnregisterSharedMemory";
     case Rpc::kSharedMemoryStatus:
       return "SharedMemoryStatus";
+    case Rpc::kBuildPositions:
+      return "BuildPositions";
+    case Rpc::kServerLive:
+      return "ServerLive";
+    case Rpc::kServerReady:
+      return "ServerReady";
+    case Rpc::kModelReady:
+      return "ModelReady";
+    case Rpc::kServerMetadata:
+      return "ServerMetadata";
+    case Rpc::kModelMetadata:
+      return "ModelMetadata";
+    case Rpc::kModelInfer:
+      return "ModelInfer";
+    case Rpc::kModelStreamInfer:
+      return "ModelStreamInfer";
+    case Rpc::kModelConfig:
+      return "ModelConfig";
+    case Rpc::kModelStatistics:
+      return "ModelStatistics";
+    case Rpc::kRepositoryIndex:
+      return "RepositoryIndex";
+    case Rpc::kSystemSharedMemoryStatus:
+      return "SystemSharedMemoryStatus";
+    case Rpc::kSystemSharedMemoryRegister:
+      return "SystemSharedMemoryRegister";
+    case Rpc::kSystemSharedMemoryUnregister:
+      return "SystemSharedMemoryUnregister";
+    case Rpc::kCudaSharedMemoryStatus:
+      return "CudaSharedMemoryStatus";
+    case Rpc::kCudaSharedMemoryRegister:
+      return "CudaSharedMemoryRegister";
+    case Rpc::kCudaSharedMemoryUnregister:
+      return "CudaSharedMemoryUnregister";
   }
   return "unknown";
 }
@@ -88,7 +122,24 @@ constexpr Rpc kAllRpcs[kRpcCount] = {Rpc::kRotate,        Rpc::kRotateStream,
                                      Rpc::kAttentionScores, Rpc::kGetTable,
                                      Rpc::kGetServerInfo,   Rpc::kEcho,
                                      Rpc::kResolveConfig,        Rpc::kRegisterSharedMemory,
-                                     Rpc::kUnregisterSharedMemory, Rpc::kSharedMemoryStatus};
+                                     Rpc::kUnregisterSharedMemory, Rpc::kSharedMemoryStatus,
+                                     Rpc::kBuildPositions,
+                                     Rpc::kServerLive,
+                                     Rpc::kServerReady,
+                                     Rpc::kModelReady,
+                                     Rpc::kServerMetadata,
+                                     Rpc::kModelMetadata,
+                                     Rpc::kModelInfer,
+                                     Rpc::kModelStreamInfer,
+                                     Rpc::kModelConfig,
+                                     Rpc::kModelStatistics,
+                                     Rpc::kRepositoryIndex,
+                                     Rpc::kSystemSharedMemoryStatus,
+                                     Rpc::kSystemSharedMemoryRegister,
+                                     Rpc::kSystemSharedMemoryUnregister,
+                                     Rpc::kCudaSharedMemoryStatus,
+                                     Rpc::kCudaSharedMemoryRegister,
+                                     Rpc::kCudaSharedMemoryUnregister};
 
 // Latency buckets from 50 us (a small Rotate on loopback) to 10 s (a large
 // AttentionScores on a CPU).

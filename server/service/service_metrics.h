@@ -52,9 +52,27 @@ enum class Rpc : int {
   kResolveConfig,
   kRegisterSharedMemory,
   kUnregisterSharedMemory,
-  kSharedMemoryStatus
+  kSharedMemoryStatus,
+  kBuildPositions,
+  // inference.GRPCInferenceService (the KServe v2 / Triton protocol)
+  kServerLive,
+  kServerReady,
+  kModelReady,
+  kServerMetadata,
+  kModelMetadata,
+  kModelInfer,
+  kModelStreamInfer,
+  kModelConfig,
+  kModelStatistics,
+  kRepositoryIndex,
+  kSystemSharedMemoryStatus,
+  kSystemSharedMemoryRegister,
+  kSystemSharedMemoryUnregister,
+  kCudaSharedMemoryStatus,
+  kCudaSharedMemoryRegister,
+  kCudaSharedMemoryUnregister
 };
-inline constexpr int kRpcCount = 10;
+inline constexpr int kRpcCount = 27;
 absl::string_view RpcName(Rpc rpc);          // "Rotate", ...
 absl::string_view GrpcCodeName(grpc::StatusCode code);  // "OK", "INVALID_ARGUMENT", ...
 

@@ -8,7 +8,9 @@
 #include <string>
 #include <vector>
 
+#include "client/cli/axial_flags.h"
 #include "client/cli/cli_parsing.h"
+#include "client/cli/common_flags.h"
 #include "client/cli/commands.h"
 #include "client/cli/flag_set.h"
 #include "gmock/gmock.h"
@@ -291,6 +293,51 @@ TEST(RopectlTest, ScalingAndMropeFlagsOnlyWhereTheyApply) {
   RunResult interleaved = RunCtl({"table", "--head_dim=64", "--mrope_interleaved"});
   EXPECT_EQ(interleaved.code, kExitUsage);
   EXPECT_THAT(interleaved.err, HasSubstr("--mrope_interleaved needs --mrope_section"));
+}
+
+TEST(AxialFlagsTest, ConfigFromFlags) {
+  FlagSet flags;
+  AddRopeConfigFlags(&flags);
+  const std::vector<std::string> args = {"--theta=256", "--head_dim=128", "--axial_dims=16,56,56",
+                                         "--axial_theta_rescale=0,2,0",
+                                         "--axial_interpolation=1,1,0.5"};
+  ASSERT_TRUE(flags.Parse(args).ok());
+  absl::StatusOr<v1::RopeConfig> config = RopeConfigFromFlags(flags, 0);
+  ASSERT_TRUE(config.ok()) << config.status();
+  ASSERT_EQ(config->axial().axes_size(), 3);
+  EXPECT_EQ(config->axial().axes(1).dim(), 56u);
+  EXPECT_EQ(config->axial().axes(1).theta_rescale(), 2.0);
+  EXPECT_EQ(config->axial().axes(2).interpolation(), 0.5);
+  EXPECT_EQ(DescribeConfig(*config),
+            "theta=256 head_dim=128 rotary_dim=128 max_len=4096 layout=interleaved "
+            "axial[16,56(theta_rescale=2),56(interpolation=0.5)]");
+  EXPECT_THAT(ConfigAsFlags(*config),
+              HasSubstr("--axial_dims=16,56,56 --axial_theta_rescale=0,2,0 "
+                        "--axial_interpolation=1,1,0.5"));
+}
+
+TEST(AxialFlagsTest, GridsParseAndMalformedOnesAreUsageErrors) {
+  absl::StatusOr<std::vector<v1::PositionGrid>> grids =
+      ParseGrids("512x1x1/step=0,0,0;1x64x64/start=1,0,0;4x4/rope_axis=1,0");
+  ASSERT_TRUE(grids.ok()) << grids.status();
+  ASSERT_EQ(grids->size(), 3u);
+  EXPECT_EQ((*grids)[0].size(0), 512);
+  EXPECT_EQ((*grids)[0].step_size(), 3);
+  EXPECT_EQ((*grids)[1].start(0), 1.0);
+  EXPECT_EQ((*grids)[2].rope_axis(0), 1u);
+  EXPECT_THAT(std::string(ParseGrids("1xAx3").status().message()),
+              HasSubstr("the size '1xAx3' is not like 1x64x64"));
+  EXPECT_THAT(std::string(ParseGrids("2x2/steps=1,1").status().message()),
+              HasSubstr("'steps=1,1' is not start=..., step=... or rope_axis=..."));
+  RunResult both = RunCtl({"rotate", "--random_q_shape=1,2,1,8", "--grid=2", "--positions=0,1"});
+  EXPECT_EQ(both.code, kExitUsage);
+  EXPECT_THAT(both.err, HasSubstr("--positions does not go with --grid"));
+  RunResult per_axis = RunCtl({"table", "--head_dim=8", "--axial_dims=4,4", "--axial_theta=2"});
+  EXPECT_EQ(per_axis.code, kExitUsage);
+  EXPECT_THAT(per_axis.err, HasSubstr("--axial_theta has 1 values: give one per --axial_dims entry"));
+  RunResult orphan = RunCtl({"table", "--head_dim=8", "--axial_interpolation=2"});
+  EXPECT_EQ(orphan.code, kExitUsage);
+  EXPECT_THAT(orphan.err, HasSubstr("--axial_interpolation needs --axial_dims"));
 }
 
 TEST(RopectlTest, UnreachableServerReportsUnavailable) {

@@ -52,6 +52,9 @@ void RotatedCopyOnHost(DType dtype, Layout layout, const kernels::RotatedCopyPar
     case DType::kBFloat16:
       return inter ? RunCopy<math::BF16, true>(p, kBlock, kMaxBlocks)
                    : RunCopy<math::BF16, false>(p, kBlock, kMaxBlocks);
+    case DType::kFloat8E4M3:
+    case DType::kFloat8E5M2:
+      return;  // not an input type
   }
 }
 
@@ -95,6 +98,7 @@ void AttentionOnHost(const RopeTable& table, const AttentionArgs& a, double chun
   kernels::RotatedCopyParams copy;
   copy.head_dim = static_cast<int>(a.head_dim);
   copy.rotary_dim = static_cast<int>(a.rotary_dim);
+  copy.rotary_offset = static_cast<int>(a.rotary_offset);
   copy.table = table.rows();
   copy.in = a.q;
   copy.out = qf.data();
@@ -114,6 +118,7 @@ void AttentionOnHost(const RopeTable& table, const AttentionArgs& a, double chun
     copy.out = vf.data();
     copy.head_dim = static_cast<int>(a.v_dim);
     copy.rotary_dim = 0;
+    copy.rotary_offset = 0;
     RotatedCopyOnHost(a.dtype, a.layout, copy);
   }
 

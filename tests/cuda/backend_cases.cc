@@ -21,6 +21,10 @@ const char* DTypeTag(DType d) {
       return "F16";
     case DType::kBFloat16:
       return "BF16";
+    case DType::kFloat8E4M3:
+      return "F8E4M3";
+    case DType::kFloat8E5M2:
+      return "F8E5M2";
   }
   return "?";
 }
@@ -58,7 +62,8 @@ std::vector<uint8_t> RandomBytes(DType dtype, int64_t count, std::mt19937* rng) 
 std::string RotateCase::Name() const {
   return absl::StrCat(DTypeTag(dtype), layout == Layout::kInterleaved ? "Interleaved" : "Half",
                       "_B", batch, "S", seq, "Hq", q_heads, "Hkv", k_heads, "D", head_dim, "R",
-                      rotary_dim, "_", ModeTag(positions), inverse ? "_Inverse" : "");
+                      rotary_dim, rotary_offset != 0 ? absl::StrCat("O", rotary_offset) : "", "_",
+                      ModeTag(positions), inverse ? "_Inverse" : "");
 }
 
 RotateArgs RotateData::Args(const RotateCase& c) {
@@ -70,6 +75,7 @@ RotateArgs RotateData::Args(const RotateCase& c) {
   a.seq = c.seq;
   a.head_dim = c.head_dim;
   a.rotary_dim = c.rotary_dim;
+  a.rotary_offset = c.rotary_offset;
   a.q = q.data();
   a.q_heads = c.q_heads;
   a.k = c.k_heads > 0 ? k.data() : nullptr;
@@ -117,16 +123,18 @@ Backend& CpuBackend() {
 
 std::vector<RotateCase> RotateGrid() {
   struct Dims {
-    int64_t head_dim, rotary_dim;
+    int64_t head_dim, rotary_dim, rotary_offset;
   };
   // 16-byte paths for every dtype/layout; partial rotary on a vector path;
   // shapes that force the one-pair path (12 is not a multiple of 8 elements,
-  // a quarter of 6 is not whole).
-  const Dims dims[] = {{64, 64}, {64, 32}, {12, 8}, {6, 2}};
+  // a quarter of 6 is not whole); MLA-like heads whose last features rotate
+  // (an offset of whole vectors, and one that forces the one-pair path).
+  const Dims dims[] = {{64, 64, 0}, {64, 32, 0}, {12, 8, 0}, {6, 2, 0}, {96, 32, 64}, {20, 8, 6}};
   struct Heads {
     int64_t q, k;
   };
-  const Heads heads[] = {{4, 4}, {8, 2}, {4, 1}, {3, 0}};
+  // Any head counts rotate (3 and 2: only attention pairs heads).
+  const Heads heads[] = {{4, 4}, {8, 2}, {4, 1}, {3, 0}, {3, 2}};
   std::vector<RotateCase> grid;
   for (DType dtype : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
     for (Layout layout : {Layout::kInterleaved, Layout::kHalf}) {
@@ -141,6 +149,7 @@ std::vector<RotateCase> RotateGrid() {
           c.k_heads = h.k;
           c.head_dim = d.head_dim;
           c.rotary_dim = d.rotary_dim;
+          c.rotary_offset = d.rotary_offset;
           grid.push_back(c);
         }
       }
@@ -152,7 +161,8 @@ std::vector<RotateCase> RotateGrid() {
 std::string AttentionCase::Name() const {
   return absl::StrCat(DTypeTag(dtype), layout == Layout::kInterleaved ? "Interleaved" : "Half",
                       "_B", batch, "Sq", q_seq, "Sk", k_seq, "Hq", q_heads, "Hkv", k_heads, "D",
-                      head_dim, "R", rotary_dim, "Dv", v_dim, "_Q", q_start, "K", k_start,
+                      head_dim, "R", rotary_dim, rotary_offset != 0 ? absl::StrCat("O", rotary_offset) : "",
+                      "Dv", v_dim, "_Q", q_start, "K", k_start,
                       causal ? "_Causal" : "", softmax ? "_Softmax" : "");
 }
 
@@ -167,6 +177,7 @@ AttentionArgs AttentionData::Args(const AttentionCase& c) {
   a.k_heads = c.k_heads;
   a.head_dim = c.head_dim;
   a.rotary_dim = c.rotary_dim;
+  a.rotary_offset = c.rotary_offset;
   a.v_dim = c.v_dim;
   a.q = q.data();
   a.k = k.data();
@@ -199,6 +210,7 @@ std::vector<AttentionCase> AttentionGrid() {
   std::vector<AttentionCase> grid;
   struct Shape {
     int64_t batch, q_seq, k_seq, q_heads, k_heads, head_dim, rotary_dim, q_start, k_start;
+    int64_t rotary_offset = 0;
   };
   // Prefill (q and k aligned), decode (one query at the end), a query block
   // that starts before the keys (its first rows are fully masked), MQA and
@@ -208,6 +220,7 @@ std::vector<AttentionCase> AttentionGrid() {
       {1, 7, 7, 4, 4, 16, 16, 0, 0},    {2, 1, 9, 4, 2, 16, 16, 8, 0}, {1, 5, 6, 2, 1, 8, 4, 3, 5},
       {1, 4, 40, 6, 3, 12, 8, 100, 70}, {3, 3, 5, 2, 2, 8, 8, 2, 0},
       {1, 6, 8, 2, 1, 16, 16, 4093, 4090},  // across the first table-block edge
+      {1, 3, 4, 2, 2, 24, 8, 9, 0, 16},      // MLA-like: the last 8 features rotate
   };
   for (const Shape& s : shapes) {
     for (DType dtype : {DType::kFloat32, DType::kBFloat16}) {
@@ -225,6 +238,7 @@ std::vector<AttentionCase> AttentionGrid() {
           c.rotary_dim = s.rotary_dim;
           c.q_start = s.q_start;
           c.k_start = s.k_start;
+          c.rotary_offset = s.rotary_offset;
           c.causal = (flags & 1) != 0;
           c.softmax = (flags & 2) != 0;
           c.v_dim = (flags & 4) != 0 ? 6 : 0;

@@ -25,7 +25,7 @@ struct RotateCase {
   DType dtype = DType::kFloat32;
   Layout layout = Layout::kInterleaved;
   int64_t batch = 1, seq = 1, q_heads = 1, k_heads = 1;  // k_heads 0: no k
-  int64_t head_dim = 8, rotary_dim = 8;
+  int64_t head_dim = 8, rotary_dim = 8, rotary_offset = 0;
   PositionMode positions = PositionMode::kStart;
   bool inverse = false;
   uint32_t max_len = 4096;
@@ -50,8 +50,9 @@ std::shared_ptr<const RopeTable> PlainTable(int64_t rotary_dim, uint32_t max_len
 // The CPU backend (2 threads), created once.
 Backend& CpuBackend();
 
-// A grid of rotate cases: every dtype x layout x rotary fraction x head
-// grouping x position mode x direction, on small shapes.
+// A grid of rotate cases: every dtype x layout x rotary fraction (and
+// offset) x head grouping (any head counts) x position mode x direction, on
+// small shapes.
 std::vector<RotateCase> RotateGrid();
 
 struct AttentionCase {
@@ -59,6 +60,7 @@ struct AttentionCase {
   Layout layout = Layout::kInterleaved;
   int64_t batch = 1, q_seq = 1, k_seq = 1, q_heads = 1, k_heads = 1;
   int64_t head_dim = 8, rotary_dim = 8, v_dim = 0;  // v_dim 0: no v
+  int64_t rotary_offset = 0;
   int64_t q_start = 0, k_start = 0;
   bool causal = false, softmax = false;
 

@@ -20,18 +20,23 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
+#include "core/backends/cpu/cpu_backend.h"
 #include "core/backends/cuda/attention_chunks.h"
 #include "core/backends/cuda/cublas_api.h"
 #include "core/backends/cuda/cuda_status.h"
 #include "core/backends/cuda/device_memory.h"
+#include "core/engine/dtype.h"
+#include "core/engine/engine.h"
 #include "core/engine/interrupt.h"
 #include "tests/cuda/backend_cases.h"
 #include "tests/cuda/device_under_test.h"
@@ -167,6 +172,162 @@ TEST_F(CudaBackendTest, RotateMatchesCpuBackendBitForBitOverTheGrid) {
         c.positions = mode;
         c.inverse = inverse;
         ExpectRotateMatchesCpu(*cuda, c);
+      }
+    }
+  }
+}
+
+// Float8 outputs (q and k only read, one byte per element into q_out /
+// k_out) over the grid, both formats, with scales, through staging chunks.
+void ExpectFloat8RotateMatchesCpu(Backend& cuda, const RotateCase& c, DType out) {
+  SCOPED_TRACE(absl::StrCat(c.Name(), " to ", DTypeName(out)));
+  const std::shared_ptr<const RopeTable> table = test::PlainTable(c.rotary_dim, c.max_len);
+  const RotateData in = test::MakeRotateData(c, 5);
+  const size_t q_elements = in.q.size() / DTypeSize(c.dtype);
+  const size_t k_elements = in.k.size() / DTypeSize(c.dtype);
+  std::vector<uint8_t> results[2][2];
+  int i = 0;
+  for (Backend* backend : {&test::CpuBackend(), &cuda}) {
+    RotateData data = in;
+    std::vector<uint8_t>& q_out = results[i][0];
+    std::vector<uint8_t>& k_out = results[i][1];
+    q_out.assign(q_elements, 0xAA);
+    k_out.assign(k_elements, 0xAA);
+    RotateArgs args = data.Args(c);
+    args.output_dtype = out;
+    args.q_out = q_out.data();
+    args.k_out = c.k_heads > 0 ? k_out.data() : nullptr;
+    args.q_scale = 48.0f;
+    args.k_scale = 0.75f;
+    const absl::Status status = backend->Rotate(*table, args);
+    ASSERT_TRUE(status.ok()) << status;
+    EXPECT_TRUE(SameBytes(data.q, in.q)) << "q was written";
+    EXPECT_TRUE(SameBytes(data.k, in.k)) << "k was written";
+    ++i;
+  }
+  EXPECT_TRUE(SameBytes(results[1][0], results[0][0])) << "q_out";
+  EXPECT_TRUE(SameBytes(results[1][1], results[0][1])) << "k_out";
+}
+
+TEST_F(CudaBackendTest, RotateToFloat8MatchesCpuBackendBitForBit) {
+  CudaBackendOptions options;
+  options.staging_bytes = 64 << 10;
+  std::unique_ptr<Backend> cuda = MakeBackend(options);
+  ASSERT_NE(cuda, nullptr);
+  int n = 0;
+  for (RotateCase c : test::RotateGrid()) {
+    if (n++ % 3 != 0) continue;  // a third of the grid: every dtype, layout and shape kind
+    for (DType out : {DType::kFloat8E4M3, DType::kFloat8E5M2}) {
+      c.positions = n % 2 == 0 ? test::PositionMode::kStart : test::PositionMode::kPerToken;
+      c.inverse = n % 4 == 1;
+      ExpectFloat8RotateMatchesCpu(*cuda, c, out);
+    }
+  }
+  // MLA's whole head, and more tokens than a staging chunk holds.
+  RotateCase c;
+  c.dtype = DType::kBFloat16;
+  c.layout = Layout::kInterleaved;
+  c.batch = 2;
+  c.seq = 300;
+  c.q_heads = 3;
+  c.k_heads = 2;
+  c.head_dim = 192;
+  c.rotary_dim = 64;
+  c.rotary_offset = 128;
+  c.positions = test::PositionMode::kPerToken;
+  ExpectFloat8RotateMatchesCpu(*cuda, c, DType::kFloat8E4M3);
+}
+
+// Axial RoPE and fractional positions reach the backends as per-request
+// tables (core/engine/request_rows.h), uploaded per call: the same requests
+// through an Engine on each backend give the same rotated bytes (the CPU
+// makes a long call's rows chunk by chunk, the CUDA backend in one table).
+TEST_F(CudaBackendTest, AxialAndFractionalRequestsMatchTheCpuEngine) {
+  std::unique_ptr<Backend> cuda = MakeBackend();
+  ASSERT_NE(cuda, nullptr);
+  absl::StatusOr<std::unique_ptr<Backend>> cpu = NewCpuBackend(2);
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  Engine on_cuda(std::move(cuda), EngineLimits());
+  Engine on_cpu(*std::move(cpu), EngineLimits());
+  RopeConfig config;
+  config.theta = 256;
+  config.head_dim = 64;
+  config.max_len = 8192;
+  config.axial.axes = {{16, 0, 2.0, 0}, {24, 0, 0, 0.5}, {24, 10000, 0, 0}};
+  constexpr int64_t kB = 2, kS = Engine::kRequestRowsChunk + 300, kH = 2;
+  std::mt19937 rng(12);
+  std::uniform_int_distribution<int64_t> position(0, 8191);
+  std::vector<int64_t> positions(3 * kB * kS);
+  for (int64_t& p : positions) p = position(rng);
+  std::vector<double> fractional(3 * kS);
+  for (double& p : fractional) p = static_cast<double>(position(rng)) + 0.375;
+  test::RotateCase shape;
+  shape.dtype = DType::kBFloat16;
+  shape.batch = kB;
+  shape.seq = kS;
+  shape.q_heads = kH;
+  shape.k_heads = 1;
+  shape.head_dim = 64;
+  shape.rotary_dim = 64;
+  for (int variant = 0; variant < 3; ++variant) {
+    SCOPED_TRACE(variant);
+    RotateData want = test::MakeRotateData(shape, 5);
+    RotateData got = test::MakeRotateData(shape, 5);
+    RotateParams params;
+    params.config = config;
+    if (variant == 0) params.positions = positions;
+    if (variant == 1) params.fractional_positions = fractional;
+    if (variant == 2) params.start_pos = 100;
+    const auto run = [&](Engine& engine, RotateData& data) {
+      params.q = TensorView{shape.dtype, {kB, kS, kH, 64}, data.q.data(), data.q.size(),
+                            TensorMemory{}};
+      params.k = TensorView{shape.dtype, {kB, kS, 1, 64}, data.k.data(), data.k.size(),
+                            TensorMemory{}};
+      return engine.Rotate(params);
+    };
+    ASSERT_TRUE(run(on_cpu, want).ok());
+    const absl::Status status = run(on_cuda, got);
+    ASSERT_TRUE(status.ok()) << status;
+    EXPECT_TRUE(SameBytes(got.q, want.q)) << "q";
+    EXPECT_TRUE(SameBytes(got.k, want.k)) << "k";
+  }
+  // AttentionScores: every axis at the start positions (joined rows indexed
+  // by position, causal), and fractional query positions.
+  test::AttentionCase a;
+  a.q_seq = 5;
+  a.k_seq = 7;
+  a.q_heads = 2;
+  a.k_heads = 1;
+  a.head_dim = 64;
+  a.rotary_dim = 64;
+  AttentionData data = test::MakeAttentionData(a, 9);
+  for (bool fractional_q : {false, true}) {
+    AttentionParams p;
+    p.config = config;
+    p.q = ConstTensorView(DType::kFloat32, {1, 5, 2, 64}, data.q.data(), data.q.size());
+    p.k = ConstTensorView(DType::kFloat32, {1, 7, 1, 64}, data.k.data(), data.k.size());
+    p.q_start_pos = 4094;
+    p.k_start_pos = 4093;
+    p.causal = !fractional_q;
+    if (fractional_q) {
+      p.q_start_pos = 0;
+      p.q_fractional_positions = {0.5, 1, 2.25, 3, 4, 5, 6.75, 7, 8, 9, 10, 11.5, 12, 13, 14};
+    }
+    std::string want, got;
+    AttentionOutputs want_out, got_out;
+    want_out.scores.bytes = &want;
+    got_out.scores.bytes = &got;
+    ASSERT_TRUE(on_cpu.AttentionScores(p, &want_out).ok());
+    ASSERT_TRUE(on_cuda.AttentionScores(p, &got_out).ok());
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < want.size() / sizeof(float); ++i) {
+      float w, g;
+      std::memcpy(&w, want.data() + i * sizeof(float), sizeof(float));
+      std::memcpy(&g, got.data() + i * sizeof(float), sizeof(float));
+      if (std::isinf(w)) {
+        EXPECT_EQ(g, w) << i;
+      } else {
+        EXPECT_NEAR(g, w, 1e-4f * (1 + std::fabs(w))) << i;
       }
     }
   }

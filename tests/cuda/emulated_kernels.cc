@@ -108,6 +108,35 @@ cudaError_t Rotate(const RotateKernelParams& params, Storage storage, bool inter
   return Launch(launch.stream, std::move(body));
 }
 
+cudaError_t RotateFloat8(const RotateFloat8Params& params, Storage storage, bool interleaved,
+                         const LaunchConfig& launch) {
+  const int64_t items = RotateFloat8Items(params);
+  if (items <= 0) return cudaSuccess;
+  const int64_t blocks = BlocksFor(items, kRotateBlock, launch.max_blocks);
+  const int64_t elem = StorageBytes(storage);
+  std::function<void()> body;
+  ROPE_DISPATCH_STORAGE(
+      storage, Tag, {ROPE_DISPATCH_BOOL(interleaved, kInterleaved, {
+        body = [params, blocks, elem]() {
+          const RotateFloat8Params& p = params;
+          const int64_t q_elems = p.tokens * p.q_heads * p.head_dim;
+          const int64_t k_elems = p.k != nullptr ? p.tokens * p.k_heads * p.head_dim : 0;
+          if (!Live(p.q, q_elems * elem) || !Live(p.q_out, q_elems) ||
+              (p.k != nullptr && (!Live(p.k, k_elems * elem) || !Live(p.k_out, k_elems)))) {
+            return;
+          }
+          if (p.rotary_dim > 0 && !PositionsAndTableLive(p.positions, p.first_token, p.tokens,
+                                                         p.table, p.rotary_dim)) {
+            return;
+          }
+          test::RunGridOnHost(blocks, kRotateBlock, [&p](int64_t b, int t, int bd, int64_t gd) {
+            RotateFloat8KernelBody<Tag, kInterleaved>(p, b, t, bd, gd);
+          });
+        };
+      })})
+  return Launch(launch.stream, std::move(body));
+}
+
 cudaError_t RotatedCopy(const RotatedCopyParams& params, Storage storage, bool interleaved,
                         const LaunchConfig& launch) {
   const int64_t items = RotatedCopyItems(params);

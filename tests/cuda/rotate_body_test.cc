@@ -3,6 +3,7 @@
 // layout x rotary_dim x head grouping x position mode x direction, on the
 // 16-byte path and the one-pair path, with full grids, grid-stride grids and
 // token chunks as the backend launches them. Runs without a GPU.
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -43,6 +44,7 @@ void RunRotateBody(const RotateCase& c, const RopeTable& table, RotateData* d, i
     p.first_token = first;
     p.head_dim = static_cast<int>(c.head_dim);
     p.rotary_dim = static_cast<int>(c.rotary_dim);
+    p.rotary_offset = static_cast<int>(c.rotary_offset);
     p.table = table.rows();
     p.positions = args.positions;
     p.inverse = c.inverse;
@@ -75,22 +77,29 @@ void RunBody(const RotateCase& c, const RopeTable& table, RotateData* d, int64_t
                                                               max_blocks)
                    : RunRotateBody<math::BF16, false, kVector>(c, table, d, chunk_tokens, block_dim,
                                                                max_blocks);
+    case DType::kFloat8E4M3:
+    case DType::kFloat8E5M2:
+      return;  // not an input type
   }
 }
 
 bool ShapeAllowsVectors(const RotateCase& c) {
   const int hd = static_cast<int>(c.head_dim), r = static_cast<int>(c.rotary_dim);
+  const int o = static_cast<int>(c.rotary_offset);
   const bool inter = c.layout == Layout::kInterleaved;
   switch (c.dtype) {
     case DType::kFloat32:
-      return inter ? kernels::RotateShapeAllowsVectors<math::F32, true>(hd, r)
-                   : kernels::RotateShapeAllowsVectors<math::F32, false>(hd, r);
+      return inter ? kernels::RotateShapeAllowsVectors<math::F32, true>(hd, r, o)
+                   : kernels::RotateShapeAllowsVectors<math::F32, false>(hd, r, o);
     case DType::kFloat16:
-      return inter ? kernels::RotateShapeAllowsVectors<math::F16, true>(hd, r)
-                   : kernels::RotateShapeAllowsVectors<math::F16, false>(hd, r);
+      return inter ? kernels::RotateShapeAllowsVectors<math::F16, true>(hd, r, o)
+                   : kernels::RotateShapeAllowsVectors<math::F16, false>(hd, r, o);
     case DType::kBFloat16:
-      return inter ? kernels::RotateShapeAllowsVectors<math::BF16, true>(hd, r)
-                   : kernels::RotateShapeAllowsVectors<math::BF16, false>(hd, r);
+      return inter ? kernels::RotateShapeAllowsVectors<math::BF16, true>(hd, r, o)
+                   : kernels::RotateShapeAllowsVectors<math::BF16, false>(hd, r, o);
+    case DType::kFloat8E4M3:
+    case DType::kFloat8E5M2:
+      break;
   }
   return false;
 }
@@ -160,16 +169,19 @@ INSTANTIATE_TEST_SUITE_P(Grid, RotateBodyTest, ::testing::ValuesIn(test::RotateG
 // layout (so the tests above cover it), and odd shapes do not.
 TEST(RotateBodyVectorTest, VectorPathCoversModelShapesOnly) {
   for (int head_dim : {64, 128, 256}) {
-    EXPECT_TRUE((kernels::RotateShapeAllowsVectors<math::F32, true>(head_dim, head_dim)));
-    EXPECT_TRUE((kernels::RotateShapeAllowsVectors<math::F32, false>(head_dim, head_dim)));
-    EXPECT_TRUE((kernels::RotateShapeAllowsVectors<math::BF16, true>(head_dim, head_dim)));
-    EXPECT_TRUE((kernels::RotateShapeAllowsVectors<math::F16, false>(head_dim, head_dim)));
+    EXPECT_TRUE((kernels::RotateShapeAllowsVectors<math::F32, true>(head_dim, head_dim, 0)));
+    EXPECT_TRUE((kernels::RotateShapeAllowsVectors<math::F32, false>(head_dim, head_dim, 0)));
+    EXPECT_TRUE((kernels::RotateShapeAllowsVectors<math::BF16, true>(head_dim, head_dim, 0)));
+    EXPECT_TRUE((kernels::RotateShapeAllowsVectors<math::F16, false>(head_dim, head_dim, 0)));
   }
-  EXPECT_FALSE((kernels::RotateShapeAllowsVectors<math::BF16, true>(12, 8)));
-  EXPECT_FALSE((kernels::RotateShapeAllowsVectors<math::F32, false>(6, 2)));
+  // DeepSeek's MLA heads: 128 nope + 64 rope features.
+  EXPECT_TRUE((kernels::RotateShapeAllowsVectors<math::BF16, true>(192, 64, 128)));
+  EXPECT_FALSE((kernels::RotateShapeAllowsVectors<math::BF16, true>(192, 64, 100)));
+  EXPECT_FALSE((kernels::RotateShapeAllowsVectors<math::BF16, true>(12, 8, 0)));
+  EXPECT_FALSE((kernels::RotateShapeAllowsVectors<math::F32, false>(6, 2, 0)));
   // Half layout with rotary_dim/2 not a multiple of a vector: pairs would
   // straddle vectors.
-  EXPECT_FALSE((kernels::RotateShapeAllowsVectors<math::BF16, false>(64, 24)));
+  EXPECT_FALSE((kernels::RotateShapeAllowsVectors<math::BF16, false>(64, 24, 0)));
 
   kernels::RotateKernelParams p;
   p.head_dim = 64;
@@ -182,6 +194,99 @@ TEST(RotateBodyVectorTest, VectorPathCoversModelShapesOnly) {
   p.q = buffer;
   p.k = buffer + 4;  // 8-byte aligned only
   EXPECT_FALSE((kernels::RotateUsesVectors<math::BF16, true>(p)));
+}
+
+// The float8 kernel's body over its grid against the CPU backend's float8
+// outputs: bit for bit, every case of the grid, both formats, scales that
+// reach saturation.
+template <typename Tag, bool kInterleaved>
+void RunFloat8Body(const RotateCase& c, const RopeTable& table, const RotateArgs& args,
+                   int64_t chunk_tokens, int block_dim, int64_t max_blocks) {
+  const int64_t elem = static_cast<int64_t>(DTypeSize(c.dtype));
+  const int64_t tokens = c.batch * c.seq;
+  for (int64_t first = 0; first < tokens; first += chunk_tokens) {
+    kernels::RotateFloat8Params p;
+    p.q = static_cast<const char*>(args.q) + first * c.q_heads * c.head_dim * elem;
+    p.q_out = static_cast<uint8_t*>(args.q_out) + first * c.q_heads * c.head_dim;
+    p.q_heads = static_cast<int>(c.q_heads);
+    p.q_scale = args.q_scale;
+    if (args.k != nullptr) {
+      p.k = static_cast<const char*>(args.k) + first * c.k_heads * c.head_dim * elem;
+      p.k_out = static_cast<uint8_t*>(args.k_out) + first * c.k_heads * c.head_dim;
+      p.k_heads = static_cast<int>(c.k_heads);
+      p.k_scale = args.k_scale;
+    }
+    p.tokens = std::min(chunk_tokens, tokens - first);
+    p.first_token = first;
+    p.head_dim = static_cast<int>(c.head_dim);
+    p.rotary_dim = static_cast<int>(args.rotary_dim);
+    p.rotary_offset = static_cast<int>(c.rotary_offset);
+    p.table = table.rows();
+    p.positions = args.positions;
+    p.inverse = c.inverse;
+    p.e5m2 = args.output_dtype == DType::kFloat8E5M2;
+    const int64_t blocks = kernels::BlocksFor(kernels::RotateFloat8Items(p), block_dim, max_blocks);
+    test::RunGridOnHost(blocks, block_dim, [&p](int64_t b, int t, int bd, int64_t gd) {
+      kernels::RotateFloat8KernelBody<Tag, kInterleaved>(p, b, t, bd, gd);
+    });
+  }
+}
+
+TEST(RotateFloat8BodyTest, MatchesCpuBackendBitForBit) {
+  for (RotateCase c : test::RotateGrid()) {
+    for (DType out : {DType::kFloat8E4M3, DType::kFloat8E5M2}) {
+      for (int64_t rotary : {c.rotary_dim, int64_t{0}}) {  // 0: a NoPE layer, conversion only
+        c.positions = test::PositionMode::kPerToken;
+        c.inverse = rotary == 0;
+        SCOPED_TRACE(c.Name());
+        SCOPED_TRACE(testing::Message() << DTypeName(out) << " rotary_dim " << rotary);
+        const std::shared_ptr<const RopeTable> table = test::PlainTable(c.rotary_dim, c.max_len);
+        RotateData data = test::MakeRotateData(c, 9);
+        std::vector<uint8_t> want_q(data.q.size() / DTypeSize(c.dtype));
+        std::vector<uint8_t> want_k(data.k.size() / DTypeSize(c.dtype));
+        std::vector<uint8_t> got_q(want_q.size(), 0xAA), got_k(want_k.size(), 0xAA);
+        RotateArgs args = data.Args(c);
+        args.rotary_dim = rotary;
+        args.output_dtype = out;
+        args.q_scale = 300.0f;  // past E4M3FN's 448 for some values
+        args.k_scale = 0.75f;
+        args.q_out = want_q.data();
+        args.k_out = c.k_heads > 0 ? want_k.data() : nullptr;
+        const std::vector<uint8_t> q_before = data.q;
+        ASSERT_TRUE(test::CpuBackend().Rotate(*table, args).ok());
+        ASSERT_EQ(data.q, q_before) << "the CPU backend wrote its input";
+        args.q_out = got_q.data();
+        args.k_out = c.k_heads > 0 ? got_k.data() : nullptr;
+        const bool inter = c.layout == Layout::kInterleaved;
+        for (const Launch& l : {Launch{1 << 20, 256, 1 << 20}, Launch{3, 32, 2}}) {
+          std::fill(got_q.begin(), got_q.end(), 0xAA);
+          std::fill(got_k.begin(), got_k.end(), 0xAA);
+          switch (c.dtype) {
+            case DType::kFloat32:
+              inter ? RunFloat8Body<math::F32, true>(c, *table, args, l.chunk_tokens, l.block_dim,
+                                                     l.max_blocks)
+                    : RunFloat8Body<math::F32, false>(c, *table, args, l.chunk_tokens,
+                                                      l.block_dim, l.max_blocks);
+              break;
+            case DType::kFloat16:
+              inter ? RunFloat8Body<math::F16, true>(c, *table, args, l.chunk_tokens, l.block_dim,
+                                                     l.max_blocks)
+                    : RunFloat8Body<math::F16, false>(c, *table, args, l.chunk_tokens,
+                                                      l.block_dim, l.max_blocks);
+              break;
+            default:
+              inter ? RunFloat8Body<math::BF16, true>(c, *table, args, l.chunk_tokens,
+                                                      l.block_dim, l.max_blocks)
+                    : RunFloat8Body<math::BF16, false>(c, *table, args, l.chunk_tokens,
+                                                       l.block_dim, l.max_blocks);
+              break;
+          }
+          EXPECT_EQ(FirstDifference(got_q, want_q), -1) << "q differs";
+          EXPECT_EQ(FirstDifference(got_k, want_k), -1) << "k differs";
+        }
+      }
+    }
+  }
 }
 
 TEST(RotateBodyLaunchTest, IndexDivIsDivisionOnBothSidesOfTheThirtyTwoBitPath) {

@@ -21,7 +21,16 @@ model has two), this test
      without --layout and --max_len: the layout transformers uses for the
      model (the third column of MODELS, written here from transformers'
      modeling code) and max_position_embeddings, as RopeConfig.from_hf
-     derives them too (one rule in every client).
+     derives them too (one rule in every client);
+  5. for the variants the serving engines ship (HunYuan's dynamic alpha,
+     DeepSeek-V2/V3 and Kimi K2's MLA heads, Llama 4 Scout's NoPE layers
+     and their temperature tuning, Ernie 4.5-VL's 3-D RoPE, DeepSeek-V4's
+     rope groups, Pythia's rotary_pct), derives each from the JSON in
+     float64 as the engine that defines it writes it (transformers'
+     modeling code, else vLLM's rotary_embedding/), and checks
+     ResolveConfig, Rotate (the rope part and the whole MLA head; a NoPE
+     layer's identity) and AttentionScores (the temperature tuning)
+     through the server, float8 outputs included.
 
 ropeserve is started with tests/support/python/ropeserve_process.py; the
 rope.v1 stubs are the Python client package's (ropeserve.proto).
@@ -401,7 +410,277 @@ MODELS = [
     ("Qwen3-8B", ["full_attention"], True),
     ("Qwen3-8B-yarn", ["full_attention"], True),
     ("Qwen2-VL-7B-Instruct", ["full_attention"], True),
+    ("Qwen2.5-VL-7B-Instruct", ["full_attention"], True),
     ("Qwen3-VL-8B-Instruct", ["full_attention"], True),
+]
+
+# ---- The serving engines' variants, in float64 ------------------------------------------
+# Each derivation follows the code of the engine that defines the variant:
+# transformers' modeling code where it has one, vLLM's rotary_embedding/
+# otherwise. Nothing here is shared with the server or with the code above.
+
+def yarn_inv(base, dim, factor, original, beta_fast, beta_slow):
+    """transformers' _compute_yarn_parameters (truncate), inverse frequencies."""
+    def correction_dim(rotations):
+        return dim * math.log(original / (rotations * 2 * math.pi)) / (2 * math.log(base))
+    low = max(math.floor(correction_dim(beta_fast)), 0)
+    high = min(math.ceil(correction_dim(beta_slow)), dim - 1)
+    if low == high:
+        high += 0.001
+    pos_freqs = base ** (np.arange(0, dim, 2, dtype=np.float64) / dim)
+    ramp = np.clip((np.arange(dim // 2, dtype=np.float64) - low) / (high - low), 0, 1)
+    extrapolation = 1 - ramp
+    return (1.0 / (factor * pos_freqs)) * (1 - extrapolation) + (1.0 / pos_freqs) * extrapolation
+
+
+def yarn_mscale(scale, mscale=1.0):
+    return 1.0 if scale <= 1 else 0.1 * mscale * math.log(scale) + 1.0
+
+
+def variant_rope(name, config, selector):
+    """(dim, inv_freq, attention, rope_part_width, whole_width, layout_interleaved, extra)."""
+    cfg = config.get("text_config") or config
+    if name == "Hunyuan-7B-Instruct":
+        # HunYuanDenseV1RotaryEmbedding: base * alpha ** (head_dim / (head_dim - 2)).
+        dim = cfg["head_dim"]
+        alpha = cfg["rope_scaling"]["alpha"]
+        base = cfg["rope_theta"] * alpha ** (dim / (dim - 2))
+        inv = 1.0 / base ** (np.arange(0, dim, 2, dtype=np.float64) / dim)
+        return dim, inv, 1.0, dim, 0, False, {}
+    if name in ("DeepSeek-V2-Lite-Chat", "Kimi-K2-Instruct", "DeepSeek-V3"):
+        # DeepseekV3Config: head_dim = qk_rope_head_dim; yarn with mscales.
+        p = cfg.get("rope_scaling") or cfg.get("rope_parameters")
+        base = p.get("rope_theta", cfg.get("rope_theta"))
+        dim = cfg["qk_rope_head_dim"]
+        inv = yarn_inv(base, dim, p["factor"], p["original_max_position_embeddings"],
+                       p.get("beta_fast") or 32, p.get("beta_slow") or 1)
+        if p.get("mscale") and p.get("mscale_all_dim"):
+            attention = yarn_mscale(p["factor"], p["mscale"]) / yarn_mscale(p["factor"],
+                                                                            p["mscale_all_dim"])
+        else:
+            attention = yarn_mscale(p["factor"])
+        return dim, inv, attention, dim, dim + cfg["qk_nope_head_dim"], True, {}
+    if name == "Llama-4-Scout-17B-16E-Instruct":
+        # Llama4TextAttention: use_rope = no_rope_layers[layer_idx].
+        index = selector["index"]
+        if not cfg["no_rope_layers"][index]:
+            return cfg["head_dim"], None, 1.0, cfg["head_dim"], 0, True, {
+                "temperature": (cfg["floor_scale"], cfg["attn_scale"])}
+        dim, inv, attention, _, _ = rope_of(config, "full_attention")
+        return dim, inv, attention, dim, 0, True, {}
+    if name == "ERNIE-4.5-VL-28B-A3B-PT":
+        # vLLM's Ernie4_5_VLMoeAttention: t = freq_allocation, h = w = (d/2 - t) // 2;
+        # transformers' Ernie4_5_VLMoeTextRotaryEmbedding on [h, w, t].
+        dim = cfg["hidden_size"] // cfg["num_attention_heads"]
+        t = cfg["freq_allocation"]
+        h = (dim // 2 - t) // 2
+        inv = 1.0 / cfg["rope_theta"] ** (np.arange(0, dim, 2, dtype=np.float64) / dim)
+        return dim, inv, 1.0, dim, 0, True, {"ernie": (h, h, t)}
+    if name == "DeepSeek-V4-Flash":
+        # DeepseekV4Config: main = rope_theta, plain; compress = compress_rope_theta
+        # with the yarn of rope_scaling and attention_factor 1.0. Layers by
+        # compress_ratios (0: sliding_attention, main).
+        group = selector.get("layer_type")
+        if group is None:
+            group = "main" if cfg["compress_ratios"][selector["index"]] == 0 else "compress"
+        dim = cfg["qk_rope_head_dim"]
+        if group == "main":
+            inv = 1.0 / cfg["rope_theta"] ** (np.arange(0, dim, 2, dtype=np.float64) / dim)
+        else:
+            p = cfg["rope_scaling"]
+            inv = yarn_inv(cfg["compress_rope_theta"], dim, p["factor"],
+                           p["original_max_position_embeddings"], p["beta_fast"], p["beta_slow"])
+        return dim, inv, 1.0, dim, cfg["head_dim"], True, {}
+    if name == "pythia-2.8b":
+        # GPTNeoXConfig: rotary_pct -> partial_rotary_factor, rotary_emb_base -> rope_theta.
+        head = cfg["hidden_size"] // cfg["num_attention_heads"]
+        dim = int(head * cfg["rotary_pct"])
+        inv = 1.0 / cfg["rotary_emb_base"] ** (np.arange(0, dim, 2, dtype=np.float64) / dim)
+        return dim, inv, 1.0, head, 0, False, {}
+    raise Failure("no variant reference for %s" % name)
+
+
+def rotate_window(x, angles, attention, offset, dim, interleaved):
+    """Rotates features [offset, offset + dim) of x [B,S,H,W] in float64 by angles [B,S,dim/2]."""
+    out = np.array(x, dtype=np.float64)
+    seg = out[..., offset:offset + dim].copy()
+    if interleaved:
+        x0, x1 = seg[..., 0::2], seg[..., 1::2]
+    else:
+        x0, x1 = seg[..., : dim // 2], seg[..., dim // 2:]
+    c = (np.cos(angles) * attention)[:, :, None, :]
+    s = (np.sin(angles) * attention)[:, :, None, :]
+    y0, y1 = x0 * c - x1 * s, x0 * s + x1 * c
+    if interleaved:
+        seg[..., 0::2], seg[..., 1::2] = y0, y1
+    else:
+        seg[..., : dim // 2], seg[..., dim // 2:] = y0, y1
+    out[..., offset:offset + dim] = seg
+    return out
+
+
+def transformers_deepseek_interleave(x, angles, attention):
+    """transformers' DeepSeek-V3 apply_rotary_pos_emb_interleave on x [B,S,H,d]: the
+    pairs de-interleaved, then rotate_half; its output stays in that order."""
+    x = torch.tensor(x, dtype=torch.float64).permute(0, 2, 1, 3)  # [B,H,S,d]
+    b, h, s, d = x.shape
+    x = x.reshape(b, h, s, d // 2, 2).transpose(4, 3).reshape(b, h, s, d)
+    emb = torch.cat((torch.tensor(angles), torch.tensor(angles)), dim=-1)[:, None]
+    cos, sin = emb.cos() * attention, emb.sin() * attention
+    out = x * cos + rotate_half(x) * sin
+    return out.permute(0, 2, 1, 3).numpy()
+
+
+def ernie_reference(x, inv, positions, sections):
+    """transformers' Ernie 4.5-VL: pre-rotated inv_freq, per-axis freqs split [h, w, t]
+    (chunk j from axis (j + 1) % 3 of (t, h, w)), h and w stacked, repeat_interleave(2),
+    then x * cos + rotate_half_text(x) * sin."""
+    h, w, t = sections
+    inv_t = torch.tensor(inv, dtype=torch.float64)
+    hw = h + w
+    inv3d = torch.empty_like(inv_t)
+    inv3d[:hw] = torch.cat([inv_t[:-t][0::2], inv_t[:-t][1::2]])
+    inv3d[-t:] = inv_t[-t:]
+    freqs = torch.tensor(positions, dtype=torch.float64)[..., None] * inv3d  # [3,B,S,half]
+    parts = freqs.split([h, w, t], dim=-1)
+    f_h, f_w, f_t = (m[(i + 1) % 3] for i, m in enumerate(parts))
+    hwt = torch.cat([torch.stack([f_h, f_w], dim=-1).flatten(-2), f_t], dim=-1)
+    cos = hwt.cos().repeat_interleave(2, dim=-1)[:, :, None, :]
+    sin = hwt.sin().repeat_interleave(2, dim=-1)[:, :, None, :]
+    xt = torch.tensor(x, dtype=torch.float64)
+    rot = torch.stack((-xt[..., 1::2], xt[..., 0::2]), dim=-1).flatten(-2)
+    return (xt * cos + rot * sin).numpy()
+
+
+def float8_e4m3(values):
+    """Nearest E4M3FN code (ties to even), saturating at 448, NaN 0x7f: by search."""
+    codes = np.arange(128, dtype=np.int64)
+    exp, mant = (codes >> 3) & 15, codes & 7
+    grid = np.where(exp == 0, mant * 2.0 ** -9, (1 + mant / 8.0) * 2.0 ** (exp - 7))
+    grid[127] = np.inf  # 0x7f is NaN
+    out = []
+    for v in np.asarray(values, dtype=np.float64).ravel():
+        if np.isnan(v):
+            out.append(0x7f)
+            continue
+        a = abs(v)
+        if a > 464:
+            code = 0x7e
+        else:
+            d = np.abs(grid - a)
+            best = np.flatnonzero(d == d.min())
+            code = int(best[0] if best[0] % 2 == 0 or len(best) == 1 else best[1])
+        out.append(code | (0x80 if np.signbit(v) else 0))
+    return np.array(out, dtype=np.uint8)
+
+
+def check_variant(server, name, config_text, selector, rng):
+    config = json.loads(config_text)
+    what = "%s %s" % (name, selector)
+    dim, inv, attention, part, whole, interleaved, extra = variant_rope(name, config, selector)
+    base = server.pb2.RopeConfig(hf_config_json=config_text, max_len=1 << 17,
+                                 hf_layer_type=selector.get("layer_type", ""),
+                                 layout=server.pb2.INTERLEAVED if interleaved else server.pb2.HALF)
+    if "index" in selector:
+        base.hf_layer_index = selector["index"]
+    resolved = server.stub.ResolveConfig(base, timeout=TIMEOUT_S)
+    want_layout = server.pb2.INTERLEAVED if interleaved else server.pb2.HALF
+    check(resolved.hf_layout == want_layout, "%s: hf_layout %d, want %d"
+          % (what, resolved.hf_layout, want_layout))
+    check(resolved.whole_head_dim == (whole if whole != part else 0),
+          "%s: whole_head_dim %d, want %d" % (what, resolved.whole_head_dim, whole))
+    if inv is None:
+        check(resolved.no_rope and not resolved.inv_freq, "%s: not resolved as NoPE" % what)
+    else:
+        got = np.array(resolved.inv_freq)
+        check(got.shape == inv.shape, "%s: %d inverse frequencies, want %d"
+              % (what, got.size, inv.size))
+        err = np.max(np.abs(got - inv) / inv)
+        check(err <= 1e-13, "%s: inv_freq off by %.3g (relative)" % (what, err))
+        check(abs(resolved.attention_factor - attention) <= 1e-15 * attention,
+              "%s: attention factor %r, want %r" % (what, resolved.attention_factor, attention))
+
+    batch, seq, hq, hkv = 2, 3, 3, 2  # any head counts rotate
+    positions = np.array([[5, 900, 70000], [1, 2, 131071]], dtype=np.int64)
+    for width in sorted({part, whole} - {0}):
+        offset = width - dim if width == whole and whole != part else 0
+        request_config = server.pb2.RopeConfig()
+        request_config.CopyFrom(base)
+        q = rng.uniform(-1, 1, size=(batch, seq, hq, width)).astype(np.float32)
+        k = rng.uniform(-1, 1, size=(batch, seq, hkv, width)).astype(np.float32)
+        if "ernie" in extra:
+            # t, h, w: image-patch-like positions, each axis its own.
+            mpos = np.stack([positions, np.maximum(positions - 3, 0), np.maximum(positions - 7, 0)])
+            flat = [int(p) for p in mpos.reshape(-1)]
+        else:
+            flat = [int(p) for p in positions.reshape(-1)]
+        request = server.pb2.RotateRequest(config=request_config, q=server.tensor(q, "float32"),
+                                           k=server.tensor(k, "float32"), positions=flat)
+        reply = server.stub.Rotate(request, timeout=TIMEOUT_S)
+        for got_t, x, label in ((reply.q, q, "q"), (reply.k, k, "k")):
+            got = Server.decode(got_t, x.shape).astype(np.float64)
+            if inv is None:
+                want = x.astype(np.float64)
+                check(np.array_equal(got, want), "%s: a NoPE layer's Rotate changed %s"
+                      % (what, label))
+                continue
+            if "ernie" in extra:
+                want = ernie_reference(x, inv, mpos, extra["ernie"])
+            else:
+                angles = positions.astype(np.float64)[..., None] * inv
+                want = rotate_window(x, angles, attention, offset, dim, interleaved)
+            tol = 4e-6 * (1 + np.abs(want))
+            bad = np.abs(got - want) > tol
+            check(not bad.any(), "%s: Rotate width %d %s: %d values off, worst %.3g"
+                  % (what, width, label, int(bad.sum()), float(np.max(np.abs(got - want)))))
+            if name.startswith(("DeepSeek-V2", "DeepSeek-V3", "Kimi")) and width == part:
+                # The pairs are transformers' (rope_interleave): its output is the
+                # same values, de-interleaved.
+                angles = positions.astype(np.float64)[..., None] * inv
+                tf = transformers_deepseek_interleave(x, angles, attention)
+                perm = list(range(0, dim, 2)) + list(range(1, dim, 2))
+                check(np.max(np.abs(got[..., perm] - tf)) <= 4e-6 * (1 + np.max(np.abs(tf))),
+                      "%s: differs from transformers' apply_rotary_pos_emb_interleave" % what)
+        if width == part and inv is not None and "ernie" not in extra:
+            # Float8 output: the same rotation, rounded to E4M3FN after the scale.
+            request.output_dtype = server.pb2.FLOAT8_E4M3FN
+            request.output_scale = 64.0
+            reply8 = server.stub.Rotate(request, timeout=TIMEOUT_S)
+            check(reply8.q.dtype == server.pb2.FLOAT8_E4M3FN and len(reply8.q.data) == q.size,
+                  "%s: float8 reply of %d bytes, want %d" % (what, len(reply8.q.data), q.size))
+            rotated = Server.decode(reply.q, q.shape).astype(np.float32)
+            want8 = float8_e4m3(rotated * np.float32(64.0))
+            got8 = np.frombuffer(reply8.q.data, dtype=np.uint8)
+            check(np.array_equal(got8, want8), "%s: %d float8 codes differ"
+                  % (what, int(np.sum(got8 != want8))))
+    if "temperature" in extra:
+        floor_scale, attn_scale = extra["temperature"]
+        sq, sk, d = 3, 4, dim
+        q = rng.uniform(-1, 1, size=(1, sq, 2, d)).astype(np.float32)
+        k = rng.uniform(-1, 1, size=(1, sk, 2, d)).astype(np.float32)
+        q_start = 20000
+        request = server.pb2.AttentionScoresRequest(
+            config=base, q=server.tensor(q, "float32"), k=server.tensor(k, "float32"),
+            q_start_pos=q_start, k_start_pos=q_start)
+        reply = server.stub.AttentionScores(request, timeout=TIMEOUT_S)
+        scores = np.frombuffer(reply.scores.data, dtype=np.float32).reshape(1, 2, sq, sk)
+        temps = np.log(np.floor((q_start + np.arange(sq) + 1.0) / floor_scale) + 1.0) * attn_scale + 1.0
+        qs = (q * temps.astype(np.float32)[None, :, None, None]).astype(np.float64)
+        want = np.einsum("bihd,bjhd->bhij", qs, k.astype(np.float64)) / math.sqrt(d)
+        err = np.max(np.abs(scores - want) / (1 + np.abs(want)))
+        check(err <= 2e-6, "%s: temperature-tuned scores off by %.3g" % (what, err))
+    print("ok  %-48s dim %3d%s" % (what, dim, "  (NoPE)" if inv is None else ""))
+
+
+VARIANTS = [
+    ("Hunyuan-7B-Instruct", [{}]),
+    ("DeepSeek-V2-Lite-Chat", [{}]),
+    ("DeepSeek-V3", [{}]),
+    ("Kimi-K2-Instruct", [{}]),
+    ("Llama-4-Scout-17B-16E-Instruct", [{"index": 3}, {"index": 0}]),
+    ("ERNIE-4.5-VL-28B-A3B-PT", [{}]),
+    ("DeepSeek-V4-Flash", [{"layer_type": "main"}, {"index": 2}]),
+    ("pythia-2.8b", [{}]),
 ]
 
 
@@ -431,6 +710,16 @@ def main():
                 except (Failure, grpc.RpcError) as e:
                     failures += 1
                     print("FAIL %s (%s): %s" % (name, layer_type, e))
+        for name, selectors in VARIANTS:
+            with open(os.path.join(args.fixtures, name + ".json"), encoding="utf-8") as f:
+                text = f.read()
+            for selector in selectors:
+                try:
+                    check_variant(server, name, text, selector, rng)
+                except (Failure, grpc.RpcError) as e:
+                    failures += 1
+                    print("FAIL %s" % e if isinstance(e, Failure)
+                          else "FAIL %s %s: %s" % (name, selector, e))
         # The CLI: ropectl resolve on a published config.
         path = os.path.join(args.fixtures, "Phi-4-mini-instruct.json")
         run = subprocess.run([args.ropectl, "resolve", "--target=" + rs.address,
@@ -482,7 +771,8 @@ def main():
     if failures:
         print("%d failure(s)" % failures)
         return 1
-    print("all %d model checks passed" % sum(len(m[1]) for m in MODELS))
+    print("all %d model checks passed" % (sum(len(m[1]) for m in MODELS)
+                                          + sum(len(v[1]) for v in VARIANTS)))
     return 0
 
 

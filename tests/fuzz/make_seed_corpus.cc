@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "inference/grpc_service.pb.h"
 #include "rope/v1/rope.pb.h"
 #include "tests/fuzz/request_fuzz_target.h"
 
@@ -175,6 +176,116 @@ std::vector<std::pair<std::string, v1::RotateRequest>> RotateSeeds() {
   for (int64_t p : {3, 4, 3, 5, 3, 6}) r.add_positions(p);
   seeds.emplace_back("rotate_hf_config_mrope", r);
 
+  // The serving engines' variants.
+  r = scaled;
+  *r.mutable_config() = Config(8, 64);
+  r.mutable_config()->mutable_dynamic_ntk_alpha()->set_alpha(1000);
+  seeds.emplace_back("rotate_dynamic_alpha", r);
+
+  r = scaled;
+  *r.mutable_config() = Config(8, 64, v1::HALF);
+  r.mutable_config()->mutable_ntk()->set_factor(4);
+  r.mutable_config()->mutable_ntk()->set_mixed_b(0.5);
+  seeds.emplace_back("rotate_ntk_mixed_b", r);
+
+  r = scaled;
+  *r.mutable_config() = Config(8, 64);
+  v1::DeepseekYarnScaling* deepseek = r.mutable_config()->mutable_deepseek_yarn();
+  deepseek->set_factor(40);
+  deepseek->set_original_max_position_embeddings(16);
+  deepseek->set_mscale(0.707);
+  deepseek->set_mscale_all_dim(0.707);
+  seeds.emplace_back("rotate_deepseek_yarn", r);
+
+  // MLA's whole head: 4 features that pass through, then 4 that rotate; q
+  // and k with head counts that do not divide.
+  r = v1::RotateRequest();
+  *r.mutable_config() = Config(8, 16, v1::INTERLEAVED, 4);
+  r.mutable_config()->set_rotary_offset(4);
+  *r.mutable_q() = MakeTensor(v1::BFLOAT16, {1, 2, 3, 8}, 22);
+  *r.mutable_k() = MakeTensor(v1::BFLOAT16, {1, 2, 2, 8}, 23);
+  r.set_start_pos(5);
+  seeds.emplace_back("rotate_rotary_offset_q3_k2", r);
+
+  // Float8 outputs with their scales.
+  r = scaled;
+  *r.mutable_config() = Config(8, 64, v1::HALF);
+  *r.mutable_k() = MakeTensor(v1::FLOAT32, {1, 2, 1, 8}, 24);
+  r.set_output_dtype(v1::FLOAT8_E4M3FN);
+  r.set_output_scale(64);
+  r.set_k_output_scale(0.5);
+  seeds.emplace_back("rotate_float8_e4m3_scales", r);
+
+  r = v1::RotateRequest();
+  *r.mutable_config() = Config(8, 16);
+  *r.mutable_q() = MakeTensor(v1::FLOAT16, {2, 1, 8}, 25);
+  r.set_output_dtype(v1::FLOAT8_E5M2);
+  seeds.emplace_back("rotate_float8_e5m2", r);
+
+  // A NoPE layer, explicit and from a config.json's layer index.
+  r = scaled;
+  *r.mutable_config() = Config(8, 64);
+  r.mutable_config()->mutable_no_rope();
+  seeds.emplace_back("rotate_no_rope", r);
+
+  r = scaled;
+  *r.mutable_config() = Config(0, 64);
+  r.mutable_config()->set_hf_config_json(
+      R"({"model_type": "llama4_text", "head_dim": 8, "num_hidden_layers": 4,)"
+      R"( "no_rope_layers": [1, 1, 1, 0], "rope_theta": 500000.0, "floor_scale": 8,)"
+      R"( "attn_scale": 0.1})");
+  r.mutable_config()->set_hf_layer_index(3);
+  seeds.emplace_back("rotate_hf_config_nope_layer", r);
+
+  // Ernie 4.5-VL's 3-D positions: sections (t, h, w) = (2, 1, 1).
+  r = v1::RotateRequest();
+  *r.mutable_config() = Config(8, 64);
+  for (uint32_t s : {2, 1, 1}) r.mutable_config()->mutable_mrope()->add_section(s);
+  r.mutable_config()->set_mrope_ernie_3d(true);
+  *r.mutable_q() = MakeTensor(v1::FLOAT32, {1, 2, 1, 8}, 26);
+  for (int64_t p : {4, 5, 6, 7, 8, 9}) r.add_positions(p);
+  seeds.emplace_back("rotate_mrope_ernie_3d", r);
+
+  // DeepSeek's MLA config.json with a whole-head tensor.
+  r = v1::RotateRequest();
+  *r.mutable_config() = Config(0, 64);
+  r.mutable_config()->set_hf_config_json(
+      R"({"model_type": "deepseek_v3", "qk_rope_head_dim": 4, "qk_nope_head_dim": 4,)"
+      R"( "max_position_embeddings": 64, "rope_theta": 10000, "rope_scaling": {"type": "yarn",)"
+      R"( "factor": 4, "original_max_position_embeddings": 16, "beta_fast": 1, "beta_slow": 1,)"
+      R"( "mscale": 0.707, "mscale_all_dim": 0.707}})");
+  *r.mutable_q() = MakeTensor(v1::FLOAT32, {1, 2, 2, 8}, 27);
+  r.set_start_pos(7);
+  seeds.emplace_back("rotate_hf_config_mla_whole_head", r);
+
+  // Axial RoPE (two axes of 4 features), per-axis positions [axis][s].
+  r = v1::RotateRequest();
+  *r.mutable_config() = Config(8, 32);
+  for (uint32_t dim : {4, 4}) r.mutable_config()->mutable_axial()->add_axes()->set_dim(dim);
+  r.mutable_config()->mutable_axial()->mutable_axes(1)->set_theta_rescale(2);
+  r.mutable_config()->mutable_axial()->mutable_axes(1)->set_interpolation(0.5);
+  *r.mutable_q() = MakeTensor(v1::BFLOAT16, {1, 3, 2, 8}, 20);
+  for (int64_t p : {0, 1, 2, 5, 6, 7}) r.add_positions(p);
+  seeds.emplace_back("rotate_axial", r);
+
+  // Fractional positions, and positions built from a grid.
+  r = v1::RotateRequest();
+  *r.mutable_config() = Config(8, 32, v1::HALF);
+  *r.mutable_q() = MakeTensor(v1::FLOAT32, {1, 3, 1, 8}, 21);
+  for (double p : {0.5, 1.25, 30.75}) r.add_fractional_positions(p);
+  seeds.emplace_back("rotate_fractional", r);
+
+  r = v1::RotateRequest();
+  *r.mutable_config() = Config(8, 32);
+  for (uint32_t dim : {2, 2, 4}) r.mutable_config()->mutable_axial()->add_axes()->set_dim(dim);
+  *r.mutable_q() = MakeTensor(v1::FLOAT16, {1, 4, 1, 8}, 22);
+  v1::PositionGrid* text = r.mutable_build_positions()->add_grids();
+  for (int64_t d : {1, 1, 1}) text->add_size(d);
+  v1::PositionGrid* image = r.mutable_build_positions()->add_grids();
+  for (int64_t d : {1, 1, 3}) image->add_size(d);
+  for (double start : {1.0, 0.0, 0.5}) image->add_start(start);
+  seeds.emplace_back("rotate_build_grid", r);
+
   // By reference, in the fuzz target's 64 KiB region "fuzz": q in place, k
   // into k_out.
   r = v1::RotateRequest();
@@ -316,6 +427,32 @@ std::vector<std::pair<std::string, v1::AttentionScoresRequest>> AttentionSeeds()
   a.mutable_top_k_probs_out()->set_offset(2176);
   a.mutable_top_k_probs_out()->set_byte_size(24);
   seeds.emplace_back("attention_shm_lse_top_k_out", a);
+  // A NoPE layer's temperature tuning, and MLA's rotary_offset.
+  a = v1::AttentionScoresRequest();
+  *a.mutable_config() = Config(8, 64);
+  a.mutable_config()->mutable_no_rope()->set_floor_scale(8);
+  a.mutable_config()->mutable_no_rope()->set_attn_scale(0.1);
+  *a.mutable_q() = MakeTensor(v1::BFLOAT16, {1, 2, 2, 8}, 28);
+  *a.mutable_k() = MakeTensor(v1::BFLOAT16, {1, 3, 1, 8}, 29);
+  a.set_q_start_pos(30);
+  a.set_causal(true);
+  seeds.emplace_back("attention_no_rope_temperature", a);
+
+  a = v1::AttentionScoresRequest();
+  *a.mutable_config() = Config(8, 16, v1::HALF, 2);
+  a.mutable_config()->set_rotary_offset(6);
+  *a.mutable_q() = MakeTensor(v1::FLOAT32, {1, 2, 1, 8}, 30);
+  *a.mutable_k() = MakeTensor(v1::FLOAT32, {1, 2, 1, 8}, 31);
+  seeds.emplace_back("attention_rotary_offset", a);
+
+  a = v1::AttentionScoresRequest();
+  *a.mutable_config() = Config(8, 32);
+  for (uint32_t dim : {4, 4}) a.mutable_config()->mutable_axial()->add_axes()->set_dim(dim);
+  *a.mutable_q() = MakeTensor(v1::FLOAT32, {1, 2, 2, 8}, 23);
+  *a.mutable_k() = MakeTensor(v1::FLOAT32, {1, 3, 1, 8}, 24);
+  for (double p : {0.5, 1.5, 2.25, 3.0}) a.add_q_fractional_positions(p);
+  a.set_k_start_pos(4);
+  seeds.emplace_back("attention_axial_fractional", a);
   return seeds;
 }
 
@@ -349,6 +486,13 @@ std::vector<std::pair<std::string, v1::GetTableRequest>> TableSeeds() {
   t.set_start(10);
   t.set_count(12);
   seeds.emplace_back("table_hf_config_longrope", t);
+
+  t = v1::GetTableRequest();
+  *t.mutable_config() = Config(8, 4096);
+  for (uint32_t dim : {2, 6}) t.mutable_config()->mutable_axial()->add_axes()->set_dim(dim);
+  t.set_start(4090);
+  t.set_count(6);
+  seeds.emplace_back("table_axial_last_rows", t);
   return seeds;
 }
 
@@ -384,6 +528,33 @@ std::vector<std::pair<std::string, v1::RopeConfig>> ResolveSeeds() {
   c.mutable_dynamic_ntk()->set_factor(2);
   c.mutable_dynamic_ntk()->set_original_max_position_embeddings(16);
   seeds.emplace_back("resolve_explicit_dynamic", c);
+
+  // DeepSeek-V4's two rope groups, chosen by layer index.
+  c = Config(0, 64);
+  c.set_hf_config_json(
+      R"({"model_type": "deepseek_v4", "head_dim": 16, "qk_rope_head_dim": 8,)"
+      R"( "num_hidden_layers": 3, "compress_ratios": [0, 4, 128], "rope_theta": 10000,)"
+      R"( "compress_rope_theta": 160000, "rope_scaling": {"type": "yarn", "factor": 4,)"
+      R"( "original_max_position_embeddings": 16, "beta_fast": 32, "beta_slow": 1}})");
+  c.set_hf_layer_index(1);
+  seeds.emplace_back("resolve_hf_config_rope_group", c);
+
+  c = Config(0, 64);
+  c.set_hf_config_json(
+      R"({"model_type": "ernie4_5_moe_vl", "hidden_size": 64, "num_attention_heads": 4,)"
+      R"( "rope_theta": 500000, "freq_allocation": 2})");
+  seeds.emplace_back("resolve_hf_config_ernie_freq_allocation", c);
+
+  c = Config(0, 64);
+  c.set_hf_config_json(
+      R"({"model_type": "hunyuan_v1_dense", "head_dim": 8, "rope_theta": 10000,)"
+      R"( "rope_scaling": {"type": "dynamic", "alpha": 1000, "factor": 1}})");
+  seeds.emplace_back("resolve_hf_config_dynamic_alpha", c);
+
+  c = Config(8, 64);
+  for (uint32_t dim : {2, 2, 4}) c.mutable_axial()->add_axes()->set_dim(dim);
+  c.mutable_axial()->mutable_axes(2)->set_theta(256);
+  seeds.emplace_back("resolve_axial", c);
   return seeds;
 }
 
@@ -406,6 +577,141 @@ std::vector<std::pair<std::string, v1::RegisterSharedMemoryRequest>> RegisterSee
   r.set_cuda_device(0);
   r.set_byte_size(1 << 20);
   seeds.emplace_back("register_cuda_ipc_region", r);
+  return seeds;
+}
+
+std::vector<std::pair<std::string, v1::BuildPositionsRequest>> PositionsSeeds() {
+  std::vector<std::pair<std::string, v1::BuildPositionsRequest>> seeds;
+  constexpr char kQwen25Vl[] =
+      R"({"model_type": "qwen2_5_vl", "image_token_id": 151655, "video_token_id": 151656,)"
+      R"( "vision_start_token_id": 151652, "vision_config": {"spatial_merge_size": 2,)"
+      R"( "tokens_per_second": 2}})";
+  v1::BuildPositionsRequest r;
+  r.set_hf_config_json(kQwen25Vl);
+  r.set_batch(2);
+  // Row 0: text, an image of 2 x 2 merged patches, text; row 1: left
+  // padding, a video of 2 frames, text.
+  for (int64_t id : {1, 151652, 151655, 151655, 151655, 151655, 151653, 2, 3, 4, 5,
+                     0, 0, 151652, 151656, 151656, 151656, 151656, 151656, 151656, 151656, 151656,
+                     151653, 2}) {
+    r.add_input_ids(id);
+  }
+  for (int64_t m : {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}) {
+    r.add_attention_mask(m);
+  }
+  for (int64_t g : {1, 4, 4}) r.add_image_grid_thw(g);
+  for (int64_t g : {2, 4, 4}) r.add_video_grid_thw(g);
+  r.add_second_per_grid_ts(0.5);
+  seeds.emplace_back("positions_qwen25_image_video_padding", r);
+
+  r = v1::BuildPositionsRequest();
+  r.set_hf_config_json(kQwen25Vl);
+  r.set_batch(2);
+  for (int64_t id : {7, 8}) r.add_input_ids(id);
+  for (int64_t d : {-3, 5}) r.add_rope_deltas(d);
+  r.set_cache_position(12);
+  seeds.emplace_back("positions_decode", r);
+
+  r = v1::BuildPositionsRequest();
+  v1::PositionGrid* grid = r.add_grids();
+  for (int64_t d : {2, 3, 4}) grid->add_size(d);
+  for (double x : {0.0, 0.5, 1.0}) grid->add_start(x);
+  for (double x : {1.0, 0.25, 2.0}) grid->add_step(x);
+  for (uint32_t a : {0, 2, 1}) grid->add_rope_axis(a);
+  seeds.emplace_back("positions_grid_fractional", r);
+  return seeds;
+}
+
+// KServe v2 ModelInfer requests to the built-in models: raw bytes, typed
+// contents, INT32 positions, a config.json and a rope_scaling parameter, and
+// tensors in the fuzz target's 64 KiB region "fuzz".
+void AddInput(const std::string& name, const v1::Tensor& tensor,
+              inference::ModelInferRequest* request) {
+  auto* input = request->add_inputs();
+  input->set_name(name);
+  input->set_datatype(tensor.dtype() == v1::FLOAT32   ? "FP32"
+                      : tensor.dtype() == v1::FLOAT16 ? "FP16"
+                                                      : "BF16");
+  *input->mutable_shape() = tensor.shape();
+  request->add_raw_input_contents(tensor.data());
+}
+
+void SetParameter(inference::ModelInferRequest* r, const std::string& name, int64_t value) {
+  (*r->mutable_parameters())[name].set_int64_param(value);
+}
+
+std::vector<std::pair<std::string, inference::ModelInferRequest>> ModelInferSeeds() {
+  std::vector<std::pair<std::string, inference::ModelInferRequest>> seeds;
+  inference::ModelInferRequest r;
+  r.set_model_name("rotate");
+  SetParameter(&r, "head_dim", 8);
+  SetParameter(&r, "max_len", 32);
+  SetParameter(&r, "start_pos", 3);
+  (*r.mutable_parameters())["theta"].set_string_param("500000");
+  AddInput("q", MakeTensor(v1::FLOAT32, {1, 2, 2, 8}, 1), &r);
+  AddInput("k", MakeTensor(v1::FLOAT32, {1, 2, 1, 8}, 2), &r);
+  seeds.emplace_back("kserve_rotate_f32_q_k", r);
+
+  r = inference::ModelInferRequest();
+  r.set_model_name("rotate");
+  SetParameter(&r, "head_dim", 8);
+  SetParameter(&r, "max_len", 64);
+  (*r.mutable_parameters())["layout"].set_string_param("half");
+  (*r.mutable_parameters())["rope_scaling"].set_string_param(
+      R"({"rope_type": "yarn", "factor": 4, "original_max_position_embeddings": 16})");
+  (*r.mutable_parameters())["inverse"].set_bool_param(true);
+  AddInput("q", MakeTensor(v1::BFLOAT16, {2, 2, 8}, 3), &r);
+  auto* positions = r.add_inputs();
+  positions->set_name("positions");
+  positions->set_datatype("INT32");
+  positions->add_shape(2);
+  positions->mutable_contents()->add_int_contents(5);
+  positions->mutable_contents()->add_int_contents(63);
+  seeds.emplace_back("kserve_rotate_bf16_yarn_int32_positions", r);
+
+  r = inference::ModelInferRequest();
+  r.set_model_name("rotate");
+  SetParameter(&r, "max_len", 64);
+  (*r.mutable_parameters())["hf_config_json"].set_string_param(
+      R"({"rope_theta": 10000, "head_dim": 8, "partial_rotary_factor": 0.5})");
+  auto* q = r.add_inputs();
+  q->set_name("q");
+  q->set_datatype("FP32");
+  q->add_shape(1);
+  q->add_shape(2);
+  q->add_shape(8);
+  for (int i = 0; i < 16; ++i) q->mutable_contents()->add_fp32_contents(0.125f * i);
+  seeds.emplace_back("kserve_rotate_hf_config_typed_contents", r);
+
+  r = inference::ModelInferRequest();
+  r.set_model_name("rotate");
+  SetParameter(&r, "head_dim", 8);
+  SetParameter(&r, "max_len", 32);
+  q = r.add_inputs();
+  q->set_name("q");
+  q->set_datatype("FP32");
+  for (int64_t d : {1, 2, 2, 8}) q->add_shape(d);
+  (*q->mutable_parameters())["shared_memory_region"].set_string_param("fuzz");
+  (*q->mutable_parameters())["shared_memory_byte_size"].set_int64_param(128);
+  auto* out = r.add_outputs();
+  out->set_name("q_out");
+  (*out->mutable_parameters())["shared_memory_region"].set_string_param("fuzz");
+  (*out->mutable_parameters())["shared_memory_offset"].set_int64_param(4096);
+  (*out->mutable_parameters())["shared_memory_byte_size"].set_int64_param(1024);
+  seeds.emplace_back("kserve_rotate_shm_in_out", r);
+
+  r = inference::ModelInferRequest();
+  r.set_model_name("attention");
+  SetParameter(&r, "head_dim", 8);
+  SetParameter(&r, "max_len", 32);
+  (*r.mutable_parameters())["causal"].set_bool_param(true);
+  (*r.mutable_parameters())["softmax"].set_bool_param(true);
+  (*r.mutable_parameters())["scale"].set_double_param(0.25);
+  AddInput("q", MakeTensor(v1::FLOAT16, {1, 3, 2, 8}, 4), &r);
+  AddInput("k", MakeTensor(v1::FLOAT16, {1, 4, 1, 8}, 5), &r);
+  AddInput("v", MakeTensor(v1::FLOAT16, {1, 4, 1, 4}, 6), &r);
+  r.add_outputs()->set_name("output");
+  seeds.emplace_back("kserve_attention_f16_v_output", r);
   return seeds;
 }
 
@@ -440,6 +746,14 @@ int main(int argc, char** argv) {
   }
   for (const auto& [name, m] : RegisterSeeds()) {
     ok = ok && Write(dir, name, RequestKind::kRegisterSharedMemory, m);
+    ++written;
+  }
+  for (const auto& [name, m] : PositionsSeeds()) {
+    ok = ok && Write(dir, name, RequestKind::kBuildPositions, m);
+    ++written;
+  }
+  for (const auto& [name, m] : ModelInferSeeds()) {
+    ok = ok && Write(dir, name, RequestKind::kModelInfer, m);
     ++written;
   }
   if (!ok) {

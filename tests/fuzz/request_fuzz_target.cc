@@ -15,6 +15,9 @@
 #include "core/proto_engine/rope_calls.h"
 #include "core/proto_engine/shm_calls.h"
 #include "core/proto_engine/shm_registry.h"
+#include "inference/grpc_service.pb.h"
+#include "server/kserve/kserve_infer.h"
+#include "server/kserve/kserve_models.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -198,6 +201,34 @@ void RunRegisterSharedMemory(const uint8_t* data, size_t size) {
   CheckRejection(AnswerUnregisterSharedMemory(*registry, kOwner, unregister));
 }
 
+// Positions are built within the engine's element limit and a 1 MiB reply.
+void RunBuildPositions(const uint8_t* data, size_t size) {
+  v1::BuildPositionsRequest request;
+  if (!request.ParseFromArray(data, static_cast<int>(size))) return;
+  v1::BuildPositionsResponse reply;
+  CheckRejection(AnswerBuildPositions(SharedEngine(), request, ReplyLimit(1 << 20), &reply));
+}
+
+// A ModelInfer to a built-in model (rotate, attention), its configuration
+// from the request's parameters (so hf_config_json and rope_scaling reach
+// the config.json parser), tensors from raw bytes, typed contents or the
+// fuzz region, as the KServe service runs it.
+void RunModelInfer(const uint8_t* data, size_t size) {
+  inference::ModelInferRequest request;
+  if (!request.ParseFromArray(data, static_cast<int>(size))) return;
+  static const kserve::ModelRepository* models = new kserve::ModelRepository();
+  absl::StatusOr<const kserve::Model*> model =
+      models->Find(request.model_name(), request.model_version());
+  CheckRejection(model.status());
+  if (!model.ok()) return;
+  absl::StatusOr<kserve::InferPlan> plan = kserve::PlanModelInfer(
+      **model, &request, SharedEngine().limits().max_elements_per_request);
+  CheckRejection(plan.status());
+  if (!plan.ok()) return;
+  inference::ModelInferResponse response;
+  CheckRejection(kserve::RunModelInfer(SharedEngine(), FuzzCall(), &*plan, &response));
+}
+
 }  // namespace
 }  // namespace fuzz
 }  // namespace rope
@@ -222,6 +253,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       break;
     case RequestKind::kRegisterSharedMemory:
       rope::fuzz::RunRegisterSharedMemory(message, message_size);
+      break;
+    case RequestKind::kBuildPositions:
+      rope::fuzz::RunBuildPositions(message, message_size);
+      break;
+    case RequestKind::kModelInfer:
+      rope::fuzz::RunModelInfer(message, message_size);
       break;
   }
   return 0;

@@ -2,10 +2,14 @@
 // CPU engine, shared by the libFuzzer binary (rope_request_fuzzer), the
 // corpus replay test (rope_fuzz_replay) and the seed corpus generator.
 //
-// Input format: byte 0 picks the RPC (value % 5: 0 RotateRequest,
+// Input format: byte 0 picks the RPC (value % 7: 0 RotateRequest,
 // 1 AttentionScoresRequest, 2 GetTableRequest, 3 ResolveConfig's RopeConfig,
 // 4 RegisterSharedMemoryRequest: host regions and CUDA IPC handles, which
-// the CPU engine refuses after the request's own checks);
+// the CPU engine refuses after the request's own checks; 5
+// BuildPositionsRequest; 6 the KServe v2
+// inference.ModelInferRequest, converted into its rope.v1 request and run
+// as the service runs it, server/kserve/kserve_infer.h, on the built-in
+// models);
 // the remaining bytes are that message in protobuf wire format. Every
 // RopeConfig may carry hf_config_json, so the config.json parser is fuzzed
 // through all four.
@@ -24,8 +28,10 @@ enum class RequestKind : uint8_t {
   kGetTable = 2,
   kResolveConfig = 3,
   kRegisterSharedMemory = 4,
+  kBuildPositions = 5,
+  kModelInfer = 6,
 };
-inline constexpr int kRequestKinds = 5;
+inline constexpr int kRequestKinds = 7;
 
 }  // namespace fuzz
 }  // namespace rope

@@ -135,6 +135,27 @@ TEST(WorkloadConfigsTest, AConfigJsonTravelsInEveryRequestAndRefusesThetaChurn) 
               HasSubstr("--configs above 1 does not go with --hf_config"));
 }
 
+TEST(WorkloadConfigsTest, AxialConfigsAndGridPositionsTravelInTheRotatePayload) {
+  absl::StatusOr<Workload> w =
+      Build({"--random_q_shape=1,9,2,128", "--theta=10000", "--axial_dims=16,56,56",
+             "--grid=3x1x1/step=0,0,0;1x2x3"});
+  ASSERT_TRUE(w.ok()) << w.status();
+  const auto& rotate = static_cast<const v1::RotateRequest&>(*w->requests[0]);
+  ASSERT_EQ(rotate.config().axial().axes_size(), 3);
+  EXPECT_EQ(rotate.config().axial().axes(2).dim(), 56u);
+  ASSERT_EQ(rotate.build_positions().grids_size(), 2);
+  EXPECT_EQ(rotate.build_positions().grids(1).size(2), 3);
+  EXPECT_THAT(w->config_description, HasSubstr("axial[16,56,56]"));
+  absl::StatusOr<Workload> fractional =
+      Build({"--random_q_shape=1,2,1,8", "--fractional_positions=0.5,1.5"});
+  ASSERT_TRUE(fractional.ok()) << fractional.status();
+  EXPECT_EQ(static_cast<const v1::RotateRequest&>(*fractional->requests[0])
+                .fractional_positions(1),
+            1.5);
+  absl::StatusOr<Workload> both = Build({"--random_q_shape=1,2,1,8", "--grid=2", "--start_pos=3"});
+  EXPECT_THAT(std::string(both.status().message()), HasSubstr("--start_pos does not go with --grid"));
+}
+
 TEST(WorkloadConfigsTest, RefusesACountOutOfRangeNamingTheFlag) {
   for (const std::string value : {"0", "-3", "100001"}) {
     absl::StatusOr<Workload> w = Build({"--random_q_shape=1,1,1,8", "--configs=" + value});

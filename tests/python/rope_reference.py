@@ -22,7 +22,8 @@ def _yarn_m(scale, k):
 
 def inv_freq_and_attention(kind, theta, rotary_dim, max_len=None, seq_len=None, **p):
     """(inv_freq [r/2], attention factor) of scaling `kind` ("none", "linear", "dynamic",
-    "yarn", "llama3", "longrope", "proportional") with parameters named as in rope.proto."""
+    "yarn", "llama3", "longrope", "proportional", "dynamic_alpha", "ntk", "deepseek_yarn") with
+    parameters named as in rope.proto."""
     inv = plain_inv_freq(theta, rotary_dim)
     r = rotary_dim
     if kind == "none":
@@ -80,6 +81,31 @@ def inv_freq_and_attention(kind, theta, rotary_dim, max_len=None, seq_len=None, 
             s = (mpe or max_len) / orig
             attention = 1.0 if s <= 1 else math.sqrt(1 + math.log(s) / math.log(orig))
         return inv / ext, attention
+    if kind == "dynamic_alpha":  # HunYuan: a fixed base, whatever the length
+        return plain_inv_freq(theta * p["alpha"] ** (r / (r - 2)), r), 1.0
+    if kind == "ntk":  # vLLM's NTKScalingRotaryEmbedding
+        factor, mixed_b = p["factor"], p.get("mixed_b")
+        if mixed_b is None:
+            return plain_inv_freq(theta * factor, r) / factor ** (2.0 / r), 1.0
+        a = math.log(factor) / (r / 2) ** mixed_b
+        return inv / np.exp(a * np.arange(1, r // 2 + 1, dtype=np.float64) ** mixed_b), 1.0
+    if kind == "deepseek_yarn":  # vLLM's DeepseekScalingRotaryEmbedding
+        factor, orig = p["factor"], p["original_max_position_embeddings"]
+        beta_fast, beta_slow = p.get("beta_fast", 32.0), p.get("beta_slow", 1.0)
+
+        def dim_of(rotations):
+            return r * math.log(orig / (2 * math.pi * rotations)) / (2 * math.log(theta))
+
+        low = max(math.floor(dim_of(beta_fast)), 0)
+        high = min(math.ceil(dim_of(beta_slow)), r - 1)
+        if low == high:
+            high += 0.001
+        ramp = np.clip((np.arange(r // 2) - low) / (high - low), 0.0, 1.0)
+        mask = (1 - ramp) * p.get("extrapolation_factor", 1.0)
+        inv = inv / factor * (1 - mask) + inv * mask
+        attention = (_yarn_m(factor, p.get("mscale", 1.0)) / _yarn_m(factor, p.get("mscale_all_dim", 0.0))
+                     * p.get("attn_factor", 1.0))
+        return inv, attention
     raise ValueError(kind)
 
 

@@ -40,6 +40,18 @@ SCALED = [
                                           scaling=ropeserve.ProportionalScaling(rotated_pairs=2, factor=2.0)),
      "proportional", dict(rotated_pairs=2, factor=2.0)),
     ("partial", ropeserve.RopeConfig(head_dim=16, rotary_dim=8, max_len=64, theta=2.0e6), "none", {}),
+    ("dynamic_alpha", ropeserve.RopeConfig(head_dim=16, max_len=64, layout="half",
+                                           scaling=ropeserve.DynamicNtkAlphaScaling(alpha=1000.0)),
+     "dynamic_alpha", dict(alpha=1000.0)),
+    ("ntk", ropeserve.RopeConfig(head_dim=16, max_len=64, scaling=ropeserve.NtkScaling(factor=4.0)),
+     "ntk", dict(factor=4.0)),
+    ("ntk-mixed_b", ropeserve.RopeConfig(head_dim=16, max_len=64,
+                                         scaling=ropeserve.NtkScaling(factor=4.0, mixed_b=0.5)),
+     "ntk", dict(factor=4.0, mixed_b=0.5)),
+    ("deepseek_yarn", ropeserve.RopeConfig(head_dim=64, max_len=1024, scaling=ropeserve.DeepseekYarnScaling(
+        factor=40.0, original_max_position_embeddings=128, mscale=0.707, attn_factor=1.5)),
+     "deepseek_yarn", dict(factor=40.0, original_max_position_embeddings=128, mscale=0.707, attn_factor=1.5)),
+    ("mla-offset", ropeserve.RopeConfig(head_dim=24, rotary_dim=8, rotary_offset=16, max_len=64), "none", {}),
 ]
 
 
@@ -97,6 +109,25 @@ def test_every_rope_config_field_is_a_dataclass_field():
     names = {f.name for f in dataclasses.fields(ropeserve.RopeConfig)}
     for field in pb.RopeConfig.DESCRIPTOR.fields:
         assert field.name in names or field.containing_oneof is not None, field.name
+
+
+def test_new_fields_round_trip_and_absent_ones_stay_unset():
+    config = ropeserve.RopeConfig(head_dim=0, max_len=64, hf_config_json="{}", hf_layer_index=0)
+    message = config.to_proto()
+    assert message.HasField("hf_layer_index") and message.hf_layer_index == 0
+    assert ropeserve.RopeConfig.from_proto(message) == config
+    nope = ropeserve.RopeConfig(head_dim=8, max_len=64, no_rope=ropeserve.NoRope())
+    assert nope.to_proto().HasField("no_rope")
+    assert ropeserve.RopeConfig.from_proto(nope.to_proto()) == nope
+    tuned = ropeserve.RopeConfig(head_dim=8, max_len=64, no_rope=ropeserve.NoRope(8192.0, 0.1),
+                                 mrope=ropeserve.Mrope((2, 1, 1)), mrope_ernie_3d=True, rotary_offset=0)
+    message = tuned.to_proto()
+    assert (message.no_rope.floor_scale, message.no_rope.attn_scale) == (8192.0, 0.1)
+    assert message.mrope_ernie_3d
+    assert ropeserve.RopeConfig.from_proto(message) == tuned.replace(rotary_offset=None)
+    plain = ropeserve.RopeConfig(head_dim=8, max_len=8).to_proto()
+    assert not plain.HasField("hf_layer_index") and not plain.HasField("no_rope")
+    assert plain.rotary_offset == 0 and not plain.mrope_ernie_3d
 
 
 def test_layouts_and_bad_config_values():

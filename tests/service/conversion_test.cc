@@ -139,9 +139,20 @@ TEST(RequestConversionTest, ConfigToProtoRoundTripsEveryScaling) {
   yarn.mscale_all_dim = 0.25;
   yarn.attention_factor = 1.1;
   yarn.truncate = false;
+  DeepseekYarnScaling deepseek;
+  deepseek.factor = 40;
+  deepseek.original_max_position_embeddings = 4096;
+  deepseek.beta_fast = 30;
+  deepseek.beta_slow = 2;
+  deepseek.mscale = 0;  // explicit 0s survive (they are not vLLM's defaults)
+  deepseek.mscale_all_dim = 0.707;
+  deepseek.attn_factor = 1.25;
+  deepseek.extrapolation_factor = 0.5;
   for (const ScalingConfig& scaling :
        std::vector<ScalingConfig>{NoScaling{}, LinearScaling{2}, DynamicNtkScaling{2, 16}, yarn,
-                                  Llama3Scaling{16, 1, 1, 8192}, longrope}) {
+                                  Llama3Scaling{16, 1, 1, 8192}, longrope,
+                                  DynamicNtkAlphaScaling{1000}, NtkScaling{4, false, 0},
+                                  NtkScaling{4, true, 0}, NtkScaling{4, true, 0.75}, deepseek}) {
     RopeConfig config;
     config.theta = 500000;
     config.head_dim = 4;
@@ -158,6 +169,65 @@ TEST(RequestConversionTest, ConfigToProtoRoundTripsEveryScaling) {
     EXPECT_EQ(back->layout, config.layout);
     EXPECT_TRUE(back->mrope == config.mrope);
   }
+}
+
+TEST(RequestConversionTest, TheServingEnginesFieldsRoundTrip) {
+  RopeConfig config;
+  config.head_dim = 24;
+  config.rotary_dim = 8;
+  config.rotary_offset = 16;
+  config.max_len = 64;
+  config.no_rope.enabled = true;
+  config.no_rope.floor_scale = 8192;
+  config.no_rope.attn_scale = 0.1;
+  config.mrope.section = {2, 1, 1};
+  config.mrope.ernie_3d = true;
+  absl::StatusOr<RopeConfig> back = ConfigFromProto(ConfigToProto(config));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->rotary_offset, 16u);
+  EXPECT_TRUE(back->no_rope == config.no_rope);
+  EXPECT_TRUE(back->mrope == config.mrope);
+  EXPECT_FALSE(back->hf_layer_index.has_value());
+  // Absent, each keeps today's meaning; hf_layer_index 0 is a layer.
+  v1::RopeConfig proto = MakeConfig(8, 16);
+  absl::StatusOr<RopeConfig> plain = ConfigFromProto(proto);
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(plain->rotary_offset, 0u);
+  EXPECT_FALSE(plain->no_rope.enabled);
+  EXPECT_FALSE(plain->hf_layer_index.has_value());
+  proto.set_hf_layer_index(0);
+  proto.mutable_no_rope();  // present, zero fields: NoPE without tuning
+  plain = ConfigFromProto(proto);
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(plain->hf_layer_index, std::optional<uint32_t>(0));
+  EXPECT_TRUE(plain->no_rope.enabled);
+  EXPECT_FALSE(plain->no_rope.tuned());
+}
+
+TEST(RequestConversionTest, Float8OutputsAndTheirScales) {
+  v1::RotateRequest request = MakeRotateRequest(1, 2, 2, 8);
+  *request.mutable_k() = request.q();
+  absl::StatusOr<RotateParams> params = RotateParamsFromProto(&request);
+  ASSERT_TRUE(params.ok());
+  EXPECT_FALSE(params->output_dtype.has_value());  // unset: in place
+  EXPECT_EQ(params->q_output_scale, 1.0);
+  request.set_output_dtype(v1::FLOAT8_E4M3FN);
+  request.set_output_scale(0.5);  // k's 0: q's
+  params = RotateParamsFromProto(&request);
+  ASSERT_TRUE(params.ok());
+  EXPECT_EQ(params->output_dtype, std::optional<DType>(DType::kFloat8E4M3));
+  EXPECT_EQ(params->q_output_scale, 0.5);
+  EXPECT_EQ(params->k_output_scale, 0.5);
+  request.set_k_output_scale(4);
+  params = RotateParamsFromProto(&request);
+  ASSERT_TRUE(params.ok());
+  EXPECT_EQ(params->k_output_scale, 4);
+  EXPECT_EQ(*DTypeFromProto(v1::FLOAT8_E5M2, "output_dtype"), DType::kFloat8E5M2);
+  EXPECT_EQ(DTypeToProto(DType::kFloat8E4M3), v1::FLOAT8_E4M3FN);
+  request.mutable_k()->mutable_shm()->set_region("r");
+  EXPECT_TRUE(StatusIs(RotateParamsFromProto(&request).status(),
+                       absl::StatusCode::kInvalidArgument,
+                       "output_dtype is FLOAT8_E4M3FN with k.shm"));
 }
 
 TEST(RequestConversionTest, RotateParamsPointIntoTheRequestsOwnBytes) {

@@ -42,11 +42,13 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 //   attention: q [1,4,4,8], k [1,6,2,8], v [1,6,2,3] float32, head_dim 8, max_len 64
 //   table:     head_dim 8, max_len 64, rows [0, 4)
 //   region:    RegisterSharedMemory of a 4 KiB POSIX shared-memory object
+//   positions: BuildPositions of one grid [2, 3]
 struct Requests {
   v1::RotateRequest rotate;
   v1::AttentionScoresRequest attention;
   v1::GetTableRequest table;
   v1::RegisterSharedMemoryRequest region;
+  v1::BuildPositionsRequest positions;
 };
 
 // A 4 KiB POSIX shared-memory object for the region case, made once for the
@@ -108,10 +110,14 @@ Requests ValidRequests() {
   r.region.set_name("corpus");
   r.region.set_key(CorpusShmKey());
   r.region.set_byte_size(4096);
+
+  v1::PositionGrid* grid = r.positions.add_grids();
+  grid->add_size(2);
+  grid->add_size(3);
   return r;
 }
 
-enum class Rpc { kRotate, kAttention, kGetTable, kRegister };
+enum class Rpc { kRotate, kAttention, kGetTable, kRegister, kBuildPositions };
 
 struct MalformedCase {
   std::string name;  // test name suffix: letters and digits only
@@ -155,6 +161,10 @@ grpc::Status Call(v1::RopeService::Stub* stub, Rpc rpc, const Requests& r) {
       }
       return status;
     }
+    case Rpc::kBuildPositions: {
+      v1::BuildPositionsResponse response;
+      return stub->BuildPositions(&context, r.positions, &response);
+    }
   }
   return grpc::Status(grpc::StatusCode::INTERNAL, "unknown rpc");
 }
@@ -189,6 +199,28 @@ void SetMrope(Requests* r, std::vector<uint32_t> section, bool interleaved) {
   mrope->set_interleaved(interleaved);
 }
 
+// Axial RoPE over the corpus' head_dim 8: two axes of 4 features.
+void SetAxial(Requests* r, std::vector<uint32_t> dims) {
+  v1::AxialRope* axial = RotateConfig(r)->mutable_axial();
+  axial->clear_axes();
+  for (uint32_t d : dims) axial->add_axes()->set_dim(d);
+}
+void SetFractional(Requests* r, std::vector<double> positions) {
+  r->rotate.set_start_pos(0);
+  r->rotate.clear_fractional_positions();
+  for (double p : positions) r->rotate.add_fractional_positions(p);
+}
+// A Qwen2-VL config.json's token ids (the published ones).
+constexpr char kQwen2VlJson[] =
+    R"({"model_type": "qwen2_vl", "image_token_id": 151655, "video_token_id": 151656,
+        "vision_start_token_id": 151652, "vision_config": {"spatial_merge_size": 2}})";
+void SetQwenPositions(Requests* r, std::vector<int64_t> ids, std::vector<int64_t> image_grid) {
+  r->positions.Clear();
+  r->positions.set_hf_config_json(kQwen2VlJson);
+  for (int64_t id : ids) r->positions.add_input_ids(id);
+  for (int64_t g : image_grid) r->positions.add_image_grid_thw(g);
+}
+
 using grpc::StatusCode;
 
 std::vector<MalformedCase> Cases() {
@@ -198,7 +230,306 @@ std::vector<MalformedCase> Cases() {
   const StatusCode kExhausted = StatusCode::RESOURCE_EXHAUSTED;
   const StatusCode kOk = StatusCode::OK;
   const Rpc kRotate = Rpc::kRotate, kAttention = Rpc::kAttention, kTable = Rpc::kGetTable;
+  const Rpc kPositions = Rpc::kBuildPositions;
   return {
+      // ---- Axial RoPE, fractional positions, built positions ----
+      {"AxialAccepted", kRotate,
+       [](Requests* r) {
+         SetAxial(r, {4, 4});
+         SetPositions(r, {0, 1, 2, 63, 62, 61});
+       },
+       kOk, ""},
+      {"AxialNoAxes", kRotate, [](Requests* r) { RotateConfig(r)->mutable_axial(); }, kInvalid,
+       "config.axial is set with no axes"},
+      {"AxialDimsWrongSum", kRotate, [](Requests* r) { SetAxial(r, {4, 2}); }, kInvalid,
+       "config.axial.axes dims [4,2] sum to 6: must sum to rotary_dim 8"},
+      {"AxialOddDim", kRotate, [](Requests* r) { SetAxial(r, {3, 5}); }, kInvalid,
+       "config.axial.axes[0].dim is 3: must be even and > 0"},
+      {"AxialNineAxes", kRotate,
+       [](Requests* r) {
+         SetAxial(r, {2, 2, 2, 2, 2, 2, 2, 2, 2});
+         RotateConfig(r)->set_head_dim(18);
+       },
+       kInvalid, "config.axial.axes has 9 axes: at most 8"},
+      {"AxialNaNTheta", kRotate,
+       [](Requests* r) {
+         SetAxial(r, {4, 4});
+         RotateConfig(r)->mutable_axial()->mutable_axes(1)->set_theta(kNaN);
+       },
+       kInvalid, "config.axial.axes[1].theta is nan"},
+      {"AxialInfiniteInterpolation", kRotate,
+       [](Requests* r) {
+         SetAxial(r, {4, 4});
+         RotateConfig(r)->mutable_axial()->mutable_axes(0)->set_interpolation(kInf);
+       },
+       kInvalid, "config.axial.axes[0].interpolation is inf"},
+      {"AxialDenormalInterpolation", kRotate,
+       [](Requests* r) {
+         SetAxial(r, {4, 4});
+         RotateConfig(r)->mutable_axial()->mutable_axes(0)->set_interpolation(1e-320);
+       },
+       kInvalid, "config.axial.axes[0].interpolation is"},
+      {"AxialRescaleOnDimTwo", kRotate,
+       [](Requests* r) {
+         SetAxial(r, {2, 6});
+         RotateConfig(r)->mutable_axial()->mutable_axes(0)->set_theta_rescale(2);
+       },
+       kInvalid, "on an axis of dim 2"},
+      {"AxialHugeRescale", kRotate,
+       [](Requests* r) {
+         SetAxial(r, {4, 4});
+         RotateConfig(r)->mutable_axial()->mutable_axes(0)->set_theta_rescale(1e300);
+       },
+       kInvalid, "the rescaled base"},
+      {"AxialWithMrope", kRotate,
+       [](Requests* r) {
+         SetAxial(r, {4, 4});
+         SetMrope(r, {2, 1, 1}, false);
+       },
+       kInvalid, "config.mrope (chunked[2,1,1]) are both set"},
+      {"AxialWithScaling", kRotate,
+       [](Requests* r) {
+         SetAxial(r, {4, 4});
+         RotateConfig(r)->mutable_linear()->set_factor(2);
+       },
+       kInvalid, "config.axial is set with scaling linear"},
+      {"AxialWithNoRope", kRotate,
+       [](Requests* r) {
+         SetAxial(r, {4, 4});
+         RotateConfig(r)->mutable_no_rope();
+       },
+       kInvalid, "config.axial (axial[4,4]) and config.no_rope are both set"},
+      {"AxialWithRotaryOffset", kRotate,
+       [](Requests* r) {
+         SetAxial(r, {4, 4});
+         RotateConfig(r)->set_rotary_offset(2);
+       },
+       kInvalid, "config.axial (axial[4,4]) is set with config.rotary_offset 2"},
+      {"AxialWithFloat32Angles", kRotate,
+       [](Requests* r) {
+         SetAxial(r, {4, 4});
+         RotateConfig(r)->set_angle_precision(v1::ANGLE_FLOAT32);
+       },
+       kInvalid, "ANGLE_FLOAT32 with config.axial set"},
+      {"AxialWithHfJson", kRotate,
+       [](Requests* r) {
+         SetAxial(r, {4, 4});
+         SetJson(r, JsonWith("null"));
+       },
+       kInvalid, "is set with config.hf_config_json"},
+      {"AxialPositionsWrongCount", kRotate,
+       [](Requests* r) {
+         SetAxial(r, {4, 4});
+         SetPositions(r, {0, 1, 2});
+       },
+       kInvalid, "positions has 3 values: with config.axial (2 axes) it must be 2*S (6) or 2*B*S (12)"},
+      {"AxialPositionPastMaxLen", kRotate,
+       [](Requests* r) {
+         SetAxial(r, {4, 4});
+         SetPositions(r, {0, 1, 2, 3, 64, 5});
+       },
+       kOutOfRange, "positions[4] (axis 1, s 1) is 64: must be < config.max_len 64"},
+      {"AxialTableAccepted", kTable,
+       [](Requests* r) {
+         r->table.mutable_config()->mutable_axial()->add_axes()->set_dim(2);
+         r->table.mutable_config()->mutable_axial()->add_axes()->set_dim(6);
+       },
+       kOk, ""},
+      {"AxialAttentionAccepted", kAttention,
+       [](Requests* r) {
+         r->attention.mutable_config()->mutable_axial()->add_axes()->set_dim(6);
+         r->attention.mutable_config()->mutable_axial()->add_axes()->set_dim(2);
+       },
+       kOk, ""},
+      {"FractionalAccepted", kRotate, [](Requests* r) { SetFractional(r, {0.5, 1.25, 63.75}); },
+       kOk, ""},
+      {"FractionalNaN", kRotate, [](Requests* r) { SetFractional(r, {0.5, kNaN, 2}); }, kInvalid,
+       "fractional_positions[1] is nan: must be finite and >= 0"},
+      {"FractionalNegative", kRotate, [](Requests* r) { SetFractional(r, {0.5, 1, -0.25}); },
+       kInvalid, "fractional_positions[2] is -0.25"},
+      {"FractionalPastMaxLen", kRotate, [](Requests* r) { SetFractional(r, {0.5, 1, 64}); },
+       kOutOfRange, "fractional_positions[2] is 64: must be < config.max_len 64"},
+      {"FractionalWrongCount", kRotate, [](Requests* r) { SetFractional(r, {0.5, 1}); }, kInvalid,
+       "fractional_positions has 2 values: must be S (3) or B*S (6)"},
+      {"FractionalWithStartPos", kRotate,
+       [](Requests* r) {
+         SetFractional(r, {0.5, 1, 2});
+         r->rotate.set_start_pos(5);
+       },
+       kInvalid, "fractional_positions (3 values) and start_pos 5 are both set"},
+      {"FractionalWithPositions", kRotate,
+       [](Requests* r) {
+         SetFractional(r, {0.5, 1, 2});
+         r->rotate.add_positions(1);
+       },
+       kInvalid, "fractional_positions (3 values) and positions (1 values) are both set"},
+      {"AttentionFractionalCausal", kAttention,
+       [](Requests* r) {
+         for (double p : {0.5, 1.5, 2.5, 3.5}) r->attention.add_q_fractional_positions(p);
+       },
+       kInvalid, "causal is set with q_fractional_positions"},
+      {"AttentionFractionalAccepted", kAttention,
+       [](Requests* r) {
+         r->attention.set_causal(false);
+         for (double p : {0.5, 1.5, 2.5, 3.5, 4.5, 5.5}) r->attention.add_k_fractional_positions(p);
+       },
+       kOk, ""},
+      {"AttentionFractionalWrongCount", kAttention,
+       [](Requests* r) {
+         r->attention.set_causal(false);
+         r->attention.add_k_fractional_positions(1);
+       },
+       kInvalid, "k_fractional_positions has 1 values: must be S (6) or B*S (6) for k.shape"},
+      {"AttentionFractionalWithStart", kAttention,
+       [](Requests* r) {
+         r->attention.set_causal(false);
+         r->attention.set_q_start_pos(3);
+         for (double p : {0.5, 1.5, 2.5, 3.5}) r->attention.add_q_fractional_positions(p);
+       },
+       kInvalid, "q_fractional_positions and its start position (3) are both set"},
+      {"PositionsGridAccepted", kPositions, [](Requests* r) {}, kOk, ""},
+      {"PositionsGridZeroSize", kPositions,
+       [](Requests* r) { r->positions.mutable_grids(0)->set_size(1, 0); }, kInvalid,
+       "grids[0].size[1] is 0: must be >= 1"},
+      {"PositionsGridNoDimensions", kPositions,
+       [](Requests* r) { r->positions.mutable_grids(0)->clear_size(); }, kInvalid,
+       "grids[0].size has 0 dimensions"},
+      {"PositionsGridHuge", kPositions,
+       [](Requests* r) {
+         r->positions.mutable_grids(0)->set_size(0, kInt64Max);
+         r->positions.mutable_grids(0)->set_size(1, kInt64Max);
+       },
+       kExhausted, "position values: over the server's limit"},
+      {"PositionsGridNegativeSize", kPositions,
+       [](Requests* r) { r->positions.mutable_grids(0)->set_size(0, kInt64Min); }, kInvalid,
+       "grids[0].size[0] is -9223372036854775808"},
+      {"PositionsGridNaNStart", kPositions,
+       [](Requests* r) {
+         r->positions.mutable_grids(0)->add_start(0);
+         r->positions.mutable_grids(0)->add_start(kNaN);
+       },
+       kInvalid, "grids[0].start[1] is nan: must be finite"},
+      {"PositionsGridStepCount", kPositions,
+       [](Requests* r) { r->positions.mutable_grids(0)->add_step(1); }, kInvalid,
+       "grids[0].step has 1 values: must be empty or one per dimension of size (2)"},
+      {"PositionsGridOverflowingStep", kPositions,
+       [](Requests* r) {
+         r->positions.mutable_grids(0)->add_step(1e308);
+         r->positions.mutable_grids(0)->add_step(1e308);
+         r->positions.mutable_grids(0)->add_start(1e308);
+         r->positions.mutable_grids(0)->add_start(1e308);
+       },
+       kInvalid, "overflows a double"},
+      {"PositionsGridBadRopeAxis", kPositions,
+       [](Requests* r) {
+         r->positions.mutable_grids(0)->add_rope_axis(1);
+         r->positions.mutable_grids(0)->add_rope_axis(7);
+       },
+       kInvalid, "grids[0].rope_axis is [1,7]: must be empty or a permutation of 0 .. 1"},
+      {"PositionsNothing", kPositions, [](Requests* r) { r->positions.Clear(); }, kInvalid,
+       "no positions to build"},
+      {"PositionsBothForms", kPositions, [](Requests* r) { r->positions.add_input_ids(1); },
+       kInvalid, "grids and input_ids"},
+      {"PositionsQwenAccepted", kPositions,
+       [](Requests* r) {
+         SetQwenPositions(r, {1, 151652, 151655, 151655, 151655, 151655, 2}, {1, 4, 4});
+       },
+       kOk, ""},
+      {"PositionsQwenNoConfig", kPositions,
+       [](Requests* r) {
+         SetQwenPositions(r, {1, 2}, {});
+         r->positions.clear_hf_config_json();
+       },
+       kInvalid, "hf_config_json is empty"},
+      {"PositionsQwenNotJson", kPositions,
+       [](Requests* r) {
+         SetQwenPositions(r, {1, 2}, {});
+         r->positions.set_hf_config_json("{\"model_type\": ");
+       },
+       kInvalid, "hf_config_json is not valid JSON"},
+      {"PositionsQwenDeepJson", kPositions,
+       [](Requests* r) {
+         SetQwenPositions(r, {1, 2}, {});
+         r->positions.set_hf_config_json(std::string(100, '[') + std::string(100, ']'));
+       },
+       kInvalid, "hf_config_json nests objects and arrays deeper than 64 levels"},
+      {"PositionsQwenOtherModel", kPositions,
+       [](Requests* r) {
+         SetQwenPositions(r, {1, 2}, {});
+         r->positions.set_hf_config_json(R"({"model_type": "llama"})");
+       },
+       kInvalid, "hf_config_json: model_type is \"llama\""},
+      {"PositionsQwenMoreImagesThanGrids", kPositions,
+       [](Requests* r) { SetQwenPositions(r, {151652, 151655, 151652, 151655}, {1, 2, 2}); },
+       kInvalid, "input_ids has more images than image_grid_thw's 1 grids"},
+      {"PositionsQwenGridTooLarge", kPositions,
+       [](Requests* r) { SetQwenPositions(r, {151652, 151655, 3}, {kInt64Max, kInt64Max, 4}); },
+       kInvalid, "past the row's 3 tokens"},
+      {"PositionsQwenMaskValue", kPositions,
+       [](Requests* r) {
+         SetQwenPositions(r, {1, 2}, {});
+         r->positions.add_attention_mask(1);
+         r->positions.add_attention_mask(-1);
+       },
+       kInvalid, "attention_mask[1] is -1: must be 0 or 1"},
+      {"PositionsQwenNegativeBatch", kPositions,
+       [](Requests* r) {
+         SetQwenPositions(r, {1, 2}, {});
+         r->positions.set_batch(-2);
+       },
+       kInvalid, "batch is -2"},
+      {"PositionsQwenSecondsNaN", kPositions,
+       [](Requests* r) {
+         SetQwenPositions(r, {1, 2}, {});
+         r->positions.add_video_grid_thw(1);
+         r->positions.add_video_grid_thw(2);
+         r->positions.add_video_grid_thw(2);
+         r->positions.add_second_per_grid_ts(kNaN);
+       },
+       kInvalid, "second_per_grid_ts[0] is nan"},
+      {"PositionsDecodeDeltasCount", kPositions,
+       [](Requests* r) {
+         SetQwenPositions(r, {1, 2}, {});
+         r->positions.add_rope_deltas(1);
+         r->positions.add_rope_deltas(2);
+       },
+       kInvalid, "rope_deltas has 2 values: must be one per batch row (1)"},
+      {"RotateBuildGridAccepted", kRotate,
+       [](Requests* r) {
+         r->rotate.set_start_pos(0);
+         r->rotate.mutable_build_positions()->add_grids()->add_size(3);
+       },
+       kOk, ""},
+      {"RotateBuildGridWrongTokens", kRotate,
+       [](Requests* r) {
+         r->rotate.set_start_pos(0);
+         r->rotate.mutable_build_positions()->add_grids()->add_size(4);
+       },
+       kInvalid, "build_positions built positions has 4 values: must be S (3) or B*S (6)"},
+      {"RotateBuildGridPastMaxLen", kRotate,
+       [](Requests* r) {
+         r->rotate.set_start_pos(0);
+         v1::PositionGrid* grid = r->rotate.mutable_build_positions()->add_grids();
+         grid->add_size(3);
+         grid->add_start(62);
+       },
+       kOutOfRange, "positions[2] is 64: must be < config.max_len 64"},
+      {"RotateBuildGridTooManyForQ", kRotate,
+       [](Requests* r) {
+         r->rotate.set_start_pos(0);
+         r->rotate.mutable_build_positions()->add_grids()->add_size(1 << 20);
+       },
+       kExhausted, "over the limit on the positions of one call"},
+      {"RotateBuildWithStartPos", kRotate,
+       [](Requests* r) { r->rotate.mutable_build_positions()->add_grids()->add_size(3); },
+       kInvalid, "build_positions is set with start_pos"},
+      {"RotateBuildQwenWithoutConfig", kRotate,
+       [](Requests* r) {
+         r->rotate.set_start_pos(0);
+         r->rotate.mutable_build_positions()->add_input_ids(1);
+       },
+       kInvalid, "hf_config_json is empty"},
+
       // ---- Byte lengths (q is 2*3*4*8 = 192 float32 = 768 bytes) ----
       {"QDataOneByteShort", kRotate, [](Requests* r) { Q(r)->mutable_data()->pop_back(); },
        kInvalid, "q.data has 767 bytes: shape [2,3,4,8] of float32 needs 768"},
@@ -399,12 +730,13 @@ std::vector<MalformedCase> Cases() {
        kOutOfRange, "count 9223372036854775807 is past config.max_len 64"},
 
       // ---- GQA ----
-      {"QHeadsNotMultipleOfKHeads", kRotate,
-       [](Requests* r) { *K(r) = RandomTensor(DType::kFloat32, {2, 3, 3, 8}, 6); }, kInvalid,
-       "q heads (4) % k heads (3) != 0"},
-      {"KHeadsAboveQHeads", kRotate,
-       [](Requests* r) { *K(r) = RandomTensor(DType::kFloat32, {2, 3, 8, 8}, 6); }, kInvalid,
-       "q heads (4) % k heads (8) != 0"},
+      // (Rotate takes any head counts: only attention groups heads.)
+      {"AttentionKHeadsAboveQHeads", kAttention,
+       [](Requests* r) {
+         *r->attention.mutable_k() = RandomTensor(DType::kFloat32, {1, 6, 8, 8}, 7);
+         *r->attention.mutable_v() = RandomTensor(DType::kFloat32, {1, 6, 8, 3}, 8);
+       },
+       kInvalid, "q heads (4) % k heads (8) != 0"},
       {"AttentionQHeadsNotMultipleOfKHeads", kAttention,
        [](Requests* r) {
          *r->attention.mutable_k() = RandomTensor(DType::kFloat32, {1, 6, 3, 8}, 7);
@@ -467,7 +799,8 @@ std::vector<MalformedCase> Cases() {
          RotateConfig(r)->mutable_dynamic_ntk()->set_original_max_position_embeddings(16);
        },
        kInvalid, "config.rotary_dim is 2: dynamic NTK scaling needs rotary_dim >= 4"},
-      {"YarnBetaFastNotAboveBetaSlow", kRotate,
+      // transformers accepts beta_fast <= beta_slow (Kimi K2 ships 1 and 1).
+      {"YarnBetaFastNotAboveBetaSlowIsAccepted", kRotate,
        [](Requests* r) {
          v1::YarnScaling* yarn = RotateConfig(r)->mutable_yarn();
          yarn->set_factor(4);
@@ -475,7 +808,159 @@ std::vector<MalformedCase> Cases() {
          yarn->set_beta_fast(1);
          yarn->set_beta_slow(2);
        },
-       kInvalid, "config.yarn.beta_fast is 1: must be > beta_slow 2"},
+       kOk, ""},
+      {"YarnBetaSlowNegative", kRotate,
+       [](Requests* r) {
+         v1::YarnScaling* yarn = RotateConfig(r)->mutable_yarn();
+         yarn->set_factor(4);
+         yarn->set_original_max_position_embeddings(16);
+         yarn->set_beta_slow(-1);
+       },
+       kInvalid, "config.yarn.beta_slow is -1"},
+
+      // ---- The serving engines' variants (RopeConfig 20-29) ----
+      {"DynamicNtkAlphaZero", kRotate,
+       [](Requests* r) { RotateConfig(r)->mutable_dynamic_ntk_alpha(); }, kInvalid,
+       "config.dynamic_ntk_alpha.alpha is 0: must be finite and > 0"},
+      {"DynamicNtkAlphaIsAccepted", kAttention,
+       [](Requests* r) { r->attention.mutable_config()->mutable_dynamic_ntk_alpha()->set_alpha(1000); },
+       kOk, ""},
+      {"NtkMixedBNaN", kRotate,
+       [](Requests* r) {
+         RotateConfig(r)->mutable_ntk()->set_factor(4);
+         RotateConfig(r)->mutable_ntk()->set_mixed_b(kNaN);
+       },
+       kInvalid, "config.ntk.mixed_b is nan: must be finite"},
+      {"NtkIsAccepted", kTable,
+       [](Requests* r) { r->table.mutable_config()->mutable_ntk()->set_factor(4); }, kOk, ""},
+      {"DeepseekYarnWithoutOriginal", kRotate,
+       [](Requests* r) { RotateConfig(r)->mutable_deepseek_yarn()->set_factor(40); }, kInvalid,
+       "config.deepseek_yarn.original_max_position_embeddings is 0"},
+      {"DeepseekYarnAttnFactorZero", kRotate,
+       [](Requests* r) {
+         v1::DeepseekYarnScaling* d = RotateConfig(r)->mutable_deepseek_yarn();
+         d->set_factor(40);
+         d->set_original_max_position_embeddings(16);
+         d->set_attn_factor(0);
+       },
+       kInvalid, "config.deepseek_yarn.attn_factor is 0"},
+      {"DeepseekYarnIsAccepted", kRotate,
+       [](Requests* r) {
+         v1::DeepseekYarnScaling* d = RotateConfig(r)->mutable_deepseek_yarn();
+         d->set_factor(40);
+         d->set_original_max_position_embeddings(16);
+         d->set_mscale(0.707);
+       },
+       kOk, ""},
+      {"RotaryOffsetPastHeadDim", kRotate, [](Requests* r) { RotateConfig(r)->set_rotary_offset(8); },
+       kInvalid, "config.rotary_offset is 8: must be < head_dim 8"},
+      {"RotaryOffsetWithRotaryDimPastHead", kRotate,
+       [](Requests* r) {
+         RotateConfig(r)->set_rotary_offset(4);
+         RotateConfig(r)->set_rotary_dim(6);
+       },
+       kInvalid, "config.rotary_dim is 6: must be even and <= head_dim 8 - rotary_offset 4"},
+      {"RotaryOffsetHuge", kAttention,
+       [](Requests* r) { r->attention.mutable_config()->set_rotary_offset(~0u); }, kInvalid,
+       "config.rotary_offset is 4294967295"},
+      {"RotaryOffsetIsAccepted", kRotate, [](Requests* r) { RotateConfig(r)->set_rotary_offset(4); },
+       kOk, ""},
+      {"HfLayerIndexWithoutJson", kRotate,
+       [](Requests* r) { RotateConfig(r)->set_hf_layer_index(3); }, kInvalid,
+       "config.hf_layer_index is 3 but config.hf_config_json is empty"},
+      {"HfLayerIndexPastTheLayers", kRotate,
+       [](Requests* r) {
+         SetJson(r, R"({"rope_theta": 10000, "head_dim": 8, "num_hidden_layers": 4})");
+         RotateConfig(r)->set_hf_layer_index(4);
+       },
+       kInvalid, "hf_layer_index is 4: hf_config_json has 4 decoder layers"},
+      {"HfLayerIndexOfANoPeLayerIsAccepted", kAttention,
+       [](Requests* r) {
+         r->attention.mutable_config()->set_hf_config_json(
+             R"({"model_type": "llama4_text", "rope_theta": 500000, "head_dim": 8,
+                 "no_rope_layers": [1, 0], "floor_scale": 2, "attn_scale": 0.5})");
+         r->attention.mutable_config()->set_hf_layer_index(1);
+       },
+       kOk, ""},
+      {"NoRopeFloorScaleNegative", kAttention,
+       [](Requests* r) { r->attention.mutable_config()->mutable_no_rope()->set_floor_scale(-1); },
+       kInvalid, "config.no_rope.floor_scale is -1"},
+      {"NoRopeAttnScaleNaN", kAttention,
+       [](Requests* r) {
+         r->attention.mutable_config()->mutable_no_rope()->set_floor_scale(8192);
+         r->attention.mutable_config()->mutable_no_rope()->set_attn_scale(kNaN);
+       },
+       kInvalid, "config.no_rope.attn_scale is nan"},
+      {"NoRopeWithJson", kRotate,
+       [](Requests* r) {
+         SetJson(r, JsonWith("null"));
+         RotateConfig(r)->mutable_no_rope();
+       },
+       kInvalid, "config.no_rope is set: must be unset"},
+      {"NoRopeTableIsRefused", kTable, [](Requests* r) { r->table.mutable_config()->mutable_no_rope(); },
+       kInvalid, "config.no_rope is set (a layer without rotary embedding): it has no cos/sin table"},
+      {"ErnieWithoutMrope", kRotate, [](Requests* r) { RotateConfig(r)->set_mrope_ernie_3d(true); },
+       kInvalid, "config.mrope_ernie_3d is true without config.mrope"},
+      {"ErnieUnequalHAndW", kRotate,
+       [](Requests* r) {
+         SetMrope(r, {2, 2, 0}, false);
+         RotateConfig(r)->set_mrope_ernie_3d(true);
+       },
+       kInvalid, "the h and w sections must be equal"},
+      {"HfJsonYarnWithoutFactor", kRotate,
+       [](Requests* r) {
+         SetJson(r, JsonWith(R"({"rope_type": "yarn", "original_max_position_embeddings": 16})"));
+       },
+       kInvalid, "hf_config_json: rope_scaling.factor is missing: rope_type yarn needs it"},
+      {"HfJsonRefusedKey", kRotate,
+       [](Requests* r) { SetJson(r, R"({"rope_theta": 10000, "head_dim": 8, "rope_ratio": 2})"); },
+       kInvalid, "hf_config_json: rope_ratio is 2: changes RoPE"},
+
+      // ---- Float8 outputs (RotateRequest 20-22) ----
+      {"OutputDTypeUnknown", kRotate, [](Requests* r) { r->rotate.set_output_dtype(v1::DType(9)); },
+       kInvalid, "output_dtype is 9: not a rope.v1.DType"},
+      {"OutputDTypeOtherStorageType", kRotate,
+       [](Requests* r) { r->rotate.set_output_dtype(v1::BFLOAT16); }, kInvalid,
+       "output_dtype is bfloat16: must be q's dtype float32 (in place) or FLOAT8_E4M3FN"},
+      {"OutputDTypeFloat8IsAccepted", kRotate,
+       [](Requests* r) { r->rotate.set_output_dtype(v1::FLOAT8_E5M2); }, kOk, ""},
+      {"OutputScaleNaN", kRotate,
+       [](Requests* r) {
+         r->rotate.set_output_dtype(v1::FLOAT8_E4M3FN);
+         r->rotate.set_output_scale(kNaN);
+       },
+       kInvalid, "output_scale is nan: must be finite as float32 and > 0"},
+      {"KOutputScaleNegative", kRotate,
+       [](Requests* r) {
+         r->rotate.set_output_dtype(v1::FLOAT8_E4M3FN);
+         r->rotate.set_k_output_scale(-2);
+       },
+       kInvalid, "k_output_scale is -2"},
+      {"OutputScaleWithoutFloat8", kRotate, [](Requests* r) { r->rotate.set_output_scale(2); },
+       kInvalid, "output_scale is 2: only a float8 output_dtype takes a scale"},
+      {"Float8OutputIntoSharedMemory", kRotate,
+       [](Requests* r) {
+         r->rotate.set_output_dtype(v1::FLOAT8_E4M3FN);
+         r->rotate.mutable_q_out()->set_region("nowhere");
+       },
+       kInvalid, "output_dtype is FLOAT8_E4M3FN with q_out: float8 outputs go into the reply's "
+                 "bytes, not into shared memory"},
+      {"QDTypeFloat8", kRotate,
+       [](Requests* r) {
+         Q(r)->set_dtype(v1::FLOAT8_E4M3FN);
+         K(r)->set_dtype(v1::FLOAT8_E4M3FN);
+       },
+       kInvalid, "q.dtype is float8_e4m3fn: float8 is an output type only"},
+      {"AttentionQDTypeFloat8", kAttention,
+       [](Requests* r) { r->attention.mutable_q()->set_dtype(v1::FLOAT8_E5M2); }, kInvalid,
+       "q.dtype is float8_e5m2: float8 is an output type only"},
+      {"KHeadsNotDividingQHeadsRotate", kRotate,
+       [](Requests* r) {
+         // k [2,3,3,8]: 3 key heads for 4 query heads; rotation pairs none.
+         K(r)->mutable_data()->resize(2 * 3 * 3 * 8 * 4, '\0');
+         SetShape(K(r), {2, 3, 3, 8});
+       },
+       kOk, ""},
       {"YarnMscaleNaN", kAttention,
        [](Requests* r) {
          v1::YarnScaling* yarn = r->attention.mutable_config()->mutable_yarn();

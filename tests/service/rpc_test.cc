@@ -473,10 +473,14 @@ TEST_F(ServiceTest, GetServerInfoReportsVersionBackendLimitsAndCache) {
   EXPECT_EQ(
       std::vector<std::string>(info.supported_scalings().begin(), info.supported_scalings().end()),
       (std::vector<std::string>{"none", "linear", "dynamic", "yarn", "llama3", "longrope",
-                                "proportional"}));
+                                "proportional", "dynamic_alpha", "ntk", "deepseek_yarn"}));
   EXPECT_EQ(
       std::vector<std::string>(info.supported_dtypes().begin(), info.supported_dtypes().end()),
       (std::vector<std::string>{"FLOAT32", "FLOAT16", "BFLOAT16"}));
+  EXPECT_EQ(std::vector<std::string>(info.supported_output_dtypes().begin(),
+                                     info.supported_output_dtypes().end()),
+            (std::vector<std::string>{"FLOAT32", "FLOAT16", "BFLOAT16", "FLOAT8_E4M3FN",
+                                      "FLOAT8_E5M2"}));
 }
 
 // ---- Echo (bench only) -------------------------------------------------------------------

@@ -277,7 +277,8 @@ TEST_F(ScalingServiceTest, ServerInfoListsEveryVariant) {
   std::vector<std::string> names(info.supported_scalings().begin(),
                                  info.supported_scalings().end());
   EXPECT_EQ(names, (std::vector<std::string>{"none", "linear", "dynamic", "yarn", "llama3",
-                                             "longrope", "proportional"}));
+                                             "longrope", "proportional", "dynamic_alpha", "ntk",
+                                             "deepseek_yarn"}));
 }
 
 }  // namespace

@@ -401,9 +401,11 @@ TEST_F(SecurityTest, ClientSecurityNamesTheFlagOfAMissingFile) {
 
 // ---- Per-client share of calls in flight (client_share.h) -----------------
 
-// The flooding client holds its two calls in flight with two open
-// RotateStreams (a stream holds one call slot for its whole life, so no
-// timing is involved: a slow call could finish before the check under load).
+// The flooding client holds its two calls in flight with two RotateStreams,
+// each with one message whose 32 MiB reply it does not read: the server's
+// write waits on HTTP/2 flow control, so the message keeps its call slot
+// with no timing involved (a slow call could finish before the check under
+// load; an idle stream holds no slot).
 TEST_F(SecurityTest, AClientOverItsShareIsRefusedWhileOthersAreServed) {
   Start(TlsWithTokens(), /*metrics=*/false, /*health_listen=*/"", /*max_calls_per_client=*/2);
   std::unique_ptr<RopeClient> flood = Client(WithToken(kToken));
@@ -415,9 +417,11 @@ TEST_F(SecurityTest, AClientOverItsShareIsRefusedWhileOthersAreServed) {
   std::unique_ptr<v1::RopeService::Stub> flood_stub = v1::RopeService::NewStub(flood->channel());
   grpc::ClientContext held_context[2];
   std::unique_ptr<grpc::ClientReaderWriter<v1::RotateRequest, v1::RotateResponse>> held[2];
+  const v1::RotateRequest unread_reply = MakeRotateRequest(1, 4096, 32, 64, /*max_len=*/4096);
   for (int i = 0; i < 2; ++i) {
     SetDeadline(&held_context[i]);
     held[i] = flood_stub->RotateStream(&held_context[i]);
+    ASSERT_TRUE(held[i]->Write(unread_reply));
   }
   for (int i = 0; i < 10000 && server_->gate().in_flight_of(flood_id) < 2; ++i) {
     absl::SleepFor(absl::Milliseconds(1));
@@ -433,7 +437,10 @@ TEST_F(SecurityTest, AClientOverItsShareIsRefusedWhileOthersAreServed) {
   EXPECT_TRUE(RotateThrough(steady.get()).ok());
   EXPECT_TRUE(RotateThrough(steady.get()).ok());
   for (auto& stream : held) {
+    v1::RotateResponse reply;
+    EXPECT_TRUE(stream->Read(&reply));
     stream->WritesDone();
+    EXPECT_FALSE(stream->Read(&reply));
     const grpc::Status closed = stream->Finish();
     EXPECT_TRUE(closed.ok()) << closed.error_message();
   }

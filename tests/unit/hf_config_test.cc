@@ -594,12 +594,15 @@ TEST(HfConfigTest, RopeKeysAloneTakeHeadDimFromTheRequest) {
   EXPECT_TRUE(r->config.scaling == ScalingConfig(DynamicNtkScaling{2.0, 2048}));
 }
 
-TEST(HfConfigTest, YarnWithoutFactorTakesTheLengthRatio) {
-  auto r = Resolve(R"({"rope_theta": 10000, "head_dim": 64, "max_position_embeddings": 32768,
-                      "rope_scaling": {"rope_type": "yarn",
-                                       "original_max_position_embeddings": 4096}})");
-  ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_EQ(std::get<YarnScaling>(r->config.scaling).factor, 8);
+// transformers' validate_rope requires factor for yarn (a KeyError).
+TEST(HfConfigErrorsTest, YarnWithoutFactorIsRefusedAsTransformersRefusesIt) {
+  EXPECT_TRUE(StatusIs(Resolve(R"({"rope_theta": 10000, "head_dim": 64,
+                                  "max_position_embeddings": 32768,
+                                  "rope_scaling": {"rope_type": "yarn",
+                                                   "original_max_position_embeddings": 4096}})")
+                           .status(),
+                       absl::StatusCode::kInvalidArgument,
+                       "hf_config_json: rope_scaling.factor is missing: rope_type yarn needs it"));
 }
 
 // ---- Refusals -----------------------------------------------------------------------------
@@ -658,7 +661,7 @@ TEST(HfConfigErrorsTest, FourMebibytesOfEmptyObjectsParseWithinADeadline) {
   while (json.size() < (4u << 20) - 16) json += "{},";
   json += "{}]}";
   const Interrupt interrupt(nullptr, absl::Now() + absl::Seconds(60));
-  absl::StatusOr<HfRopeConfig> parsed = ParseHfRopeConfig(json, "", &interrupt);
+  absl::StatusOr<HfRopeConfig> parsed = ParseHfRopeConfig(json, HfLayerSelector{}, &interrupt);
   ASSERT_TRUE(parsed.ok()) << parsed.status();
   EXPECT_EQ(parsed->theta, 10000);
 }
@@ -668,10 +671,10 @@ TEST(HfConfigErrorsTest, ParsingStopsWhenTheCallerGoesOrItsDeadlinePasses) {
   for (int i = 0; i < 100000; ++i) json += "1,";
   json += "1]}";
   const Interrupt cancelled([] { return true; }, absl::InfiniteFuture());
-  EXPECT_TRUE(StatusIs(ParseHfRopeConfig(json, "", &cancelled).status(),
+  EXPECT_TRUE(StatusIs(ParseHfRopeConfig(json, HfLayerSelector{}, &cancelled).status(),
                        absl::StatusCode::kCancelled, "parsing hf_config_json stopped"));
   const Interrupt late(nullptr, absl::Now() - absl::Seconds(1));
-  EXPECT_TRUE(StatusIs(ParseHfRopeConfig(json, "", &late).status(),
+  EXPECT_TRUE(StatusIs(ParseHfRopeConfig(json, HfLayerSelector{}, &late).status(),
                        absl::StatusCode::kDeadlineExceeded, "parsing hf_config_json stopped"));
   // A stopped parse is not cached: the same text parses in full next time.
   HfConfigCache cache(/*budget_bytes=*/1 << 20, /*max_entries=*/4);

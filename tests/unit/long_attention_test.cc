@@ -678,6 +678,155 @@ TEST_F(TiledAttentionTest, OutputAndLseMatchTheScoresPath) {
   }
 }
 
+// OUTPUT and LSE of the tiled pass for `p` (results unset) against today's
+// scores path of the same request; `label` names the case.
+void ExpectTiledMatchesScoresPath(Engine& engine, AttentionParams p, const std::string& label) {
+  std::string scores, legacy_output;
+  AttentionOutputs legacy;
+  legacy.scores.bytes = &scores;
+  legacy.output.bytes = &legacy_output;
+  const absl::Status legacy_status = engine.AttentionScores(p, &legacy);
+  ASSERT_TRUE(legacy_status.ok()) << label << ": " << legacy_status;
+  p.results = {AttentionResult::kOutput, AttentionResult::kLse};
+  std::string output, lse;
+  AttentionOutputs tiled;
+  tiled.output.bytes = &output;
+  tiled.lse.bytes = &lse;
+  const absl::Status tiled_status = engine.AttentionScores(p, &tiled);
+  ASSERT_TRUE(tiled_status.ok()) << label << ": " << tiled_status;
+  const std::vector<float> s = Floats(scores), y0 = Floats(legacy_output), y1 = Floats(output),
+                           l = Floats(lse);
+  const int64_t rows = static_cast<int64_t>(l.size());
+  ASSERT_GT(rows, 0) << label;
+  const int64_t sk = static_cast<int64_t>(s.size()) / rows;
+  ASSERT_EQ(y0.size(), y1.size()) << label;
+  int failures = 0;
+  for (int64_t row = 0; row < rows; ++row) {
+    double max = -kInf;
+    for (int64_t j = 0; j < sk; ++j) max = std::max<double>(max, s[row * sk + j]);
+    double sum = 0;
+    for (int64_t j = 0; j < sk; ++j) {
+      if (!std::isinf(s[row * sk + j])) sum += std::exp(s[row * sk + j] - max);
+    }
+    const double want = std::isinf(max) ? -kInf : max + std::log(sum);
+    const bool same = std::isinf(want) ? l[row] == want
+                                       : std::fabs(l[row] - want) <= 2e-6 * (1 + std::fabs(want));
+    if (!same && ++failures < 5) {
+      ADD_FAILURE() << label << ": lse[" << row << "] is " << l[row] << ", from the scores "
+                    << want;
+    }
+  }
+  for (size_t i = 0; i < y0.size(); ++i) {
+    if (!(std::fabs(y0[i] - y1[i]) <= 2e-6) && ++failures < 10) {
+      ADD_FAILURE() << label << ": output[" << i << "] is " << y1[i]
+                    << ", the scores path gives " << y0[i];
+    }
+  }
+  EXPECT_EQ(failures, 0) << label;
+}
+
+// The config variants the engine resolves before the backend (a rotated
+// slice past rotary_offset, NoPE layers with and without temperature
+// tuning, axial tables, fractional positions) reach the tiled pass as they
+// reach today's scores path.
+TEST_F(TiledAttentionTest, ConfigVariantsMatchTheScoresPath) {
+  std::mt19937 rng(21);
+  constexpr int64_t B = 2, Sq = 40, Sk = 300, Hq = 4, Hkv = 2, D = 16, Dv = 8;
+  HostTensor q = Values(DType::kFloat32, {B, Sq, Hq, D}, &rng);
+  HostTensor k = Values(DType::kFloat32, {B, Sk, Hkv, D}, &rng);
+  HostTensor v = Values(DType::kFloat32, {B, Sk, Hkv, Dv}, &rng);
+  AttentionParams base;
+  base.config.head_dim = D;
+  base.config.max_len = 4096;
+  base.q = q.const_view();
+  base.k = k.const_view();
+  base.v = v.const_view();
+  base.q_start_pos = 900;
+  base.k_start_pos = 640;
+  base.causal = true;
+
+  AttentionParams offset = base;  // features 10..15 rotate (an MLA head's rope part)
+  offset.config.rotary_dim = 6;
+  offset.config.rotary_offset = 10;
+  ExpectTiledMatchesScoresPath(*engine_, offset, "rotary_offset");
+
+  AttentionParams nope = base;
+  nope.config.no_rope.enabled = true;
+  ExpectTiledMatchesScoresPath(*engine_, nope, "no_rope");
+  nope.config.no_rope.floor_scale = 64;
+  nope.config.no_rope.attn_scale = 0.1;
+  ExpectTiledMatchesScoresPath(*engine_, nope, "no_rope with temperature tuning");
+
+  AttentionParams axial = base;
+  axial.config.axial.axes = {AxialAxis{8}, AxialAxis{4}, AxialAxis{4}};
+  ExpectTiledMatchesScoresPath(*engine_, axial, "axial");
+
+  AttentionParams fractional = base;
+  fractional.causal = false;
+  fractional.q_start_pos = 0;
+  for (int64_t i = 0; i < Sq; ++i) fractional.q_fractional_positions.push_back(700.25 + 1.5 * i);
+  ExpectTiledMatchesScoresPath(*engine_, fractional, "q_fractional_positions");
+}
+
+// Fractional positions are rows of a per-request table: masks and ALiBi,
+// which compare integer positions, and an explicit list beside them are
+// refused; an axial config takes no one-position-per-token list.
+TEST_F(TiledAttentionTest, FractionalAndAxialPositionsRefuseWhatTheyCannotMean) {
+  std::mt19937 rng(22);
+  HostTensor q = Values(DType::kFloat32, {1, 3, 2, 8}, &rng);
+  HostTensor k = Values(DType::kFloat32, {1, 5, 2, 8}, &rng);
+  AttentionParams p;
+  p.config.head_dim = 8;
+  p.config.max_len = 64;
+  p.q = q.const_view();
+  p.k = k.const_view();
+  p.results = {AttentionResult::kLse};
+  p.q_fractional_positions = {0.5, 1.5, 2.5};
+  std::string lse;
+  AttentionOutputs out;
+  out.lse.bytes = &lse;
+  {
+    AttentionParams c = p;
+    c.window_left = 2;
+    EXPECT_TRUE(test::StatusIs(engine_->AttentionScores(c, &out),
+                               absl::StatusCode::kInvalidArgument,
+                               "window_left is set with q_fractional_positions"));
+  }
+  {
+    AttentionParams c = p;
+    c.alibi_slopes = {0.5f, 0.25f};
+    EXPECT_TRUE(test::StatusIs(engine_->AttentionScores(c, &out),
+                               absl::StatusCode::kInvalidArgument,
+                               "alibi_slopes is set with q_fractional_positions"));
+  }
+  {
+    AttentionParams c = p;
+    c.chunk_size = 4;
+    EXPECT_TRUE(test::StatusIs(engine_->AttentionScores(c, &out),
+                               absl::StatusCode::kInvalidArgument,
+                               "chunk_size is set with q_fractional_positions"));
+  }
+  {
+    AttentionParams c = p;
+    c.q_positions = {1, 2, 3};
+    EXPECT_TRUE(test::StatusIs(engine_->AttentionScores(c, &out),
+                               absl::StatusCode::kInvalidArgument,
+                               "q_fractional_positions and q_positions (3 values) are both set"));
+  }
+  {
+    AttentionParams c = p;
+    c.q_fractional_positions.clear();
+    c.config.axial.axes = {AxialAxis{4}, AxialAxis{4}};
+    c.k_positions = {0, 1, 2, 3, 4};
+    EXPECT_TRUE(test::StatusIs(engine_->AttentionScores(c, &out),
+                               absl::StatusCode::kInvalidArgument,
+                               "k_positions is set with config.axial"));
+  }
+  const absl::Status status = engine_->AttentionScores(p, &out);
+  EXPECT_TRUE(status.ok()) << status;
+  EXPECT_EQ(lse.size(), 1u * 2 * 3 * sizeof(float));
+}
+
 // Keys whose logits are exactly equal: q and k live only past rotary_dim
 // (untouched by RoPE) and hold small dyadic values, so every product is
 // exact; keys repeat with period 3, so ties come in threes.

@@ -148,12 +148,54 @@ MaxError CompareRows(long double theta, int rotary_dim, long double factor, int6
 
 void Pair(const Rope& rope, int i, int* f0, int* f1) {
   if (rope.interleaved) {
-    *f0 = 2 * i;
-    *f1 = 2 * i + 1;
+    *f0 = rope.rotary_offset + 2 * i;
+    *f1 = rope.rotary_offset + 2 * i + 1;
   } else {
-    *f0 = i;
-    *f1 = i + rope.rotary_dim / 2;
+    *f0 = rope.rotary_offset + i;
+    *f1 = rope.rotary_offset + i + rope.rotary_dim / 2;
   }
+}
+
+double Float8ToDouble(uint8_t code, bool e5m2) {
+  const int mantissa_bits = e5m2 ? 2 : 3;
+  const int exponent_bits = e5m2 ? 5 : 4;
+  const int bias = e5m2 ? 15 : 7;
+  const double sign = (code & 0x80) ? -1.0 : 1.0;
+  const int exponent = (code >> mantissa_bits) & ((1 << exponent_bits) - 1);
+  const int mantissa = code & ((1 << mantissa_bits) - 1);
+  const int top = (1 << exponent_bits) - 1;
+  if (e5m2 && exponent == top) {
+    return mantissa == 0 ? sign * std::numeric_limits<double>::infinity()
+                         : std::numeric_limits<double>::quiet_NaN();
+  }
+  if (!e5m2 && exponent == top && mantissa == 7) return std::numeric_limits<double>::quiet_NaN();
+  if (exponent == 0) return sign * std::ldexp(mantissa, 1 - bias - mantissa_bits);
+  return sign * std::ldexp(1.0 + std::ldexp(mantissa, -mantissa_bits), exponent - bias);
+}
+
+uint8_t DoubleToFloat8(double value, bool e5m2) {
+  if (std::isnan(value)) return 0x7f;
+  // Halfway from the largest finite value to the next step (E4M3FN's NaN
+  // slot at 480, E5M2's infinity at 65536): a tie there rounds to the even
+  // code, which is E4M3FN's 448 (0x7e) but E5M2's infinity (saturated).
+  const double halfway = e5m2 ? 61440.0 : 464.0;
+  const double magnitude = std::fabs(value);
+  uint8_t best = 0;
+  if (magnitude > halfway || (e5m2 && magnitude == halfway)) {
+    best = e5m2 ? 0x7b : 0x7e;
+  } else {
+    double best_distance = std::numeric_limits<double>::infinity();
+    for (int code = 0; code < 0x80; ++code) {
+      const double v = Float8ToDouble(static_cast<uint8_t>(code), e5m2);
+      if (!std::isfinite(v)) continue;
+      const double distance = std::fabs(v - magnitude);
+      if (distance < best_distance || (distance == best_distance && code % 2 == 0)) {
+        best_distance = distance;
+        best = static_cast<uint8_t>(code);
+      }
+    }
+  }
+  return static_cast<uint8_t>(best | (std::signbit(value) ? 0x80 : 0));
 }
 
 void RotateHead(const Rope& rope, int64_t pos, bool inverse, double* x) {

@@ -29,6 +29,14 @@ uint16_t FloatToBFloat16(float value);
 double HalfUlp(double value);
 double BFloat16Ulp(double value);
 
+// Float8 (OCP E4M3FN, E5M2) by value: every code decoded from its fields
+// (sign, exponent, mantissa) in double, and the float8 of a value found by
+// searching all codes for the nearest (ties: the even code), a magnitude
+// past the largest finite value (or E5M2's halfway point to infinity)
+// saturating to it, NaN to 0x7f: FlashInfer's satfinite conversion.
+double Float8ToDouble(uint8_t code, bool e5m2);
+uint8_t DoubleToFloat8(double value, bool e5m2);
+
 // ---- Frequencies --------------------------------------------------------------
 
 // inv_freq[i] = theta^(-2i/rotary_dim), i < rotary_dim/2.
@@ -55,9 +63,11 @@ struct Rope {
   int head_dim = 0;
   int rotary_dim = 0;  // the effective value (never 0 here)
   bool interleaved = true;
+  int rotary_offset = 0;  // the first rotated feature
 };
 
-// Feature indices of pair i: interleaved (2i, 2i+1); half (i, i + r/2).
+// Feature indices of pair i: interleaved (2i, 2i+1); half (i, i + r/2);
+// both after rotary_offset.
 void Pair(const Rope& rope, int i, int* f0, int* f1);
 
 // Rotates one head vector (head_dim values) in place by position `pos`

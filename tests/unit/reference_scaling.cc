@@ -154,6 +154,73 @@ std::vector<int> MropeAxes(const std::vector<int>& section, bool interleaved, in
   return axes;
 }
 
+std::vector<double> DynamicNtkAlphaInvFreq(double theta, int dim, double alpha) {
+  const double base = theta * std::pow(alpha, static_cast<double>(dim) / (dim - 2));
+  return DefaultInvFreq(base, dim);
+}
+
+std::vector<double> NtkInvFreq(double theta, int dim, double factor, bool mixed, double mixed_b) {
+  // base = self.base * (scaling_factor if mixed_b is None else 1)
+  const double base = theta * (mixed ? 1.0 : factor);
+  std::vector<double> inv = DefaultInvFreq(base, dim);
+  if (!mixed) {
+    for (double& f : inv) f = f / std::pow(factor, 2.0 / dim);
+    return inv;
+  }
+  // a = log(factor) / (dim / 2) ** mixed_b; lambda = exp(a * arange(1, dim//2 + 1) ** mixed_b)
+  const double a = std::log(factor) / std::pow(dim / 2.0, mixed_b);
+  for (int m = 1; m <= dim / 2; ++m) inv[m - 1] = inv[m - 1] / std::exp(a * std::pow(m, mixed_b));
+  return inv;
+}
+
+std::vector<double> DeepseekYarnInvFreq(double theta, int dim, double factor, double original,
+                                        double beta_fast, double beta_slow,
+                                        double extrapolation_factor) {
+  std::vector<double> pos_freqs;
+  for (int j = 0; j < dim; j += 2) pos_freqs.push_back(std::pow(theta, static_cast<double>(j) / dim));
+  double low, high;
+  YarnCorrectionRange(theta, dim, original, beta_fast, beta_slow, &low, &high, true);
+  if (low == high) high += 0.001;  // yarn_linear_ramp_mask
+  std::vector<double> out;
+  for (int i = 0; i < dim / 2; ++i) {
+    const double ramp = std::min(1.0, std::max(0.0, (i - low) / (high - low)));
+    const double mask = (1 - ramp) * extrapolation_factor;
+    const double extrapolation = 1.0 / pos_freqs[i];
+    const double interpolation = 1.0 / (factor * pos_freqs[i]);
+    out.push_back(interpolation * (1 - mask) + extrapolation * mask);
+  }
+  return out;
+}
+
+double DeepseekYarnMscale(double factor, double mscale, double mscale_all_dim,
+                          double attn_factor) {
+  return GetMscale(factor, mscale) / GetMscale(factor, mscale_all_dim) * attn_factor;
+}
+
+std::vector<ErniePair> ErnieLayout(int h, int w, int t) {
+  const int half = h + w + t;
+  // inv_freq_3d[:hw] = cat(inv[:-t][0::2], inv[:-t][1::2]); inv_freq_3d[-t:] = inv[-t:]
+  std::vector<int> pre;  // frequency index at each position of inv_freq_3d
+  for (int i = 0; i < h + w; i += 2) pre.push_back(i);
+  for (int i = 1; i < h + w; i += 2) pre.push_back(i);
+  for (int i = h + w; i < half; ++i) pre.push_back(i);
+  // split [h, w, t]: chunk 0 (h) from axis 1, chunk 1 (w) from axis 2, chunk 2 (t) from axis 0;
+  // then stack(h, w).flatten(): h0, w0, h1, w1, ..., then t.
+  std::vector<ErniePair> out;
+  for (int j = 0; j < h; ++j) {
+    out.push_back({1, pre[j]});
+    out.push_back({2, pre[h + j]});
+  }
+  for (int j = 0; j < t; ++j) out.push_back({0, pre[h + w + j]});
+  return out;
+}
+
+double Llama4Temperature(int64_t position, double floor_scale, double attn_scale) {
+  return std::log(std::floor((static_cast<double>(position) + 1.0) / floor_scale) + 1.0) *
+             attn_scale +
+         1.0;
+}
+
 double LongRopeAttentionFactorFromConfig(double max_position_embeddings, double original) {
   const double factor = max_position_embeddings / original;
   if (factor <= 1.0) return 1.0;

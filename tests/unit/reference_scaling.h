@@ -5,6 +5,7 @@
 #ifndef ROPE_TESTS_UNIT_REFERENCE_SCALING_H_
 #define ROPE_TESTS_UNIT_REFERENCE_SCALING_H_
 
+#include <cstdint>
 #include <vector>
 
 namespace rope {
@@ -53,6 +54,39 @@ std::vector<int> MropeAxes(const std::vector<int>& section, bool interleaved, in
 // LongRoPE's attention factor when max_position_embeddings and original are
 // known (transformers: factor = max_position_embeddings / original).
 double LongRopeAttentionFactorFromConfig(double max_position_embeddings, double original);
+
+// ---- The serving engines' variants (vLLM's rotary_embedding/, and the
+// transformers model classes that define them), step by step as written
+// there, in double.
+
+// HunYuan's DynamicNTKAlphaRotaryEmbedding: base = theta * alpha **
+// (dim / (dim - 2)), then plain frequencies of that base.
+std::vector<double> DynamicNtkAlphaInvFreq(double theta, int dim, double alpha);
+
+// vLLM's NTKScalingRotaryEmbedding._compute_inv_freq; `mixed_b` < 0 (NaN)
+// for the fixed form.
+std::vector<double> NtkInvFreq(double theta, int dim, double factor, bool mixed, double mixed_b);
+
+// vLLM's DeepseekScalingRotaryEmbedding: _compute_inv_freq and its mscale.
+std::vector<double> DeepseekYarnInvFreq(double theta, int dim, double factor, double original,
+                                        double beta_fast, double beta_slow,
+                                        double extrapolation_factor);
+double DeepseekYarnMscale(double factor, double mscale, double mscale_all_dim,
+                          double attn_factor);
+
+// Ernie 4.5-VL's 3-D layout (transformers' Ernie4_5_VLMoeTextRotaryEmbedding:
+// the pre-rotated inv_freq, split [h, w, t], chunk j taking position axis
+// (j + 1) % 3 of (t, h, w), h and w stacked and flattened): the axis (0 t,
+// 1 h, 2 w) and the frequency index of output pair i.
+struct ErniePair {
+  int axis;
+  int frequency;
+};
+std::vector<ErniePair> ErnieLayout(int h, int w, int t);
+
+// Llama 4's attention temperature of a NoPE layer's query at `position`:
+// log(floor((position + 1) / floor_scale) + 1) * attn_scale + 1.
+double Llama4Temperature(int64_t position, double floor_scale, double attn_scale);
 
 }  // namespace reference
 }  // namespace rope

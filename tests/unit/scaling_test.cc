@@ -4,8 +4,10 @@
 // every parameter; and table-cache keys that never merge two configs that
 // differ in one scaling parameter.
 #include <cmath>
+#include <limits>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/hash/hash.h"
@@ -243,22 +245,146 @@ TEST(ScalingValidationTest, RejectsMissingOriginalLength) {
                        "config.yarn.original_max_position_embeddings is 0"));
 }
 
-TEST(ScalingValidationTest, RejectsYarnBetaFastNotAboveBetaSlow) {
+// transformers only warns about beta_fast < beta_slow; Kimi K2 ships both 1.
+TEST(ScalingValidationTest, AcceptsYarnBetaFastNotAboveBetaSlowAsTransformersDoes) {
   YarnScaling y;
-  y.factor = 2;
-  y.original_max_position_embeddings = 1024;
+  y.factor = 32;
+  y.original_max_position_embeddings = 4096;
   y.beta_fast = 1;
   y.beta_slow = 1;
-  EXPECT_TRUE(StatusIs(ValidateConfig(Config(10000, 64, 64, y), kCap),
-                       absl::StatusCode::kInvalidArgument, "config.yarn.beta_fast is 1"));
+  ASSERT_TRUE(ValidateConfig(Config(50000, 64, 64, y), kCap).ok());
+  ExpectNear(EngineInvFreq(Config(50000, 64, 64, y)),
+             reference::YarnInvFreq(50000, 64, 32, 4096, 1, 1));
   y.beta_fast = 0;  // default 32
   y.beta_slow = 40;
+  ASSERT_TRUE(ValidateConfig(Config(10000, 64, 64, y), kCap).ok());
+  ExpectNear(EngineInvFreq(Config(10000, 64, 64, y)),
+             reference::YarnInvFreq(10000, 64, 32, 4096, 32, 40));
+  y.beta_slow = -1;
   EXPECT_TRUE(StatusIs(ValidateConfig(Config(10000, 64, 64, y), kCap),
-                       absl::StatusCode::kInvalidArgument, "must be > beta_slow 40"));
+                       absl::StatusCode::kInvalidArgument, "config.yarn.beta_slow is -1"));
   y.beta_slow = 0;
   y.mscale = std::numeric_limits<double>::infinity();
   EXPECT_TRUE(StatusIs(ValidateConfig(Config(10000, 64, 64, y), kCap),
                        absl::StatusCode::kInvalidArgument, "config.yarn.mscale is inf"));
+}
+
+// ---- The serving engines' variants ------------------------------------------------
+
+TEST(ScalingTest, DynamicNtkAlphaIsAFixedBaseWhateverTheLength) {
+  // HunYuan-7B: theta 10000, alpha 1000, head_dim 128.
+  const RopeConfig c = Config(10000, 128, 65536, DynamicNtkAlphaScaling{1000});
+  const std::vector<double> want = reference::DynamicNtkAlphaInvFreq(10000, 128, 1000);
+  ExpectNear(EngineInvFreq(c, 0), want);
+  ExpectNear(EngineInvFreq(c, 60000), want);  // no growth with the sequence
+  // base = 10000 * 1000^(128/126) = 1.0110... e7; inv_freq[1] = base^(-2/128).
+  const double base = 10000 * std::pow(1000.0, 128.0 / 126.0);
+  EXPECT_NEAR(EngineInvFreq(c)[1], std::pow(base, -2.0 / 128), 1e-15);
+  EXPECT_EQ(MakeTableKey(c, 0).theta, MakeTableKey(c, 60000).theta);
+  EXPECT_DOUBLE_EQ(ComputeAttentionFactor(MakeTableKey(c, 0)), 1.0);
+}
+
+TEST(ScalingTest, NtkFixedAndMixedMatchVllm) {
+  for (int dim : {64, 128}) {
+    ExpectNear(EngineInvFreq(Config(10000, dim, 64, NtkScaling{4, false, 0})),
+               reference::NtkInvFreq(10000, dim, 4, false, 0));
+    for (double b : {0.0, 0.5, 1.25}) {
+      ExpectNear(EngineInvFreq(Config(10000, dim, 64, NtkScaling{4, true, b})),
+                 reference::NtkInvFreq(10000, dim, 4, true, b));
+    }
+  }
+  // By hand, fixed: inv[0] = 1 / 4^(2/64); mixed b = 1: inv[0] = 1 / exp(ln 4 / 32).
+  EXPECT_NEAR(EngineInvFreq(Config(10000, 64, 64, NtkScaling{4, false, 0}))[0],
+              1 / std::pow(4.0, 2.0 / 64), 1e-15);
+  EXPECT_NEAR(EngineInvFreq(Config(10000, 64, 64, NtkScaling{4, true, 1}))[0],
+              1 / std::exp(std::log(4.0) / 32), 1e-15);
+  NtkScaling bad{4, true, std::numeric_limits<double>::quiet_NaN()};
+  EXPECT_TRUE(StatusIs(ValidateConfig(Config(10000, 64, 64, bad), kCap),
+                       absl::StatusCode::kInvalidArgument, "config.ntk.mixed_b is nan"));
+  EXPECT_TRUE(StatusIs(ValidateConfig(Config(10000, 64, 64, NtkScaling{0, false, 0}), kCap),
+                       absl::StatusCode::kInvalidArgument, "config.ntk.factor is 0"));
+}
+
+TEST(ScalingTest, DeepseekYarnMatchesVllm) {
+  // DeepSeek-V2-Lite's numbers, then every parameter moved.
+  struct Case {
+    double factor, beta_fast, beta_slow, mscale, mscale_all_dim, attn_factor, extrapolation;
+  };
+  for (const Case& c : std::vector<Case>{{40, 32, 1, 0.707, 0.707, 1, 1},
+                                         {40, 32, 1, 1, 0, 1, 1},  // vLLM's defaults
+                                         {16, 32, 1, 0, 0, 1, 1},  // DeepSeek-V4's compress group
+                                         {32, 1, 1, 1, 1, 1, 1},   // Kimi K2's equal betas
+                                         {8, 16, 2, 0.5, 0.25, 1.5, 0.75}}) {
+    DeepseekYarnScaling s;
+    s.factor = c.factor;
+    s.original_max_position_embeddings = 4096;
+    s.beta_fast = c.beta_fast;
+    s.beta_slow = c.beta_slow;
+    s.mscale = c.mscale;
+    s.mscale_all_dim = c.mscale_all_dim;
+    s.attn_factor = c.attn_factor;
+    s.extrapolation_factor = c.extrapolation;
+    const RopeConfig config = Config(10000, 64, 4096, s);
+    ExpectNear(EngineInvFreq(config),
+               reference::DeepseekYarnInvFreq(10000, 64, c.factor, 4096, c.beta_fast, c.beta_slow,
+                                              c.extrapolation));
+    EXPECT_NEAR(ComputeAttentionFactor(MakeTableKey(config, 0)),
+                reference::DeepseekYarnMscale(c.factor, c.mscale, c.mscale_all_dim, c.attn_factor),
+                1e-15);
+  }
+  // A lone mscale counts, unlike transformers' yarn: m(40, 0.707) / m(40, 0).
+  DeepseekYarnScaling lone;
+  lone.factor = 40;
+  lone.original_max_position_embeddings = 4096;
+  lone.mscale = 0.707;
+  lone.mscale_all_dim = 0;
+  EXPECT_NEAR(ComputeAttentionFactor(MakeTableKey(Config(10000, 64, 64, lone), 0)),
+              0.1 * 0.707 * std::log(40.0) + 1, 1e-15);
+  lone.mscale_all_dim = -1 / (0.1 * std::log(40.0));  // m(40, k) = 0
+  EXPECT_TRUE(StatusIs(ValidateConfig(Config(10000, 64, 64, lone), kCap),
+                       absl::StatusCode::kInvalidArgument,
+                       "config.deepseek_yarn.mscale is 0.707 and mscale_all_dim"));
+}
+
+TEST(ScalingKeyTest, NewVariantsOneParameterApartNeverShareAKey) {
+  DeepseekYarnScaling d;
+  d.factor = 40;
+  d.original_max_position_embeddings = 4096;
+  std::vector<ScalingConfig> variants = {DynamicNtkAlphaScaling{1000}, DynamicNtkAlphaScaling{999},
+                                         NtkScaling{4, false, 0},      NtkScaling{4, true, 0},
+                                         NtkScaling{4, true, 0.5},     NtkScaling{5, false, 0},
+                                         d};
+  for (auto mutate : std::vector<void (*)(DeepseekYarnScaling*)>{
+           [](DeepseekYarnScaling* s) { s->factor = 41; },
+           [](DeepseekYarnScaling* s) { s->original_max_position_embeddings = 2048; },
+           [](DeepseekYarnScaling* s) { s->beta_fast = 16; },
+           [](DeepseekYarnScaling* s) { s->beta_slow = 2; },
+           [](DeepseekYarnScaling* s) { s->attn_factor = 1.5; },
+           [](DeepseekYarnScaling* s) { s->extrapolation_factor = 0.5; }}) {
+    DeepseekYarnScaling m = d;
+    mutate(&m);
+    variants.push_back(m);
+  }
+  // The same frequencies as transformers' yarn, but another variant: never
+  // one key.
+  YarnScaling y;
+  y.factor = 40;
+  y.original_max_position_embeddings = 4096;
+  variants.push_back(y);
+  std::vector<TableKey> keys;
+  for (const ScalingConfig& s : variants) keys.push_back(MakeTableKey(Config(10000, 64, 8192, s), 0));
+  for (size_t a = 0; a < keys.size(); ++a) {
+    for (size_t b = a + 1; b < keys.size(); ++b) {
+      EXPECT_FALSE(keys[a] == keys[b]) << keys[a].ToString() << " vs " << keys[b].ToString();
+    }
+  }
+  // Equal attention factors (mscales folded into attn_factor) share one.
+  DeepseekYarnScaling folded = d;
+  folded.mscale = 0;
+  folded.mscale_all_dim = 0;
+  folded.attn_factor = 0.1 * std::log(40.0) + 1;  // = m(40, 1) / m(40, 0)
+  EXPECT_TRUE(MakeTableKey(Config(10000, 64, 8192, d), 0) ==
+              MakeTableKey(Config(10000, 64, 8192, folded), 0));
 }
 
 TEST(ScalingValidationTest, RejectsLlama3LowAboveHigh) {
@@ -592,7 +718,32 @@ TEST(ScalingNamesTest, EveryVariantHasItsHuggingFaceName) {
   EXPECT_EQ(ScalingName(Llama3Scaling{}), "llama3");
   EXPECT_EQ(ScalingName(LongRopeScaling{}), "longrope");
   EXPECT_EQ(ScalingName(ProportionalScaling{}), "proportional");
-  EXPECT_EQ(SupportedScalingNames().size(), 7u);
+  EXPECT_EQ(ScalingName(DynamicNtkAlphaScaling{}), "dynamic_alpha");
+  EXPECT_EQ(ScalingName(NtkScaling{}), "ntk");
+  EXPECT_EQ(ScalingName(DeepseekYarnScaling{}), "deepseek_yarn");
+  EXPECT_EQ(SupportedScalingNames().size(), 10u);
+  EXPECT_EQ(ScalingFieldName(DynamicNtkAlphaScaling{}), "dynamic_ntk_alpha");
+  EXPECT_EQ(ScalingFieldName(DynamicNtkScaling{}), "dynamic_ntk");
+}
+
+TEST(MropeTest, ErnieLayoutMatchesTransformers) {
+  for (const auto& [h, w, t] : std::vector<std::tuple<int, int, int>>{{22, 22, 20}, {4, 4, 2}}) {
+    MropeConfig m;
+    m.section = {static_cast<uint32_t>(t), static_cast<uint32_t>(h), static_cast<uint32_t>(w)};
+    m.ernie_3d = true;
+    ASSERT_TRUE(ValidateMrope(m, 2 * (h + w + t)).ok());
+    const std::vector<uint8_t> got = MropeFrequencyAxes(m, h + w + t);
+    const std::vector<reference::ErniePair> want = reference::ErnieLayout(h, w, t);
+    for (int i = 0; i < h + w + t; ++i) {
+      EXPECT_EQ(want[i].frequency, i) << "Ernie keeps every frequency at its pair";
+      EXPECT_EQ(got[i], want[i].axis) << DescribeMrope(m) << " i=" << i;
+    }
+  }
+  MropeConfig unequal;
+  unequal.section = {20, 24, 20};
+  unequal.ernie_3d = true;
+  EXPECT_TRUE(StatusIs(ValidateMrope(unequal, 128), absl::StatusCode::kInvalidArgument,
+                       "the h and w sections must be equal"));
 }
 
 }  // namespace

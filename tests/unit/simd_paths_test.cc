@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "common/float8.h"
 #include "core/backends/cpu/cpu_backend.h"
 #include "core/backends/cpu/cpu_kernels.h"
 #include "core/backends/cpu/cpu_simd.h"
@@ -90,6 +91,8 @@ void StoreScalar(DType dtype, void* dst, int64_t i, float v) {
     case DType::kFloat32: static_cast<float*>(dst)[i] = v; return;
     case DType::kFloat16: static_cast<uint16_t*>(dst)[i] = math::FloatToHalf(v); return;
     case DType::kBFloat16: static_cast<uint16_t*>(dst)[i] = math::FloatToBFloat16(v); return;
+    case DType::kFloat8E4M3: static_cast<uint8_t*>(dst)[i] = math::FloatToFloat8E4M3(v); return;
+    case DType::kFloat8E5M2: static_cast<uint8_t*>(dst)[i] = math::FloatToFloat8E5M2(v); return;
   }
 }
 
@@ -98,6 +101,8 @@ float LoadScalar(DType dtype, const void* src, int64_t i) {
     case DType::kFloat32: return static_cast<const float*>(src)[i];
     case DType::kFloat16: return math::HalfToFloat(static_cast<const uint16_t*>(src)[i]);
     case DType::kBFloat16: return math::BFloat16ToFloat(static_cast<const uint16_t*>(src)[i]);
+    case DType::kFloat8E4M3: return math::Float8E4M3ToFloat(static_cast<const uint8_t*>(src)[i]);
+    case DType::kFloat8E5M2: return math::Float8E5M2ToFloat(static_cast<const uint8_t*>(src)[i]);
   }
   return 0;
 }
@@ -157,20 +162,37 @@ std::vector<uint8_t> RandomStorage(DType dtype, int64_t n, std::mt19937* rng) {
   return bytes;
 }
 
-// Rotation of q/k exactly as math::RotatePair on widened values.
+// Rotation of q/k exactly as math::RotatePair on widened values; with a
+// float8 output_dtype, every feature (rotated or not) times the scale,
+// rounded by common/float8.h, into q_out / k_out.
 void RotateScalar(const RotateArgs& p, const TableRows& table, int64_t tokens) {
   const int64_t half = p.rotary_dim / 2;
   const bool interleaved = p.layout == Layout::kInterleaved;
+  const bool to_float8 = IsFloat8(p.output_dtype);
   for (int64_t t = 0; t < tokens; ++t) {
     const int64_t pos = p.positions.At(t / p.seq, t % p.seq);
-    const float* c = table.Cos(pos);
-    const float* s = table.Sin(pos);
+    const float* c = p.rotary_dim > 0 ? table.Cos(pos) : nullptr;
+    const float* s = p.rotary_dim > 0 ? table.Sin(pos) : nullptr;
     for (int tensor = 0; tensor < 2; ++tensor) {
       void* base = tensor == 0 ? p.q : p.k;
       const int64_t heads = tensor == 0 ? p.q_heads : p.k_heads;
       if (base == nullptr) continue;
       for (int64_t h = 0; h < heads; ++h) {
-        const int64_t v = (t * heads + h) * p.head_dim;
+        const int64_t head = (t * heads + h) * p.head_dim;
+        if (to_float8) {
+          std::vector<float> x(p.head_dim);
+          for (int64_t f = 0; f < p.head_dim; ++f) x[f] = LoadScalar(p.dtype, base, head + f);
+          for (int64_t i = 0; i < half; ++i) {
+            const int64_t f0 = p.rotary_offset + (interleaved ? 2 * i : i);
+            const int64_t f1 = p.rotary_offset + (interleaved ? 2 * i + 1 : i + half);
+            math::RotatePair(x[f0], x[f1], c[i], p.inverse ? -s[i] : s[i], &x[f0], &x[f1]);
+          }
+          uint8_t* out = static_cast<uint8_t*>(tensor == 0 ? p.q_out : p.k_out) + head;
+          const float scale = tensor == 0 ? p.q_scale : p.k_scale;
+          for (int64_t f = 0; f < p.head_dim; ++f) StoreScalar(p.output_dtype, out, f, x[f] * scale);
+          continue;
+        }
+        const int64_t v = head + p.rotary_offset;
         for (int64_t i = 0; i < half; ++i) {
           const int64_t f0 = interleaved ? v + 2 * i : v + i;
           const int64_t f1 = interleaved ? v + 2 * i + 1 : v + i + half;
@@ -324,6 +346,127 @@ TEST_P(SimdPathTest, RotatesBitForBitLikeScalarMath) {
     }
   }
   EXPECT_EQ(cases, 3 * 2 * 14 * 2 * 2 * 2 * 2);
+}
+
+// rotary_offset (MLA heads rotate their last features) and float8 outputs:
+// dtype x output x layout x rotary window x inverse, bit for bit against
+// the scalar arithmetic, with values that reach saturation, NaN and
+// infinities.
+TEST_P(SimdPathTest, OffsetsAndFloat8OutputsAreBitForBitScalarMath) {
+  std::mt19937 rng(21);
+  int cases = 0;
+  for (DType dtype : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
+    for (DType out : {dtype, DType::kFloat8E4M3, DType::kFloat8E5M2}) {
+      for (bool interleaved : {true, false}) {
+        // (head_dim, rotary_dim, offset): MLA's 192/64/128, an odd offset,
+        // a window of every remainder, a NoPE layer's conversion only.
+        for (const auto& [head_dim, rotary, offset] :
+             std::vector<std::tuple<int64_t, int64_t, int64_t>>{
+                 {192, 64, 128}, {45, 34, 3}, {70, 30, 36}, {33, 0, 0}}) {
+          if (rotary == 0 && !IsFloat8(out)) continue;
+          for (bool inverse : {false, true}) {
+            const int64_t batch = 2, seq = 3, heads = 3;
+            TableKey key;
+            key.theta = 10000;
+            key.rotary_dim = static_cast<uint32_t>(std::max<int64_t>(rotary, 2));
+            key.max_len = 512;
+            auto table = RopeTable::Build(key);
+            std::vector<uint8_t> q = RandomStorage(dtype, batch * seq * heads * head_dim, &rng);
+            std::vector<uint8_t> k = RandomStorage(dtype, batch * seq * 2 * head_dim, &rng);
+            std::vector<uint8_t> q_want = q, k_want = k;
+            const size_t out_size = IsFloat8(out) ? 1 : 0;
+            std::vector<uint8_t> q_out(q.size() / DTypeSize(dtype) * out_size, 0xAA);
+            std::vector<uint8_t> k_out(k.size() / DTypeSize(dtype) * out_size, 0xAA);
+            std::vector<uint8_t> q_out_want = q_out, k_out_want = k_out;
+            std::vector<int64_t> positions = {0, 511, 17, 300, 1, 255};
+            RotateArgs p;
+            p.dtype = dtype;
+            p.layout = interleaved ? Layout::kInterleaved : Layout::kHalf;
+            p.inverse = inverse;
+            p.q_heads = heads;
+            p.k_heads = 2;
+            p.head_dim = head_dim;
+            p.rotary_dim = rotary;
+            p.rotary_offset = offset;
+            p.batch = batch;
+            p.seq = seq;
+            const TableRows rows = table->rows();
+            p.positions.seq = seq;
+            p.positions.explicit_positions = positions.data();
+            p.positions.count = batch * seq;
+            p.output_dtype = out;
+            p.q_scale = 300.0f;  // past E4M3FN's 448 for some values
+            p.k_scale = 0.125f;
+            p.q = q_want.data();
+            p.k = k_want.data();
+            p.q_out = q_out_want.data();
+            p.k_out = k_out_want.data();
+            RotateScalar(p, rows, batch * seq);
+            p.q = q.data();
+            p.k = k.data();
+            p.q_out = q_out.data();
+            p.k_out = k_out.data();
+            kernels_->rotate(p, rows, 0, 1);
+            kernels_->rotate(p, rows, 1, batch * seq);
+            const std::string what = DTypeTag(dtype) + " -> " + std::string(DTypeName(out)) +
+                                     (interleaved ? " interleaved" : " half") + " head_dim " +
+                                     std::to_string(head_dim) + " rotary " +
+                                     std::to_string(rotary) + " offset " + std::to_string(offset) +
+                                     (inverse ? " inverse" : "");
+            if (IsFloat8(out)) {
+              EXPECT_EQ(q_out, q_out_want) << "q: " << what;
+              EXPECT_EQ(k_out, k_out_want) << "k: " << what;
+            } else {
+              EXPECT_TRUE(SameBuffers(dtype, q, q_want)) << "q: " << what;
+              EXPECT_TRUE(SameBuffers(dtype, k, k_want)) << "k: " << what;
+            }
+            ++cases;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(cases, 3 * 2 * (3 + 4 + 4) * 2);
+}
+
+TEST_P(SimdPathTest, NarrowsToFloat8LikeTheScalarConversion) {
+  // Every float8 value, the midpoints between neighbours and one float ulp
+  // either side, both signs; saturation, infinities, NaNs, subnormals.
+  std::vector<float> in;
+  for (bool e5m2 : {false, true}) {
+    for (int code = 0; code < 0x7f; ++code) {
+      const float a = e5m2 ? math::Float8E5M2ToFloat(code) : math::Float8E4M3ToFloat(code);
+      const float b = e5m2 ? math::Float8E5M2ToFloat(code + 1) : math::Float8E4M3ToFloat(code + 1);
+      if (!std::isfinite(a) || !std::isfinite(b)) continue;
+      const float mid = static_cast<float>((static_cast<double>(a) + b) / 2);
+      for (float v : {a, mid, std::nextafter(mid, 0.0f), std::nextafter(mid, 1e30f)}) {
+        in.push_back(v);
+        in.push_back(-v);
+      }
+    }
+  }
+  for (float v : {448.0f, 464.0f, 464.0001f, 480.0f, 57344.0f, 61439.99f, 61440.0f, 1e30f,
+                  std::numeric_limits<float>::infinity(), 1e-40f, 9.765625e-4f}) {
+    in.push_back(v);
+    in.push_back(-v);
+  }
+  in.push_back(std::numeric_limits<float>::quiet_NaN());
+  in.push_back(FromBits(0xffc00001u));
+  std::mt19937 rng(23);
+  std::uniform_int_distribution<uint32_t> any;
+  for (int i = 0; i < 100000; ++i) in.push_back(FromBits(any(rng)));
+  for (DType dtype : {DType::kFloat8E4M3, DType::kFloat8E5M2}) {
+    for (int64_t offset : {0, 5}) {
+      const int64_t n = static_cast<int64_t>(in.size()) - offset;
+      std::vector<uint8_t> got(n), want(n);
+      kernels_->narrow(dtype, in.data() + offset, n, got.data());
+      for (int64_t i = 0; i < n; ++i) StoreScalar(dtype, want.data(), i, in[offset + i]);
+      for (int64_t i = 0; i < n; ++i) {
+        ASSERT_EQ(got[i], want[i]) << DTypeName(dtype) << " of float bits 0x" << std::hex
+                                   << Bits(in[offset + i]);
+      }
+    }
+  }
 }
 
 // Calls over more than 1 MiB rotate head by head (rotate_simd-inl.h's

@@ -100,6 +100,7 @@ absl::Status CpuAttentionScores(const cpu::CpuKernels& kernels, const RopeTable&
   kp.heads = hk;
   kp.head_dim = d;
   kp.rotary_dim = args.rotary_dim;
+  kp.rotary_offset = args.rotary_offset;
   kp.seq = sk;
   kp.table = rows;
   kp.positions = args.k_positions;
@@ -186,6 +187,7 @@ absl::Status CpuAttentionScores(const cpu::CpuKernels& kernels, const RopeTable&
       qp.heads = blk.heads;
       qp.head_dim = d;
       qp.rotary_dim = args.rotary_dim;
+      qp.rotary_offset = args.rotary_offset;
       qp.seq = sq;
       qp.table = rows;
       qp.positions = args.q_positions;

@@ -31,7 +31,8 @@ namespace cpu {
 // Float32 rotated copies: head h of token t (t = b * seq + s) is read from
 // src + t * src_token_stride + h * head_dim (elements of dtype), widened,
 // rotated forward by the row of positions.At(b, s) (every feature copied,
-// the first rotary_dim rotated) and written to
+// features rotary_offset .. rotary_offset + rotary_dim - 1 rotated; the
+// table is not read when rotary_dim is 0) and written to
 // dst + (t - dst_first_token) * dst_token_stride + h * dst_head_stride.
 struct RotateCopyParams {
   DType dtype = DType::kFloat32;
@@ -45,6 +46,7 @@ struct RotateCopyParams {
   int64_t heads = 0;
   int64_t head_dim = 0;
   int64_t rotary_dim = 0;
+  int64_t rotary_offset = 0;
   int64_t seq = 1;
   TableRows table;
   math::PositionSpec positions;
@@ -60,13 +62,18 @@ struct CpuKernels {
   // Rotates tokens [begin, end) of args.q (and args.k) in place: token
   // t = b * seq + s of q is q_heads head vectors of head_dim elements at
   // q + t * q_heads * head_dim (likewise k, which may be null), rotated by
-  // the row of `table` at positions.At(b, s). Features rotary_dim.. are not
-  // touched; q_source, k_source and memory are the backend's (host memory).
+  // the row of `table` at positions.At(b, s). Features rotary_offset ..
+  // rotary_offset + rotary_dim - 1 rotate, the others are not touched
+  // (rotary_dim 0: the table is not read); q_source, k_source and memory are
+  // the backend's (host memory). With IsFloat8(args.output_dtype), out of
+  // place instead: q and k (q_source and k_source when set) are only read,
+  // and each head, times q_scale (k_scale), is rounded into q_out (k_out).
   void (*rotate)(const RotateArgs& args, const TableRows& table, int64_t begin, int64_t end);
   // Tokens [begin, end) of RotateCopyParams.
   void (*rotate_copy)(const RotateCopyParams& p, int64_t begin, int64_t end);
 
-  // n elements of 16-bit storage <-> float32.
+  // n elements of 16-bit storage <-> float32; narrow also takes the float8
+  // types (as RotateParams' outputs round: common/float8.h).
   void (*widen)(DType dtype, const void* src, int64_t n, float* dst);
   void (*narrow)(DType dtype, const float* src, int64_t n, void* dst);
 

@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include "core/engine/dtype.h"
+
 namespace rope {
 namespace {
 
@@ -26,10 +28,13 @@ void CpuRotate(const cpu::CpuKernels& kernels, const RopeTable& table, const Rot
   const int64_t k_token = args.k_heads * args.head_dim * element;
   pool->ParallelFor(args.batch * args.seq, kMinTokensPerTask, [&](int64_t begin, int64_t end) {
     // Out of place: each task copies its own tokens first, while they are
-    // about to be in cache anyway.
-    if (args.q_source != nullptr) CopyTokens(args.q_source, args.q, q_token, begin, end);
-    if (args.k != nullptr && args.k_source != nullptr) {
-      CopyTokens(args.k_source, args.k, k_token, begin, end);
+    // about to be in cache anyway. (A float8 output reads the sources where
+    // they are and writes only q_out / k_out.)
+    if (!IsFloat8(args.output_dtype)) {
+      if (args.q_source != nullptr) CopyTokens(args.q_source, args.q, q_token, begin, end);
+      if (args.k != nullptr && args.k_source != nullptr) {
+        CopyTokens(args.k_source, args.k, k_token, begin, end);
+      }
     }
     kernels.rotate(args, rows, begin, end);
   });

@@ -322,6 +322,7 @@ class Tiles {
     qp.heads = plan_.heads;
     qp.head_dim = plan_.d;
     qp.rotary_dim = args_.rotary_dim;
+    qp.rotary_offset = args_.rotary_offset;
     qp.seq = plan_.sq;
     qp.table = rows_;
     qp.positions = args_.q_positions;
@@ -359,6 +360,7 @@ class Tiles {
     kp.heads = kv;
     kp.head_dim = plan_.d;
     kp.rotary_dim = args_.rotary_dim;
+    kp.rotary_offset = args_.rotary_offset;
     kp.seq = plan_.sk;
     kp.table = rows_;
     kp.positions = args_.k_positions;

@@ -15,6 +15,11 @@
 //   interleaved  bfloat16, float16        N pairs, split even/odd   cos, +-sin rows
 //
 // Remainders run on 4-lane vectors, then as scalars (math::RotatePair).
+//
+// Float8 outputs widen each head to float32, rotate it there with the
+// float32 forms above (the same operations, so the same float results as in
+// place), and round it to float8 with integer operations on the float bits
+// that are common/float8.h's, lane for lane.
 
 #if defined(ROPE_BACKENDS_CPU_ROTATE_SIMD_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef ROPE_BACKENDS_CPU_ROTATE_SIMD_INL_H_
@@ -31,6 +36,7 @@
 #include "hwy/cache_control.h"
 #include "hwy/highway.h"
 #include "core/backends/cpu/cpu_kernels.h"
+#include "common/float8.h"
 #include "core/backends/cpu/half_float_simd-inl.h"
 #include "core/engine/rope_math.h"
 
@@ -427,7 +433,7 @@ void RotateTokens(const RotateArgs& p, const TableRows& table, int64_t begin, in
       void* base = tensor == 0 ? p.q : p.k;
       const int64_t heads = tensor == 0 ? p.q_heads : p.k_heads;
       if (base == nullptr) continue;
-      T* x = static_cast<T*>(base) + t * heads * p.head_dim;
+      T* x = static_cast<T*>(base) + t * heads * p.head_dim + p.rotary_offset;
       if (head_by_head) {
         for (int64_t h = 0; h < heads; ++h) {
           if (prefetch_bytes > 0) {
@@ -452,8 +458,123 @@ void RotateTokens(const RotateArgs& p, const TableRows& table, int64_t begin, in
   }
 }
 
+// ---- Float8 outputs ------------------------------------------------------------------
+
+// dst[0, n) = float8 of src[0, n) * scale (common/float8.h's rounding), on
+// full vectors, then 4-lane vectors, then scalars.
+template <class DF>
+HWY_INLINE int64_t Float8Lanes(DF df, const float* src, int64_t i, int64_t n, float scale,
+                               const math::Float8Format& fmt, uint8_t* dst) {
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  if (N < 4) return i;  // HWY_SCALAR: the scalar loop below
+  const hn::RebindToSigned<DF> di;
+  const hn::Rebind<uint8_t, DF> du8;
+  const int shift = 23 - fmt.mantissa_bits;
+  const auto half_ulp = hn::Set(di, (1 << (shift - 1)) - 1);
+  const auto one = hn::Set(di, 1);
+  const auto bias = hn::Set(di, (127 - fmt.exponent_bias) << fmt.mantissa_bits);
+  const auto magic = hn::Set(df, math::BitsToFloat(fmt.subnormal_magic));
+  const auto magic_bits = hn::Set(di, static_cast<int32_t>(fmt.subnormal_magic));
+  const auto min_normal = hn::Set(di, static_cast<int32_t>(fmt.min_normal));
+  const auto saturate_at = hn::Set(di, static_cast<int32_t>(fmt.saturate_at));
+  const auto max_code = hn::Set(di, fmt.max_code);
+  const auto infinity = hn::Set(di, 0x7f800000);
+  const auto nan_code = hn::Set(di, 0x7f);
+  const auto sign_bit = hn::Set(di, 0x80);
+  const auto magnitude = hn::Set(di, 0x7fffffff);
+  const auto vscale = hn::Set(df, scale);
+  for (; i + N <= n; i += N) {
+    const auto u = hn::BitCast(di, hn::Mul(hn::LoadU(df, src + i), vscale));
+    const auto a = hn::And(u, magnitude);
+    // Arithmetic shift: bit 7 of u >> 24 is u's sign.
+    const auto sign = hn::And(hn::ShiftRight<24>(u), sign_bit);
+    const auto rounded = hn::Add(hn::Add(a, half_ulp), hn::And(hn::ShiftRightSame(a, shift), one));
+    const auto normal = hn::Sub(hn::ShiftRightSame(rounded, shift), bias);
+    const auto subnormal =
+        hn::Sub(hn::BitCast(di, hn::Add(hn::BitCast(df, a), magic)), magic_bits);
+    auto code = hn::IfThenElse(hn::Lt(a, min_normal), subnormal, normal);
+    code = hn::IfThenElse(hn::Lt(a, saturate_at), code, max_code);
+    code = hn::Or(code, sign);
+    code = hn::IfThenElse(hn::Gt(a, infinity), nan_code, code);
+    hn::StoreU(hn::DemoteTo(du8, code), du8, dst + i);
+  }
+  return i;
+}
+
+HWY_INLINE void Float8Row(const float* src, int64_t n, float scale, const math::Float8Format& fmt,
+                          uint8_t* dst) {
+  int64_t i = Float8Lanes(FullF(), src, 0, n, scale, fmt, dst);
+  i = Float8Lanes(QuadF(), src, i, n, scale, fmt, dst);
+  for (; i < n; ++i) dst[i] = math::FloatToFloat8(src[i] * scale, fmt);
+}
+
+math::Float8Format Float8FormatOf(DType dtype) {
+  return dtype == DType::kFloat8E5M2 ? math::Float8E5M2() : math::Float8E4M3();
+}
+
+template <class Io>
+void WidenRow(const typename Io::T* src, int64_t n, float* dst);
+
+// RotateArgs with a float8 output_dtype: each head of q (k), or of
+// q_source (k_source) when set, widened to float32, rotated there, scaled
+// and rounded into q_out / k_out.
+template <class Io, bool kInterleaved>
+void RotateToFloat8Tokens(const RotateArgs& p, const TableRows& table, int64_t begin,
+                          int64_t end) {
+  using T = typename Io::T;
+  const math::Float8Format fmt = Float8FormatOf(p.output_dtype);
+  RowScratch scratch(p.rotary_dim);
+  RowScratch head((p.head_dim + 1) / 2);  // 2 * ceil(head_dim / 2) floats
+  int64_t b = begin / p.seq, s = begin % p.seq;  // token t = b * seq + s
+  for (int64_t t = begin; t < end; ++t) {
+    const int64_t pos = p.positions.At(b, s);
+    if (++s == p.seq) s = 0, ++b;
+    TokenRow row{};
+    if (p.rotary_dim > 0) {
+      row = PrepareRow<F32Io, kInterleaved>(table.Cos(pos), table.Sin(pos), p.inverse,
+                                            p.rotary_dim, scratch.data());
+    }
+    for (int tensor = 0; tensor < 2; ++tensor) {
+      if ((tensor == 0 ? p.q : p.k) == nullptr) continue;
+      const void* source = tensor == 0 ? (p.q_source != nullptr ? p.q_source : p.q)
+                                       : (p.k_source != nullptr ? p.k_source : p.k);
+      const T* src = static_cast<const T*>(source);
+      uint8_t* out = static_cast<uint8_t*>(tensor == 0 ? p.q_out : p.k_out);
+      const int64_t heads = tensor == 0 ? p.q_heads : p.k_heads;
+      const float scale = tensor == 0 ? p.q_scale : p.k_scale;
+      if (src == nullptr) continue;
+      for (int64_t h = 0; h < heads; ++h) {
+        const int64_t at = (t * heads + h) * p.head_dim;
+        WidenRow<Io>(src + at, p.head_dim, head.data());
+        if (p.rotary_dim > 0) {
+          RotateHeads<F32Io, kInterleaved>(head.data() + p.rotary_offset, 1, p.head_dim,
+                                           p.rotary_dim, row);
+        }
+        Float8Row(head.data(), p.head_dim, scale, fmt, out + at);
+      }
+    }
+  }
+}
+
 void Rotate(const RotateArgs& p, const TableRows& table, int64_t begin, int64_t end) {
   const bool interleaved = p.layout == Layout::kInterleaved;
+  if (IsFloat8(p.output_dtype)) {
+    switch (p.dtype) {
+      case DType::kFloat32:
+        return interleaved ? RotateToFloat8Tokens<F32Io, true>(p, table, begin, end)
+                           : RotateToFloat8Tokens<F32Io, false>(p, table, begin, end);
+      case DType::kFloat16:
+        return interleaved ? RotateToFloat8Tokens<F16Io, true>(p, table, begin, end)
+                           : RotateToFloat8Tokens<F16Io, false>(p, table, begin, end);
+      case DType::kBFloat16:
+        return interleaved ? RotateToFloat8Tokens<Bf16Io, true>(p, table, begin, end)
+                           : RotateToFloat8Tokens<Bf16Io, false>(p, table, begin, end);
+      case DType::kFloat8E4M3:
+      case DType::kFloat8E5M2:
+        return;  // never handed: float8 is an output type only
+    }
+  }
+  if (p.rotary_dim == 0) return;
   switch (p.dtype) {
     case DType::kFloat32:
       return interleaved ? RotateTokens<F32Io, true>(p, table, begin, end)
@@ -464,6 +585,9 @@ void Rotate(const RotateArgs& p, const TableRows& table, int64_t begin, int64_t 
     case DType::kBFloat16:
       return interleaved ? RotateTokens<Bf16Io, true>(p, table, begin, end)
                          : RotateTokens<Bf16Io, false>(p, table, begin, end);
+    case DType::kFloat8E4M3:
+    case DType::kFloat8E5M2:
+      return;  // never handed: float8 is an output type only
   }
 }
 
@@ -472,7 +596,9 @@ void Rotate(const RotateArgs& p, const TableRows& table, int64_t begin, int64_t 
 // narrow with its instruction; the other types are Rotate's.
 void RotateWithBf16Instructions(const RotateArgs& p, const TableRows& table, int64_t begin,
                                 int64_t end) {
-  if (p.dtype != DType::kBFloat16) return Rotate(p, table, begin, end);
+  if (p.dtype != DType::kBFloat16 || IsFloat8(p.output_dtype) || p.rotary_dim == 0) {
+    return Rotate(p, table, begin, end);
+  }
   return p.layout == Layout::kInterleaved
              ? RotateTokens<Bf16Io, true, Bf16NativeIo>(p, table, begin, end)
              : RotateTokens<Bf16Io, false, Bf16NativeIo>(p, table, begin, end);
@@ -515,6 +641,9 @@ void Widen(DType dtype, const void* src, int64_t n, float* dst) {
       return WidenRow<F16Io>(static_cast<const uint16_t*>(src), n, dst);
     case DType::kBFloat16:
       return WidenRow<Bf16Io>(static_cast<const uint16_t*>(src), n, dst);
+    case DType::kFloat8E4M3:
+    case DType::kFloat8E5M2:
+      return;  // never handed: float8 is an output type only
   }
 }
 
@@ -526,6 +655,9 @@ void Narrow(DType dtype, const float* src, int64_t n, void* dst) {
       return NarrowRow<F16Io>(src, n, static_cast<uint16_t*>(dst));
     case DType::kBFloat16:
       return NarrowRow<Bf16Io>(src, n, static_cast<uint16_t*>(dst));
+    case DType::kFloat8E4M3:
+    case DType::kFloat8E5M2:
+      return Float8Row(src, n, 1.0f, Float8FormatOf(dtype), static_cast<uint8_t*>(dst));
   }
 }
 
@@ -534,15 +666,20 @@ void RotateCopyTokens(const RotateCopyParams& p, int64_t begin, int64_t end) {
   using T = typename Io::T;
   RowScratch scratch(p.rotary_dim);
   for (int64_t t = begin; t < end; ++t) {
-    const int64_t pos = p.positions.At(t / p.seq, t % p.seq);
-    const TokenRow row = PrepareRow<F32Io, kInterleaved>(
-        p.table.Cos(pos), p.table.Sin(pos), false, p.rotary_dim, scratch.data());
+    TokenRow row{};
+    if (p.rotary_dim > 0) {
+      const int64_t pos = p.positions.At(t / p.seq, t % p.seq);
+      row = PrepareRow<F32Io, kInterleaved>(p.table.Cos(pos), p.table.Sin(pos), false,
+                                            p.rotary_dim, scratch.data());
+    }
     const T* src = static_cast<const T*>(p.src) + t * p.src_token_stride;
     float* dst = p.dst + (t - p.dst_first_token) * p.dst_token_stride;
     for (int64_t h = 0; h < p.heads; ++h) {
       float* out = dst + h * p.dst_head_stride;
       WidenRow<Io>(src + h * p.head_dim, p.head_dim, out);
-      RotateHeads<F32Io, kInterleaved>(out, 1, p.head_dim, p.rotary_dim, row);
+      if (p.rotary_dim > 0) {
+        RotateHeads<F32Io, kInterleaved>(out + p.rotary_offset, 1, p.head_dim, p.rotary_dim, row);
+      }
     }
   }
 }
@@ -558,6 +695,9 @@ void RotateCopy(const RotateCopyParams& p, int64_t begin, int64_t end) {
     case DType::kBFloat16:
       return p.interleaved ? RotateCopyTokens<Bf16Io, true>(p, begin, end)
                            : RotateCopyTokens<Bf16Io, false>(p, begin, end);
+    case DType::kFloat8E4M3:
+    case DType::kFloat8E5M2:
+      return;  // never handed: float8 is an output type only
   }
 }
 

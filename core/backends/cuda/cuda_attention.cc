@@ -138,6 +138,7 @@ absl::Status CudaTiledAttention(WorkerContext& context, const DeviceTable& table
   kernels::RotatedCopyParams copy;
   copy.head_dim = static_cast<int>(args.head_dim);
   copy.rotary_dim = static_cast<int>(args.rotary_dim);
+  copy.rotary_offset = static_cast<int>(args.rotary_offset);
   ROPE_ASSIGN_OR_RETURN(copy.table, UploadTableRows(context, table));
   copy.in = q_in;
   copy.out = qf;
@@ -158,6 +159,7 @@ absl::Status CudaTiledAttention(WorkerContext& context, const DeviceTable& table
     copy.out = vf;
     copy.head_dim = static_cast<int>(args.v_dim);
     copy.rotary_dim = 0;
+    copy.rotary_offset = 0;
     ROPE_CUDA_RETURN_IF_ERROR(kernels::RotatedCopy(copy, storage, interleaved, launch),
                               "launching the float32 copy of v");
   }
@@ -328,6 +330,7 @@ absl::Status CudaAttentionScores(WorkerContext& context, const DeviceTable& tabl
   kernels::RotatedCopyParams copy;
   copy.head_dim = static_cast<int>(args.head_dim);
   copy.rotary_dim = static_cast<int>(args.rotary_dim);
+  copy.rotary_offset = static_cast<int>(args.rotary_offset);
   ROPE_ASSIGN_OR_RETURN(copy.table, UploadTableRows(context, table));
   copy.in = q_in;
   copy.out = qf;
@@ -348,6 +351,7 @@ absl::Status CudaAttentionScores(WorkerContext& context, const DeviceTable& tabl
     copy.out = vf;
     copy.head_dim = static_cast<int>(args.v_dim);
     copy.rotary_dim = 0;  // a plain widening copy
+    copy.rotary_offset = 0;
     ROPE_CUDA_RETURN_IF_ERROR(kernels::RotatedCopy(copy, storage, interleaved, launch),
                               "launching the float32 copy of v");
   }

@@ -24,6 +24,8 @@ kernels::Storage StorageOf(DType dtype) {
     case DType::kBFloat16:
       return kernels::Storage::kBFloat16;
     case DType::kFloat32:
+    case DType::kFloat8E4M3:  // never an input: float8 is an output type only
+    case DType::kFloat8E5M2:
       break;
   }
   return kernels::Storage::kFloat32;
@@ -92,6 +94,7 @@ absl::StatusOr<kernels::RotateKernelParams> RotateParamsOnDevice(WorkerContext& 
   p.k_heads = static_cast<int>(args.k_heads);
   p.head_dim = static_cast<int>(args.head_dim);
   p.rotary_dim = static_cast<int>(args.rotary_dim);
+  p.rotary_offset = static_cast<int>(args.rotary_offset);
   ROPE_ASSIGN_OR_RETURN(p.table, UploadTableRows(context, table));
   p.positions = positions;
   p.inverse = args.inverse;
@@ -134,8 +137,68 @@ absl::Status CudaRotateOnDevice(WorkerContext& context, const DeviceTable& table
   return absl::OkStatus();
 }
 
+namespace {
+
+// Rotation into float8: q and k uploaded whole to the context's workspaces,
+// one launch writes the float8 outputs to two more, and they are downloaded
+// to args.q_out / k_out (the attention path's staged copies).
+absl::Status CudaRotateFloat8(WorkerContext& context, const DeviceTable& table,
+                              const RotateArgs& args, int64_t max_blocks) {
+  const int64_t elem = static_cast<int64_t>(DTypeSize(args.dtype));
+  const int64_t tokens = args.batch * args.seq;
+  const int64_t q_elems = tokens * args.q_heads * args.head_dim;
+  const int64_t k_elems = args.k != nullptr ? tokens * args.k_heads * args.head_dim : 0;
+  const cudaStream_t compute = context.compute_stream();
+  ROPE_RETURN_IF_ERROR(context.q_in.Reserve(q_elems * elem, "q", compute));
+  ROPE_RETURN_IF_ERROR(context.qf.Reserve(q_elems, "float8 q", compute));
+  if (k_elems > 0) {
+    ROPE_RETURN_IF_ERROR(context.k_in.Reserve(k_elems * elem, "k", compute));
+    ROPE_RETURN_IF_ERROR(context.kf.Reserve(k_elems, "float8 k", compute));
+  }
+  ROPE_RETURN_IF_ERROR(context.SlotsWaitForCompute());
+  ROPE_RETURN_IF_ERROR(context.UploadStaged(args.q, context.q_in.data(), q_elems * elem));
+  if (k_elems > 0) {
+    ROPE_RETURN_IF_ERROR(context.UploadStaged(args.k, context.k_in.data(), k_elems * elem));
+  }
+  math::PositionSpec positions = args.positions;
+  ROPE_RETURN_IF_ERROR(UploadPositions(context, &positions, 1));
+  kernels::RotateFloat8Params p;
+  p.q = context.q_in.data();
+  p.q_out = static_cast<uint8_t*>(context.qf.data());
+  p.q_heads = static_cast<int>(args.q_heads);
+  p.q_scale = args.q_scale;
+  if (k_elems > 0) {
+    p.k = context.k_in.data();
+    p.k_out = static_cast<uint8_t*>(context.kf.data());
+    p.k_heads = static_cast<int>(args.k_heads);
+    p.k_scale = args.k_scale;
+  }
+  p.tokens = tokens;
+  p.head_dim = static_cast<int>(args.head_dim);
+  p.rotary_dim = static_cast<int>(args.rotary_dim);
+  p.rotary_offset = static_cast<int>(args.rotary_offset);
+  ROPE_ASSIGN_OR_RETURN(p.table, UploadTableRows(context, table));
+  p.positions = positions;
+  p.inverse = args.inverse;
+  p.e5m2 = args.output_dtype == DType::kFloat8E5M2;
+  kernels::LaunchConfig launch;
+  launch.stream = compute;
+  launch.max_blocks = max_blocks;
+  ROPE_CUDA_RETURN_IF_ERROR(
+      kernels::RotateFloat8(p, StorageOf(args.dtype), args.layout == Layout::kInterleaved, launch),
+      "launching the float8 rotate kernel");
+  ROPE_RETURN_IF_ERROR(context.DownloadStaged(context.qf.data(), args.q_out, q_elems));
+  if (k_elems > 0) {
+    ROPE_RETURN_IF_ERROR(context.DownloadStaged(context.kf.data(), args.k_out, k_elems));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status CudaRotate(WorkerContext& context, const DeviceTable& table, const RotateArgs& args,
                         int64_t max_blocks) {
+  if (IsFloat8(args.output_dtype)) return CudaRotateFloat8(context, table, args, max_blocks);
   const int64_t elem = static_cast<int64_t>(DTypeSize(args.dtype));
   const int64_t q_token = args.q_heads * args.head_dim * elem;
   const int64_t k_token = args.k != nullptr ? args.k_heads * args.head_dim * elem : 0;

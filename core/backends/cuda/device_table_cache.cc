@@ -55,9 +55,10 @@ absl::StatusOr<DeviceTable> DeviceTableCache::Get(const RopeTable& host) {
     const TableBlockKey key{host.key(), host.first_block() + slot};
     std::shared_ptr<const DeviceBlock> device;
     if (host.per_request()) {
-      // A per-request table (M-RoPE) shares its key with no other table's
+      // A per-request table (M-RoPE, axial RoPE, fractional positions:
+      // core/engine/request_rows.h) shares its key with no other table's
       // contents: upload it for this call only.
-      ROPE_ASSIGN_OR_RETURN(device, Upload(*block, "the M-RoPE rows of a call"));
+      ROPE_ASSIGN_OR_RETURN(device, Upload(*block, "the per-request rows of a call"));
     } else {
       ROPE_ASSIGN_OR_RETURN(device, cache_.Get(key, block->byte_size(), [&block, &key] {
         return Upload(*block, absl::StrCat("the table block ", key.DebugString()));

@@ -40,6 +40,10 @@ cudaError_t CheckKernelImage();
 cudaError_t Rotate(const RotateKernelParams& params, Storage storage, bool interleaved,
                    const LaunchConfig& launch);
 
+// Rotation into float8 outputs; see RotateFloat8Params.
+cudaError_t RotateFloat8(const RotateFloat8Params& params, Storage storage, bool interleaved,
+                         const LaunchConfig& launch);
+
 // Rotated float32 copy; see RotatedCopyParams.
 cudaError_t RotatedCopy(const RotatedCopyParams& params, Storage storage, bool interleaved,
                         const LaunchConfig& launch);

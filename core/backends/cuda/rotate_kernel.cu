@@ -28,6 +28,20 @@ cudaError_t Rotate(const RotateKernelParams& params, Storage storage, bool inter
   return cudaGetLastError();
 }
 
+cudaError_t RotateFloat8(const RotateFloat8Params& params, Storage storage, bool interleaved,
+                         const LaunchConfig& launch) {
+  const int64_t items = RotateFloat8Items(params);
+  if (items <= 0) return cudaSuccess;
+  const int64_t blocks = BlocksFor(items, kRotateBlock, launch.max_blocks);
+  ROPE_DISPATCH_STORAGE(storage, Tag, {
+    ROPE_DISPATCH_BOOL(interleaved, kInterleaved, {
+      RotateFloat8Kernel<Tag, kInterleaved>
+          <<<static_cast<unsigned>(blocks), kRotateBlock, 0, launch.stream>>>(params);
+    })
+  })
+  return cudaGetLastError();
+}
+
 cudaError_t RotatedCopy(const RotatedCopyParams& params, Storage storage, bool interleaved,
                         const LaunchConfig& launch) {
   const int64_t items = RotatedCopyItems(params);

@@ -17,6 +17,11 @@ __global__ void __launch_bounds__(kRotateBlock) RotateKernel(const RotateKernelP
 }
 
 template <typename Tag, bool kInterleaved>
+__global__ void __launch_bounds__(kRotateBlock) RotateFloat8Kernel(const RotateFloat8Params params) {
+  RotateFloat8KernelBody<Tag, kInterleaved>(params, blockIdx.x, threadIdx.x, blockDim.x, gridDim.x);
+}
+
+template <typename Tag, bool kInterleaved>
 __global__ void __launch_bounds__(kRotateBlock) RotatedCopyKernel(const RotatedCopyParams params) {
   RotatedCopyKernelBody<Tag, kInterleaved>(params, blockIdx.x, threadIdx.x, blockDim.x, gridDim.x);
 }

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 
+#include "common/float8.h"
 #include "core/backends/cuda/kernel_common.h"
 #include "core/engine/rope_math.h"
 #include "core/engine/table_rows.h"
@@ -23,9 +24,10 @@ namespace kernels {
 // k [tokens, k_heads, head_dim] in one launch. Token t of this launch is
 // token first_token + t = b * positions.seq + s of the request, whose
 // position is positions.At(b, s). `table` finds the float32 cos/sin row of a
-// position (half = rotary_dim / 2 values). Features rotary_dim.. are not
-// touched. On the device every pointer (explicit positions and the table's
-// block pointers included) is device memory.
+// position (half = rotary_dim / 2 values). Features rotary_offset ..
+// rotary_offset + rotary_dim - 1 rotate; the others are not touched. On the
+// device every pointer (explicit positions and the table's block pointers
+// included) is device memory.
 struct RotateKernelParams {
   void* q = nullptr;
   int q_heads = 0;
@@ -35,6 +37,7 @@ struct RotateKernelParams {
   int64_t first_token = 0;
   int head_dim = 0;
   int rotary_dim = 0;
+  int rotary_offset = 0;
   TableRows table;
   math::PositionSpec positions;
   bool inverse = false;
@@ -60,10 +63,11 @@ ROPE_HOST_DEVICE int64_t RotateItems(const RotateKernelParams& p) {
 // head's rotary features and lands on a 16-byte boundary. Pointers are
 // checked by the launcher (they are only known there).
 template <typename Tag, bool kInterleaved>
-ROPE_HOST_DEVICE bool RotateShapeAllowsVectors(int head_dim, int rotary_dim) {
+ROPE_HOST_DEVICE bool RotateShapeAllowsVectors(int head_dim, int rotary_dim, int rotary_offset) {
   constexpr int kElems = Vec16<Tag>::kElems;
   constexpr int kPairs = RotatePairsPerItem<Tag, kInterleaved, true>();
-  return head_dim % kElems == 0 && (rotary_dim / 2) % kPairs == 0;
+  return head_dim % kElems == 0 && rotary_offset % kElems == 0 &&
+         (rotary_dim / 2) % kPairs == 0;
 }
 
 // Whether a launch over `p` takes the 16-byte path: the shape allows it and
@@ -73,7 +77,7 @@ ROPE_HOST_DEVICE bool RotateUsesVectors(const RotateKernelParams& p) {
   const bool q_aligned = reinterpret_cast<uintptr_t>(p.q) % 16 == 0;
   const bool k_aligned = p.k == nullptr || reinterpret_cast<uintptr_t>(p.k) % 16 == 0;
   return q_aligned && k_aligned &&
-         RotateShapeAllowsVectors<Tag, kInterleaved>(p.head_dim, p.rotary_dim);
+         RotateShapeAllowsVectors<Tag, kInterleaved>(p.head_dim, p.rotary_dim, p.rotary_offset);
 }
 
 // One item: kPairs pairs of one head of one token. Items are ordered
@@ -92,9 +96,10 @@ ROPE_HOST_DEVICE void RotateItem(const RotateKernelParams& p, int64_t item) {
   const int head = static_cast<int>(IndexDiv(rest, groups));
   const int group = rest - head * groups;
 
-  S* x = head < p.q_heads
-             ? static_cast<S*>(p.q) + (token * p.q_heads + head) * p.head_dim
-             : static_cast<S*>(p.k) + (token * p.k_heads + (head - p.q_heads)) * p.head_dim;
+  S* x = (head < p.q_heads
+               ? static_cast<S*>(p.q) + (token * p.q_heads + head) * p.head_dim
+               : static_cast<S*>(p.k) + (token * p.k_heads + (head - p.q_heads)) * p.head_dim) +
+         p.rotary_offset;
   const int64_t t = p.first_token + token;
   const int64_t b = IndexDiv(t, p.positions.seq);
   const int64_t pos = p.positions.At(b, t - b * p.positions.seq);
@@ -139,10 +144,34 @@ ROPE_HOST_DEVICE void RotateKernelBody(const RotateKernelParams& p, int64_t bloc
              [&p](int64_t item) { RotateItem<Tag, kInterleaved, kVector>(p, item); });
 }
 
+// Feature f of the head vector x (storage Tag) of a token at `pos`, rotated:
+// features rotary_offset .. rotary_offset + rotary_dim - 1 read both members
+// of their pair and keep their own half of math::RotatePair's result (with
+// sign -1 the inverse rotation), the others are x[f] widened.
+template <typename Tag, bool kInterleaved>
+ROPE_HOST_DEVICE float RotatedFeature(const typename Tag::Storage* x, int f, int rotary_offset,
+                                      int rotary_dim, const TableRows& table, int64_t pos,
+                                      float sign) {
+  const int r = f - rotary_offset;
+  if (r < 0 || r >= rotary_dim) return math::Load<Tag>(x + f);
+  const int half = rotary_dim / 2;
+  const int pair = kInterleaved ? r / 2 : (r < half ? r : r - half);
+  const bool second = kInterleaved ? (r & 1) != 0 : r >= half;
+  int f0, f1;
+  math::PairFeatures(kInterleaved, rotary_dim, pair, &f0, &f1);
+  const typename Tag::Storage* rotated = x + rotary_offset;
+  float y0, y1;
+  math::RotatePair(math::Load<Tag>(rotated + f0), math::Load<Tag>(rotated + f1),
+                   LoadTable(table.Cos(pos) + pair), sign * LoadTable(table.Sin(pos) + pair), &y0,
+                   &y1);
+  return second ? y1 : y0;
+}
+
 // Rotated float32 copy of a [tokens, heads, head_dim] tensor of storage Tag
-// (the attention path's workspaces): out = rotate(in) on the first
-// rotary_dim features, the rest widened unchanged. rotary_dim == 0 is a
-// plain widening copy (v). Tokens are request tokens b * seq + s.
+// (the attention path's workspaces): out = rotate(in) on features
+// rotary_offset .. rotary_offset + rotary_dim - 1, the rest widened
+// unchanged. rotary_dim == 0 is a plain widening copy (v, a NoPE layer).
+// Tokens are request tokens b * seq + s.
 struct RotatedCopyParams {
   const void* in = nullptr;
   float* out = nullptr;
@@ -150,6 +179,7 @@ struct RotatedCopyParams {
   int heads = 0;
   int head_dim = 0;
   int rotary_dim = 0;
+  int rotary_offset = 0;
   TableRows table;
   math::PositionSpec positions;
 };
@@ -158,31 +188,23 @@ ROPE_HOST_DEVICE int64_t RotatedCopyItems(const RotatedCopyParams& p) {
   return p.tokens * p.heads * p.head_dim;
 }
 
-// One item: one output feature. A rotated feature reads both members of its
-// pair and keeps its own half of math::RotatePair's result.
+// One item: one output feature.
 template <typename Tag, bool kInterleaved>
 ROPE_HOST_DEVICE void RotatedCopyItem(const RotatedCopyParams& p, int64_t item) {
   using S = typename Tag::Storage;
   const int64_t vec = IndexDiv(item, p.head_dim);  // (token, head)
   const int f = static_cast<int>(item - vec * p.head_dim);
   const S* x = static_cast<const S*>(p.in) + vec * p.head_dim;
-  if (f >= p.rotary_dim) {
+  const int r = f - p.rotary_offset;
+  if (r < 0 || r >= p.rotary_dim) {  // no table row to read
     p.out[item] = math::Load<Tag>(x + f);
     return;
   }
-  const int half = p.rotary_dim / 2;
-  const int pair = kInterleaved ? f / 2 : (f < half ? f : f - half);
-  const bool second = kInterleaved ? (f & 1) != 0 : f >= half;
-  int f0, f1;
-  math::PairFeatures(kInterleaved, p.rotary_dim, pair, &f0, &f1);
   const int64_t token = IndexDiv(vec, p.heads);
   const int64_t b = IndexDiv(token, p.positions.seq);
   const int64_t pos = p.positions.At(b, token - b * p.positions.seq);
-  float y0, y1;
-  math::RotatePair(math::Load<Tag>(x + f0), math::Load<Tag>(x + f1),
-                   LoadTable(p.table.Cos(pos) + pair), LoadTable(p.table.Sin(pos) + pair), &y0,
-                   &y1);
-  p.out[item] = second ? y1 : y0;
+  p.out[item] = RotatedFeature<Tag, kInterleaved>(x, f, p.rotary_offset, p.rotary_dim, p.table,
+                                                  pos, 1.0f);
 }
 
 template <typename Tag, bool kInterleaved>
@@ -190,6 +212,71 @@ ROPE_HOST_DEVICE void RotatedCopyKernelBody(const RotatedCopyParams& p, int64_t 
                                             int block_dim, int64_t grid_dim) {
   GridStride(RotatedCopyItems(p), block, thread, block_dim, grid_dim,
              [&p](int64_t item) { RotatedCopyItem<Tag, kInterleaved>(p, item); });
+}
+
+// Rotation into float8 (FlashInfer's rope_quantize_fp8): q [tokens,
+// q_heads, head_dim] and, when k is set, k [tokens, k_heads, head_dim] of
+// storage Tag are read; every feature, rotated (features rotary_offset ..
+// rotary_offset + rotary_dim - 1, forward or inverse) or passed through,
+// times q_scale (k_scale) in float32, is rounded to float8 (e5m2 or e4m3fn,
+// common/float8.h) into q_out (k_out) at the same index. Token t of this
+// launch is request token first_token + t; rotary_dim 0 converts only.
+struct RotateFloat8Params {
+  const void* q = nullptr;
+  uint8_t* q_out = nullptr;
+  int q_heads = 0;
+  float q_scale = 1.0f;
+  const void* k = nullptr;  // optional
+  uint8_t* k_out = nullptr;
+  int k_heads = 0;
+  float k_scale = 1.0f;
+  int64_t tokens = 0;
+  int64_t first_token = 0;
+  int head_dim = 0;
+  int rotary_dim = 0;
+  int rotary_offset = 0;
+  TableRows table;
+  math::PositionSpec positions;
+  bool inverse = false;
+  bool e5m2 = false;
+};
+
+// Items of one launch: one per output element, q's before k's.
+ROPE_HOST_DEVICE int64_t RotateFloat8Items(const RotateFloat8Params& p) {
+  return p.tokens * (p.q_heads + (p.k != nullptr ? p.k_heads : 0)) * p.head_dim;
+}
+
+template <typename Tag, bool kInterleaved>
+ROPE_HOST_DEVICE void RotateFloat8Item(const RotateFloat8Params& p, int64_t item) {
+  using S = typename Tag::Storage;
+  const int64_t q_items = p.tokens * p.q_heads * p.head_dim;
+  const bool is_q = item < q_items;
+  const int64_t index = is_q ? item : item - q_items;  // element of q or k
+  const int heads = is_q ? p.q_heads : p.k_heads;
+  const int64_t vec = IndexDiv(index, p.head_dim);  // (token, head)
+  const int f = static_cast<int>(index - vec * p.head_dim);
+  const S* x = static_cast<const S*>(is_q ? p.q : p.k) + vec * p.head_dim;
+  float value;
+  const int r = f - p.rotary_offset;
+  if (r < 0 || r >= p.rotary_dim) {  // no table row to read
+    value = math::Load<Tag>(x + f);
+  } else {
+    const int64_t t = p.first_token + IndexDiv(vec, heads);
+    const int64_t b = IndexDiv(t, p.positions.seq);
+    const int64_t pos = p.positions.At(b, t - b * p.positions.seq);
+    value = RotatedFeature<Tag, kInterleaved>(x, f, p.rotary_offset, p.rotary_dim, p.table, pos,
+                                              p.inverse ? -1.0f : 1.0f);
+  }
+  const math::Float8Format fmt = p.e5m2 ? math::Float8E5M2() : math::Float8E4M3();
+  (is_q ? p.q_out : p.k_out)[index] =
+      math::FloatToFloat8(value * (is_q ? p.q_scale : p.k_scale), fmt);
+}
+
+template <typename Tag, bool kInterleaved>
+ROPE_HOST_DEVICE void RotateFloat8KernelBody(const RotateFloat8Params& p, int64_t block,
+                                             int thread, int block_dim, int64_t grid_dim) {
+  GridStride(RotateFloat8Items(p), block, thread, block_dim, grid_dim,
+             [&p](int64_t item) { RotateFloat8Item<Tag, kInterleaved>(p, item); });
 }
 
 }  // namespace kernels

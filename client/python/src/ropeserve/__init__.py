@@ -9,7 +9,8 @@
 
 ropeserve.Client (sync) and ropeserve.aio.Client (asyncio) call the service;
 ropeserve.torch.RemoteRotaryEmbedding is a torch.nn.Module for
-transformers-style attention code. Errors are ropeserve.RopeError
+transformers-style attention code; ropeserve.diffusion has drop-ins for
+Flux's EmbedND / apply_rope and Wan 2.1's rope_apply (axial RoPE). Errors are ropeserve.RopeError
 subclasses, one per gRPC status code. The generated rope.v1 modules are
 ropeserve.proto.rope_pb2 and ropeserve.proto.rope_pb2_grpc.
 ropeserve.merge_attention() combines attention computed over disjoint key
@@ -22,12 +23,14 @@ from . import aio
 from ._calls import AttentionResults, Resolved, RotateRequest, Scores, Table
 from .client import Client
 from .shm import CudaRegion, SharedRegion
-from .config import (DynamicNtkScaling, Layout, Llama3Scaling, LinearScaling, LongRopeScaling,
-                     Mrope, ProportionalScaling, RopeConfig, YarnScaling)
+from .config import (AxialRope, DeepseekYarnScaling, DynamicNtkAlphaScaling, DynamicNtkScaling,
+                     Layout, Llama3Scaling, LinearScaling, LongRopeScaling, Mrope, NoRope, NtkScaling,
+                     ProportionalScaling, RopeAxis, RopeConfig, YarnScaling)
+from .positions import Grid, Positions, TokenPositions
 from .errors import (Aborted, AlreadyExists, Cancelled, DataLoss, DeadlineExceeded, FailedPrecondition,
                      Internal, InvalidArgument, NotFound, OutOfRange, PermissionDenied, ResourceExhausted,
                      RopeError, Unauthenticated, Unavailable, Unimplemented, Unknown)
-from ._proto import HAS_HF_CONFIG, HAS_RESOLVE
+from ._proto import HAS_AXIAL, HAS_BUILD_POSITIONS, HAS_HF_CONFIG, HAS_RESOLVE
 from .memory import tune_malloc
 from .merge import merge_attention
 
@@ -35,12 +38,13 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Client", "RopeConfig", "Layout", "LinearScaling", "DynamicNtkScaling", "YarnScaling",
-    "Llama3Scaling", "LongRopeScaling", "ProportionalScaling", "Mrope", "RotateRequest", "Scores",
-    "AttentionResults",
+    "Llama3Scaling", "LongRopeScaling", "ProportionalScaling", "DynamicNtkAlphaScaling", "NtkScaling",
+    "DeepseekYarnScaling", "NoRope", "Mrope", "AxialRope", "RopeAxis",
+    "Grid", "TokenPositions", "Positions", "RotateRequest", "Scores", "AttentionResults",
     "Table", "Resolved",
     "RopeError", "Cancelled", "Unknown", "InvalidArgument", "DeadlineExceeded", "NotFound",
     "AlreadyExists", "PermissionDenied", "ResourceExhausted", "FailedPrecondition", "Aborted",
     "OutOfRange", "Unimplemented", "Internal", "Unavailable", "DataLoss", "Unauthenticated",
-    "HAS_HF_CONFIG", "HAS_RESOLVE", "SharedRegion", "CudaRegion", "tune_malloc",
+    "HAS_HF_CONFIG", "HAS_RESOLVE", "HAS_AXIAL", "HAS_BUILD_POSITIONS", "SharedRegion", "CudaRegion", "tune_malloc",
     "merge_attention",
 ]

@@ -13,6 +13,7 @@ from typing import Any, NamedTuple, Optional
 import numpy as np
 
 from . import _proto, _tensors, _wire
+from . import positions as _positions
 from .config import RopeConfig
 from .errors import Unimplemented
 
@@ -95,6 +96,7 @@ class RotateRequest:
     start_pos: int = 0
     positions: Any = None
     inverse: bool = False
+    build: Any = None
     dtype: Any = None
 
 
@@ -147,11 +149,14 @@ def _same_kind_and_dtype(name, tensor, q):
 
 # ---- Rotate ----------------------------------------------------------------------
 
-def rotate(q, k=None, *, config, start_pos=0, positions=None, inverse=False, dtype=None):
+def rotate(q, k=None, *, config, start_pos=0, positions=None, inverse=False, build=None,
+           dtype=None):
     """(request bytes, decode(reply bytes) -> (q, k)); dtype: the wire dtype (_tensors)."""
-    head = _config_field(_ROTATE_CONFIG, config) + pb.RotateRequest(
-        start_pos=_int("start_pos", start_pos), positions=_tensors.positions_list(positions),
-        inverse=bool(inverse)).SerializeToString()
+    message = pb.RotateRequest(start_pos=_int("start_pos", start_pos), inverse=bool(inverse),
+                               **_tensors.position_fields(positions))
+    if build is not None:
+        message.build_positions.CopyFrom(_positions.request(build)[0])
+    head = _config_field(_ROTATE_CONFIG, config) + message.SerializeToString()
     dtype = _tensors.wire_dtype(dtype)
     q_in = _tensors.encode("q", q, dtype=dtype)
     parts = _tensor_parts(_ROTATE_Q, q_in)
@@ -221,7 +226,8 @@ def _floats(name, values):
 
 
 def attention_scores(q, k, v=None, *, config, q_start_pos=0, k_start_pos=0, causal=False,
-                     softmax=False, scale=None, dtype=None, results=None, window_left=None,
+                     softmax=False, scale=None, q_fractional_positions=None,
+                     k_fractional_positions=None, dtype=None, results=None, window_left=None,
                      window_right=None, chunk_size=0, q_positions=None, k_positions=None,
                      softcap=0.0, sinks=None, alibi_slopes=None, top_k=0, score_rows_start=0,
                      score_rows_count=0):
@@ -229,10 +235,17 @@ def attention_scores(q, k, v=None, *, config, q_start_pos=0, k_start_pos=0, caus
     `results` names what to compute)."""
     if scale is not None and (not isinstance(scale, numbers.Real) or not scale > 0):
         raise ValueError("scale is %r: expected a number > 0, or None for 1/sqrt(head_dim)" % (scale,))
+    fractional = {}
+    for name, value in (("q_fractional_positions", q_fractional_positions),
+                        ("k_fractional_positions", k_fractional_positions)):
+        if value is not None:
+            fractional[name] = [float(p) for p in np.asarray(
+                value.detach().cpu().numpy() if hasattr(value, "detach") else value,
+                dtype=np.float64).reshape(-1)]
     message = pb.AttentionScoresRequest(
         config=_config_message(config), q_start_pos=_int("q_start_pos", q_start_pos),
         k_start_pos=_int("k_start_pos", k_start_pos), causal=bool(causal), softmax=bool(softmax),
-        scale=float(scale) if scale is not None else 0.0)
+        scale=float(scale) if scale is not None else 0.0, **fractional)
     # The fields beyond today's are set only when given, so that a call
     # without them sends exactly today's request.
     if results is not None:
@@ -291,6 +304,20 @@ def table(config, start=0, count=0):
         cos = _tensors.decode("cos", tensors["cos"], _NUMPY_RESULT)
         sin = _tensors.decode("sin", tensors["sin"], _NUMPY_RESULT)
         return Table(cos, sin, np.array(rest.inv_freq, dtype=np.float64), rest.attention_factor, rest.start)
+
+    return message.SerializeToString(), decode
+
+
+def build_positions(source):
+    """(request bytes, decode(reply bytes) -> positions.Positions)."""
+    if not _proto.HAS_BUILD_POSITIONS:
+        raise Unimplemented(
+            "BuildPositions: this ropeserve package was built from a rope.proto without it; "
+            "rebuild the package from a ropeserve whose rope.proto has it")
+    message, batch, seq = _positions.request(source)
+
+    def decode(reply):
+        return _positions.decode(pb.BuildPositionsResponse.FromString(reply), batch, seq)
 
     return message.SerializeToString(), decode
 

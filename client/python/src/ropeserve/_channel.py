@@ -100,7 +100,8 @@ def credentials(tls, ca_file, cert_file, key_file, token):
 
 
 UNARY_METHODS = ("Rotate", "AttentionScores", "GetTable", "GetServerInfo", "ResolveConfig",
-                 "RegisterSharedMemory", "UnregisterSharedMemory", "SharedMemoryStatus")
+                 "RegisterSharedMemory", "UnregisterSharedMemory", "SharedMemoryStatus",
+                 "BuildPositions")
 
 
 def methods(channel):

@@ -18,10 +18,13 @@ SERVICE = rope_pb2.DESCRIPTOR.services_by_name["RopeService"]
 TENSOR = rope_pb2.Tensor.DESCRIPTOR
 
 # RopeConfig.hf_config_json / hf_layer_type and the ResolveConfig RPC (names
-# fixed by the wire contract; added to rope.proto by issue 13).
+# fixed by the wire contract).
 HAS_HF_CONFIG = {"hf_config_json", "hf_layer_type"} <= set(
     rope_pb2.RopeConfig.DESCRIPTOR.fields_by_name)
 HAS_RESOLVE = "ResolveConfig" in SERVICE.methods_by_name
+# Axial RoPE, fractional positions and BuildPositions.
+HAS_AXIAL = "axial" in rope_pb2.RopeConfig.DESCRIPTOR.fields_by_name
+HAS_BUILD_POSITIONS = "BuildPositions" in SERVICE.methods_by_name
 
 
 def method_path(name):

@@ -27,7 +27,7 @@ def rotate_request(regions, q, k=None, *, config, start_pos=0, positions=None, i
     if k_out is not None and k is None:
         raise ValueError("k_out is given but k is not")
     request = pb.RotateRequest(config=config.to_proto(), start_pos=int(start_pos),
-                               positions=_tensors.positions_list(positions), inverse=bool(inverse))
+                               inverse=bool(inverse), **_tensors.position_fields(positions))
     request.q.CopyFrom(reference_tensor(_region_of(regions, "q", q), q))
     if k is not None:
         request.k.CopyFrom(reference_tensor(_region_of(regions, "k", k), k))

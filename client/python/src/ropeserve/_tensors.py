@@ -232,24 +232,32 @@ def _encode_torch(torch, name, x, ranks, wanted=None):
     return TensorIn("torch", dtype, view.shape, view, view.nbytes)
 
 
-def positions_list(positions):
-    """positions as a list of ints: a sequence, an integer numpy array or torch tensor.
-
-    [S] or [B, S]; with M-RoPE (RopeConfig.mrope) [3, S] or [3, B, S] (axes t,
-    h, w), sent in that row-major order as rope.proto's RotateRequest says.
-    """
-    if positions is None:
-        return None
+def _positions_array(name, positions):
     torch = _torch()
     if torch is not None and isinstance(positions, torch.Tensor):
         positions = positions.detach().cpu().numpy()
     a = np.asarray(positions)
-    if a.size and a.dtype.kind not in "iu":
-        raise ValueError("positions has dtype %s: expected integers" % a.dtype)
     if a.ndim not in (1, 2, 3):
-        raise ValueError("positions has rank %d: expected [S] or [B, S] values (M-RoPE: [3, S] or "
-                         "[3, B, S])" % a.ndim)
-    return [int(p) for p in a.reshape(-1)]
+        raise ValueError("%s has rank %d: expected [S] or [B, S] values (M-RoPE: [3, S] or "
+                         "[3, B, S]; axial: [n_axes, S] or [n_axes, B, S])" % (name, a.ndim))
+    return a
+
+
+def position_fields(positions, name="positions", fractional_name="fractional_positions"):
+    """{name: ints} for integer positions, {fractional_name: floats} for floating-point ones.
+
+    A floating-point array (numpy or torch) goes as fractional positions,
+    whatever its values: the server computes its cos and sin directly.
+    """
+    if positions is None:
+        return {}
+    a = _positions_array(name, positions)
+    if a.size and a.dtype.kind == "f":
+        return {fractional_name: [float(p) for p in a.reshape(-1)]}
+    if a.size and a.dtype.kind not in "iu":
+        raise ValueError("%s has dtype %s: expected integers, or floats for fractional positions"
+                         % (name, a.dtype))
+    return {name: [int(p) for p in a.reshape(-1)]}
 
 
 def decode(name, field, like):

@@ -58,14 +58,15 @@ class Client:
         return decode(reply)
 
     async def rotate(self, q, k=None, *, config, start_pos=0, positions=None, inverse=False,
-                     dtype=None):
+                     build=None, dtype=None):
         """See ropeserve.Client.rotate."""
         return await self._call("Rotate", _calls.rotate(q, k, config=config, start_pos=start_pos,
                                                         positions=positions, inverse=inverse,
-                                                        dtype=dtype))
+                                                        build=build, dtype=dtype))
 
     async def attention_scores(self, q, k, v=None, *, config, q_start_pos=0, k_start_pos=0,
-                               causal=False, softmax=False, scale=None, dtype=None,
+                               causal=False, softmax=False, scale=None, q_fractional_positions=None,
+                               k_fractional_positions=None, dtype=None,
                                results=None, window_left=None, window_right=None, chunk_size=0,
                                q_positions=None, k_positions=None, softcap=0.0, sinks=None,
                                alibi_slopes=None, top_k=0, score_rows_start=0,
@@ -73,10 +74,15 @@ class Client:
         """See ropeserve.Client.attention_scores."""
         return await self._call("AttentionScores", _calls.attention_scores(
             q, k, v, config=config, q_start_pos=q_start_pos, k_start_pos=k_start_pos, causal=causal,
-            softmax=softmax, scale=scale, dtype=dtype, results=results, window_left=window_left,
+            softmax=softmax, scale=scale, q_fractional_positions=q_fractional_positions,
+            k_fractional_positions=k_fractional_positions, dtype=dtype, results=results, window_left=window_left,
             window_right=window_right, chunk_size=chunk_size, q_positions=q_positions,
             k_positions=k_positions, softcap=softcap, sinks=sinks, alibi_slopes=alibi_slopes,
             top_k=top_k, score_rows_start=score_rows_start, score_rows_count=score_rows_count))
+
+    async def build_positions(self, source):
+        """See ropeserve.Client.build_positions."""
+        return await self._call("BuildPositions", _calls.build_positions(source))
 
     async def table(self, config, start=0, count=0):
         """See ropeserve.Client.table."""

@@ -71,22 +71,28 @@ class Client:
             raise from_rpc_error(e) from e
         return decode(reply)
 
-    def rotate(self, q, k=None, *, config, start_pos=0, positions=None, inverse=False, dtype=None):
+    def rotate(self, q, k=None, *, config, start_pos=0, positions=None, inverse=False, build=None,
+               dtype=None):
         """Rotates q (and k) by their positions; returns (q, k), k None when not given.
 
         q: [B, S, Hq, D] or [S, Hq, D]; k: the same rank, B, S and D, its own
         head count (GQA / MQA) and q's dtype. Positions: start_pos + s, or
-        explicit `positions` ([S] shared by every row, or [B, S]).
+        explicit `positions` ([S] shared by every row, or [B, S]; M-RoPE
+        [3, S] or [3, B, S]; axial [n_axes, S] or [n_axes, B, S]), integers,
+        or floats for fractional positions (cos and sin computed from them
+        directly); or `build`: a ropeserve.TokenPositions or a list of
+        ropeserve.Grid for the server to build them from.
         inverse: rotate by -angle (undo a rotation).
         dtype: the dtype sent ("float32", "float16", "bfloat16"); None: q's own (float32
         for float64). Conversions round once to nearest even (see ropeserve._tensors).
         """
         return self._call("Rotate", _calls.rotate(q, k, config=config, start_pos=start_pos,
-                                                  positions=positions, inverse=inverse,
+                                                  positions=positions, inverse=inverse, build=build,
                                                   dtype=dtype))
 
     def attention_scores(self, q, k, v=None, *, config, q_start_pos=0, k_start_pos=0, causal=False,
-                         softmax=False, scale=None, dtype=None, results=None, window_left=None,
+                         softmax=False, scale=None, q_fractional_positions=None,
+                         k_fractional_positions=None, dtype=None, results=None, window_left=None,
                          window_right=None, chunk_size=0, q_positions=None, k_positions=None,
                          softcap=0.0, sinks=None, alibi_slopes=None, top_k=0, score_rows_start=0,
                          score_rows_count=0):
@@ -96,6 +102,8 @@ class Client:
         scores: float32 [B, Hq, Sq, Sk], probabilities when softmax; output:
         float32 [B, Sq, Hq, Dv] = P v when v is given, else None. scale None
         means 1/sqrt(D) (the model's softmax scale with config.hf_config_json).
+        q_fractional_positions / k_fractional_positions: fractional positions
+        instead of the start positions (with no mask nor ALiBi).
 
         results: names of what to compute, some of "scores", "output", "lse",
         "top_k", "key_mass", "score_rows" (rope.v1.AttentionResult); the reply
@@ -109,10 +117,21 @@ class Client:
         """
         return self._call("AttentionScores", _calls.attention_scores(
             q, k, v, config=config, q_start_pos=q_start_pos, k_start_pos=k_start_pos, causal=causal,
-            softmax=softmax, scale=scale, dtype=dtype, results=results, window_left=window_left,
+            softmax=softmax, scale=scale, q_fractional_positions=q_fractional_positions,
+            k_fractional_positions=k_fractional_positions, dtype=dtype, results=results, window_left=window_left,
             window_right=window_right, chunk_size=chunk_size, q_positions=q_positions,
             k_positions=k_positions, softcap=softcap, sinks=sinks, alibi_slopes=alibi_slopes,
             top_k=top_k, score_rows_start=score_rows_start, score_rows_count=score_rows_count))
+
+    def build_positions(self, source):
+        """The positions the server builds from `source`; a ropeserve.Positions.
+
+        source: a ropeserve.TokenPositions (Qwen2-VL, Qwen2.5-VL, Qwen3-VL:
+        transformers' get_rope_index, or the decode positions after it), or
+        a list of ropeserve.Grid (axial models' latents). Raises
+        ropeserve.Unimplemented while rope.proto lacks BuildPositions.
+        """
+        return self._call("BuildPositions", _calls.build_positions(source))
 
     def table(self, config, start=0, count=0):
         """Rows start .. start+count-1 of the cos/sin table (count 0: to the end); a Table."""

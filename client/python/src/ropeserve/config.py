@@ -129,6 +129,47 @@ class ProportionalScaling:
 
 
 @dataclasses.dataclass(frozen=True)
+class DynamicNtkAlphaScaling:
+    """HunYuan's dynamic NTK with alpha ("dynamic" with "alpha"): a fixed base
+    theta * alpha^(r/(r-2)), whatever the length; no factor."""
+    alpha: float
+    _ONEOF = "dynamic_ntk_alpha"
+
+
+@dataclasses.dataclass(frozen=True)
+class NtkScaling:
+    """Fixed NTK ("ntk", vLLM's NTKScalingRotaryEmbedding); mixed_b None: the plain form."""
+    factor: float
+    mixed_b: Optional[float] = None
+    _ONEOF = "ntk"
+
+
+@dataclasses.dataclass(frozen=True)
+class DeepseekYarnScaling:
+    """DeepSeek's YaRN as vLLM computes it ("deepseek_yarn"). None: vLLM's
+    default (mscale 1, mscale_all_dim 0, attn_factor 1, extrapolation_factor 1)."""
+    factor: float
+    original_max_position_embeddings: int
+    beta_fast: float = 32.0
+    beta_slow: float = 1.0
+    mscale: Optional[float] = None
+    mscale_all_dim: Optional[float] = None
+    attn_factor: Optional[float] = None
+    extrapolation_factor: Optional[float] = None
+    _ONEOF = "deepseek_yarn"
+
+
+@dataclasses.dataclass(frozen=True)
+class NoRope:
+    """A layer without rotary embedding (Llama 4's NoPE layers): Rotate leaves
+    q and k as they are; with floor_scale, AttentionScores multiplies query i
+    at position p by log(floor((p + 1) / floor_scale) + 1) * attn_scale + 1
+    (Llama 4: floor_scale 8192, attn_scale 0.1). None: 0 (no tuning)."""
+    floor_scale: Optional[float] = None
+    attn_scale: Optional[float] = None
+
+
+@dataclasses.dataclass(frozen=True)
 class Mrope:
     """Multimodal RoPE (Qwen2-VL, Qwen2.5-VL, Qwen3-VL): rope.proto's Mrope.
 
@@ -144,10 +185,61 @@ class Mrope:
         object.__setattr__(self, "section", tuple(int(x) for x in self.section))
 
 
+@dataclasses.dataclass(frozen=True)
+class RopeAxis:
+    """One axis of axial RoPE (rope.proto's RopeAxis): dim features (dim/2 consecutive pairs).
+
+    Pair j of the axis turns by p * interpolation * theta'^(-2j/dim), with
+    theta' = theta * theta_rescale^(dim / (dim - 2)) and p the token's
+    position on this axis. None: theta is the config's, the factors 1.
+    """
+    dim: int
+    theta: Optional[float] = None
+    theta_rescale: Optional[float] = None
+    interpolation: Optional[float] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class AxialRope:
+    """Axial RoPE (Flux, Wan 2.1, HunyuanVideo, SAM 2): a frequency ladder per axis.
+
+    axes: RopeAxis values (or plain ints, each a dim), in pair order; their
+    dims sum to rotary_dim. With it, positions are [n_axes, S] or
+    [n_axes, B, S]. The model helpers give the published splits.
+    """
+    axes: Tuple[RopeAxis, ...]
+
+    def __post_init__(self):
+        axes = tuple(a if isinstance(a, RopeAxis) else RopeAxis(int(a)) for a in self.axes)
+        object.__setattr__(self, "axes", axes)
+
+    @classmethod
+    def flux(cls):
+        """Flux.1's EmbedND(dim=128, theta=10000, axes_dim=[16, 56, 56]) (with RopeConfig theta 10000)."""
+        return cls((16, 56, 56))
+
+    @classmethod
+    def wan(cls, head_dim=128):
+        """Wan 2.1's split of head_dim: c - 2(c // 3), c // 3, c // 3 pairs, c = head_dim // 2."""
+        c = head_dim // 2
+        return cls((2 * (c - 2 * (c // 3)), 2 * (c // 3), 2 * (c // 3)))
+
+    @classmethod
+    def hunyuan_video(cls, rope_dim_list=(16, 56, 56), theta_rescale=None, interpolation=None):
+        """HunyuanVideo's get_nd_rotary_pos_embed(rope_dim_list, ...) (RopeConfig theta 256)."""
+        return cls(tuple(RopeAxis(int(d), theta_rescale=theta_rescale, interpolation=interpolation)
+                         for d in rope_dim_list))
+
+    @classmethod
+    def sam2(cls, head_dim):
+        """SAM 2's compute_axial_cis(dim=head_dim): x then y, head_dim/2 features each."""
+        return cls((head_dim // 2, head_dim // 2))
+
+
 SCALINGS = (LinearScaling, DynamicNtkScaling, YarnScaling, Llama3Scaling, LongRopeScaling,
-            ProportionalScaling)
+            ProportionalScaling, DynamicNtkAlphaScaling, NtkScaling, DeepseekYarnScaling)
 Scaling = Union[LinearScaling, DynamicNtkScaling, YarnScaling, Llama3Scaling, LongRopeScaling,
-                ProportionalScaling]
+                ProportionalScaling, DynamicNtkAlphaScaling, NtkScaling, DeepseekYarnScaling]
 _SCALING_BY_ONEOF = {cls._ONEOF: cls for cls in SCALINGS}
 
 
@@ -251,11 +343,20 @@ class RopeConfig:
     rotary_dim: features that rotate; None means head_dim.
     layout: Layout or "interleaved" / "half".
     scaling: one of LinearScaling, DynamicNtkScaling, YarnScaling,
-        Llama3Scaling, LongRopeScaling, ProportionalScaling, or None for plain
-        RoPE.
+        Llama3Scaling, LongRopeScaling, ProportionalScaling,
+        DynamicNtkAlphaScaling, NtkScaling, DeepseekYarnScaling, or None for
+        plain RoPE.
     mrope: Mrope sections for multimodal RoPE, or None.
+    mrope_ernie_3d: with mrope (t, h, w), Ernie 4.5-VL's 3-D layout.
+    rotary_offset: the first rotated feature (DeepSeek MLA heads rotate their
+        last ones: qk_nope_head_dim); None: 0.
+    no_rope: NoRope for a layer without rotary embedding, or None.
     hf_config_json, hf_layer_type: a model's config.json for the server to
         derive the rest from (see from_hf); needs a rope.proto that has them.
+    hf_layer_index: with hf_config_json, the decoder layer (from 0) meant:
+        its layer type, NoPE or not, its rope group; None: unset.
+    axial: AxialRope (a frequency ladder per axis of an image or video
+        grid), or None.
     angle_precision: "exact" (angles in double, cos/sin rounded once) or
         "float32" (transformers' float32 angle arithmetic, for bit-parity
         checks against a transformers model; plain, linear and llama3 only).
@@ -270,6 +371,11 @@ class RopeConfig:
     mrope: Optional[Mrope] = None
     hf_config_json: Optional[str] = None
     hf_layer_type: Optional[str] = None
+    rotary_offset: Optional[int] = None
+    mrope_ernie_3d: bool = False
+    no_rope: Optional[NoRope] = None
+    hf_layer_index: Optional[int] = None
+    axial: Optional[AxialRope] = None
     angle_precision: str = "exact"
 
     def __post_init__(self):
@@ -283,8 +389,18 @@ class RopeConfig:
         if self.mrope is not None and not isinstance(self.mrope, Mrope):
             raise TypeError("RopeConfig.mrope is a %s: expected ropeserve.Mrope or None"
                             % type(self.mrope).__name__)
+        if self.no_rope is not None and not isinstance(self.no_rope, NoRope):
+            raise TypeError("RopeConfig.no_rope is a %s: expected ropeserve.NoRope or None"
+                            % type(self.no_rope).__name__)
         if (self.hf_config_json is not None or self.hf_layer_type is not None) and not _proto.HAS_HF_CONFIG:
             raise _hf_unsupported("RopeConfig.hf_config_json")
+        if self.axial is not None:
+            if not isinstance(self.axial, AxialRope):
+                raise TypeError("RopeConfig.axial is a %s: expected ropeserve.AxialRope or None"
+                                % type(self.axial).__name__)
+            if not _proto.HAS_AXIAL:
+                raise Unimplemented("RopeConfig.axial: this ropeserve package was built from a "
+                                    "rope.proto without it; rebuild the package")
 
     def __repr__(self):
         # A config.json is shown by its size and model_type, not its text.
@@ -293,7 +409,8 @@ class RopeConfig:
             value = getattr(self, field.name)
             if value is None or (field.name == "layout" and value is Layout.INTERLEAVED
                                  and self.hf_config_json is None) or (
-                                     field.name == "angle_precision" and value == "exact"):
+                                     field.name == "angle_precision" and value == "exact") or (
+                                     field.name == "mrope_ernie_3d" and not value):
                 continue
             if field.name == "hf_config_json":
                 parts.append("hf_config_json=<%s>" % _describe_json(value))
@@ -312,7 +429,8 @@ class RopeConfig:
         cached = self.__dict__.get("_proto_bytes")
         if cached is None:
             message = pb.RopeConfig()
-            for name in ("head_dim", "max_len", "theta", "rotary_dim", "hf_config_json", "hf_layer_type"):
+            for name in ("head_dim", "max_len", "theta", "rotary_dim", "hf_config_json", "hf_layer_type",
+                         "rotary_offset", "hf_layer_index"):
                 value = getattr(self, name)
                 if value is not None:
                     _set_field(message, "RopeConfig", name, value)
@@ -323,6 +441,22 @@ class RopeConfig:
             if self.mrope is not None:
                 _set_field(message.mrope, "RopeConfig.mrope", "section", self.mrope.section)
                 message.mrope.interleaved = bool(self.mrope.interleaved)
+            if self.mrope_ernie_3d:
+                message.mrope_ernie_3d = True
+            if self.no_rope is not None:
+                message.no_rope.SetInParent()  # present even with no tuning
+                for name in ("floor_scale", "attn_scale"):
+                    value = getattr(self.no_rope, name)
+                    if value is not None:
+                        _set_field(message.no_rope, "RopeConfig.no_rope", name, value)
+            if self.axial is not None:
+                message.axial.SetInParent()
+                for axis in self.axial.axes:
+                    added = message.axial.axes.add()
+                    for field in dataclasses.fields(axis):
+                        value = getattr(axis, field.name)
+                        if value is not None:
+                            _set_field(added, "RopeConfig.axial.axes", field.name, value)
             cached = message.SerializeToString()
             # Frozen: the serialized form cannot go stale. Kept outside the
             # dataclass fields, so equality and hashing ignore it.
@@ -341,10 +475,20 @@ class RopeConfig:
             scaling=_scaling_from_proto(message),
             mrope=(Mrope(tuple(message.mrope.section), message.mrope.interleaved)
                    if message.HasField("mrope") else None),
+            rotary_offset=message.rotary_offset or None,
+            mrope_ernie_3d=message.mrope_ernie_3d,
+            no_rope=(NoRope(message.no_rope.floor_scale or None, message.no_rope.attn_scale or None)
+                     if message.HasField("no_rope") else None),
             angle_precision=("float32" if message.angle_precision == pb.ANGLE_FLOAT32 else "exact"))
         if _proto.HAS_HF_CONFIG:
             values["hf_config_json"] = message.hf_config_json or None
             values["hf_layer_type"] = message.hf_layer_type or None
+            values["hf_layer_index"] = (message.hf_layer_index
+                                        if message.HasField("hf_layer_index") else None)
+        if _proto.HAS_AXIAL and message.HasField("axial"):
+            values["axial"] = AxialRope(tuple(
+                RopeAxis(a.dim, a.theta or None, a.theta_rescale or None, a.interpolation or None)
+                for a in message.axial.axes))
         return cls(**values)
 
     def replace(self, **changes):

@@ -1,0 +1,245 @@
+// KServe benchmark: ModelInfer (inference.GRPCInferenceService, the built-in
+// "rotate" model with its configuration as request parameters) against the
+// rope.v1 Rotate it stands for, on the same server, with the same tensors,
+// in interleaved rounds. Reports per case and RPC the median over rounds of
+// p50 latency (1 call in flight) and calls/s (--concurrency in flight), and
+// the median over rounds of each round's ModelInfer/Rotate ratios, as JSON
+// (--out) and markdown on stdout.
+// Every loop is bounded in count and in time.
+#include <grpcpp/grpcpp.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/str_format.h"
+#include "inference/grpc_service.grpc.pb.h"
+#include "rope/v1/rope.grpc.pb.h"
+
+ABSL_FLAG(std::string, target, "127.0.0.1:50051", "ropeserve address");
+ABSL_FLAG(std::string, out, "", "write results as JSON to this file");
+ABSL_FLAG(double, seconds_per_case, 1.0, "time cap of each measured case (one round, one RPC)");
+ABSL_FLAG(int, rounds, 5, "interleaved rounds (Rotate, ModelInfer, Rotate, ...)");
+ABSL_FLAG(int, concurrency, 4, "calls in flight for the throughput cases");
+ABSL_FLAG(std::vector<std::string>, shapes,
+          std::vector<std::string>({"decode-1", "decode-32", "prefill-1024"}),
+          "cases to measure (a subset of decode-1,decode-32,prefill-1024)");
+ABSL_FLAG(int64_t, calls, 0,
+          "> 0: each measured case makes exactly this many calls (no time cap), e.g. to divide a "
+          "profiler's CPU time by them");
+ABSL_FLAG(std::string, only, "",
+          "measure only this RPC (Rotate or ModelInfer), e.g. under a profiler; no ratios");
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Shape {
+  const char* label;
+  int64_t batch, seq, q_heads, k_heads, head_dim;
+  int64_t max_calls;
+};
+
+std::string RandomFloats(int64_t count, uint64_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::string bytes(count * 4, '\0');
+  for (int64_t i = 0; i < count; ++i) {
+    const float v = u(rng);
+    std::memcpy(&bytes[i * 4], &v, 4);
+  }
+  return bytes;
+}
+
+rope::v1::RotateRequest MakeRotate(const Shape& s) {
+  rope::v1::RotateRequest r;
+  r.mutable_config()->set_theta(500000);
+  r.mutable_config()->set_head_dim(static_cast<uint32_t>(s.head_dim));
+  r.mutable_config()->set_max_len(8192);
+  r.set_start_pos(100);
+  for (auto [tensor, heads, seed] :
+       {std::tuple{r.mutable_q(), s.q_heads, 7}, std::tuple{r.mutable_k(), s.k_heads, 8}}) {
+    tensor->set_dtype(rope::v1::FLOAT32);
+    for (int64_t d : {s.batch, s.seq, heads, s.head_dim}) tensor->add_shape(d);
+    tensor->set_data(RandomFloats(s.batch * s.seq * heads * s.head_dim, seed));
+  }
+  return r;
+}
+
+inference::ModelInferRequest MakeInfer(const rope::v1::RotateRequest& rotate) {
+  inference::ModelInferRequest r;
+  r.set_model_name("rotate");
+  auto& p = *r.mutable_parameters();
+  p["theta"].set_string_param("500000");
+  p["head_dim"].set_int64_param(rotate.config().head_dim());
+  p["max_len"].set_int64_param(rotate.config().max_len());
+  p["start_pos"].set_int64_param(rotate.start_pos());
+  for (const auto& [name, tensor] : {std::pair{"q", &rotate.q()}, std::pair{"k", &rotate.k()}}) {
+    auto* input = r.add_inputs();
+    input->set_name(name);
+    input->set_datatype("FP32");
+    *input->mutable_shape() = tensor->shape();
+    r.add_raw_input_contents(tensor->data());
+  }
+  return r;
+}
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+struct Sample {
+  double p50_us = 0;
+  double calls_per_s = 0;
+  int64_t errors = 0;
+};
+
+// `call` from `concurrency` threads until `max_calls` or the time cap.
+template <typename Call>
+Sample Measure(int concurrency, int64_t max_calls, Call call) {
+  const int64_t fixed_calls = absl::GetFlag(FLAGS_calls);
+  if (fixed_calls > 0) max_calls = fixed_calls;
+  const double cap = fixed_calls > 0 ? 1e9 : absl::GetFlag(FLAGS_seconds_per_case);
+  if (fixed_calls == 0) {
+    for (int i = 0; i < 2; ++i) call();  // warm-up
+  }
+  std::atomic<int64_t> issued{0}, errors{0};
+  std::vector<std::vector<double>> lat(concurrency);
+  const auto start = Clock::now();
+  const auto deadline = start + std::chrono::duration<double>(cap);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < concurrency; ++t) {
+    threads.emplace_back([&, t] {
+      while (issued.fetch_add(1) < max_calls && Clock::now() < deadline) {
+        const auto t0 = Clock::now();
+        if (!call()) errors.fetch_add(1);
+        lat[t].push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  std::vector<double> all;
+  for (auto& v : lat) all.insert(all.end(), v.begin(), v.end());
+  Sample s;
+  s.p50_us = Median(all);
+  s.calls_per_s = static_cast<double>(all.size()) / seconds;
+  s.errors = errors.load();
+  return s;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(512 << 20);
+  args.SetMaxSendMessageSize(512 << 20);
+  auto channel = grpc::CreateCustomChannel(absl::GetFlag(FLAGS_target),
+                                           grpc::InsecureChannelCredentials(), args);
+  if (!channel->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(10))) {
+    std::fprintf(stderr, "kserve_bench: cannot connect to %s\n",
+                 absl::GetFlag(FLAGS_target).c_str());
+    return 1;
+  }
+  auto rope_stub = rope::v1::RopeService::NewStub(channel);
+  auto kserve_stub = inference::GRPCInferenceService::NewStub(channel);
+  const int conc = absl::GetFlag(FLAGS_concurrency);
+  const int rounds = absl::GetFlag(FLAGS_rounds);
+
+  // decode-1: one token (20 KiB, answered inline on the gRPC thread);
+  // decode-32: 32 sequences' next token (640 KiB); prefill-1024: a 1024-token
+  // prompt (20 MiB). Llama-3-8B's heads: q 32, k 8, head_dim 128, float32.
+  const std::vector<Shape> shapes = {{"decode-1", 1, 1, 32, 8, 128, 200000},
+                                     {"decode-32", 32, 1, 32, 8, 128, 50000},
+                                     {"prefill-1024", 1, 1024, 32, 8, 128, 2000}};
+  struct Row {
+    std::string shape;
+    int64_t bytes;
+    std::vector<double> rotate_p50, infer_p50, rotate_tput, infer_tput;
+    int64_t errors = 0;
+  };
+  std::vector<Row> rows;
+  const std::vector<std::string> wanted = absl::GetFlag(FLAGS_shapes);
+  const std::string only = absl::GetFlag(FLAGS_only);
+  for (const Shape& shape : shapes) {
+    if (std::find(wanted.begin(), wanted.end(), shape.label) == wanted.end()) continue;
+    const rope::v1::RotateRequest rotate = MakeRotate(shape);
+    const inference::ModelInferRequest infer = MakeInfer(rotate);
+    const size_t q_bytes = rotate.q().data().size();
+    auto do_rotate = [&] {
+      grpc::ClientContext ctx;
+      rope::v1::RotateResponse resp;
+      return rope_stub->Rotate(&ctx, rotate, &resp).ok() && resp.q().data().size() == q_bytes;
+    };
+    auto do_infer = [&] {
+      grpc::ClientContext ctx;
+      inference::ModelInferResponse resp;
+      return kserve_stub->ModelInfer(&ctx, infer, &resp).ok() &&
+             resp.raw_output_contents_size() == 2 && resp.raw_output_contents(0).size() == q_bytes;
+    };
+    Row row;
+    row.shape = shape.label;
+    row.bytes = static_cast<int64_t>(q_bytes + rotate.k().data().size());
+    for (int round = 0; round < rounds; ++round) {
+      // Alternate which RPC goes first, so neither always follows the other.
+      for (int i = 0; i < 2; ++i) {
+        const bool rotate_now = (round + i) % 2 == 0;
+        if (!only.empty() && only != (rotate_now ? "Rotate" : "ModelInfer")) continue;
+        const Sample latency = rotate_now ? Measure(1, shape.max_calls, do_rotate)
+                                          : Measure(1, shape.max_calls, do_infer);
+        const Sample tput = rotate_now ? Measure(conc, shape.max_calls, do_rotate)
+                                       : Measure(conc, shape.max_calls, do_infer);
+        (rotate_now ? row.rotate_p50 : row.infer_p50).push_back(latency.p50_us);
+        (rotate_now ? row.rotate_tput : row.infer_tput).push_back(tput.calls_per_s);
+        row.errors += latency.errors + tput.errors;
+      }
+    }
+    rows.push_back(row);
+  }
+
+  std::printf(
+      "| shape | q+k bytes | Rotate p50 us | ModelInfer p50 us | latency ratio | "
+      "Rotate calls/s (%d in flight) | ModelInfer calls/s | throughput ratio | "
+      "within 1.1x | errors |\n",
+      conc);
+  std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
+  std::string json = absl::StrFormat(
+      "{\"target\": \"%s\", \"rounds\": %d, \"concurrency\": %d, "
+      "\"cases\": [\n",
+      absl::GetFlag(FLAGS_target), rounds, conc);
+  int64_t errors = 0;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const Row& r = rows[i];
+    const double rp = Median(r.rotate_p50), ip = Median(r.infer_p50);
+    const double rt = Median(r.rotate_tput), it = Median(r.infer_tput);
+    const double latency_ratio = ip / rp;     // <= 1.1 is within
+    const double throughput_ratio = it / rt;  // >= 1/1.1 is within
+    const bool met = latency_ratio <= 1.1 && throughput_ratio >= 1 / 1.1;
+    std::printf("| %s | %lld | %.0f | %.0f | %.3f | %.0f | %.0f | %.3f | %s | %lld |\n",
+                r.shape.c_str(), static_cast<long long>(r.bytes), rp, ip, latency_ratio, rt, it,
+                throughput_ratio, met ? "met" : "missed", static_cast<long long>(r.errors));
+    json += absl::StrFormat(
+        "  {\"shape\": \"%s\", \"bytes\": %d, \"rotate_p50_us\": %.1f, \"infer_p50_us\": %.1f, "
+        "\"latency_ratio\": %.4f, \"rotate_calls_per_s\": %.1f, \"infer_calls_per_s\": %.1f, "
+        "\"throughput_ratio\": %.4f, \"met\": %s, \"errors\": %d}%s\n",
+        r.shape, r.bytes, rp, ip, latency_ratio, rt, it, throughput_ratio, met ? "true" : "false",
+        r.errors, i + 1 < rows.size() ? "," : "");
+    errors += r.errors;
+  }
+  json += "]}\n";
+  const std::string out = absl::GetFlag(FLAGS_out);
+  if (!out.empty()) std::ofstream(out) << json;
+  return errors == 0 ? 0 : 1;
+}

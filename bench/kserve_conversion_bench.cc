@@ -1,0 +1,110 @@
+// The server-side cost of the KServe front end, in process (no gRPC): a
+// decode-size rotation (q [1,1,32,128], k [1,1,8,128], float32) answered as
+// the rope.v1 Rotate (AnswerRotate) and as a ModelInfer to the built-in
+// "rotate" model (PlanModelInfer + RunModelInfer: parameters, conversion,
+// the same AnswerRotate, the response). Each iteration starts from a copy
+// of the parsed request, as the service receives it; the difference between
+// the two is what the protocol adds.
+#include <benchmark/benchmark.h>
+
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+
+#include "core/backends/cpu/cpu_backend.h"
+#include "core/engine/engine.h"
+#include "core/proto_engine/rope_calls.h"
+#include "inference/grpc_service.pb.h"
+#include "rope/v1/rope.pb.h"
+#include "server/kserve/kserve_infer.h"
+#include "server/kserve/kserve_models.h"
+
+namespace {
+
+rope::Engine& SharedEngine() {
+  static rope::Engine* engine =
+      new rope::Engine(*rope::NewCpuBackend(1), rope::EngineLimits());
+  return *engine;
+}
+
+std::string RandomFloats(int64_t count, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::string bytes(count * 4, '\0');
+  for (int64_t i = 0; i < count; ++i) {
+    const float v = u(rng);
+    std::memcpy(&bytes[i * 4], &v, 4);
+  }
+  return bytes;
+}
+
+rope::v1::RotateRequest DecodeRotate() {
+  rope::v1::RotateRequest r;
+  r.mutable_config()->set_theta(500000);
+  r.mutable_config()->set_head_dim(128);
+  r.mutable_config()->set_max_len(8192);
+  r.set_start_pos(100);
+  for (auto [tensor, heads, seed] :
+       {std::tuple{r.mutable_q(), 32, 7u}, std::tuple{r.mutable_k(), 8, 8u}}) {
+    tensor->set_dtype(rope::v1::FLOAT32);
+    for (int64_t d : {1, 1, heads, 128}) tensor->add_shape(d);
+    tensor->set_data(RandomFloats(heads * 128, seed));
+  }
+  return r;
+}
+
+inference::ModelInferRequest DecodeInfer(const rope::v1::RotateRequest& rotate) {
+  inference::ModelInferRequest r;
+  r.set_model_name("rotate");
+  auto& p = *r.mutable_parameters();
+  p["theta"].set_string_param("500000");
+  p["head_dim"].set_int64_param(128);
+  p["max_len"].set_int64_param(8192);
+  p["start_pos"].set_int64_param(100);
+  for (const auto& [name, tensor] : {std::pair{"q", &rotate.q()}, std::pair{"k", &rotate.k()}}) {
+    auto* input = r.add_inputs();
+    input->set_name(name);
+    input->set_datatype("FP32");
+    *input->mutable_shape() = tensor->shape();
+    r.add_raw_input_contents(tensor->data());
+  }
+  return r;
+}
+
+void BM_RopeV1Rotate(benchmark::State& state) {
+  const rope::v1::RotateRequest base = DecodeRotate();
+  for (auto _ : state) {
+    auto request = std::make_unique<rope::v1::RotateRequest>(base);
+    auto reply = std::make_unique<rope::v1::RotateResponse>();
+    if (!rope::AnswerRotate(SharedEngine(), request.get(), reply.get()).ok()) {
+      state.SkipWithError("AnswerRotate failed");
+      break;
+    }
+    benchmark::DoNotOptimize(reply->q().data().data());
+  }
+}
+BENCHMARK(BM_RopeV1Rotate);
+
+void BM_KServeModelInfer(benchmark::State& state) {
+  static const rope::kserve::ModelRepository* models = new rope::kserve::ModelRepository();
+  const rope::kserve::Model* model = *models->Find("rotate", "");
+  const inference::ModelInferRequest base = DecodeInfer(DecodeRotate());
+  for (auto _ : state) {
+    auto request = std::make_unique<inference::ModelInferRequest>(base);
+    auto response = std::make_unique<inference::ModelInferResponse>();
+    absl::StatusOr<rope::kserve::InferPlan> plan =
+        rope::kserve::PlanModelInfer(*model, request.get(), int64_t{1} << 28);
+    if (!plan.ok() ||
+        !rope::kserve::RunModelInfer(SharedEngine(), {}, &*plan, response.get()).ok()) {
+      state.SkipWithError("ModelInfer failed");
+      break;
+    }
+    benchmark::DoNotOptimize(response->raw_output_contents(0).data());
+  }
+}
+BENCHMARK(BM_KServeModelInfer);
+
+}  // namespace
+
+BENCHMARK_MAIN();

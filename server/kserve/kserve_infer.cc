@@ -1,0 +1,761 @@
+#include "server/kserve/kserve_infer.h"
+
+#include <array>
+#include <cstring>
+#include <limits>
+#include <optional>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "common/status_macros.h"
+#include "core/engine/hf_config.h"
+#include "core/engine/tensor_size.h"
+#include "core/proto_engine/request_conversion.h"
+#include "core/proto_engine/rope_calls.h"
+#include "core/proto_engine/tensor_resolver.h"
+#include "server/kserve/kserve_parameters.h"
+
+namespace rope {
+namespace kserve {
+namespace {
+
+using InputTensor = inference::ModelInferRequest::InferInputTensor;
+using OutputTensor = inference::ModelInferResponse::InferOutputTensor;
+
+constexpr char kRegionParam[] = "shared_memory_region";
+constexpr char kOffsetParam[] = "shared_memory_offset";
+constexpr char kByteSizeParam[] = "shared_memory_byte_size";
+
+constexpr int64_t kMaxInt64 = std::numeric_limits<int64_t>::max();
+
+// Request parameters of Triton's own (sequence batching, priorities,
+// timeouts, decoupled streaming): accepted and ignored. A ropeserve model
+// has no sequences or priorities, and the call's deadline is its timeout.
+bool IsTritonParameter(const std::string& name) {
+  return name == "sequence_id" || name == "sequence_start" || name == "sequence_end" ||
+         name == "priority" || name == "timeout" || name == "triton_enable_empty_final_response";
+}
+
+// A model's tensor and parameter names, by operation. Inputs: q, k and the
+// third (positions or v); the first `required_inputs` must be given.
+// Outputs: the first, and the second (k_out, output) that needs the second
+// (rotate) or third (attention) input.
+struct Names {
+  std::vector<std::string> inputs;
+  int required_inputs;
+  std::vector<std::string> outputs;
+  std::vector<std::string> parameters;  // the operation's, beside the configuration
+};
+
+const Names& NamesOf(ModelOperation operation) {
+  static const Names* rotate =
+      new Names{{"q", "k", "positions"}, 1, {"q_out", "k_out"}, {"start_pos", "inverse"}};
+  static const Names* attention =
+      new Names{{"q", "k", "v"},
+                2,
+                {"scores", "output"},
+                {"q_start_pos", "k_start_pos", "causal", "softmax", "scale"}};
+  return operation == ModelOperation::kRotate ? *rotate : *attention;
+}
+
+const std::vector<std::string>& ConfigParameters() {
+  static const std::vector<std::string>* names =
+      new std::vector<std::string>{"theta",  "head_dim",     "rotary_dim",     "max_len",
+                                   "layout", "rope_scaling", "hf_config_json", "hf_layer_type"};
+  return *names;
+}
+
+// The index of `name` in `names`, or -1.
+int SlotOf(const std::vector<std::string>& names, const std::string& name) {
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (names[i] == name) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+bool Contains(const std::vector<std::string>& names, const std::string& name) {
+  return SlotOf(names, name) >= 0;
+}
+
+std::string Quoted(const std::vector<std::string>& names) {
+  return absl::StrCat("'", absl::StrJoin(names, "', '"), "'");
+}
+
+// a * b for non-negative operands; -1 on overflow.
+int64_t CheckedMul(int64_t a, int64_t b) {
+  if (a == 0 || b == 0) return 0;
+  return a > kMaxInt64 / b ? -1 : a * b;
+}
+
+// Elements of `shape`; -1 when a dimension is negative or the product
+// overflows int64 (the engine then names the bad dimension).
+int64_t ElementCount(const google::protobuf::RepeatedField<int64_t>& shape) {
+  int64_t count = 1;
+  for (int64_t dim : shape) {
+    if (dim < 0) return -1;
+    count = CheckedMul(count, dim);
+    if (count < 0) return -1;
+  }
+  return count;
+}
+
+std::string ShapeText(const google::protobuf::RepeatedField<int64_t>& shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ","), "]");
+}
+
+// Where an input's bytes come from.
+struct Input {
+  InputTensor* tensor = nullptr;
+  std::string* raw = nullptr;              // an entry of raw_input_contents
+  std::optional<v1::SharedMemoryRef> shm;  // a registered region
+};
+
+// The shared-memory parameters of `kind` ("input" / "output") `name`, if
+// any. Most tensors have no parameters at all: nothing is looked up then.
+absl::StatusOr<std::optional<v1::SharedMemoryRef>> RegionOf(const ParameterMap& parameters,
+                                                            absl::string_view kind,
+                                                            const std::string& name) {
+  if (parameters.empty()) return std::optional<v1::SharedMemoryRef>();
+  const std::string what = absl::StrCat(kind, " '", name, "'");
+  ROPE_ASSIGN_OR_RETURN(
+      std::optional<std::string> region,
+      GetString(parameters, kRegionParam, absl::StrCat(what, " parameter '", kRegionParam, "'")));
+  ROPE_ASSIGN_OR_RETURN(
+      std::optional<int64_t> offset,
+      GetInt64(parameters, kOffsetParam, absl::StrCat(what, " parameter '", kOffsetParam, "'")));
+  ROPE_ASSIGN_OR_RETURN(std::optional<int64_t> byte_size,
+                        GetInt64(parameters, kByteSizeParam,
+                                 absl::StrCat(what, " parameter '", kByteSizeParam, "'")));
+  if (!region.has_value()) {
+    if (offset.has_value() || byte_size.has_value()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, " has shared-memory parameters but no '", kRegionParam, "'"));
+    }
+    return std::optional<v1::SharedMemoryRef>();
+  }
+  if (!byte_size.has_value()) {
+    return absl::InvalidArgumentError(absl::StrCat(what, " is in shared-memory region '", *region,
+                                                   "' but has no '", kByteSizeParam, "'"));
+  }
+  if (*byte_size < 0 || offset.value_or(0) < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " has shared_memory_offset ", offset.value_or(0),
+                     " and shared_memory_byte_size ", *byte_size, ": both must be >= 0"));
+  }
+  v1::SharedMemoryRef ref;
+  ref.set_region(*region);
+  ref.set_offset(static_cast<uint64_t>(offset.value_or(0)));
+  ref.set_byte_size(static_cast<uint64_t>(*byte_size));
+  return std::optional<v1::SharedMemoryRef>(std::move(ref));
+}
+
+absl::StatusOr<v1::DType> FloatDatatype(const std::string& datatype, const std::string& input,
+                                        const Model& model) {
+  if (datatype == "FP32") return v1::FLOAT32;
+  if (datatype == "FP16") return v1::FLOAT16;
+  if (datatype == "BF16") return v1::BFLOAT16;
+  return absl::InvalidArgumentError(absl::StrCat("inference input '", input, "' data-type is '",
+                                                 datatype, "', but model '", model.name,
+                                                 "' expects 'FP32', 'FP16' or 'BF16'"));
+}
+
+int64_t ElementBytes(v1::DType dtype) { return dtype == v1::FLOAT32 ? 4 : 2; }
+
+absl::Status ByteSizeError(int64_t got, const std::string& input, int64_t expected) {
+  return absl::InvalidArgumentError(absl::StrCat("unexpected total byte size ", got, " for input '",
+                                                 input, "', expecting ", expected));
+}
+
+absl::Status TooManyElements(const std::string& input, int64_t elements, int64_t limit) {
+  return absl::ResourceExhaustedError(
+      absl::StrCat("input '", input, "' has ", elements,
+                   " elements: over the server's max_elements_per_request ", limit));
+}
+
+// Fills a q / k / v tensor of the rope.v1 request. Inputs in a region stay
+// references unless `read_region` (their output does not go to shared
+// memory): then they are queued in `reads`, to be copied at run time.
+absl::Status FillFloatTensor(const Model& model, const std::string& name, Input& input,
+                             bool read_region, int64_t max_elements, v1::Tensor* out,
+                             std::vector<InferPlan::RegionRead>* reads) {
+  ROPE_ASSIGN_OR_RETURN(v1::DType dtype, FloatDatatype(input.tensor->datatype(), name, model));
+  out->set_dtype(dtype);
+  // The input's shape is not read again: moved, not copied.
+  out->mutable_shape()->Swap(input.tensor->mutable_shape());
+  const int64_t elements = ElementCount(out->shape());
+  const int64_t expected = elements < 0 ? -1 : CheckedMul(elements, ElementBytes(dtype));
+  if (input.shm.has_value()) {
+    const int64_t given = input.shm->byte_size() > static_cast<uint64_t>(kMaxInt64)
+                              ? -1
+                              : static_cast<int64_t>(input.shm->byte_size());
+    if (expected >= 0 && given != expected) return ByteSizeError(given, name, expected);
+    if (!read_region) {
+      *out->mutable_shm() = *input.shm;
+      return absl::OkStatus();
+    }
+    if (elements > max_elements) return TooManyElements(name, elements, max_elements);
+    reads->push_back({name, *input.shm, input.tensor->datatype()});
+    return absl::OkStatus();
+  }
+  if (input.raw != nullptr) {
+    const int64_t given = static_cast<int64_t>(input.raw->size());
+    if (expected >= 0 && given != expected) return ByteSizeError(given, name, expected);
+    out->mutable_data()->swap(*input.raw);
+    return absl::OkStatus();
+  }
+  const inference::InferTensorContents& contents = input.tensor->contents();
+  if (dtype != v1::FLOAT32) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("inference input '", name, "' is ", input.tensor->datatype(),
+                     ": FP16 and BF16 have no typed contents; send them as raw_input_contents"));
+  }
+  const int64_t other = contents.bool_contents_size() + contents.int_contents_size() +
+                        contents.int64_contents_size() + contents.uint_contents_size() +
+                        contents.uint64_contents_size() + contents.fp64_contents_size() +
+                        contents.bytes_contents_size();
+  if (other != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "inference input '", name, "' is FP32: its typed values go in contents.fp32_contents"));
+  }
+  const int64_t given = int64_t{4} * contents.fp32_contents_size();
+  if (expected >= 0 && given != expected) return ByteSizeError(given, name, expected);
+  out->mutable_data()->resize(static_cast<size_t>(given));
+  if (given > 0) std::memcpy(out->mutable_data()->data(), contents.fp32_contents().data(), given);
+  return absl::OkStatus();
+}
+
+// The bytes of a float tensor of `tensor`'s dtype and shape; -1 when the shape
+// is not valid (the engine then names what is wrong).
+int64_t TensorBytes(const v1::Tensor& tensor) {
+  const int64_t elements = ElementCount(tensor.shape());
+  return elements <= 0 ? -1 : CheckedMul(elements, ElementBytes(tensor.dtype()));
+}
+
+// [B, S, H, D] of a rank-4 or rank-3 (B = 1) tensor; false for other ranks.
+bool Dims(const v1::Tensor& tensor, int64_t dims[4]) {
+  const int rank = tensor.shape_size();
+  if (rank != 3 && rank != 4) return false;
+  dims[0] = rank == 4 ? tensor.shape(0) : 1;
+  for (int i = 1; i < 4; ++i) dims[i] = tensor.shape(rank - 4 + i);
+  return true;
+}
+
+// The float32 bytes of attention's scores [B, Hq, Sq, Sk] and output
+// [B, Sq, Hq, Dv]; -1 where the shapes do not say.
+void AttentionResultBytes(const v1::AttentionScoresRequest& request, int64_t* scores,
+                          int64_t* output) {
+  *scores = *output = -1;
+  int64_t q[4], k[4], v[4];
+  if (!Dims(request.q(), q) || !Dims(request.k(), k)) return;
+  *scores = CheckedMul(CheckedMul(CheckedMul(CheckedMul(q[0], q[2]), q[1]), k[1]), 4);
+  if (request.has_v() && Dims(request.v(), v)) {
+    *output = CheckedMul(CheckedMul(CheckedMul(CheckedMul(q[0], q[1]), q[2]), v[3]), 4);
+  }
+}
+
+// A region for an output is its capacity, as in Triton: it must hold the
+// result, which takes its first `needed` bytes (the rope.v1 reference then
+// names exactly those). `needed` < 0: unknown until the engine validates.
+absl::Status FitOutputRegion(const std::string& output, int64_t needed, v1::SharedMemoryRef* ref) {
+  if (needed < 0) return absl::OkStatus();
+  if (ref->byte_size() < static_cast<uint64_t>(needed)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "shared memory size specified with the request for output '", output, "' (",
+        ref->byte_size(), " bytes) should be at least ", needed, " bytes to hold the results"));
+  }
+  ref->set_byte_size(static_cast<uint64_t>(needed));
+  return absl::OkStatus();
+}
+
+// Little-endian INT64 / INT32 bytes into positions.
+void DecodePositions(const std::string& bytes, bool int32,
+                     google::protobuf::RepeatedField<int64_t>* positions) {
+  const size_t width = int32 ? 4 : 8;
+  const size_t count = bytes.size() / width;
+  positions->Resize(static_cast<int>(count), 0);
+  int64_t* out = positions->mutable_data();
+  for (size_t i = 0; i < count; ++i) {
+    if (int32) {
+      int32_t value;
+      std::memcpy(&value, bytes.data() + i * width, width);
+      out[i] = value;
+    } else {
+      std::memcpy(&out[i], bytes.data() + i * width, width);
+    }
+  }
+}
+
+absl::Status FillPositions(Input& input, int64_t max_elements,
+                           google::protobuf::RepeatedField<int64_t>* positions,
+                           std::vector<InferPlan::RegionRead>* reads) {
+  const std::string& datatype = input.tensor->datatype();
+  if (datatype != "INT64" && datatype != "INT32") {
+    return absl::InvalidArgumentError(absl::StrCat("inference input 'positions' data-type is '",
+                                                   datatype,
+                                                   "', but it must be 'INT64' or 'INT32'"));
+  }
+  const bool int32 = datatype == "INT32";
+  const int64_t width = int32 ? 4 : 8;
+  const int64_t count = ElementCount(input.tensor->shape());
+  if (count < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("inference input 'positions' has shape ",
+                                                   ShapeText(input.tensor->shape()),
+                                                   ": every dimension must be >= 0"));
+  }
+  // M-RoPE gives a token three positions and a token has at least two
+  // features (head_dim is even): more values than this fit no request.
+  const int64_t limit = CheckedMul(max_elements, 2);
+  if (limit >= 0 && count > limit) return TooManyElements("positions", count, limit);
+  const int64_t expected = count * width;
+  if (input.shm.has_value()) {
+    const uint64_t given = input.shm->byte_size();
+    if (given != static_cast<uint64_t>(expected)) {
+      return ByteSizeError(static_cast<int64_t>(std::min<uint64_t>(given, kMaxInt64)), "positions",
+                           expected);
+    }
+    reads->push_back({"positions", *input.shm, datatype});
+    return absl::OkStatus();
+  }
+  if (input.raw != nullptr) {
+    if (static_cast<int64_t>(input.raw->size()) != expected) {
+      return ByteSizeError(static_cast<int64_t>(input.raw->size()), "positions", expected);
+    }
+    DecodePositions(*input.raw, int32, positions);
+    return absl::OkStatus();
+  }
+  const inference::InferTensorContents& contents = input.tensor->contents();
+  const int given = int32 ? contents.int_contents_size() : contents.int64_contents_size();
+  if (contents.ByteSizeLong() != 0 && given == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("inference input 'positions' is ", datatype, ": its typed values go in ",
+                     int32 ? "contents.int_contents" : "contents.int64_contents"));
+  }
+  if (given != count) return ByteSizeError(int64_t{given} * width, "positions", expected);
+  if (int32) {
+    positions->Reserve(given);
+    for (int32_t value : contents.int_contents()) positions->Add(value);
+  } else {
+    *positions = contents.int64_contents();
+  }
+  return absl::OkStatus();
+}
+
+// The request parameters of `model`: every name checked, then the values.
+absl::Status CheckParameterNames(const Model& model, const ParameterMap& parameters) {
+  const std::vector<std::string>& operation = NamesOf(model.operation).parameters;
+  for (const auto& [name, value] : parameters) {
+    if (IsTritonParameter(name) || Contains(operation, name)) continue;
+    if (Contains(ConfigParameters(), name)) {
+      if (model.builtin) continue;
+      return absl::InvalidArgumentError(
+          absl::StrCat("parameter '", name, "' configures the built-in models: model '", model.name,
+                       "' takes its RoPE configuration from its repository folder"));
+    }
+    std::vector<std::string> known = operation;  // for the message only
+    if (model.builtin)
+      known.insert(known.end(), ConfigParameters().begin(), ConfigParameters().end());
+    return absl::InvalidArgumentError(absl::StrCat("model '", model.name, "' has no parameter '",
+                                                   name, "' (it takes ", Quoted(known), ")"));
+  }
+  return absl::OkStatus();
+}
+
+// `where` names the parameter in messages ("parameter 'head_dim'").
+absl::StatusOr<uint32_t> Uint32Parameter(const ParameterMap& parameters, const std::string& name,
+                                         absl::string_view where) {
+  ROPE_ASSIGN_OR_RETURN(std::optional<int64_t> value, GetInt64(parameters, name, where));
+  if (!value.has_value()) return 0u;
+  if (*value < 0 || *value > std::numeric_limits<uint32_t>::max()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, " is ", *value, ": must be in [0, 4294967295]"));
+  }
+  return static_cast<uint32_t>(*value);
+}
+
+// The rope.v1 config of a built-in model's request, from its parameters.
+absl::StatusOr<v1::RopeConfig> BuiltinConfig(const ParameterMap& parameters) {
+  v1::RopeConfig config;
+  ROPE_ASSIGN_OR_RETURN(std::optional<double> theta,
+                        GetDouble(parameters, "theta", "parameter 'theta'"));
+  ROPE_ASSIGN_OR_RETURN(uint32_t head_dim,
+                        Uint32Parameter(parameters, "head_dim", "parameter 'head_dim'"));
+  ROPE_ASSIGN_OR_RETURN(uint32_t rotary_dim,
+                        Uint32Parameter(parameters, "rotary_dim", "parameter 'rotary_dim'"));
+  ROPE_ASSIGN_OR_RETURN(uint32_t max_len,
+                        Uint32Parameter(parameters, "max_len", "parameter 'max_len'"));
+  ROPE_ASSIGN_OR_RETURN(std::optional<std::string> layout,
+                        GetString(parameters, "layout", "parameter 'layout'"));
+  ROPE_ASSIGN_OR_RETURN(std::optional<std::string> rope_scaling,
+                        GetString(parameters, "rope_scaling", "parameter 'rope_scaling'"));
+  ROPE_ASSIGN_OR_RETURN(std::optional<std::string> hf_config_json,
+                        GetString(parameters, "hf_config_json", "parameter 'hf_config_json'"));
+  ROPE_ASSIGN_OR_RETURN(std::optional<std::string> hf_layer_type,
+                        GetString(parameters, "hf_layer_type", "parameter 'hf_layer_type'"));
+  config.set_theta(theta.value_or(0));
+  config.set_head_dim(head_dim);
+  config.set_rotary_dim(rotary_dim);
+  config.set_max_len(max_len);
+  if (layout.has_value()) {
+    ROPE_ASSIGN_OR_RETURN(v1::Layout parsed, ParseLayout(*layout, "parameter 'layout'"));
+    config.set_layout(parsed);
+  }
+  if (hf_config_json.has_value()) config.set_hf_config_json(*std::move(hf_config_json));
+  if (hf_layer_type.has_value()) config.set_hf_layer_type(*std::move(hf_layer_type));
+  if (rope_scaling.has_value()) {
+    if (!config.hf_config_json().empty()) {
+      return absl::InvalidArgumentError(
+          "parameter 'rope_scaling' is set beside 'hf_config_json': put rope_scaling inside the "
+          "config.json");
+    }
+    // The scaling of a config.json's rope_scaling object, by the engine's
+    // own reading of config.json files (transformers' rules and names).
+    // rope_theta and head_dim only let the parser accept the object; the
+    // request's own theta and head_dim stay the config's.
+    absl::StatusOr<HfRopeConfig> hf = ParseHfRopeConfig(
+        absl::StrCat("{\"rope_theta\": ",
+                     absl::StrFormat("%.17g", config.theta() > 0 ? config.theta() : 10000.0),
+                     head_dim > 0 ? absl::StrCat(", \"head_dim\": ", head_dim) : "",
+                     ", \"rope_scaling\": ", *rope_scaling, "}"),
+        HfLayerSelector());
+    if (!hf.ok()) {
+      return absl::Status(hf.status().code(),
+                          absl::StrCat("parameter 'rope_scaling': ", hf.status().message()));
+    }
+    RopeConfig scaled;
+    scaled.scaling = hf->scaling;
+    scaled.mrope = hf->mrope;
+    const v1::RopeConfig proto = ConfigToProto(scaled);
+    if (proto.scaling_case() != v1::RopeConfig::SCALING_NOT_SET) {
+      // Copy only the oneof member (and mrope): the rest of `proto` is zero.
+      v1::RopeConfig with_scaling = proto;
+      with_scaling.clear_theta();
+      with_scaling.clear_layout();
+      with_scaling.clear_hf_config_json();
+      with_scaling.clear_hf_layer_type();
+      with_scaling.clear_mrope();
+      config.MergeFrom(with_scaling);
+    }
+    if (proto.has_mrope()) *config.mutable_mrope() = proto.mrope();
+  }
+  return config;
+}
+
+absl::Status OperationParametersInto(const ParameterMap& parameters, InferPlan* plan) {
+  if (plan->model->operation == ModelOperation::kRotate) {
+    ROPE_ASSIGN_OR_RETURN(std::optional<int64_t> start_pos,
+                          GetInt64(parameters, "start_pos", "parameter 'start_pos'"));
+    ROPE_ASSIGN_OR_RETURN(std::optional<bool> inverse,
+                          GetBool(parameters, "inverse", "parameter 'inverse'"));
+    plan->rotate.set_start_pos(start_pos.value_or(0));
+    plan->rotate.set_inverse(inverse.value_or(false));
+    return absl::OkStatus();
+  }
+  v1::AttentionScoresRequest& attention = plan->attention;
+  ROPE_ASSIGN_OR_RETURN(std::optional<int64_t> q_start_pos,
+                        GetInt64(parameters, "q_start_pos", "parameter 'q_start_pos'"));
+  ROPE_ASSIGN_OR_RETURN(std::optional<int64_t> k_start_pos,
+                        GetInt64(parameters, "k_start_pos", "parameter 'k_start_pos'"));
+  ROPE_ASSIGN_OR_RETURN(std::optional<bool> causal,
+                        GetBool(parameters, "causal", "parameter 'causal'"));
+  ROPE_ASSIGN_OR_RETURN(std::optional<bool> softmax,
+                        GetBool(parameters, "softmax", "parameter 'softmax'"));
+  ROPE_ASSIGN_OR_RETURN(std::optional<double> scale,
+                        GetDouble(parameters, "scale", "parameter 'scale'"));
+  attention.set_q_start_pos(q_start_pos.value_or(0));
+  attention.set_k_start_pos(k_start_pos.value_or(0));
+  attention.set_causal(causal.value_or(false));
+  attention.set_softmax(softmax.value_or(false));
+  attention.set_scale(scale.value_or(0));
+  return absl::OkStatus();
+}
+
+// Copies `ref`'s bytes out of the caller's host region, through the
+// resolver every rope.v1 call uses (the region is the caller's, the range
+// within it, the backing object still there; a shrink during the copy is
+// caught after it). The alignment checked is that of `datatype`'s elements
+// (at most 4 bytes: the copy itself needs none).
+absl::StatusOr<std::string> ReadRegion(const CallerRegions& regions,
+                                       const v1::SharedMemoryRef& ref, const std::string& input,
+                                       const std::string& datatype) {
+  const std::string name = absl::StrCat("input '", input, "'");
+  v1::Tensor tensor;
+  *tensor.mutable_shm() = ref;
+  ConstTensorView view;
+  view.dtype = datatype == "FP16" || datatype == "BF16" ? DType::kFloat16 : DType::kFloat32;
+  TensorResolver resolver(regions);
+  ROPE_RETURN_IF_ERROR(resolver.ResolveInput(tensor, name, /*group=*/0, &view));
+  if (resolver.on_device()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("inference input '", input, "' is in CUDA region '", ref.region(),
+                     "', which the server reads only on the device: ",
+                     input == "positions" ? "send positions as raw_input_contents"
+                                          : "give its output a CUDA region too"));
+  }
+  std::string bytes(view.byte_size, '\0');
+  if (!bytes.empty()) std::memcpy(bytes.data(), view.data, bytes.size());
+  // A backing object shrunk while it was read left zero pages behind
+  // (shm_fault_guard.h): the bytes are not the client's.
+  ROPE_RETURN_IF_ERROR(resolver.CheckAfter());
+  return bytes;
+}
+
+absl::Status ReadRegions(const CallerRegions& regions, InferPlan* plan) {
+  for (const InferPlan::RegionRead& read : plan->reads) {
+    ROPE_ASSIGN_OR_RETURN(std::string bytes,
+                          ReadRegion(regions, read.ref, read.input, read.datatype));
+    if (read.input == "positions") {
+      DecodePositions(bytes, read.datatype == "INT32", plan->rotate.mutable_positions());
+    } else {
+      v1::Tensor* tensor = read.input == "q" ? plan->rotate.mutable_q() : plan->rotate.mutable_k();
+      tensor->mutable_data()->swap(bytes);
+    }
+  }
+  plan->reads.clear();
+  return absl::OkStatus();
+}
+
+// Adds output `name` from the rope.v1 reply's `tensor` to `response`,
+// moving its bytes.
+void AddOutput(const std::string& name, v1::Tensor* tensor,
+               inference::ModelInferResponse* response) {
+  OutputTensor* output = response->add_outputs();
+  output->set_name(name);
+  output->set_datatype(std::string(DatatypeName(tensor->dtype())));
+  output->mutable_shape()->Swap(tensor->mutable_shape());
+  std::string* raw = response->add_raw_output_contents();
+  if (tensor->has_shm()) {
+    // Written to the caller's region: Triton leaves an empty entry so that
+    // raw_output_contents stays aligned with outputs.
+    auto& parameters = *output->mutable_parameters();
+    parameters[kRegionParam].set_string_param(tensor->shm().region());
+    parameters[kOffsetParam].set_int64_param(static_cast<int64_t>(tensor->shm().offset()));
+    parameters[kByteSizeParam].set_int64_param(static_cast<int64_t>(tensor->shm().byte_size()));
+    return;
+  }
+  raw->swap(*tensor->mutable_data());
+}
+
+}  // namespace
+
+absl::string_view DatatypeName(v1::DType dtype) {
+  switch (dtype) {
+    case v1::FLOAT32:
+      return "FP32";
+    case v1::FLOAT16:
+      return "FP16";
+    case v1::BFLOAT16:
+      return "BF16";
+    default:
+      return "";
+  }
+}
+
+absl::StatusOr<InferPlan> PlanModelInfer(const Model& model, inference::ModelInferRequest* request,
+                                         int64_t max_elements) {
+  InferPlan plan;
+  plan.model = &model;
+  plan.id = request->id();
+  ROPE_RETURN_IF_ERROR(CheckParameterNames(model, request->parameters()));
+  const Names& names = NamesOf(model.operation);
+
+  // Inputs, by slot (q, k, and positions or v): each named once, each with
+  // one source of bytes.
+  std::array<Input, 3> inputs{};
+  int raw_used = 0;
+  const int raw_count = request->raw_input_contents_size();
+  for (InputTensor& tensor : *request->mutable_inputs()) {
+    const std::string& name = tensor.name();
+    const int slot = SlotOf(names.inputs, name);
+    if (slot < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("unexpected inference input '", name, "' for model '", model.name,
+                       "' (its inputs are ", Quoted(names.inputs), ")"));
+    }
+    Input& input = inputs[slot];
+    if (input.tensor != nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("inference input '", name, "' is given twice"));
+    }
+    input.tensor = &tensor;
+    ROPE_ASSIGN_OR_RETURN(input.shm, RegionOf(tensor.parameters(), "input", name));
+    const bool typed = tensor.has_contents();
+    if (input.shm.has_value()) {
+      if (typed) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "inference input '", name, "' has contents and shared-memory parameters: give one"));
+      }
+    } else if (typed) {
+      if (raw_count != 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("contents field must not be specified when using raw_input_contents for '",
+                         name, "' for model '", model.name, "'"));
+      }
+    } else if (raw_used < raw_count) {
+      input.raw = request->mutable_raw_input_contents(raw_used++);
+    } else {
+      return absl::InvalidArgumentError(
+          absl::StrCat("inference input '", name,
+                       "' has no data: give it a raw_input_contents entry, "
+                       "contents, or shared-memory parameters"));
+    }
+  }
+  if (raw_used != raw_count) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("raw_input_contents has ", raw_count, " entries for ", raw_used,
+                     " inputs not in shared memory: one per such input, in the order of inputs"));
+  }
+  for (int slot = 0; slot < names.required_inputs; ++slot) {
+    if (inputs[slot].tensor == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "model '", model.name, "' needs inference input '", names.inputs[slot], "'"));
+    }
+  }
+
+  // Outputs, by slot: the ones asked for (default: every one the inputs
+  // give), each possibly to a region.
+  std::array<bool, 2> asked{};
+  std::array<std::optional<v1::SharedMemoryRef>, 2> output_regions;
+  for (const auto& output : request->outputs()) {
+    const std::string& name = output.name();
+    const int slot = SlotOf(names.outputs, name);
+    if (slot < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("unexpected inference output '", name, "' for model '", model.name,
+                       "' (its outputs are ", Quoted(names.outputs), ")"));
+    }
+    if (asked[slot]) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("inference output '", name, "' is requested twice"));
+    }
+    asked[slot] = true;
+    ROPE_ASSIGN_OR_RETURN(output_regions[slot], RegionOf(output.parameters(), "output", name));
+    plan.outputs[plan.output_count++] = slot;
+  }
+  // The second output (k_out, output) needs the optional second input (k, v).
+  const int second_input = model.operation == ModelOperation::kRotate ? 1 : 2;
+  const bool has_second = inputs[second_input].tensor != nullptr;
+  if (plan.output_count == 0) {
+    plan.outputs[plan.output_count++] = 0;
+    if (has_second) plan.outputs[plan.output_count++] = 1;
+  } else if (asked[1] && !has_second) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("inference output '", names.outputs[1], "' needs inference input '",
+                     names.inputs[second_input], "', which the request does not have"));
+  }
+  auto region_of = [&](int slot) -> const v1::SharedMemoryRef* {
+    return output_regions[slot].has_value() ? &*output_regions[slot] : nullptr;
+  };
+
+  // The rope.v1 request.
+  ROPE_RETURN_IF_ERROR(OperationParametersInto(request->parameters(), &plan));
+  v1::RopeConfig config;
+  if (model.builtin) {
+    ROPE_ASSIGN_OR_RETURN(config, BuiltinConfig(request->parameters()));
+  } else {
+    config = model.config;
+  }
+  if (model.operation == ModelOperation::kRotate) {
+    v1::RotateRequest& rotate = plan.rotate;
+    *rotate.mutable_config() = std::move(config);
+    for (int slot : {0, 1}) {
+      if (inputs[slot].tensor == nullptr) continue;
+      const std::string name = names.inputs[slot];
+      const v1::SharedMemoryRef* out_region = region_of(slot);
+      v1::Tensor* tensor = slot == 0 ? rotate.mutable_q() : rotate.mutable_k();
+      ROPE_RETURN_IF_ERROR(FillFloatTensor(model, name, inputs[slot],
+                                           /*read_region=*/out_region == nullptr, max_elements,
+                                           tensor, &plan.reads));
+      if (out_region != nullptr) {
+        v1::SharedMemoryRef* ref = slot == 0 ? rotate.mutable_q_out() : rotate.mutable_k_out();
+        *ref = *out_region;
+        ROPE_RETURN_IF_ERROR(FitOutputRegion(names.outputs[slot], TensorBytes(*tensor), ref));
+      }
+    }
+    if (inputs[2].tensor != nullptr) {
+      ROPE_RETURN_IF_ERROR(
+          FillPositions(inputs[2], max_elements, rotate.mutable_positions(), &plan.reads));
+    }
+  } else {
+    v1::AttentionScoresRequest& attention = plan.attention;
+    *attention.mutable_config() = std::move(config);
+    for (int slot : {0, 1, 2}) {
+      if (inputs[slot].tensor == nullptr) continue;
+      v1::Tensor* tensor = slot == 0   ? attention.mutable_q()
+                           : slot == 1 ? attention.mutable_k()
+                                       : attention.mutable_v();
+      // Attention never writes its inputs: references stay references.
+      ROPE_RETURN_IF_ERROR(FillFloatTensor(model, names.inputs[slot], inputs[slot],
+                                           /*read_region=*/false, max_elements, tensor,
+                                           &plan.reads));
+    }
+    int64_t scores_bytes = -1, output_bytes = -1;
+    AttentionResultBytes(attention, &scores_bytes, &output_bytes);
+    if (const v1::SharedMemoryRef* region = region_of(0)) {
+      *attention.mutable_scores_out() = *region;
+      ROPE_RETURN_IF_ERROR(FitOutputRegion("scores", scores_bytes, attention.mutable_scores_out()));
+    }
+    if (const v1::SharedMemoryRef* region = region_of(1)) {
+      *attention.mutable_output_out() = *region;
+      ROPE_RETURN_IF_ERROR(FitOutputRegion("output", output_bytes, attention.mutable_output_out()));
+    }
+  }
+  return plan;
+}
+
+CallEstimate PlanEstimate(const InferPlan& plan) {
+  CallEstimate estimate = plan.model->operation == ModelOperation::kRotate
+                              ? EstimateRotate(plan.rotate)
+                              : EstimateAttentionScores(plan.attention);
+  for (const InferPlan::RegionRead& read : plan.reads) {
+    const uint64_t size = read.ref.byte_size();
+    const int64_t bytes =
+        size > static_cast<uint64_t>(kMaxInt64) ? kMaxInt64 : static_cast<int64_t>(size);
+    estimate.more_bytes = SaturatingAdd(estimate.more_bytes, SaturatingMul(bytes, 2));
+    estimate.may_run_inline = false;
+  }
+  return estimate;
+}
+
+absl::Status RunModelInfer(Engine& engine, const CallContext& call, InferPlan* plan,
+                           inference::ModelInferResponse* response, InferTimings* timings) {
+  const absl::Time start = absl::Now();
+  ROPE_RETURN_IF_ERROR(ReadRegions(call.regions, plan));
+  response->set_model_name(plan->model->name);
+  response->set_model_version(kModelVersion);
+  response->set_id(std::move(plan->id));
+  if (plan->model->operation == ModelOperation::kRotate) {
+    v1::RotateResponse reply;
+    ROPE_RETURN_IF_ERROR(AnswerRotate(engine, &plan->rotate, &reply, call));
+    const absl::Time computed = absl::Now();
+    const Names& names = NamesOf(ModelOperation::kRotate);
+    for (int i = 0; i < plan->output_count; ++i) {
+      const int slot = plan->outputs[i];
+      AddOutput(names.outputs[slot], slot == 0 ? reply.mutable_q() : reply.mutable_k(), response);
+    }
+    if (timings != nullptr) {
+      timings->infer = computed - start;
+      timings->output = absl::Now() - computed;
+    }
+    return absl::OkStatus();
+  }
+  v1::AttentionScoresResponse reply;
+  ROPE_RETURN_IF_ERROR(AnswerAttentionScores(engine, plan->attention, &reply, call));
+  const absl::Time computed = absl::Now();
+  const Names& names = NamesOf(ModelOperation::kAttention);
+  for (int i = 0; i < plan->output_count; ++i) {
+    const int slot = plan->outputs[i];
+    AddOutput(names.outputs[slot], slot == 0 ? reply.mutable_scores() : reply.mutable_output(),
+              response);
+  }
+  if (timings != nullptr) {
+    timings->infer = computed - start;
+    timings->output = absl::Now() - computed;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace kserve
+}  // namespace rope

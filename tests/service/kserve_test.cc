@@ -1,0 +1,801 @@
+// inference.GRPCInferenceService (the KServe v2 / Triton protocol) on a real
+// server on 127.0.0.1, beside rope.v1 on the same port:
+//   * ModelInfer gives exactly the bytes of the rope.v1 call it stands for
+//     (Rotate, AttentionScores), in every dtype, from raw bytes, typed
+//     contents and shared memory;
+//   * the ModelInfer part of the malformed-request corpus: each case changes
+//     one thing of a valid request and must get its exact code and message
+//     substring, after which the server still serves a valid request;
+//   * probes, metadata, config, statistics, the repository index, streams,
+//     the shared-memory calls, admission and drain, and --model_repository.
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/backends/cpu/cpu_backend.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "inference/grpc_service.grpc.pb.h"
+#include "tests/service/service_fixture.h"
+#include "tests/unit/test_util.h"
+
+namespace rope {
+namespace test {
+namespace {
+
+using grpc::StatusCode;
+using inference::ModelInferRequest;
+using inference::ModelInferResponse;
+
+v1::Tensor RandomTensor(DType dtype, std::vector<int64_t> shape, unsigned seed) {
+  std::mt19937 rng(seed);
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return ToProto(Encode(dtype, std::move(shape), RandomValues(dtype, n, &rng)));
+}
+
+const char* DatatypeOf(v1::DType dtype) {
+  return dtype == v1::FLOAT32 ? "FP32" : dtype == v1::FLOAT16 ? "FP16" : "BF16";
+}
+
+void AddInput(const std::string& name, const v1::Tensor& tensor, ModelInferRequest* request) {
+  auto* input = request->add_inputs();
+  input->set_name(name);
+  input->set_datatype(DatatypeOf(tensor.dtype()));
+  *input->mutable_shape() = tensor.shape();
+  request->add_raw_input_contents(tensor.data());
+}
+
+void SetConfigParameters(const v1::RopeConfig& config, ModelInferRequest* request) {
+  auto& p = *request->mutable_parameters();
+  if (config.theta() != 0) p["theta"].set_double_param(config.theta());
+  p["head_dim"].set_int64_param(config.head_dim());
+  if (config.rotary_dim() != 0) p["rotary_dim"].set_int64_param(config.rotary_dim());
+  p["max_len"].set_int64_param(config.max_len());
+  p["layout"].set_string_param(config.layout() == v1::HALF ? "half" : "interleaved");
+}
+
+// The ModelInfer for the built-in "rotate" model that `rotate` stands for.
+ModelInferRequest InferFor(const v1::RotateRequest& rotate) {
+  ModelInferRequest request;
+  request.set_model_name("rotate");
+  request.set_id("req-1");
+  SetConfigParameters(rotate.config(), &request);
+  if (rotate.start_pos() != 0)
+    (*request.mutable_parameters())["start_pos"].set_int64_param(rotate.start_pos());
+  if (rotate.inverse()) (*request.mutable_parameters())["inverse"].set_bool_param(true);
+  AddInput("q", rotate.q(), &request);
+  if (rotate.has_k()) AddInput("k", rotate.k(), &request);
+  if (rotate.positions_size() > 0) {
+    auto* input = request.add_inputs();
+    input->set_name("positions");
+    input->set_datatype("INT64");
+    input->add_shape(rotate.positions_size());
+    request.add_raw_input_contents(std::string(
+        reinterpret_cast<const char*>(rotate.positions().data()), 8 * rotate.positions_size()));
+  }
+  return request;
+}
+
+ModelInferRequest InferFor(const v1::AttentionScoresRequest& attention) {
+  ModelInferRequest request;
+  request.set_model_name("attention");
+  SetConfigParameters(attention.config(), &request);
+  auto& p = *request.mutable_parameters();
+  p["q_start_pos"].set_int64_param(attention.q_start_pos());
+  p["k_start_pos"].set_int64_param(attention.k_start_pos());
+  p["causal"].set_bool_param(attention.causal());
+  p["softmax"].set_bool_param(attention.softmax());
+  if (attention.scale() != 0) p["scale"].set_double_param(attention.scale());
+  AddInput("q", attention.q(), &request);
+  AddInput("k", attention.k(), &request);
+  if (attention.has_v()) AddInput("v", attention.v(), &request);
+  return request;
+}
+
+// The output `name` of `response`: its raw bytes, checked to exist.
+std::string OutputBytes(const ModelInferResponse& response, const std::string& name) {
+  for (int i = 0; i < response.outputs_size(); ++i) {
+    if (response.outputs(i).name() == name) {
+      EXPECT_LT(i, response.raw_output_contents_size());
+      return i < response.raw_output_contents_size() ? response.raw_output_contents(i) : "";
+    }
+  }
+  ADD_FAILURE() << "no output " << name;
+  return "";
+}
+
+class KServeTest : public ServiceTest {
+ protected:
+  void SetUp() override {
+    ServiceTest::SetUp();
+    kserve_ = inference::GRPCInferenceService::NewStub(channel_);
+  }
+  void StartWith(const ServerOptions& options) {
+    ServiceTest::TearDown();
+    StartServer(options);
+    kserve_ = inference::GRPCInferenceService::NewStub(channel_);
+  }
+
+  grpc::Status Infer(const ModelInferRequest& request, ModelInferResponse* response) {
+    grpc::ClientContext context;
+    SetDeadline(&context);
+    return kserve_->ModelInfer(&context, request, response);
+  }
+  v1::RotateResponse Rotate(const v1::RotateRequest& request) {
+    grpc::ClientContext context;
+    SetDeadline(&context);
+    v1::RotateResponse response;
+    EXPECT_TRUE(GrpcStatusIs(stub_->Rotate(&context, request, &response), StatusCode::OK, ""));
+    return response;
+  }
+
+  std::unique_ptr<inference::GRPCInferenceService::Stub> kserve_;
+};
+
+// ---- ModelInfer == rope.v1, bit for bit --------------------------------------------
+
+struct RotateCase {
+  std::string name;
+  v1::DType dtype;
+  v1::Layout layout;
+  bool with_k;
+  bool positions;
+  bool inverse;
+};
+
+class KServeRotateEquality : public KServeTest, public ::testing::WithParamInterface<RotateCase> {};
+
+TEST_P(KServeRotateEquality, ModelInferGivesRotatesBytes) {
+  const RotateCase& c = GetParam();
+  const DType dtype = c.dtype == v1::FLOAT32   ? DType::kFloat32
+                      : c.dtype == v1::FLOAT16 ? DType::kFloat16
+                                               : DType::kBFloat16;
+  v1::RotateRequest rotate;
+  *rotate.mutable_config() = MakeConfig(64, 4096, c.layout, 48, 500000);
+  *rotate.mutable_q() = RandomTensor(dtype, {2, 5, 4, 64}, 11);
+  if (c.with_k) *rotate.mutable_k() = RandomTensor(dtype, {2, 5, 2, 64}, 12);
+  if (c.positions) {
+    for (int64_t p : {7, 300, 3, 4095, 0, 9, 8, 1, 2, 1000}) rotate.add_positions(p);
+  } else {
+    rotate.set_start_pos(17);
+  }
+  rotate.set_inverse(c.inverse);
+  ModelInferResponse response;
+  ASSERT_TRUE(GrpcStatusIs(Infer(InferFor(rotate), &response), StatusCode::OK, ""));
+  const v1::RotateResponse want = Rotate(rotate);
+  EXPECT_EQ(response.model_name(), "rotate");
+  EXPECT_EQ(response.model_version(), "1");
+  EXPECT_EQ(response.id(), "req-1");
+  ASSERT_EQ(response.outputs_size(), c.with_k ? 2 : 1);
+  EXPECT_EQ(response.outputs(0).name(), "q_out");
+  EXPECT_EQ(response.outputs(0).datatype(), DatatypeOf(c.dtype));
+  EXPECT_EQ(
+      std::vector<int64_t>(response.outputs(0).shape().begin(), response.outputs(0).shape().end()),
+      (std::vector<int64_t>{2, 5, 4, 64}));
+  EXPECT_TRUE(OutputBytes(response, "q_out") == want.q().data()) << "q_out differs from Rotate's q";
+  if (c.with_k) {
+    EXPECT_TRUE(OutputBytes(response, "k_out") == want.k().data())
+        << "k_out differs from Rotate's k";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, KServeRotateEquality,
+    ::testing::Values(
+        RotateCase{"Fp32Interleaved", v1::FLOAT32, v1::INTERLEAVED, true, false, false},
+        RotateCase{"Fp16HalfPositions", v1::FLOAT16, v1::HALF, true, true, false},
+        RotateCase{"Bf16HalfInverse", v1::BFLOAT16, v1::HALF, true, false, true},
+        RotateCase{"Fp32QOnlyPositions", v1::FLOAT32, v1::INTERLEAVED, false, true, false}),
+    [](const ::testing::TestParamInfo<RotateCase>& info) { return info.param.name; });
+
+TEST_F(KServeTest, AttentionGivesAttentionScoresBytes) {
+  v1::AttentionScoresRequest attention;
+  *attention.mutable_config() = MakeConfig(32, 256, v1::HALF);
+  *attention.mutable_q() = RandomTensor(DType::kBFloat16, {1, 6, 4, 32}, 21);
+  *attention.mutable_k() = RandomTensor(DType::kBFloat16, {1, 9, 2, 32}, 22);
+  *attention.mutable_v() = RandomTensor(DType::kBFloat16, {1, 9, 2, 16}, 23);
+  attention.set_q_start_pos(3);
+  attention.set_causal(true);
+  attention.set_softmax(true);
+  attention.set_scale(0.125);
+  ModelInferResponse response;
+  ASSERT_TRUE(GrpcStatusIs(Infer(InferFor(attention), &response), StatusCode::OK, ""));
+  grpc::ClientContext context;
+  SetDeadline(&context);
+  v1::AttentionScoresResponse want;
+  ASSERT_TRUE(GrpcStatusIs(stub_->AttentionScores(&context, attention, &want), StatusCode::OK, ""));
+  ASSERT_EQ(response.outputs_size(), 2);
+  EXPECT_EQ(response.outputs(0).name(), "scores");
+  EXPECT_EQ(response.outputs(0).datatype(), "FP32");
+  EXPECT_TRUE(OutputBytes(response, "scores") == want.scores().data());
+  EXPECT_TRUE(OutputBytes(response, "output") == want.output().data());
+}
+
+TEST_F(KServeTest, TypedContentsAndInt32PositionsGiveTheSameBytes) {
+  v1::RotateRequest rotate;
+  *rotate.mutable_config() = MakeConfig(8, 64);
+  *rotate.mutable_q() = RandomTensor(DType::kFloat32, {1, 3, 2, 8}, 5);
+  for (int64_t p : {4, 63, 0}) rotate.add_positions(p);
+  ModelInferRequest request;
+  request.set_model_name("rotate");
+  SetConfigParameters(rotate.config(), &request);
+  auto* q = request.add_inputs();
+  q->set_name("q");
+  q->set_datatype("FP32");
+  *q->mutable_shape() = rotate.q().shape();
+  const std::string& bytes = rotate.q().data();
+  for (size_t i = 0; i < bytes.size(); i += 4) {
+    float value;
+    std::memcpy(&value, bytes.data() + i, 4);
+    q->mutable_contents()->add_fp32_contents(value);
+  }
+  auto* positions = request.add_inputs();
+  positions->set_name("positions");
+  positions->set_datatype("INT32");
+  positions->add_shape(1);
+  positions->add_shape(3);
+  for (int64_t p : rotate.positions())
+    positions->mutable_contents()->add_int_contents(static_cast<int32_t>(p));
+  request.add_outputs()->set_name("q_out");
+  ModelInferResponse response;
+  ASSERT_TRUE(GrpcStatusIs(Infer(request, &response), StatusCode::OK, ""));
+  EXPECT_TRUE(OutputBytes(response, "q_out") == Rotate(rotate).q().data());
+}
+
+// ---- The malformed-request corpus, ModelInfer part ---------------------------------
+
+struct InferCase {
+  std::string name;
+  std::function<void(ModelInferRequest*)> mutate;
+  StatusCode code;
+  std::string message;
+};
+void PrintTo(const InferCase& c, std::ostream* os) { *os << c.name; }
+
+// Valid: rotate q [2,3,4,8] and k [2,3,2,8] float32, head_dim 8, max_len 64.
+ModelInferRequest ValidInfer() {
+  v1::RotateRequest rotate;
+  *rotate.mutable_config() = MakeConfig(8, 64);
+  *rotate.mutable_q() = RandomTensor(DType::kFloat32, {2, 3, 4, 8}, 1);
+  *rotate.mutable_k() = RandomTensor(DType::kFloat32, {2, 3, 2, 8}, 2);
+  rotate.set_start_pos(5);
+  return InferFor(rotate);
+}
+
+ModelInferRequest::InferInputTensor* Input(ModelInferRequest* r, int i) {
+  return r->mutable_inputs(i);
+}
+void Param(ModelInferRequest* r, const std::string& name, int64_t value) {
+  (*r->mutable_parameters())[name].set_int64_param(value);
+}
+
+std::vector<InferCase> InferCases() {
+  const StatusCode kInvalid = StatusCode::INVALID_ARGUMENT;
+  return {
+      {"UnknownModel", [](ModelInferRequest* r) { r->set_model_name("llama"); },
+       StatusCode::NOT_FOUND, "Request for unknown model: 'llama' is not found"},
+      {"UnknownVersion", [](ModelInferRequest* r) { r->set_model_version("2"); },
+       StatusCode::NOT_FOUND, "'rotate' version 2 is not found"},
+      {"UnknownInput", [](ModelInferRequest* r) { Input(r, 1)->set_name("kk"); }, kInvalid,
+       "unexpected inference input 'kk' for model 'rotate'"},
+      {"InputTwice", [](ModelInferRequest* r) { Input(r, 1)->set_name("q"); }, kInvalid,
+       "inference input 'q' is given twice"},
+      {"MissingQ",
+       [](ModelInferRequest* r) {
+         r->mutable_inputs()->DeleteSubrange(0, 1);
+         r->mutable_raw_input_contents()->DeleteSubrange(0, 1);
+       },
+       kInvalid, "model 'rotate' needs inference input 'q'"},
+      {"QInt32", [](ModelInferRequest* r) { Input(r, 0)->set_datatype("INT32"); }, kInvalid,
+       "inference input 'q' data-type is 'INT32', but model 'rotate' expects 'FP32', 'FP16' or "
+       "'BF16'"},
+      {"QOneByteShort", [](ModelInferRequest* r) { r->mutable_raw_input_contents(0)->pop_back(); },
+       kInvalid, "unexpected total byte size 767 for input 'q', expecting 768"},
+      {"QShapeTooBig", [](ModelInferRequest* r) { Input(r, 0)->set_shape(0, 3); }, kInvalid,
+       "unexpected total byte size 768 for input 'q', expecting 1152"},
+      {"QNegativeDim", [](ModelInferRequest* r) { Input(r, 0)->set_shape(1, -3); }, kInvalid,
+       "q.shape"},
+      {"KHeadDimMismatch",
+       [](ModelInferRequest* r) {
+         Input(r, 1)->set_shape(3, 4);
+         Input(r, 1)->set_shape(2, 4);
+       },
+       kInvalid, "k"},
+      {"RawMissingForK",
+       [](ModelInferRequest* r) { r->mutable_raw_input_contents()->RemoveLast(); }, kInvalid,
+       "inference input 'k' has no data"},
+      {"RawExtraEntry", [](ModelInferRequest* r) { r->add_raw_input_contents("x"); }, kInvalid,
+       "raw_input_contents has 3 entries for 2 inputs"},
+      {"ContentsBesideRaw",
+       [](ModelInferRequest* r) { Input(r, 1)->mutable_contents()->add_fp32_contents(1); },
+       kInvalid, "contents field must not be specified when using raw_input_contents for 'k'"},
+      {"Fp16TypedContents",
+       [](ModelInferRequest* r) {
+         r->clear_raw_input_contents();
+         r->mutable_inputs()->DeleteSubrange(1, 1);
+         Input(r, 0)->set_datatype("FP16");
+         Input(r, 0)->mutable_contents()->add_fp32_contents(1);
+       },
+       kInvalid, "FP16 and BF16 have no typed contents"},
+      {"UnknownOutput", [](ModelInferRequest* r) { r->add_outputs()->set_name("scores"); },
+       kInvalid, "unexpected inference output 'scores' for model 'rotate'"},
+      {"OutputTwice",
+       [](ModelInferRequest* r) {
+         r->add_outputs()->set_name("q_out");
+         r->add_outputs()->set_name("q_out");
+       },
+       kInvalid, "inference output 'q_out' is requested twice"},
+      {"KOutWithoutK",
+       [](ModelInferRequest* r) {
+         r->mutable_inputs()->DeleteSubrange(1, 1);
+         r->mutable_raw_input_contents()->RemoveLast();
+         r->add_outputs()->set_name("k_out");
+       },
+       kInvalid, "inference output 'k_out' needs inference input 'k'"},
+      {"UnknownParameter", [](ModelInferRequest* r) { Param(r, "startpos", 1); }, kInvalid,
+       "model 'rotate' has no parameter 'startpos'"},
+      {"StartPosAsString",
+       [](ModelInferRequest* r) { (*r->mutable_parameters())["start_pos"].set_string_param("5"); },
+       kInvalid, "parameter 'start_pos' is a string_param: it must be an int64"},
+      {"InverseAsInt", [](ModelInferRequest* r) { Param(r, "inverse", 1); }, kInvalid,
+       "parameter 'inverse' is a int64_param: it must be a bool"},
+      {"ThetaNotANumber",
+       [](ModelInferRequest* r) { (*r->mutable_parameters())["theta"].set_string_param("fast"); },
+       kInvalid, "parameter 'theta' is \"fast\": not a finite decimal number"},
+      {"HeadDimNegative", [](ModelInferRequest* r) { Param(r, "head_dim", -8); }, kInvalid,
+       "parameter 'head_dim' is -8"},
+      {"HeadDimOdd", [](ModelInferRequest* r) { Param(r, "head_dim", 7); }, kInvalid,
+       "head_dim is 7"},
+      {"MaxLenMissing", [](ModelInferRequest* r) { r->mutable_parameters()->erase("max_len"); },
+       kInvalid, "max_len"},
+      {"LayoutUnknown",
+       [](ModelInferRequest* r) {
+         (*r->mutable_parameters())["layout"].set_string_param("zigzag");
+       },
+       kInvalid, "parameter 'layout' is \"zigzag\""},
+      {"RopeScalingMalformed",
+       [](ModelInferRequest* r) {
+         (*r->mutable_parameters())["rope_scaling"].set_string_param("{\"rope_type\": \"linear\"");
+       },
+       kInvalid, "parameter 'rope_scaling'"},
+      {"RopeScalingUnknownType",
+       [](ModelInferRequest* r) {
+         (*r->mutable_parameters())["rope_scaling"].set_string_param(
+             "{\"rope_type\": \"warp\", \"factor\": 2}");
+       },
+       kInvalid, "warp"},
+      {"HfConfigBesideTheta",
+       [](ModelInferRequest* r) {
+         (*r->mutable_parameters())["theta"].set_double_param(10000);
+         (*r->mutable_parameters())["hf_config_json"].set_string_param(
+             "{\"rope_theta\": 10000, \"head_dim\": 8}");
+       },
+       kInvalid, "theta"},
+      {"PositionOutOfRange",
+       [](ModelInferRequest* r) {
+         r->mutable_parameters()->erase("start_pos");
+         auto* p = r->add_inputs();
+         p->set_name("positions");
+         p->set_datatype("INT64");
+         p->add_shape(3);
+         int64_t values[3] = {0, 64, 1};
+         r->add_raw_input_contents(std::string(reinterpret_cast<char*>(values), 24));
+       },
+       StatusCode::OUT_OF_RANGE, "positions[1] is 64"},
+      {"PositionsWrongType",
+       [](ModelInferRequest* r) {
+         auto* p = r->add_inputs();
+         p->set_name("positions");
+         p->set_datatype("FP32");
+         p->add_shape(1);
+         r->add_raw_input_contents(std::string(4, '\0'));
+       },
+       kInvalid, "inference input 'positions' data-type is 'FP32'"},
+      {"PositionsByteSize",
+       [](ModelInferRequest* r) {
+         auto* p = r->add_inputs();
+         p->set_name("positions");
+         p->set_datatype("INT64");
+         p->add_shape(3);
+         r->add_raw_input_contents(std::string(23, '\0'));
+       },
+       kInvalid, "unexpected total byte size 23 for input 'positions', expecting 24"},
+      {"ShmRegionNotRegistered",
+       [](ModelInferRequest* r) {
+         r->mutable_raw_input_contents()->DeleteSubrange(0, 1);
+         auto& p = *Input(r, 0)->mutable_parameters();
+         p["shared_memory_region"].set_string_param("nowhere");
+         p["shared_memory_byte_size"].set_int64_param(768);
+         r->add_outputs()->set_name("q_out");
+         auto& o = *r->mutable_outputs(0)->mutable_parameters();
+         o["shared_memory_region"].set_string_param("nowhere");
+         o["shared_memory_byte_size"].set_int64_param(768);
+       },
+       StatusCode::NOT_FOUND, "\"nowhere\""},
+      {"ShmWithoutByteSize",
+       [](ModelInferRequest* r) {
+         r->mutable_raw_input_contents()->DeleteSubrange(0, 1);
+         (*Input(r, 0)->mutable_parameters())["shared_memory_region"].set_string_param("x");
+       },
+       kInvalid, "input 'q' is in shared-memory region 'x' but has no 'shared_memory_byte_size'"},
+      {"ShmByteSizeMismatch",
+       [](ModelInferRequest* r) {
+         r->mutable_raw_input_contents()->DeleteSubrange(0, 1);
+         auto& p = *Input(r, 0)->mutable_parameters();
+         p["shared_memory_region"].set_string_param("x");
+         p["shared_memory_byte_size"].set_int64_param(100);
+       },
+       kInvalid, "unexpected total byte size 100 for input 'q', expecting 768"},
+      {"ShmNegativeOffset",
+       [](ModelInferRequest* r) {
+         r->mutable_raw_input_contents()->DeleteSubrange(0, 1);
+         auto& p = *Input(r, 0)->mutable_parameters();
+         p["shared_memory_region"].set_string_param("x");
+         p["shared_memory_byte_size"].set_int64_param(768);
+         p["shared_memory_offset"].set_int64_param(-4);
+       },
+       kInvalid, "shared_memory_offset -4"},
+      {"TritonPriorityIgnored", [](ModelInferRequest* r) { Param(r, "priority", 3); },
+       StatusCode::OK, ""},
+  };
+}
+
+class KServeCorpus : public KServeTest, public ::testing::WithParamInterface<InferCase> {
+ protected:
+  void ExpectServesAValidInfer() {
+    ModelInferRequest request = ValidInfer();
+    ModelInferResponse response;
+    ASSERT_TRUE(GrpcStatusIs(Infer(request, &response), StatusCode::OK, ""))
+        << "the server stopped answering valid requests";
+    v1::RotateRequest rotate;
+    *rotate.mutable_config() = MakeConfig(8, 64);
+    *rotate.mutable_q() = RandomTensor(DType::kFloat32, {2, 3, 4, 8}, 1);
+    *rotate.mutable_k() = RandomTensor(DType::kFloat32, {2, 3, 2, 8}, 2);
+    rotate.set_start_pos(5);
+    EXPECT_TRUE(OutputBytes(response, "q_out") == Rotate(rotate).q().data());
+  }
+};
+
+TEST_P(KServeCorpus, GetsItsStatusAndTheServerKeepsServing) {
+  const InferCase& c = GetParam();
+  ModelInferRequest request = ValidInfer();
+  c.mutate(&request);
+  ModelInferResponse response;
+  EXPECT_TRUE(GrpcStatusIs(Infer(request, &response), c.code, c.message));
+  ExpectServesAValidInfer();
+}
+
+INSTANTIATE_TEST_SUITE_P(Corpus, KServeCorpus, ::testing::ValuesIn(InferCases()),
+                         [](const ::testing::TestParamInfo<InferCase>& info) {
+                           return info.param.name;
+                         });
+
+// ---- Probes, metadata, statistics, streams ------------------------------------------
+
+TEST_F(KServeTest, ProbesMetadataConfigAndIndex) {
+  {
+    grpc::ClientContext context;
+    SetDeadline(&context);
+    inference::ServerReadyResponse ready;
+    ASSERT_TRUE(GrpcStatusIs(kserve_->ServerReady(&context, {}, &ready), StatusCode::OK, ""));
+    EXPECT_TRUE(ready.ready());
+  }
+  {
+    grpc::ClientContext context;
+    SetDeadline(&context);
+    inference::ModelMetadataRequest request;
+    request.set_name("rotate");
+    inference::ModelMetadataResponse metadata;
+    ASSERT_TRUE(
+        GrpcStatusIs(kserve_->ModelMetadata(&context, request, &metadata), StatusCode::OK, ""));
+    ASSERT_EQ(metadata.inputs_size(), 3);
+    EXPECT_EQ(metadata.inputs(0).name(), "q");
+    EXPECT_EQ(metadata.inputs(0).shape(3), -1);
+    EXPECT_EQ(metadata.inputs(2).datatype(), "INT64");
+    EXPECT_EQ(metadata.outputs(1).name(), "k_out");
+  }
+  {
+    grpc::ClientContext context;
+    SetDeadline(&context);
+    inference::ModelConfigRequest request;
+    request.set_name("attention");
+    inference::ModelConfigResponse config;
+    ASSERT_TRUE(GrpcStatusIs(kserve_->ModelConfig(&context, request, &config), StatusCode::OK, ""));
+    EXPECT_EQ(config.config().max_batch_size(), 0);
+    ASSERT_EQ(config.config().input_size(), 3);
+    EXPECT_TRUE(config.config().input(2).optional());
+    EXPECT_EQ(config.config().output(0).data_type(), inference::TYPE_FP32);
+  }
+  {
+    grpc::ClientContext context;
+    SetDeadline(&context);
+    inference::ModelConfigRequest request;
+    request.set_name("nope");
+    inference::ModelConfigResponse config;
+    EXPECT_TRUE(GrpcStatusIs(kserve_->ModelConfig(&context, request, &config),
+                             StatusCode::NOT_FOUND, "'nope' is not found"));
+  }
+  {
+    grpc::ClientContext context;
+    SetDeadline(&context);
+    inference::RepositoryIndexResponse index;
+    ASSERT_TRUE(GrpcStatusIs(kserve_->RepositoryIndex(&context, {}, &index), StatusCode::OK, ""));
+    ASSERT_EQ(index.models_size(), 2);
+    EXPECT_EQ(index.models(0).name(), "attention");
+    EXPECT_EQ(index.models(1).state(), "READY");
+  }
+}
+
+TEST_F(KServeTest, StatisticsCountSuccessesAndFailures) {
+  ModelInferResponse response;
+  ASSERT_TRUE(GrpcStatusIs(Infer(ValidInfer(), &response), StatusCode::OK, ""));
+  ModelInferRequest bad = ValidInfer();
+  Param(&bad, "head_dim", 7);
+  EXPECT_TRUE(GrpcStatusIs(Infer(bad, &response), StatusCode::INVALID_ARGUMENT, "head_dim"));
+  grpc::ClientContext context;
+  SetDeadline(&context);
+  inference::ModelStatisticsRequest request;
+  request.set_name("rotate");
+  inference::ModelStatisticsResponse stats;
+  ASSERT_TRUE(
+      GrpcStatusIs(kserve_->ModelStatistics(&context, request, &stats), StatusCode::OK, ""));
+  ASSERT_EQ(stats.model_stats_size(), 1);
+  EXPECT_EQ(stats.model_stats(0).inference_count(), 1u);
+  EXPECT_EQ(stats.model_stats(0).inference_stats().success().count(), 1u);
+  EXPECT_EQ(stats.model_stats(0).inference_stats().fail().count(), 1u);
+  EXPECT_GT(stats.model_stats(0).inference_stats().compute_infer().ns(), 0u);
+}
+
+TEST_F(KServeTest, StreamAnswersInOrderAndGoesOnAfterAnError) {
+  grpc::ClientContext context;
+  SetDeadline(&context);
+  auto stream = kserve_->ModelStreamInfer(&context);
+  ModelInferRequest good = ValidInfer();
+  ModelInferRequest bad = ValidInfer();
+  bad.set_id("bad");
+  Param(&bad, "head_dim", 7);
+  good.set_id("a");
+  ASSERT_TRUE(stream->Write(good));
+  ASSERT_TRUE(stream->Write(bad));
+  good.set_id("c");
+  ASSERT_TRUE(stream->Write(good));
+  stream->WritesDone();
+  inference::ModelStreamInferResponse response;
+  std::vector<std::string> ids, errors;
+  while (stream->Read(&response)) {
+    ids.push_back(response.infer_response().id());
+    errors.push_back(response.error_message());
+  }
+  ASSERT_TRUE(GrpcStatusIs(stream->Finish(), StatusCode::OK, ""));
+  ASSERT_EQ(ids, (std::vector<std::string>{"a", "bad", "c"}));
+  EXPECT_EQ(errors[0], "");
+  EXPECT_NE(errors[1].find("head_dim is 7"), std::string::npos) << errors[1];
+  EXPECT_EQ(errors[2], "");
+}
+
+TEST_F(KServeTest, DrainingServerIsNotReadyAndRefusesInference) {
+  server_->StartDraining();
+  grpc::ClientContext context;
+  SetDeadline(&context);
+  inference::ServerReadyResponse ready;
+  ASSERT_TRUE(GrpcStatusIs(kserve_->ServerReady(&context, {}, &ready), StatusCode::OK, ""));
+  EXPECT_FALSE(ready.ready());
+  ModelInferResponse response;
+  EXPECT_TRUE(GrpcStatusIs(Infer(ValidInfer(), &response), StatusCode::UNAVAILABLE, "draining"));
+}
+
+// ---- Shared memory --------------------------------------------------------------
+
+class ShmObject {
+ public:
+  explicit ShmObject(size_t bytes)
+      : key_(absl::StrCat("/rope-kserve-test-", getpid())), bytes_(bytes) {
+    const int fd = shm_open(key_.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0600);
+    EXPECT_GE(fd, 0);
+    // Allocated whole: the server refuses sparse objects.
+    EXPECT_EQ(posix_fallocate(fd, 0, static_cast<off_t>(bytes)), 0);
+    data_ = static_cast<char*>(mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
+    close(fd);
+  }
+  ~ShmObject() {
+    munmap(data_, bytes_);
+    shm_unlink(key_.c_str());
+  }
+  const std::string& key() const { return key_; }
+  char* data() { return data_; }
+
+ private:
+  std::string key_;
+  size_t bytes_;
+  char* data_ = nullptr;
+};
+
+void SetRegion(google::protobuf::Map<std::string, inference::InferParameter>* p,
+               const std::string& region, int64_t offset, int64_t size) {
+  (*p)["shared_memory_region"].set_string_param(region);
+  (*p)["shared_memory_offset"].set_int64_param(offset);
+  (*p)["shared_memory_byte_size"].set_int64_param(size);
+}
+
+TEST_F(KServeTest, SystemSharedMemoryRoundTrip) {
+  ShmObject object(1 << 16);
+  {
+    grpc::ClientContext context;
+    SetDeadline(&context);
+    inference::SystemSharedMemoryRegisterRequest request;
+    request.set_name("io");
+    request.set_key(object.key());
+    request.set_byte_size(1 << 16);
+    inference::SystemSharedMemoryRegisterResponse response;
+    ASSERT_TRUE(GrpcStatusIs(kserve_->SystemSharedMemoryRegister(&context, request, &response),
+                             StatusCode::OK, ""));
+  }
+  v1::RotateRequest rotate;
+  *rotate.mutable_config() = MakeConfig(16, 128, v1::HALF);
+  *rotate.mutable_q() = RandomTensor(DType::kFloat16, {1, 4, 2, 16}, 31);
+  for (int64_t p : {1, 100, 7, 9}) rotate.add_positions(p);
+  const std::string q = rotate.q().data();
+  std::memcpy(object.data(), q.data(), q.size());
+  std::memcpy(object.data() + 4096, rotate.positions().data(), 32);
+
+  // q and positions from the region, q_out to the region at 8192.
+  ModelInferRequest request;
+  request.set_model_name("rotate");
+  SetConfigParameters(rotate.config(), &request);
+  auto* input = request.add_inputs();
+  input->set_name("q");
+  input->set_datatype("FP16");
+  *input->mutable_shape() = rotate.q().shape();
+  SetRegion(input->mutable_parameters(), "io", 0, static_cast<int64_t>(q.size()));
+  auto* positions = request.add_inputs();
+  positions->set_name("positions");
+  positions->set_datatype("INT64");
+  positions->add_shape(4);
+  SetRegion(positions->mutable_parameters(), "io", 4096, 32);
+  auto* output = request.add_outputs();
+  output->set_name("q_out");
+  SetRegion(output->mutable_parameters(), "io", 8192, static_cast<int64_t>(q.size()));
+  ModelInferResponse response;
+  ASSERT_TRUE(GrpcStatusIs(Infer(request, &response), StatusCode::OK, ""));
+  const std::string want = Rotate(rotate).q().data();
+  EXPECT_EQ(std::string(object.data() + 8192, q.size()), want);
+  EXPECT_EQ(std::string(object.data(), q.size()), q) << "the input region was modified";
+  ASSERT_EQ(response.raw_output_contents_size(), 1);
+  EXPECT_TRUE(response.raw_output_contents(0).empty());
+
+  // The same input region, q_out in the response: the region stays as it was.
+  request.clear_outputs();
+  ASSERT_TRUE(GrpcStatusIs(Infer(request, &response), StatusCode::OK, ""));
+  EXPECT_TRUE(OutputBytes(response, "q_out") == want);
+  EXPECT_EQ(std::string(object.data(), q.size()), q) << "the input region was modified";
+
+  {
+    grpc::ClientContext context;
+    SetDeadline(&context);
+    inference::SystemSharedMemoryStatusResponse status;
+    ASSERT_TRUE(
+        GrpcStatusIs(kserve_->SystemSharedMemoryStatus(&context, {}, &status), StatusCode::OK, ""));
+    ASSERT_EQ(status.regions().count("io"), 1u);
+    EXPECT_EQ(status.regions().at("io").key(), object.key());
+    EXPECT_EQ(status.regions().at("io").byte_size(), 1u << 16);
+  }
+  {
+    grpc::ClientContext context;
+    SetDeadline(&context);
+    inference::CudaSharedMemoryStatusResponse status;
+    ASSERT_TRUE(
+        GrpcStatusIs(kserve_->CudaSharedMemoryStatus(&context, {}, &status), StatusCode::OK, ""));
+    EXPECT_TRUE(status.regions().empty());
+  }
+  {
+    grpc::ClientContext context;
+    SetDeadline(&context);
+    inference::SystemSharedMemoryUnregisterResponse response_unregister;
+    ASSERT_TRUE(
+        GrpcStatusIs(kserve_->SystemSharedMemoryUnregister(&context, {}, &response_unregister),
+                     StatusCode::OK, ""));
+  }
+  EXPECT_TRUE(GrpcStatusIs(Infer(request, &response), StatusCode::NOT_FOUND, "\"io\""));
+}
+
+TEST_F(KServeTest, CudaRegisterOnTheCpuBackendIsRefused) {
+  grpc::ClientContext context;
+  SetDeadline(&context);
+  inference::CudaSharedMemoryRegisterRequest request;
+  request.set_name("gpu");
+  request.set_raw_handle(std::string(64, 'h'));
+  request.set_byte_size(1024);
+  inference::CudaSharedMemoryRegisterResponse response;
+  EXPECT_TRUE(GrpcStatusIs(kserve_->CudaSharedMemoryRegister(&context, request, &response),
+                           StatusCode::FAILED_PRECONDITION, "backend is cpu"));
+}
+
+// ---- --model_repository ---------------------------------------------------------
+
+std::string WriteRepository(const std::string& settings, const char* fixture) {
+  const std::filesystem::path dir = std::filesystem::path(::testing::TempDir()) /
+                                    absl::StrCat("kserve-repo-", getpid(), "-", std::rand());
+  std::filesystem::create_directories(dir / "llama");
+  std::filesystem::copy_file(std::filesystem::path(ROPE_HF_CONFIGS_DIR) / fixture,
+                             dir / "llama" / "config.json");
+  std::ofstream(dir / "llama" / "ropeserve.json") << settings;
+  return dir.string();
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+TEST_F(KServeTest, RepositoryModelGivesTheRotateOfItsConfigJson) {
+  ServerOptions options = DefaultOptions();
+  options.model_repository =
+      WriteRepository(R"({"operation": "rotate", "max_len": 4096, "datatype": "BF16"})",
+                      "Llama-3.1-8B-Instruct.json");
+  StartWith(options);
+  v1::RotateRequest rotate;
+  rotate.mutable_config()->set_hf_config_json(
+      ReadFile(std::string(ROPE_HF_CONFIGS_DIR) + "/Llama-3.1-8B-Instruct.json"));
+  rotate.mutable_config()->set_max_len(4096);
+  rotate.mutable_config()->set_layout(v1::HALF);
+  *rotate.mutable_q() = RandomTensor(DType::kBFloat16, {1, 3, 4, 128}, 41);
+  rotate.set_start_pos(2000);
+  ModelInferRequest request;
+  request.set_model_name("llama");
+  (*request.mutable_parameters())["start_pos"].set_int64_param(2000);
+  AddInput("q", rotate.q(), &request);
+  ModelInferResponse response;
+  ASSERT_TRUE(GrpcStatusIs(Infer(request, &response), StatusCode::OK, ""));
+  EXPECT_TRUE(OutputBytes(response, "q_out") == Rotate(rotate).q().data());
+
+  grpc::ClientContext context;
+  SetDeadline(&context);
+  inference::ModelMetadataRequest metadata_request;
+  metadata_request.set_name("llama");
+  inference::ModelMetadataResponse metadata;
+  ASSERT_TRUE(GrpcStatusIs(kserve_->ModelMetadata(&context, metadata_request, &metadata),
+                           StatusCode::OK, ""));
+  EXPECT_EQ(metadata.inputs(0).datatype(), "BF16");
+  EXPECT_EQ(metadata.inputs(0).shape(3), 128);
+
+  (*request.mutable_parameters())["theta"].set_double_param(10000);
+  EXPECT_TRUE(GrpcStatusIs(Infer(request, &response), StatusCode::INVALID_ARGUMENT,
+                           "parameter 'theta' configures the built-in models"));
+}
+
+TEST_F(KServeTest, RepositoryThatDoesNotLoadStopsTheStart) {
+  struct Bad {
+    std::string settings;
+    std::string message;
+  };
+  for (const Bad& bad :
+       {Bad{R"({"operation": "spin"})", "\"operation\" is \"spin\""},
+        Bad{R"({"operation": "rotate", "colour": 1})", "\"colour\" is not a setting"},
+        Bad{R"({"operation": "rotate", "max_len": 4096, "layer_type": "nope"})", "nope"},
+        Bad{R"({"operation": "rotate", "max_len": 4294967295})", "max_len"},
+        Bad{"not json", "not a JSON object"}}) {
+    ServerOptions options = DefaultOptions();
+    options.model_repository = WriteRepository(bad.settings, "Llama-3.1-8B-Instruct.json");
+    absl::StatusOr<std::unique_ptr<RopeServer>> server =
+        RopeServer::Start(std::make_unique<Engine>(*NewCpuBackend(1), EngineLimits()), options);
+    ASSERT_FALSE(server.ok()) << bad.settings;
+    EXPECT_EQ(server.status().code(), absl::StatusCode::kInvalidArgument) << server.status();
+    EXPECT_NE(server.status().message().find(bad.message), std::string::npos) << server.status();
+  }
+}
+
+}  // namespace
+}  // namespace test
+}  // namespace rope
