@@ -9,19 +9,17 @@
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
-#include <random>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/str_format.h"
+#include "bench/closed_loop.h"
 #include "inference/grpc_service.grpc.pb.h"
 #include "rope/v1/rope.grpc.pb.h"
 
@@ -41,24 +39,16 @@ ABSL_FLAG(std::string, only, "",
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using rope_bench::ClosedLoopRun;
+using rope_bench::Percentile;
+using rope_bench::RandomFloats;
+using rope_bench::RunClosedLoop;
 
 struct Shape {
   const char* label;
   int64_t batch, seq, q_heads, k_heads, head_dim;
   int64_t max_calls;
 };
-
-std::string RandomFloats(int64_t count, uint64_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  std::string bytes(count * 4, '\0');
-  for (int64_t i = 0; i < count; ++i) {
-    const float v = u(rng);
-    std::memcpy(&bytes[i * 4], &v, 4);
-  }
-  return bytes;
-}
 
 rope::v1::RotateRequest MakeRotate(const Shape& s) {
   rope::v1::RotateRequest r;
@@ -93,11 +83,7 @@ inference::ModelInferRequest MakeInfer(const rope::v1::RotateRequest& rotate) {
   return r;
 }
 
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
+double Median(const std::vector<double>& v) { return Percentile(v, 0.5); }
 
 struct Sample {
   double p50_us = 0;
@@ -114,28 +100,11 @@ Sample Measure(int concurrency, int64_t max_calls, Call call) {
   if (fixed_calls == 0) {
     for (int i = 0; i < 2; ++i) call();  // warm-up
   }
-  std::atomic<int64_t> issued{0}, errors{0};
-  std::vector<std::vector<double>> lat(concurrency);
-  const auto start = Clock::now();
-  const auto deadline = start + std::chrono::duration<double>(cap);
-  std::vector<std::thread> threads;
-  for (int t = 0; t < concurrency; ++t) {
-    threads.emplace_back([&, t] {
-      while (issued.fetch_add(1) < max_calls && Clock::now() < deadline) {
-        const auto t0 = Clock::now();
-        if (!call()) errors.fetch_add(1);
-        lat[t].push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
-      }
-    });
-  }
-  for (auto& th : threads) th.join();
-  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-  std::vector<double> all;
-  for (auto& v : lat) all.insert(all.end(), v.begin(), v.end());
+  const ClosedLoopRun run = RunClosedLoop(concurrency, max_calls, cap, call);
   Sample s;
-  s.p50_us = Median(all);
-  s.calls_per_s = static_cast<double>(all.size()) / seconds;
-  s.errors = errors.load();
+  s.p50_us = Median(run.latencies_us);
+  s.calls_per_s = static_cast<double>(run.latencies_us.size()) / run.seconds;
+  s.errors = run.errors;
   return s;
 }
 

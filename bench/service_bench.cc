@@ -6,14 +6,11 @@
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <cstdio>
 #include <fstream>
-#include <random>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -21,6 +18,7 @@
 #include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "bench/closed_loop.h"
 #include "rope/bench/v1/echo.grpc.pb.h"
 #include "rope/v1/rope.grpc.pb.h"
 
@@ -37,7 +35,10 @@ ABSL_FLAG(bool, sequential, true,
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using rope_bench::ClosedLoopRun;
+using rope_bench::Percentile;
+using rope_bench::RandomFloats;
+using rope_bench::RunClosedLoop;
 
 struct CaseResult {
   std::string name;
@@ -50,17 +51,6 @@ struct CaseResult {
   double calls_per_s() const { return calls / seconds; }
   double mb_per_s() const { return calls * static_cast<double>(payload_bytes) / seconds / 1e6; }
 };
-
-std::string RandomFloats(int64_t count, uint64_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  std::string bytes(count * 4, '\0');
-  for (int64_t i = 0; i < count; ++i) {
-    const float v = u(rng);
-    std::memcpy(&bytes[i * 4], &v, 4);
-  }
-  return bytes;
-}
 
 rope::v1::RotateRequest MakeRotate(int64_t seq) {
   rope::v1::RotateRequest r;
@@ -83,46 +73,23 @@ rope::bench::v1::EchoRequest MakeEcho(const rope::v1::RotateRequest& rotate) {
   return e;
 }
 
-double Percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t i = std::min(v.size() - 1, static_cast<size_t>(p * (v.size() - 1) + 0.5));
-  return v[i];
-}
-
 // Runs `call` from `concurrency` threads until `max_calls` or the time cap.
 template <typename Call>
 CaseResult Measure(const std::string& name, int64_t payload, int concurrency, int64_t max_calls,
                    Call call) {
-  const double cap = absl::GetFlag(FLAGS_seconds_per_case);
   // Warm-up (not measured): connections, table cache, allocator.
   for (int i = 0; i < 2; ++i) call();
-  std::atomic<int64_t> issued{0}, errors{0};
-  std::vector<std::vector<double>> lat(concurrency);
-  const auto start = Clock::now();
-  const auto deadline = start + std::chrono::duration<double>(cap);
-  std::vector<std::thread> threads;
-  for (int t = 0; t < concurrency; ++t) {
-    threads.emplace_back([&, t] {
-      while (issued.fetch_add(1) < max_calls && Clock::now() < deadline) {
-        const auto t0 = Clock::now();
-        if (!call()) errors.fetch_add(1);
-        lat[t].push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
-      }
-    });
-  }
-  for (auto& th : threads) th.join();
+  const ClosedLoopRun run =
+      RunClosedLoop(concurrency, max_calls, absl::GetFlag(FLAGS_seconds_per_case), call);
   CaseResult r;
   r.name = name;
   r.payload_bytes = payload;
   r.concurrency = concurrency;
-  r.seconds = std::chrono::duration<double>(Clock::now() - start).count();
-  std::vector<double> all;
-  for (auto& v : lat) all.insert(all.end(), v.begin(), v.end());
-  r.calls = static_cast<int64_t>(all.size());
-  r.p50_us = Percentile(all, 0.50);
-  r.p99_us = Percentile(all, 0.99);
-  r.errors = errors.load();
+  r.seconds = run.seconds;
+  r.calls = static_cast<int64_t>(run.latencies_us.size());
+  r.p50_us = Percentile(run.latencies_us, 0.50);
+  r.p99_us = Percentile(run.latencies_us, 0.99);
+  r.errors = run.errors;
   return r;
 }
 

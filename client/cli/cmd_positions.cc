@@ -24,6 +24,17 @@ constexpr int kShownValues = 64;
 
 absl::Status ValidateInts(absl::string_view text) { return ParseInt64List(text).status(); }
 
+// --rope_index_layout's words and their wire values.
+absl::StatusOr<v1::RopeIndexLayout> LayoutOf(absl::string_view text) {
+  if (text == "default") return v1::ROPE_INDEX_LAYOUT_DEFAULT;
+  if (text == "transformers_4") return v1::ROPE_INDEX_LAYOUT_TRANSFORMERS_4;
+  if (text == "transformers_5") return v1::ROPE_INDEX_LAYOUT_TRANSFORMERS_5;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "'", text, "' is not a layout: default, transformers_4 or transformers_5"));
+}
+
+absl::Status ValidateLayout(absl::string_view text) { return LayoutOf(text).status(); }
+
 void AddPositionsFlags(FlagSet* flags) {
   AddConnectionFlags(flags);
   flags->BeginGroup("Qwen2-VL / Qwen2.5-VL / Qwen3-VL token sequences");
@@ -47,6 +58,10 @@ void AddPositionsFlags(FlagSet* flags) {
              ValidateInts);
   flags->Add("cache_position", FlagSet::Kind::kInt, "0",
              "Decode: tokens already in the cache (the first new token's index).");
+  flags->Add("rope_index_layout", FlagSet::Kind::kString, "default",
+             "Which transformers release's get_rope_index: default (= transformers_4, the 4.5x "
+             "form), transformers_4 or transformers_5.",
+             ValidateLayout);
   flags->BeginGroup("Axial grids");
   flags->Add("grid", FlagSet::Kind::kString, "",
              "Grids of tokens instead: joined by ';', each SIZE[/start=..][/step=..][/rope_axis=..], "
@@ -93,6 +108,8 @@ absl::Status RunPositions(const FlagSet& flags, std::ostream& out) {
   }
   request.set_batch(flags.Int("batch"));
   request.set_cache_position(flags.Int("cache_position"));
+  ROPE_ASSIGN_OR_RETURN(const v1::RopeIndexLayout layout, LayoutOf(flags.String("rope_index_layout")));
+  request.set_rope_index_layout(layout);
 
   ROPE_ASSIGN_OR_RETURN(std::unique_ptr<RopeClient> client, ClientFromFlags(flags));
   const absl::Time start = absl::Now();

@@ -14,6 +14,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "core/engine/attention_float32_copies.h"
 #include "core/engine/hf_config.h"
 #include "core/engine/request_rows.h"
 #include "core/engine/rope_math.h"
@@ -620,6 +621,7 @@ absl::Status Engine::AttentionScores(const AttentionParams& params, AttentionOut
   }
   std::shared_ptr<const RopeTable> table;
   std::vector<int64_t> q_rows, k_rows;  // explicit row lists of a per-request table
+  AttentionFloat32Copies rotated;       // a masked call over fractional positions
   std::string scaled_q;  // a NoPE layer's tuned queries
   if (config.no_rope.enabled) {
     args.rotary_dim = 0;
@@ -668,6 +670,8 @@ absl::Status Engine::AttentionScores(const AttentionParams& params, AttentionOut
     const int64_t q_count = rows_of(resolved.q_fractional, args.q_seq);
     const int64_t k_count = rows_of(resolved.k_fractional, args.k_seq);
     const int64_t rows = q_count + k_count;
+    // The tokens' sequence indices (start + s), which the masks compare.
+    const math::PositionSpec q_index = args.q_positions, k_index = args.k_positions;
     double max = 0;
     try {
       std::vector<double> values(axes * rows);
@@ -689,6 +693,12 @@ absl::Status Engine::AttentionScores(const AttentionParams& params, AttentionOut
       args.k_positions = TokenRows(k_count, args.k_seq, q_count, &k_rows);
     } catch (const std::bad_alloc&) {
       return OutOfMemory("fractional-position", rows);
+    }
+    // Every rule that compares tokens' places (masks, ALiBi) must see the
+    // sequence indices, not the table rows.
+    if (args.mask.Any() || args.alibi_slopes != nullptr) {
+      ROPE_RETURN_IF_ERROR(
+          RotateIntoFloat32Copies(*backend_, *table, q_index, k_index, &args, &rotated));
     }
   } else if (config.axial.enabled()) {
     // Every axis at the start positions: the axes' rows joined, indexed by

@@ -102,7 +102,10 @@ struct AttentionParams {
   int64_t k_start_pos = 0;
   // Instead of q_start_pos (k_start_pos): Sq or B*Sq values (times the
   // config's position axes, [axis][b][s], as RotateParams::positions), not
-  // necessarily integers; not with `causal`.
+  // necessarily integers. Beside them q_start_pos (k_start_pos) only gives
+  // the tokens' sequence indices for `causal`, which masks by sequence
+  // index (key j hidden when k_start_pos + j > q_start_pos + i); without
+  // causal a start position beside them is refused.
   std::vector<double> q_fractional_positions;
   std::vector<double> k_fractional_positions;
   bool causal = false;

@@ -55,6 +55,11 @@ struct PositionsRequest {
   // tokens of each row (input_ids gives B * S; their values are unused).
   std::vector<int64_t> rope_deltas;
   int64_t cache_position = 0;
+  // Which transformers release's get_rope_index the Qwen forms follow
+  // (rope.proto's RopeIndexLayout, same values, says how the two differ);
+  // kDefault is kTransformers4. Any other value is refused.
+  enum class Layout : int32_t { kDefault = 0, kTransformers4 = 1, kTransformers5 = 2 };
+  Layout layout = Layout::kDefault;
   // Axial: the grids, in sequence order (instead of everything above).
   std::vector<PositionGrid> grids;
 };

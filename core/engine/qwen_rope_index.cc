@@ -231,6 +231,85 @@ class RowBuilder {
     return out;
   }
 
+  // transformers 5.x: the row's runs of equal token type (text, image
+  // token, video token), each image or video run one grid; the text after
+  // a block starts at the block's start + max(h, w) / m.
+  absl::StatusOr<RowPositions> BuildTransformers5(const std::vector<int64_t>& ids, int64_t row) {
+    const int64_t n = static_cast<int64_t>(ids.size());
+    if (n == 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "attention_mask row ", row, " masks every token: transformers 5's get_rope_index "
+          "has no positions to join for a row without unmasked tokens"));
+    }
+    RowPositions out;
+    for (auto& a : out.axis) a.reserve(n);
+    int64_t current = 0;
+    for (int64_t i = 0; i < n;) {
+      const int type = TypeOf(ids[i]);
+      int64_t j = i;
+      while (j < n && TypeOf(ids[j]) == type) ++j;
+      const int64_t run = j - i;
+      if (type == 0) {
+        AppendText(run, current, &out);
+        current += run;
+        i = j;
+        continue;
+      }
+      const bool is_video = type == 2;
+      const std::vector<Grid>& grids = is_video ? videos_ : images_;
+      int64_t& next = is_video ? next_video_ : next_image_;
+      if (next >= static_cast<int64_t>(grids.size())) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "input_ids has more ", is_video ? "videos than video_grid_thw's " : "images than "
+            "image_grid_thw's ", grids.size(), " grids (row ", row, ", token ", i, ")"));
+      }
+      const Grid grid = grids[next];
+      double interval = 1.0;
+      if (is_video && tokens_.family == QwenFamily::kQwen25Vl) {
+        interval = tokens_.tokens_per_second * (seconds_.empty() ? 1.0 : seconds_[next]);
+      }
+      ++next;
+      const int64_t gt = grid.t, gh = grid.h / tokens_.spatial_merge_size,
+                    gw = grid.w / tokens_.spatial_merge_size;
+      const char* field = is_video ? "video_grid_thw" : "image_grid_thw";
+      if (gh < 1 || gw < 1) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            field, " (", grid.t, ", ", grid.h, ", ", grid.w, ") has fewer than spatial_merge_size ",
+            tokens_.spatial_merge_size, " patches in h or w"));
+      }
+      if (gt > run || gh > run || gw > run || gt * gh > run || gt * gh * gw != run) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "input_ids row ", row, ": the run of ", run, " ", is_video ? "video" : "image",
+            " tokens at token ", i, " does not match its grid (", grid.t, ", ", grid.h, ", ",
+            grid.w, "), ", gt, " x ", gh, " x ", gw, " tokens"));
+      }
+      for (int64_t k = 0; k < gt; ++k) {
+        const double time = static_cast<double>(k) * interval;
+        if (!(time < 9007199254740992.0)) {  // 2^53
+          return absl::InvalidArgumentError(absl::StrCat(
+              "video ", next - 1, "'s frame ", k, " has time index ", time,
+              " (vision_config.tokens_per_second ", tokens_.tokens_per_second,
+              " * second_per_grid_ts ", interval / tokens_.tokens_per_second, "): past 2^53"));
+        }
+        const int64_t t_position = current + static_cast<int64_t>(time);
+        for (int64_t h = 0; h < gh; ++h) {
+          for (int64_t w = 0; w < gw; ++w) {
+            out.axis[0].push_back(t_position);
+            out.axis[1].push_back(current + h);
+            out.axis[2].push_back(current + w);
+          }
+        }
+      }
+      current += std::max(gh, gw);
+      i = j;
+    }
+    out.max = 0;
+    for (const auto& a : out.axis) {
+      for (int64_t p : a) out.max = std::max(out.max, p);
+    }
+    return out;
+  }
+
   int64_t images_used() const { return next_image_; }
   int64_t videos_used() const { return next_video_; }
 
@@ -248,6 +327,13 @@ class RowBuilder {
     return absl::InvalidArgumentError(absl::StrCat(
         "input_ids row ", row, ": no ", name, " ", token, " at or after token ", st,
         " where the vision_start tokens announce one"));
+  }
+
+  // The processor's mm_token_type_ids: 1 image token, 2 video token, 0 text.
+  int TypeOf(int64_t id) const {
+    if (id == tokens_.image_token_id) return 1;
+    if (id == tokens_.video_token_id) return 2;
+    return 0;
   }
 
   static void AppendText(int64_t text_len, int64_t st_idx, RowPositions* out) {
@@ -365,6 +451,14 @@ absl::StatusOr<BuiltPositions> QwenRopeIndex(const PositionsRequest& request, in
       }
     }
   }
+  const auto layout = static_cast<int32_t>(request.layout);
+  if (layout < 0 || layout > 2) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rope_index_layout is ", layout,
+        ": must be 0 (ROPE_INDEX_LAYOUT_DEFAULT), 1 (ROPE_INDEX_LAYOUT_TRANSFORMERS_4) or 2 "
+        "(ROPE_INDEX_LAYOUT_TRANSFORMERS_5)"));
+  }
+  const bool transformers5 = request.layout == PositionsRequest::Layout::kTransformers5;
   ROPE_ASSIGN_OR_RETURN(const QwenTokens tokens, ReadQwenTokens(request.hf_config_json, interrupt));
   if (!request.rope_deltas.empty()) return DecodePositions(request, batch, seq);
 
@@ -402,7 +496,8 @@ absl::StatusOr<BuiltPositions> QwenRopeIndex(const PositionsRequest& request, in
   BuiltPositions out;
   out.axes = kAxes;
   out.rows = total;
-  out.positions.assign(kAxes * total, 1);  // masked-out tokens: 1, as transformers fills them
+  // Masked-out tokens: 1 as transformers 4 fills them, 0 as 5 does.
+  out.positions.assign(kAxes * total, transformers5 ? 0 : 1);
   out.rope_deltas.resize(batch);
   const bool text_only = images.empty() && videos.empty();
   RowBuilder builder(tokens, images, videos, request.second_per_grid_ts);
@@ -412,29 +507,33 @@ absl::StatusOr<BuiltPositions> QwenRopeIndex(const PositionsRequest& request, in
       return request.attention_mask.empty() || request.attention_mask[b * seq + s] == 1;
     };
     if (text_only) {
-      // cumsum(mask) - 1 over kept tokens, 1 elsewhere; 0 .. S-1 unmasked.
+      // cumsum(mask) - 1 over kept tokens, 1 (transformers 5: 0) elsewhere;
+      // 0 .. S-1 unmasked. Transformers 5's deltas are then 0.
       int64_t count = 0, max = 0;
       for (int64_t s = 0; s < seq; ++s) {
-        int64_t p = 1;
+        int64_t p = transformers5 ? 0 : 1;
         if (kept(s)) p = count++;
         for (int a = 0; a < kAxes; ++a) out.positions[a * total + b * seq + s] = p;
         max = std::max(max, p);
       }
-      out.rope_deltas[b] = request.attention_mask.empty() ? 0 : max + 1 - seq;
+      out.rope_deltas[b] = request.attention_mask.empty() || transformers5 ? 0 : max + 1 - seq;
       continue;
     }
     ids.clear();
     for (int64_t s = 0; s < seq; ++s) {
       if (kept(s)) ids.push_back(request.input_ids[b * seq + s]);
     }
-    ROPE_ASSIGN_OR_RETURN(const RowPositions row, builder.Build(ids, b));
+    ROPE_ASSIGN_OR_RETURN(const RowPositions row, transformers5
+                                                      ? builder.BuildTransformers5(ids, b)
+                                                      : builder.Build(ids, b));
     int64_t k = 0;
     for (int64_t s = 0; s < seq; ++s) {
       if (!kept(s)) continue;
       for (int a = 0; a < kAxes; ++a) out.positions[a * total + b * seq + s] = row.axis[a][k];
       ++k;
     }
-    out.rope_deltas[b] = row.max + 1 - seq;
+    // Transformers 5 subtracts the row's unmasked tokens, 4 the row's length.
+    out.rope_deltas[b] = row.max + 1 - (transformers5 ? static_cast<int64_t>(ids.size()) : seq);
   }
   return out;
 }

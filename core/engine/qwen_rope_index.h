@@ -18,6 +18,20 @@
 //   Without grids: positions count the mask's ones from 0 (cumsum - 1,
 //   masked-out tokens 1), or 0 .. S-1 without a mask.
 //
+// With request.layout kTransformers5, transformers 5.x's get_rope_index
+// (which reads the processor's mm_token_type_ids; here derived from
+// input_ids as the processor derives them: image_token_id 1,
+// video_token_id 2, else 0):
+//
+//   each run of image (video) tokens is one grid and must have its
+//   t * h' * w' tokens; its positions are (int64(k * interval), h_index,
+//   w_index) + current, interval tokens_per_second * second_per_grid_t
+//   for Qwen2.5-VL's videos and 1 otherwise; current (from 0) moves on by
+//   a text run's length, and by max(h', w') after a vision run whatever its
+//   temporal positions; masked-out tokens get 0, and rope_delta = largest
+//   position + 1 - the row's unmasked tokens. Without grids: cumsum - 1
+//   (masked-out tokens 0), rope_delta 0.
+//
 // Grids are consumed in order across batch rows, as transformers does.
 #ifndef ROPE_ENGINE_QWEN_ROPE_INDEX_H_
 #define ROPE_ENGINE_QWEN_ROPE_INDEX_H_

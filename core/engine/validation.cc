@@ -680,17 +680,8 @@ absl::StatusOr<ResolvedAttention> ResolveAttention(const AttentionParams& params
         ") must lie within Sq = ", q.seq, " (0: to the last query)"));
   }
 
-  // Positions.
-  int64_t q_max = 0, k_max = 0;
-  ROPE_RETURN_IF_ERROR(ResolveAttentionPositions("q_start_pos", params.q_start_pos,
-                                                 "q_positions", params.q_positions, "q",
-                                                 params.q.shape, q, config.max_len,
-                                                 &a.q_positions, &q_max));
-  ROPE_RETURN_IF_ERROR(ResolveAttentionPositions("k_start_pos", params.k_start_pos,
-                                                 "k_positions", params.k_positions, "k",
-                                                 params.k.shape, k, config.max_len,
-                                                 &a.k_positions, &k_max));
-  r.max_position = std::max(q_max, k_max);
+  // Positions. Fractional positions first: beside them a start position is
+  // only the tokens' sequence index.
   ROPE_ASSIGN_OR_RETURN(r.q_fractional,
                         ResolveFractionalPositions(params.q_fractional_positions,
                                                    "q_fractional_positions", config, q.batch,
@@ -699,40 +690,74 @@ absl::StatusOr<ResolvedAttention> ResolveAttention(const AttentionParams& params
                         ResolveFractionalPositions(params.k_fractional_positions,
                                                    "k_fractional_positions", config, k.batch,
                                                    k.seq, params.k.shape, "k"));
-  for (const auto& [fractional, field, start, list_field, list] :
-       {std::tuple<const FractionalPositions&, const char*, int64_t, const char*,
-                   const std::vector<int64_t>&>{r.q_fractional, "q_fractional_positions",
-                                                params.q_start_pos, "q_positions",
-                                                params.q_positions},
-        std::tuple<const FractionalPositions&, const char*, int64_t, const char*,
-                   const std::vector<int64_t>&>{r.k_fractional, "k_fractional_positions",
-                                                params.k_start_pos, "k_positions",
-                                                params.k_positions}}) {
-    if (fractional.values == nullptr) continue;
-    if (start != 0) {
-      return absl::InvalidArgumentError(absl::StrCat(field, " and its start position (",
-                                                     start, ") are both set: give one of them"));
+  // The rules that compare tokens' places: beside fractional positions they
+  // compare sequence indices (start + s), as every reference model masks.
+  const bool compares_places = params.causal || params.window_left.has_value() ||
+                               params.window_right.has_value() || params.chunk_size != 0 ||
+                               !params.alibi_slopes.empty();
+  struct TensorPositions {
+    const FractionalPositions& fractional;
+    const char* fractional_field;
+    const char* start_field;
+    int64_t start;
+    const char* list_field;
+    const std::vector<int64_t>& list;
+    const char* tensor;
+    const std::vector<int64_t>& shape;
+    const Dims4& dims;
+    math::PositionSpec* spec;
+    int64_t max = 0;
+  };
+  TensorPositions tensors[] = {
+      {r.q_fractional, "q_fractional_positions", "q_start_pos", params.q_start_pos,
+       "q_positions", params.q_positions, "q", params.q.shape, q, &a.q_positions},
+      {r.k_fractional, "k_fractional_positions", "k_start_pos", params.k_start_pos,
+       "k_positions", params.k_positions, "k", params.k.shape, k, &a.k_positions}};
+  for (TensorPositions& t : tensors) {
+    if (t.fractional.values == nullptr) {
+      ROPE_RETURN_IF_ERROR(ResolveAttentionPositions(t.start_field, t.start, t.list_field, t.list,
+                                                     t.tensor, t.shape, t.dims, config.max_len,
+                                                     t.spec, &t.max));
+      continue;
     }
-    if (!list.empty()) {
-      return absl::InvalidArgumentError(absl::StrCat(field, " and ", list_field, " (",
-                                                     list.size(),
+    if (!t.list.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(t.fractional_field, " and ", t.list_field,
+                                                     " (", t.list.size(),
                                                      " values) are both set: give one of them"));
     }
-  }
-  if (r.q_fractional.values != nullptr || r.k_fractional.values != nullptr) {
-    // Fractional positions are rows of a per-request table, not integers the
-    // masks could compare.
-    const char* mask = params.causal                      ? "causal"
-                       : params.window_left.has_value()   ? "window_left"
-                       : params.window_right.has_value()  ? "window_right"
-                       : params.chunk_size != 0           ? "chunk_size"
-                       : !params.alibi_slopes.empty()     ? "alibi_slopes"
-                                                          : nullptr;
-    if (mask != nullptr) {
+    // A sequence index, not a position: < 2^31, not bounded by max_len.
+    if (t.start < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(t.start_field, " is ", t.start, ": must be >= 0"));
+    }
+    if (t.start > (int64_t{1} << 31) - t.dims.seq) {
+      return absl::OutOfRangeError(absl::StrCat(
+          t.start_field, " is ", t.start, " with sequence length ", t.dims.seq,
+          ": beside fractional positions it gives sequence indices ", t.start_field,
+          " + s, which must be < 2^31"));
+    }
+    if (t.start != 0 && !compares_places) {
       return absl::InvalidArgumentError(absl::StrCat(
-          mask, " is set with q_fractional_positions / k_fractional_positions: masks and ALiBi "
-          "compare integer positions (q_start_pos + i or q_positions, likewise for k); send ",
-          mask, " unset"));
+          t.fractional_field, " and its start position (", t.start,
+          ") are both set without causal (nor a window, chunk_size or alibi_slopes): the start "
+          "position would do nothing (with a mask it gives the tokens' sequence indices); give "
+          "one of them"));
+    }
+    t.spec->start_pos = t.start;
+    t.spec->seq = t.dims.seq;
+  }
+  r.max_position = std::max(tensors[0].max, tensors[1].max);
+  // One tensor's fractional positions make rows of a per-request table for
+  // both; an explicit list for the other would mix positions and indices.
+  for (int i = 0; i < 2; ++i) {
+    const TensorPositions& fractional = tensors[i];
+    const TensorPositions& other = tensors[1 - i];
+    if (fractional.fractional.values != nullptr && other.fractional.values == nullptr &&
+        !other.list.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          other.list_field, " (", other.list.size(), " values) is set with ",
+          fractional.fractional_field, ": give ", other.tensor, " start positions or ",
+          other.fractional_field));
     }
   }
   if (config.axial.enabled() && (!params.q_positions.empty() || !params.k_positions.empty())) {

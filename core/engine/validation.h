@@ -77,7 +77,8 @@ struct ResolvedAttention {
 // `config` is the explicit form of params.config. Start positions (and
 // explicit q_positions / k_positions) put every M-RoPE axis at the token's
 // one position, which is plain RoPE; axial configs take start positions or
-// fractional ones. Fractional positions take no mask nor ALiBi. The result
+// fractional ones. Beside fractional positions, masks and ALiBi compare
+// sequence indices (start + s). The result
 // points into `params` (tensors, positions, sinks, slopes), which must
 // outlive it.
 absl::StatusOr<ResolvedAttention> ResolveAttention(const AttentionParams& params,

@@ -28,6 +28,8 @@ PositionsRequest PositionsRequestFromProto(const v1::BuildPositionsRequest& requ
   out.batch = request.batch();
   out.rope_deltas.assign(request.rope_deltas().begin(), request.rope_deltas().end());
   out.cache_position = request.cache_position();
+  // Same numbering; the engine refuses values outside it.
+  out.layout = static_cast<PositionsRequest::Layout>(request.rope_index_layout());
   for (const v1::PositionGrid& grid : request.grids()) {
     PositionGrid g;
     g.size.assign(grid.size().begin(), grid.size().end());

@@ -458,6 +458,15 @@ CallEstimate EstimateAttentionScores(const AttentionScoresRequest& request,
                     sizeof(float));
   // A NoPE layer with temperature tuning (config.no_rope, or a layer
   // hf_layer_index picks) scales a copy of q in its own dtype.
+  // A causal call over fractional positions rotates float32 copies of q
+  // and k and copies v to float32 first (attention_float32_copies.h).
+  if (request.causal() &&
+      (request.q_fractional_positions_size() > 0 || request.k_fractional_positions_size() > 0)) {
+    const int64_t copies = SaturatingAdd(
+        SaturatingAdd(EstimatedElements(request.q()), EstimatedElements(request.k())),
+        request.has_v() ? EstimatedElements(request.v()) : 0);
+    working = SaturatingAdd(working, SaturatingMul(copies, sizeof(float)));
+  }
   if (request.config().has_no_rope() || request.config().has_hf_layer_index()) {
     const int64_t element = request.q().dtype() == v1::FLOAT32 ? 4 : 2;
     working = SaturatingAdd(working, SaturatingMul(EstimatedElements(request.q()), element));

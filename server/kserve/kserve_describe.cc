@@ -102,7 +102,8 @@ void ConfigureModel(const Model& model, inference::ModelInstanceGroup::Kind inst
   if (model.builtin) {
     AddParameter("config",
                  "request parameters (theta, head_dim, rotary_dim, max_len, layout, "
-                 "rope_scaling, or hf_config_json)",
+                 "rope_scaling, rotary_offset, no_rope, or hf_config_json with "
+                 "hf_layer_type / hf_layer_index)",
                  out);
     return;
   }
@@ -111,6 +112,10 @@ void ConfigureModel(const Model& model, inference::ModelInstanceGroup::Kind inst
   AddParameter("max_len", absl::StrCat(model.config.max_len()), out);
   AddParameter("layout", model.config.layout() == v1::HALF ? "half" : "interleaved", out);
   if (!model.layer_type.empty()) AddParameter("hf_layer_type", model.layer_type, out);
+  if (model.layer_index.has_value()) {
+    AddParameter("hf_layer_index", absl::StrCat(*model.layer_index), out);
+  }
+  if (model.config.has_no_rope()) AddParameter("no_rope", "true", out);
   // The explicit configuration the config.json resolved to.
   AddParameter("theta", absl::StrFormat("%.17g", model.config.theta()), out);
   AddParameter("rotary_dim", absl::StrCat(model.config.rotary_dim()), out);

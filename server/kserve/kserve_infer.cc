@@ -6,6 +6,7 @@
 #include <optional>
 #include <utility>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -51,8 +52,11 @@ struct Names {
 };
 
 const Names& NamesOf(ModelOperation operation) {
-  static const Names* rotate =
-      new Names{{"q", "k", "positions"}, 1, {"q_out", "k_out"}, {"start_pos", "inverse"}};
+  static const Names* rotate = new Names{{"q", "k", "positions"},
+                                         1,
+                                         {"q_out", "k_out"},
+                                         {"start_pos", "inverse", "output_dtype", "output_scale",
+                                          "k_output_scale"}};
   static const Names* attention =
       new Names{{"q", "k", "v"},
                 2,
@@ -63,8 +67,11 @@ const Names& NamesOf(ModelOperation operation) {
 
 const std::vector<std::string>& ConfigParameters() {
   static const std::vector<std::string>* names =
-      new std::vector<std::string>{"theta",  "head_dim",     "rotary_dim",     "max_len",
-                                   "layout", "rope_scaling", "hf_config_json", "hf_layer_type"};
+      new std::vector<std::string>{"theta",          "head_dim",       "rotary_dim",
+                                   "max_len",        "layout",         "rope_scaling",
+                                   "hf_config_json", "hf_layer_type",  "hf_layer_index",
+                                   "rotary_offset",  "no_rope",        "floor_scale",
+                                   "attn_scale"};
   return *names;
 }
 
@@ -375,6 +382,41 @@ absl::StatusOr<uint32_t> Uint32Parameter(const ParameterMap& parameters, const s
   return static_cast<uint32_t>(*value);
 }
 
+// The serving engines' variants among a built-in model's parameters, into
+// `config`'s fields of the same names: rotary_offset (MLA heads rotating
+// their last features), hf_layer_index (a decoder layer of hf_config_json),
+// and an explicit NoPE layer (no_rope true, with Llama 4's temperature
+// tuning floor_scale and attn_scale). The engine validates the values as it
+// does rope.v1's.
+absl::Status VariantParametersInto(const ParameterMap& parameters, v1::RopeConfig* config) {
+  ROPE_ASSIGN_OR_RETURN(uint32_t rotary_offset,
+                        Uint32Parameter(parameters, "rotary_offset", "parameter 'rotary_offset'"));
+  config->set_rotary_offset(rotary_offset);
+  if (parameters.contains("hf_layer_index")) {
+    ROPE_ASSIGN_OR_RETURN(
+        uint32_t layer, Uint32Parameter(parameters, "hf_layer_index", "parameter 'hf_layer_index'"));
+    config->set_hf_layer_index(layer);
+  }
+  ROPE_ASSIGN_OR_RETURN(std::optional<bool> no_rope,
+                        GetBool(parameters, "no_rope", "parameter 'no_rope'"));
+  ROPE_ASSIGN_OR_RETURN(std::optional<double> floor_scale,
+                        GetDouble(parameters, "floor_scale", "parameter 'floor_scale'"));
+  ROPE_ASSIGN_OR_RETURN(std::optional<double> attn_scale,
+                        GetDouble(parameters, "attn_scale", "parameter 'attn_scale'"));
+  if (!no_rope.value_or(false)) {
+    if (floor_scale.has_value() || attn_scale.has_value()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "parameter '", floor_scale.has_value() ? "floor_scale" : "attn_scale",
+          "' tunes a NoPE layer's attention temperature: it needs parameter 'no_rope' true"));
+    }
+    return absl::OkStatus();
+  }
+  v1::NoRope* nope = config->mutable_no_rope();
+  nope->set_floor_scale(floor_scale.value_or(0));
+  nope->set_attn_scale(attn_scale.value_or(0));
+  return absl::OkStatus();
+}
+
 // The rope.v1 config of a built-in model's request, from its parameters.
 absl::StatusOr<v1::RopeConfig> BuiltinConfig(const ParameterMap& parameters) {
   v1::RopeConfig config;
@@ -394,6 +436,7 @@ absl::StatusOr<v1::RopeConfig> BuiltinConfig(const ParameterMap& parameters) {
                         GetString(parameters, "hf_config_json", "parameter 'hf_config_json'"));
   ROPE_ASSIGN_OR_RETURN(std::optional<std::string> hf_layer_type,
                         GetString(parameters, "hf_layer_type", "parameter 'hf_layer_type'"));
+  ROPE_RETURN_IF_ERROR(VariantParametersInto(parameters, &config));
   config.set_theta(theta.value_or(0));
   config.set_head_dim(head_dim);
   config.set_rotary_dim(rotary_dim);
@@ -424,9 +467,24 @@ absl::StatusOr<v1::RopeConfig> BuiltinConfig(const ParameterMap& parameters) {
       return absl::Status(hf.status().code(),
                           absl::StrCat("parameter 'rope_scaling': ", hf.status().message()));
     }
+    // Applied to the request's head_dim as a config.json would be, so that
+    // what depends on the width (Ernie's h and w sections beside
+    // freq_allocation) is filled in; without a head_dim the request fails
+    // on it anyway, and the scaling alone is taken.
     RopeConfig scaled;
     scaled.scaling = hf->scaling;
     scaled.mrope = hf->mrope;
+    if (head_dim > 0) {
+      RopeConfig shape;
+      shape.head_dim = head_dim;
+      absl::StatusOr<RopeConfig> applied = ApplyHfRopeConfig(shape, *hf);
+      if (!applied.ok()) {
+        return absl::Status(applied.status().code(),
+                            absl::StrCat("parameter 'rope_scaling': ", applied.status().message()));
+      }
+      scaled.scaling = applied->scaling;
+      scaled.mrope = applied->mrope;
+    }
     const v1::RopeConfig proto = ConfigToProto(scaled);
     if (proto.scaling_case() != v1::RopeConfig::SCALING_NOT_SET) {
       // Copy only the oneof member (and mrope): the rest of `proto` is zero.
@@ -439,8 +497,37 @@ absl::StatusOr<v1::RopeConfig> BuiltinConfig(const ParameterMap& parameters) {
       config.MergeFrom(with_scaling);
     }
     if (proto.has_mrope()) *config.mutable_mrope() = proto.mrope();
+    config.set_mrope_ernie_3d(proto.mrope_ernie_3d());
   }
   return config;
+}
+
+// A rotate model's float8 outputs (rope.v1's output_dtype, output_scale,
+// k_output_scale): output_dtype names the float8 format as rope.v1 and torch
+// do ("FLOAT8_E4M3FN" or "FLOAT8_E5M2", any case); the scales are numbers.
+absl::Status OutputDtypeInto(const ParameterMap& parameters, v1::RotateRequest* rotate) {
+  ROPE_ASSIGN_OR_RETURN(std::optional<std::string> output_dtype,
+                        GetString(parameters, "output_dtype", "parameter 'output_dtype'"));
+  ROPE_ASSIGN_OR_RETURN(std::optional<double> output_scale,
+                        GetDouble(parameters, "output_scale", "parameter 'output_scale'"));
+  ROPE_ASSIGN_OR_RETURN(std::optional<double> k_output_scale,
+                        GetDouble(parameters, "k_output_scale", "parameter 'k_output_scale'"));
+  if (output_dtype.has_value()) {
+    const std::string upper = absl::AsciiStrToUpper(*output_dtype);
+    if (upper == "FLOAT8_E4M3FN") {
+      rotate->set_output_dtype(v1::FLOAT8_E4M3FN);
+    } else if (upper == "FLOAT8_E5M2") {
+      rotate->set_output_dtype(v1::FLOAT8_E5M2);
+    } else {
+      return absl::InvalidArgumentError(
+          absl::StrCat("parameter 'output_dtype' is \"", *output_dtype,
+                       "\": must be \"FLOAT8_E4M3FN\" or \"FLOAT8_E5M2\""));
+    }
+  }
+  // rope.v1 refuses a scale without a float8 output_dtype, naming its field.
+  rotate->set_output_scale(output_scale.value_or(0));
+  rotate->set_k_output_scale(k_output_scale.value_or(0));
+  return absl::OkStatus();
 }
 
 absl::Status OperationParametersInto(const ParameterMap& parameters, InferPlan* plan) {
@@ -451,7 +538,7 @@ absl::Status OperationParametersInto(const ParameterMap& parameters, InferPlan* 
                           GetBool(parameters, "inverse", "parameter 'inverse'"));
     plan->rotate.set_start_pos(start_pos.value_or(0));
     plan->rotate.set_inverse(inverse.value_or(false));
-    return absl::OkStatus();
+    return OutputDtypeInto(parameters, &plan->rotate);
   }
   v1::AttentionScoresRequest& attention = plan->attention;
   ROPE_ASSIGN_OR_RETURN(std::optional<int64_t> q_start_pos,
@@ -523,7 +610,15 @@ void AddOutput(const std::string& name, v1::Tensor* tensor,
                inference::ModelInferResponse* response) {
   OutputTensor* output = response->add_outputs();
   output->set_name(name);
-  output->set_datatype(std::string(DatatypeName(tensor->dtype())));
+  if (tensor->dtype() == v1::FLOAT8_E4M3FN || tensor->dtype() == v1::FLOAT8_E5M2) {
+    // KServe v2 has no float8 datatype: the codes travel as UINT8, one byte
+    // each, and the output's parameter output_dtype says which format.
+    output->set_datatype("UINT8");
+    (*output->mutable_parameters())["output_dtype"].set_string_param(
+        v1::DType_Name(tensor->dtype()));
+  } else {
+    output->set_datatype(std::string(DatatypeName(tensor->dtype())));
+  }
   output->mutable_shape()->Swap(tensor->mutable_shape());
   std::string* raw = response->add_raw_output_contents();
   if (tensor->has_shm()) {

@@ -13,8 +13,12 @@
 // The mapping (docs/design.md, "KServe v2 / Triton protocol"):
 //   rotate models     inputs q, k (optional), positions (optional, INT64 or
 //                     INT32, any shape holding the rope.v1 positions list);
-//                     parameters start_pos (int64), inverse (bool);
-//                     outputs q_out, k_out.
+//                     parameters start_pos (int64), inverse (bool),
+//                     output_dtype ("FLOAT8_E4M3FN" / "FLOAT8_E5M2"),
+//                     output_scale, k_output_scale (numbers);
+//                     outputs q_out, k_out (UINT8 float8 codes with an
+//                     output_dtype, the output parameter output_dtype
+//                     naming the format: KServe v2 has no float8 type).
 //   attention models  inputs q, k, v (optional); parameters q_start_pos,
 //                     k_start_pos (int64), causal, softmax (bool), scale
 //                     (double); outputs scores, output (needs v).
@@ -23,7 +27,10 @@
 //                     rotary_dim, max_len (int64), layout ("interleaved" /
 //                     "half"), rope_scaling (a config.json's rope_scaling
 //                     object as JSON text), or hf_config_json (a whole
-//                     config.json) with hf_layer_type.
+//                     config.json) with hf_layer_type and hf_layer_index
+//                     (int64); rotary_offset (int64); no_rope (bool) with
+//                     floor_scale and attn_scale (numbers): rope.v1's
+//                     RopeConfig fields and NoRope of the same names.
 // q, k and v are "FP32", "FP16" or "BF16". Tensor bytes come from
 // raw_input_contents (one entry per input that is not in shared memory, in
 // order), typed contents (fp32_contents, int64_contents, int_contents), or a

@@ -103,7 +103,8 @@ absl::StatusOr<Model> LoadModel(const std::filesystem::path& folder, Engine& eng
   };
   std::string operation;
   std::string layer_type;
-  std::string layout = "half";
+  std::optional<std::string> layout;  // absent: the config.json's model_type's
+  std::optional<uint32_t> layer_index;
   int64_t max_len = 0;
   for (const auto& [key, value] : settings.items()) {
     if (key == "operation" || key == "layer_type" || key == "layout" || key == "datatype") {
@@ -113,6 +114,12 @@ absl::StatusOr<Model> LoadModel(const std::filesystem::path& folder, Engine& eng
       if (key == "layer_type") layer_type = text;
       if (key == "layout") layout = text;
       if (key == "datatype") model.datatype = text;
+    } else if (key == "layer_index") {
+      if (!value.is_number_unsigned() ||
+          value.get<uint64_t>() > std::numeric_limits<uint32_t>::max()) {
+        return bad_key(key, absl::StrCat("is ", value.dump(), ": must be an integer in [0, 2^32)"));
+      }
+      layer_index = static_cast<uint32_t>(value.get<uint64_t>());
     } else if (key == "max_len") {
       if (!value.is_number_unsigned() || value.get<uint64_t>() == 0 ||
           value.get<uint64_t>() > std::numeric_limits<uint32_t>::max()) {
@@ -120,7 +127,9 @@ absl::StatusOr<Model> LoadModel(const std::filesystem::path& folder, Engine& eng
       }
       max_len = static_cast<int64_t>(value.get<uint64_t>());
     } else {
-      return bad_key(key, "is not a setting (operation, layer_type, max_len, layout, datatype)");
+      return bad_key(key,
+                     "is not a setting (operation, layer_type, layer_index, max_len, layout, "
+                     "datatype)");
     }
   }
   if (operation == "rotate") {
@@ -135,10 +144,14 @@ absl::StatusOr<Model> LoadModel(const std::filesystem::path& folder, Engine& eng
     return bad_key("datatype",
                    absl::StrCat("is \"", model.datatype, "\": must be FP32, FP16 or BF16"));
   }
-  absl::StatusOr<v1::Layout> parsed_layout = ParseLayout(layout, "\"layout\"");
-  if (!parsed_layout.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(settings_path.string(), ": ", parsed_layout.status().message()));
+  std::optional<v1::Layout> parsed_layout;
+  if (layout.has_value()) {
+    absl::StatusOr<v1::Layout> parsed = ParseLayout(*layout, "\"layout\"");
+    if (!parsed.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(settings_path.string(), ": ", parsed.status().message()));
+    }
+    parsed_layout = *parsed;
   }
 
   const std::filesystem::path config_path = folder / kModelConfigFile;
@@ -158,21 +171,30 @@ absl::StatusOr<Model> LoadModel(const std::filesystem::path& folder, Engine& eng
         absl::StrCat("model folder ", folder.string(), ": ", status.message()));
   };
   absl::StatusOr<HfRopeConfig> hf =
-      ParseHfRopeConfig(config_json, HfLayerSelector{layer_type, std::nullopt});
+      ParseHfRopeConfig(config_json, HfLayerSelector{layer_type, layer_index});
   if (!hf.ok()) return in_model(hf.status());
   model.head_dim = hf->head_dim;
 
   v1::RopeConfig from_json;
   from_json.set_hf_config_json(std::move(config_json));
   from_json.set_hf_layer_type(layer_type);
+  if (layer_index.has_value()) from_json.set_hf_layer_index(*layer_index);
   from_json.set_max_len(static_cast<uint32_t>(max_len));
-  from_json.set_layout(*parsed_layout);
+  from_json.set_layout(parsed_layout.value_or(v1::HALF));
   absl::StatusOr<RopeConfig> engine_config = ConfigFromProto(from_json);
   if (!engine_config.ok()) return in_model(engine_config.status());
   absl::StatusOr<ResolvedConfig> resolved = engine.ResolveConfig(*engine_config);
   if (!resolved.ok()) return in_model(resolved.status());
   model.config = ConfigToProto(resolved->config);
+  // The pairing transformers' code for the config's model_type uses (GPT-J,
+  // GLM, DeepSeek with rope_interleave, Llama 4: neighbours; most others:
+  // halves), unless ropeserve.json says otherwise.
+  model.config.set_layout(
+      parsed_layout.value_or(resolved->hf_layout.value_or(Layout::kHalf) == Layout::kInterleaved
+                                 ? v1::INTERLEAVED
+                                 : v1::HALF));
   model.layer_type = layer_type;
+  model.layer_index = layer_index;
   model.head_dim = resolved->config.head_dim;
   return model;
 }

@@ -11,19 +11,28 @@
 //                   once, at load time, into the explicit RopeConfig
 //   ropeserve.json  {"operation": "rotate" | "attention",       (required)
 //                    "layer_type": "sliding_attention",         (optional)
+//                    "layer_index": 3,                          (optional)
 //                    "max_len": 8192,        (optional: max_position_embeddings)
-//                    "layout": "half" | "interleaved",   (optional: "half")
+//                    "layout": "half" | "interleaved",   (optional: see below)
 //                    "datatype": "FP32" | "FP16" | "BF16"} (optional: "FP32")
-// layout defaults to "half" because a config.json describes a Hugging Face
-// model, whose rotate_half pairs feature i with i + rotary_dim/2. datatype is
-// what ModelMetadata advertises (so that perf_analyzer sends it); every model
-// takes FP32, FP16 and BF16 alike. Every model has the one version "1".
+// layer_type and layer_index select a layer as RopeConfig.hf_layer_type and
+// hf_layer_index do (layer_index: a decoder layer by number, e.g. one of
+// Llama 4's NoPE layers, which the model then serves as the identity).
+// layout defaults to the pairing transformers' modeling code uses for the
+// config.json's model_type (ResolveConfig's hf_layout: neighbours for GPT-J,
+// GLM, DeepSeek-V2/V3 with rope_interleave and Llama 4, halves otherwise).
+// A DeepSeek MLA config (qk_rope_head_dim) is served at the rope width:
+// tensors of qk_rope_head_dim features, which ModelMetadata advertises.
+// datatype is what ModelMetadata advertises (so that perf_analyzer sends
+// it); every model takes FP32, FP16 and BF16 alike. Every model has the one
+// version "1".
 //
 // Immutable once loaded; thread-safe to read.
 #ifndef ROPE_SERVER_KSERVE_KSERVE_MODELS_H_
 #define ROPE_SERVER_KSERVE_KSERVE_MODELS_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -56,8 +65,10 @@ struct Model {
   // bits hf_config_json gives, and spares every call the JSON (and makes
   // small rotations eligible to run inline, as explicit rope.v1 ones are).
   v1::RopeConfig config;
-  // The layer type whose rope it is ("" : full attention).
+  // The layer type whose rope it is ("" : full attention), and the decoder
+  // layer ropeserve.json's layer_index names, if any.
   std::string layer_type;
+  std::optional<uint32_t> layer_index;
   // Features per head the configuration gives (ModelMetadata's last dim of
   // q and k); 0: chosen by the request (-1 in metadata).
   uint32_t head_dim = 0;

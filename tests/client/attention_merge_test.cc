@@ -25,7 +25,7 @@ using client::MergeAttentionStates;
 
 std::vector<float> Floats(const std::string& bytes) {
   std::vector<float> out(bytes.size() / sizeof(float));
-  std::memcpy(out.data(), bytes.data(), bytes.size());
+  if (!out.empty()) std::memcpy(out.data(), bytes.data(), out.size() * sizeof(float));
   return out;
 }
 

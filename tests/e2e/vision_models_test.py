@@ -15,8 +15,10 @@ that code's semantics and sharing nothing with the server:
   4. SAM 2 (compute_axial_cis, apply_rotary_enc) and Llama 4's vision
      encoder (Llama4VisionRotaryEmbedding: positions + 1, the class token
      last at 0): grids with rope_axis [1, 0];
-  5. transformers' get_rope_index (4.5x) for Qwen2-VL, Qwen2.5-VL and
-     Qwen3-VL on random text / image / video mixes, batches with left and
+  5. transformers' get_rope_index, both the 4.5x form and the 5.x one
+     (rope_index_layout TRANSFORMERS_5: runs of mm_token_type_ids), for
+     Qwen2-VL, Qwen2.5-VL and Qwen3-VL on random text / image / video
+     mixes, batches with left and
      right padding: BuildPositions' positions and rope_deltas exactly, the
      decode positions after them, and Rotate with build_positions
      bit-identical to Rotate with the re-implementation's positions;
@@ -28,6 +30,7 @@ float32). Exit status: 0 pass, 1 fail, 77 skipped (no torch / numpy / grpcio).
 """
 
 import argparse
+import itertools
 import json
 import os
 import subprocess
@@ -212,7 +215,26 @@ def check_hunyuan(client, ropeserve):
     close("hunyuan grid", torch.from_numpy(built), hunyuan_meshgrid(start, stop, num).reshape(3, -1), 1e-12)
     got, _ = client.rotate(x, config=config, build=[grid])
     close("hunyuan rotate", got, want, 2e-5)
-    print("ok  HunyuanVideo get_nd_rotary_pos_embed (linspace grid, rescale, interpolation)")
+    # Causal attention over the fractional positions: masked by sequence index (the last
+    # 8 tokens' queries against every key, as a decode window sees them), rotated by the
+    # positions; torch reference in float64.
+    k = torch.randn(1, x.shape[1], 2, 128)
+    v = torch.randn(1, x.shape[1], 2, 16)
+    kr = hunyuan_apply(k, cos, sin)
+    n, window = x.shape[1], 8
+    scores = torch.einsum("bihd,bjhd->bhij", want[:, n - window:], kr) / np.sqrt(128)
+    hidden = torch.arange(n)[None, :] > torch.arange(n - window, n)[:, None]
+    probs = scores.masked_fill(hidden, float("-inf")).softmax(-1)
+    output = torch.einsum("bhij,bjhd->bihd", probs, v.to(torch.float64))
+    fractional = torch.from_numpy(built)
+    attention = client.attention_scores(
+        x[:, n - window:], k, v, config=config, causal=True, softmax=True,
+        q_start_pos=n - window, q_fractional_positions=fractional[:, n - window:].numpy(),
+        k_fractional_positions=fractional.numpy())
+    close("hunyuan causal attention probabilities", attention.scores, probs, 2e-5)
+    close("hunyuan causal attention output", attention.output, output, 2e-5)
+    print("ok  HunyuanVideo get_nd_rotary_pos_embed (linspace grid, rescale, interpolation; causal "
+          "attention over its fractional positions)")
 
 
 # ---- SAM 2 and Llama 4's vision encoder ---------------------------------------------------
@@ -337,6 +359,55 @@ def get_rope_index(cfg, input_ids, attention_mask, image_grid_thw, video_grid_th
     return position_ids, np.array(deltas, np.int64)
 
 
+def get_rope_index_v5(cfg, input_ids, attention_mask, image_grid_thw, video_grid_thw,
+                      second_per_grid_ts):
+    """get_rope_index of transformers 5.x (Qwen2-VL / Qwen2.5-VL / Qwen3-VL): the processor's
+    mm_token_type_ids (image token 1, video token 2, else 0) grouped into runs, each vision run
+    one grid at the current position, which then moves on by max(h, w) // merge; padding 0 and
+    deltas against the unmasked tokens. Without grids: generation's cumsum(mask) - 1 (padding 0)
+    and deltas 0."""
+    model_type = cfg["model_type"]
+    merge = cfg["vision_config"].get("spatial_merge_size", 2)
+    tps = cfg["vision_config"].get("tokens_per_second", 4)
+    batch, seq = input_ids.shape
+    if image_grid_thw is None and video_grid_thw is None:
+        if attention_mask is not None:
+            pos = attention_mask.cumsum(-1) - 1
+            pos[attention_mask == 0] = 0
+        else:
+            pos = np.broadcast_to(np.arange(seq), (batch, seq))
+        return np.broadcast_to(pos, (3, batch, seq)).copy(), np.zeros(batch, np.int64)
+    if model_type.startswith("qwen3_vl") and video_grid_thw is not None:
+        video_grid_thw = [[1, h, w] for t, h, w in video_grid_thw for _ in range(t)]
+    types = np.where(input_ids == cfg["image_token_id"], 1,
+                     np.where(input_ids == cfg["video_token_id"], 2, 0))
+    grids = {1: iter(image_grid_thw or []), 2: iter(video_grid_thw or [])}
+    seconds = iter(second_per_grid_ts if second_per_grid_ts is not None else [1] * seq)
+    position_ids = np.zeros((3, batch, seq), np.int64)
+    deltas = []
+    for i in range(batch):
+        keep = attention_mask[i] == 1 if attention_mask is not None else np.ones(seq, bool)
+        parts, current = [], 0
+        for kind, run in itertools.groupby(types[i][keep].tolist()):
+            n = len(list(run))
+            if kind == 0:
+                parts.append(np.broadcast_to(np.arange(n) + current, (3, n)))
+                current += n
+                continue
+            t, h, w = next(grids[kind])
+            interval = tps * next(seconds) if kind == 2 and model_type == "qwen2_5_vl" else 1.0
+            gt, gh, gw = t, h // merge, w // merge
+            temporal = (np.arange(gt) * interval).astype(np.int64) + current
+            tt, hh, ww = np.meshgrid(temporal, np.arange(gh) + current, np.arange(gw) + current,
+                                     indexing="ij")
+            parts.append(np.stack([tt.reshape(-1), hh.reshape(-1), ww.reshape(-1)]))
+            current += max(h, w) // merge
+        llm = np.concatenate(parts, axis=1)
+        position_ids[:, i, keep] = llm
+        deltas.append(llm.max() + 1 - int(keep.sum()))
+    return position_ids, np.array(deltas, np.int64)
+
+
 def random_sequence(rng, cfg, images, videos, seconds):
     """Token ids of a random text / image / video mix; appends its grids."""
     merge = cfg["vision_config"].get("spatial_merge_size", 2)
@@ -366,8 +437,9 @@ def random_sequence(rng, cfg, images, videos, seconds):
     return ids
 
 
-def check_qwen(client, ropeserve, fixtures, rng):
+def check_qwen(client, ropeserve, fixtures, rng, version=4):
     cases = 0
+    reference = get_rope_index if version == 4 else get_rope_index_v5
     for name in ("Qwen2-VL-7B-Instruct", "Qwen2.5-VL-7B-Instruct", "Qwen3-VL-8B-Instruct"):
         with open(os.path.join(fixtures, name + ".json"), encoding="utf-8") as f:
             text = f.read()
@@ -390,13 +462,13 @@ def check_qwen(client, ropeserve, fixtures, rng):
                 mask[i, s:s + len(r)] = 1
             use_mask = mask if (trial % 3 != 2 or not mask.all()) else None
             use_seconds = seconds if (videos and trial % 2 == 0) else None
-            want_pos, want_deltas = get_rope_index(cfg, input_ids, use_mask, images or None,
-                                                   videos or None, use_seconds)
+            want_pos, want_deltas = reference(cfg, input_ids, use_mask, images or None,
+                                              videos or None, use_seconds)
             source = ropeserve.TokenPositions(
                 input_ids=input_ids, hf_config=text, attention_mask=use_mask,
                 image_grid_thw=np.array(images, np.int64).reshape(-1, 3) if images else None,
                 video_grid_thw=np.array(videos, np.int64).reshape(-1, 3) if videos else None,
-                second_per_grid_ts=use_seconds)
+                second_per_grid_ts=use_seconds, transformers_version=version)
             built = client.build_positions(source)
             if not np.array_equal(built.positions, want_pos):
                 raise Failure("%s trial %d: positions differ\n got %s\nwant %s"
@@ -404,13 +476,19 @@ def check_qwen(client, ropeserve, fixtures, rng):
             if not np.array_equal(built.rope_deltas, want_deltas):
                 raise Failure("%s trial %d: rope_deltas %s, want %s"
                               % (name, trial, built.rope_deltas.tolist(), want_deltas.tolist()))
-            # Decode: the next token of each row sits at seq + rope_delta on every axis.
-            decode = client.build_positions(ropeserve.TokenPositions(
-                input_ids=np.zeros((batch, 1), np.int64), hf_config=text, rope_deltas=want_deltas,
-                cache_position=seq))
-            if not np.array_equal(decode.positions, np.broadcast_to(seq + want_deltas[None, :, None],
-                                                                  (3, batch, 1))):
-                raise Failure("%s trial %d: decode positions %s" % (name, trial, decode.positions.tolist()))
+            # Decode: the next token of each row sits at seq + rope_delta on every axis
+            # (transformers 5: the row's unmasked tokens + rope_delta, one row a request).
+            for row in ([None] if version == 4 else range(batch)):
+                deltas = want_deltas if row is None else want_deltas[row:row + 1]
+                cached = seq if row is None or use_mask is None else int(use_mask[row].sum())
+                decode = client.build_positions(ropeserve.TokenPositions(
+                    input_ids=np.zeros((len(deltas), 1), np.int64), hf_config=text,
+                    rope_deltas=deltas, cache_position=cached, transformers_version=version))
+                if not np.array_equal(decode.positions,
+                                      np.broadcast_to(cached + deltas[None, :, None],
+                                                      (3, len(deltas), 1))):
+                    raise Failure("%s trial %d: decode positions %s"
+                                  % (name, trial, decode.positions.tolist()))
             cases += 1
         # Rotate with build_positions equals Rotate with the re-implementation's positions.
         config = ropeserve.RopeConfig.from_hf(json.loads(text), max_len=4096)
@@ -419,8 +497,8 @@ def check_qwen(client, ropeserve, fixtures, rng):
         by_positions, _ = client.rotate(q, config=config, positions=want_pos)
         if not torch.equal(by_build, by_positions):
             raise Failure("%s: Rotate with build_positions differs from Rotate with positions" % name)
-    print("ok  get_rope_index: %d random Qwen2-VL / Qwen2.5-VL / Qwen3-VL batches (padding, "
-          "decode, Rotate with build_positions)" % cases)
+    print("ok  get_rope_index (transformers %d): %d random Qwen2-VL / Qwen2.5-VL / Qwen3-VL "
+          "batches (padding, decode, Rotate with build_positions)" % (version, cases))
 
 
 def check_ropectl(ropectl, address, fixtures):
@@ -463,6 +541,7 @@ def main():
                       lambda: check_hunyuan(client, ropeserve),
                       lambda: check_patch_grids(client, ropeserve),
                       lambda: check_qwen(client, ropeserve, args.fixtures, rng),
+                      lambda: check_qwen(client, ropeserve, args.fixtures, rng, version=5),
                       lambda: check_ropectl(args.ropectl, rs.address, args.fixtures)]
             for check in checks:
                 try:

@@ -603,6 +603,8 @@ std::vector<std::pair<std::string, v1::BuildPositionsRequest>> PositionsSeeds() 
   for (int64_t g : {2, 4, 4}) r.add_video_grid_thw(g);
   r.add_second_per_grid_ts(0.5);
   seeds.emplace_back("positions_qwen25_image_video_padding", r);
+  r.set_rope_index_layout(v1::ROPE_INDEX_LAYOUT_TRANSFORMERS_5);
+  seeds.emplace_back("positions_qwen25_transformers5", r);
 
   r = v1::BuildPositionsRequest();
   r.set_hf_config_json(kQwen25Vl);
@@ -665,8 +667,10 @@ std::vector<std::pair<std::string, inference::ModelInferRequest>> ModelInferSeed
   positions->set_name("positions");
   positions->set_datatype("INT32");
   positions->add_shape(2);
-  positions->mutable_contents()->add_int_contents(5);
-  positions->mutable_contents()->add_int_contents(63);
+  // Raw, as q is: a request gives every input raw or every input typed.
+  const int32_t int32_positions[2] = {5, 63};
+  r.add_raw_input_contents(
+      std::string(reinterpret_cast<const char*>(int32_positions), sizeof(int32_positions)));
   seeds.emplace_back("kserve_rotate_bf16_yarn_int32_positions", r);
 
   r = inference::ModelInferRequest();
@@ -712,6 +716,64 @@ std::vector<std::pair<std::string, inference::ModelInferRequest>> ModelInferSeed
   AddInput("v", MakeTensor(v1::FLOAT16, {1, 4, 1, 4}, 6), &r);
   r.add_outputs()->set_name("output");
   seeds.emplace_back("kserve_attention_f16_v_output", r);
+
+  // The serving engines' variants as parameters: an MLA-like rotary_offset,
+  // HunYuan's alpha, float8 outputs with their scales, q and k heads 3 and 2.
+  r = inference::ModelInferRequest();
+  r.set_model_name("rotate");
+  SetParameter(&r, "head_dim", 16);
+  SetParameter(&r, "max_len", 64);
+  SetParameter(&r, "rotary_offset", 8);
+  (*r.mutable_parameters())["rope_scaling"].set_string_param(R"({"type": "dynamic", "alpha": 1000})");
+  (*r.mutable_parameters())["output_dtype"].set_string_param("FLOAT8_E4M3FN");
+  (*r.mutable_parameters())["output_scale"].set_double_param(16);
+  (*r.mutable_parameters())["k_output_scale"].set_string_param("0.5");
+  AddInput("q", MakeTensor(v1::BFLOAT16, {1, 2, 3, 16}, 7), &r);
+  AddInput("k", MakeTensor(v1::BFLOAT16, {1, 2, 2, 16}, 8), &r);
+  seeds.emplace_back("kserve_rotate_rotary_offset_alpha_float8", r);
+
+  // A decoder layer by index of a config.json: Llama 4's NoPE pattern
+  // (no_rope_layers), layer 3 of 4 a NoPE layer.
+  r = inference::ModelInferRequest();
+  r.set_model_name("rotate");
+  SetParameter(&r, "max_len", 64);
+  SetParameter(&r, "hf_layer_index", 3);
+  (*r.mutable_parameters())["hf_config_json"].set_string_param(
+      R"({"model_type": "llama4_text", "rope_theta": 500000, "head_dim": 8,
+          "num_hidden_layers": 4, "no_rope_layers": [1, 1, 1, 0],
+          "attn_temperature_tuning": true, "floor_scale": 16, "attn_scale": 0.1})");
+  AddInput("q", MakeTensor(v1::FLOAT32, {1, 2, 2, 8}, 9), &r);
+  seeds.emplace_back("kserve_rotate_hf_layer_index_nope", r);
+
+  // An explicit NoPE layer with Llama 4's temperature tuning, and Ernie's
+  // 3-D layout through rope_scaling on a rotate model.
+  r = inference::ModelInferRequest();
+  r.set_model_name("attention");
+  SetParameter(&r, "head_dim", 8);
+  SetParameter(&r, "max_len", 64);
+  SetParameter(&r, "q_start_pos", 40);
+  (*r.mutable_parameters())["no_rope"].set_bool_param(true);
+  (*r.mutable_parameters())["floor_scale"].set_double_param(4);
+  (*r.mutable_parameters())["attn_scale"].set_string_param("0.1");
+  AddInput("q", MakeTensor(v1::FLOAT32, {1, 2, 2, 8}, 10), &r);
+  AddInput("k", MakeTensor(v1::FLOAT32, {1, 3, 1, 8}, 11), &r);
+  seeds.emplace_back("kserve_attention_no_rope_temperature", r);
+
+  r = inference::ModelInferRequest();
+  r.set_model_name("rotate");
+  SetParameter(&r, "head_dim", 16);
+  SetParameter(&r, "max_len", 64);
+  (*r.mutable_parameters())["rope_scaling"].set_string_param(
+      R"({"rope_type": "ernie_3d", "freq_allocation": 4})");
+  AddInput("q", MakeTensor(v1::FLOAT32, {1, 2, 1, 16}, 12), &r);
+  positions = r.add_inputs();
+  positions->set_name("positions");
+  positions->set_datatype("INT64");
+  positions->add_shape(3);
+  positions->add_shape(2);
+  const int64_t axes[6] = {1, 2, 3, 4, 5, 6};  // [t, h, w] x 2 tokens
+  r.add_raw_input_contents(std::string(reinterpret_cast<const char*>(axes), sizeof(axes)));
+  seeds.emplace_back("kserve_rotate_ernie_rope_scaling", r);
   return seeds;
 }
 

@@ -11,6 +11,7 @@
 #include "rope/v1/rope.pb.h"
 #include "core/backends/cpu/cpu_backend.h"
 #include "core/engine/engine.h"
+#include "core/proto_engine/parsed_size.h"
 #include "core/proto_engine/request_conversion.h"
 #include "core/proto_engine/rope_calls.h"
 #include "core/proto_engine/shm_calls.h"
@@ -92,6 +93,23 @@ void CheckRejection(const absl::Status& status) {
   }
 }
 
+// Parses `request` as the server will: its parsed size bounded from the
+// wire bytes first. Whatever the parser accepts, the bound must accept and
+// must not undercharge (protobuf's SpaceUsedLong of the result).
+bool ParseCharged(google::protobuf::Message* request, const uint8_t* data, size_t size) {
+  const absl::string_view wire(reinterpret_cast<const char*>(data), size);
+  const absl::StatusOr<int64_t> bound = ParsedSizeBound(*request->GetDescriptor(), wire);
+  if (!request->ParseFromArray(data, static_cast<int>(size))) return false;
+  const int64_t used = static_cast<int64_t>(request->SpaceUsedLong());
+  if (!bound.ok() || *bound < used) {
+    std::fprintf(stderr, "parsed size undercharged: bound %s, SpaceUsedLong %lld\n",
+                 bound.ok() ? std::to_string(*bound).c_str() : bound.status().ToString().c_str(),
+                 static_cast<long long>(used));
+    std::abort();
+  }
+  return true;
+}
+
 // Calls as the service makes them: references resolve against the fuzz
 // region, owned by the fuzzer.
 CallContext FuzzCall() {
@@ -103,7 +121,7 @@ CallContext FuzzCall() {
 
 void RunRotate(const uint8_t* data, size_t size) {
   v1::RotateRequest request;
-  if (!request.ParseFromArray(data, static_cast<int>(size))) return;
+  if (!ParseCharged(&request, data, size)) return;
   v1::RotateResponse reply;
   const absl::Status status = AnswerRotate(SharedEngine(), &request, &reply, FuzzCall());
   CheckRejection(status);
@@ -120,14 +138,14 @@ void RunRotate(const uint8_t* data, size_t size) {
 
 void RunAttention(const uint8_t* data, size_t size) {
   v1::AttentionScoresRequest request;
-  if (!request.ParseFromArray(data, static_cast<int>(size))) return;
+  if (!ParseCharged(&request, data, size)) return;
   v1::AttentionScoresResponse reply;
   CheckRejection(AnswerAttentionScores(SharedEngine(), request, &reply, FuzzCall()));
 }
 
 void RunGetTable(const uint8_t* data, size_t size) {
   v1::GetTableRequest request;
-  if (!request.ParseFromArray(data, static_cast<int>(size))) return;
+  if (!ParseCharged(&request, data, size)) return;
   absl::StatusOr<RopeConfig> config = ConfigFromProto(request.config());
   CheckRejection(config.status());
   if (!config.ok()) return;
@@ -144,7 +162,7 @@ void RunGetTable(const uint8_t* data, size_t size) {
 
 void RunResolveConfig(const uint8_t* data, size_t size) {
   v1::RopeConfig request;
-  if (!request.ParseFromArray(data, static_cast<int>(size))) return;
+  if (!ParseCharged(&request, data, size)) return;
   absl::StatusOr<RopeConfig> config = ConfigFromProto(request);
   CheckRejection(config.status());
   if (!config.ok()) return;
@@ -181,7 +199,7 @@ void RunResolveConfig(const uint8_t* data, size_t size) {
 // mappings; the request's checks and the engine's CUDA refusal run.
 void RunRegisterSharedMemory(const uint8_t* data, size_t size) {
   v1::RegisterSharedMemoryRequest request;
-  if (!request.ParseFromArray(data, static_cast<int>(size))) return;
+  if (!ParseCharged(&request, data, size)) return;
   static ShmRegistry* registry = [] {
     ShmLimits limits;
     limits.max_regions_per_client = 2;
@@ -204,7 +222,7 @@ void RunRegisterSharedMemory(const uint8_t* data, size_t size) {
 // Positions are built within the engine's element limit and a 1 MiB reply.
 void RunBuildPositions(const uint8_t* data, size_t size) {
   v1::BuildPositionsRequest request;
-  if (!request.ParseFromArray(data, static_cast<int>(size))) return;
+  if (!ParseCharged(&request, data, size)) return;
   v1::BuildPositionsResponse reply;
   CheckRejection(AnswerBuildPositions(SharedEngine(), request, ReplyLimit(1 << 20), &reply));
 }
@@ -215,7 +233,7 @@ void RunBuildPositions(const uint8_t* data, size_t size) {
 // fuzz region, as the KServe service runs it.
 void RunModelInfer(const uint8_t* data, size_t size) {
   inference::ModelInferRequest request;
-  if (!request.ParseFromArray(data, static_cast<int>(size))) return;
+  if (!ParseCharged(&request, data, size)) return;
   static const kserve::ModelRepository* models = new kserve::ModelRepository();
   absl::StatusOr<const kserve::Model*> model =
       models->Find(request.model_name(), request.model_version());

@@ -91,7 +91,8 @@ def write_repository(root, fixtures):
     for name, fixture, settings in (
             ("llama", "Llama-3.1-8B-Instruct.json", {"operation": "rotate", "max_len": 8192}),
             ("llama-attention", "Llama-3.1-8B-Instruct.json",
-             {"operation": "attention", "max_len": 8192})):
+             {"operation": "attention", "max_len": 8192}),
+            ("deepseek-v3", "DeepSeek-V3.json", {"operation": "rotate"})):
         folder = os.path.join(root, name)
         os.makedirs(folder, exist_ok=True)
         shutil.copy(os.path.join(fixtures, fixture), os.path.join(folder, "config.json"))
@@ -163,7 +164,9 @@ def main():
     with RopeServe(args.ropeserve, server_args, metrics=True) as server:
         check(run([python, os.path.join(HERE, "tritonclient_checks.py"), "--target",
                    server.address, "--llama_config",
-                   os.path.join(args.fixtures, "Llama-3.1-8B-Instruct.json")], CHECK_TIMEOUT_S),
+                   os.path.join(args.fixtures, "Llama-3.1-8B-Instruct.json"),
+                   "--deepseek_config", os.path.join(args.fixtures, "DeepSeek-V3.json")],
+                  CHECK_TIMEOUT_S),
               "tritonclient_checks.py")
         check(run([python, args.example, "--target", server.address], CHECK_TIMEOUT_S),
               "rotate_with_triton_stubs.py")

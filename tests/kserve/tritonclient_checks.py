@@ -40,6 +40,8 @@ def main():
     parser.add_argument("--target", required=True)
     parser.add_argument("--llama_config", required=True,
                         help="the config.json of the repository's llama models")
+    parser.add_argument("--deepseek_config", required=True,
+                        help="the config.json of the repository's deepseek-v3 model")
     args = parser.parse_args()
     client = triton.InferenceServerClient(url=args.target)
     rope = rope_pb2_grpc.RopeServiceStub(grpc.insecure_channel(args.target))
@@ -54,8 +56,8 @@ def main():
     config = client.get_model_config("llama", as_json=True)["config"]
     assert config["input"][0]["dims"] == ["-1", "-1", "-1", "128"], config
     index = client.get_model_repository_index(as_json=True)
-    assert {m["name"] for m in index["models"]} == {"attention", "llama", "llama-attention",
-                                                     "rotate"}, index
+    assert {m["name"] for m in index["models"]} == {"attention", "deepseek-v3", "llama",
+                                                     "llama-attention", "rotate"}, index
     try:
         client.get_model_metadata("gpt-9")
         raise AssertionError("unknown model answered")
@@ -96,6 +98,51 @@ def main():
         q=v1_tensor(rp.FLOAT16, q16), start_pos=1000), timeout=DEADLINE)
     assert result.as_numpy("q_out").tobytes() == want.q.data
     print("ok    tritonclient infer llama (repository, FP16) == rope.v1 Rotate (hf_config_json)")
+
+    # DeepSeek-V3's published config.json as a repository model: served at
+    # the rope width (qk_rope_head_dim 64), paired as DeepSeek pairs
+    # (neighbours), its YaRN, max_position_embeddings 163840.
+    model = client.get_model_metadata("deepseek-v3", as_json=True)
+    assert model["inputs"][0]["shape"][-1] == "64", model
+    qd = rng.uniform(-2, 2, size=(1, 4, 16, 64)).astype(np.float16)
+    pd = np.array([0, 4095, 4096, 163839], dtype=np.int64)
+    inputs = [triton.InferInput("q", qd.shape, "FP16"),
+              triton.InferInput("positions", pd.shape, "INT64")]
+    inputs[0].set_data_from_numpy(qd)
+    inputs[1].set_data_from_numpy(pd)
+    result = client.infer("deepseek-v3", inputs, client_timeout=DEADLINE)
+    with open(args.deepseek_config) as f:
+        deepseek_json = f.read()
+    want = rope.Rotate(rp.RotateRequest(
+        config=rp.RopeConfig(hf_config_json=deepseek_json, max_len=163840, layout=rp.INTERLEAVED),
+        q=v1_tensor(rp.FLOAT16, qd), positions=pd.tolist()), timeout=DEADLINE)
+    assert result.as_numpy("q_out").tobytes() == want.q.data
+    print("ok    tritonclient infer deepseek-v3 (repository, rope width 64) == rope.v1 Rotate")
+
+    # The serving engines' variants as parameters of the built-in model: an
+    # MLA-like rotary_offset, HunYuan's alpha, float8 outputs (UINT8 codes).
+    qv = rng.uniform(-2, 2, size=(1, 3, 3, 48)).astype(np.float32)
+    kv = rng.uniform(-2, 2, size=(1, 3, 2, 48)).astype(np.float32)
+    inputs = [triton.InferInput("q", qv.shape, "FP32"), triton.InferInput("k", kv.shape, "FP32")]
+    inputs[0].set_data_from_numpy(qv)
+    inputs[1].set_data_from_numpy(kv)
+    variant = {"theta": "10000", "head_dim": 48, "max_len": 4096, "layout": "half",
+               "rotary_offset": 32, "rope_scaling": '{"type": "dynamic", "alpha": 1000}',
+               "output_dtype": "FLOAT8_E4M3FN", "output_scale": 8.0, "k_output_scale": 0.5,
+               "start_pos": 4000}
+    result = client.infer("rotate", inputs, parameters=variant, client_timeout=DEADLINE)
+    want = rope.Rotate(rp.RotateRequest(
+        config=rp.RopeConfig(theta=10000, head_dim=48, max_len=4096, layout=rp.HALF,
+                             rotary_offset=32,
+                             dynamic_ntk_alpha=rp.DynamicNtkAlphaScaling(alpha=1000)),
+        q=v1_tensor(rp.FLOAT32, qv), k=v1_tensor(rp.FLOAT32, kv), start_pos=4000,
+        output_dtype=rp.FLOAT8_E4M3FN, output_scale=8, k_output_scale=0.5), timeout=DEADLINE)
+    q8 = result.as_numpy("q_out")
+    assert q8.dtype == np.uint8 and q8.shape == (1, 3, 3, 48), (q8.dtype, q8.shape)
+    assert q8.tobytes() == want.q.data and result.as_numpy("k_out").tobytes() == want.k.data
+    output = result.get_output("q_out")
+    assert output.parameters["output_dtype"].string_param == "FLOAT8_E4M3FN", output
+    print("ok    tritonclient infer rotate with rotary_offset, alpha, float8 == rope.v1 Rotate")
 
     # Attention: scores and output.
     qa = rng.uniform(-1, 1, size=(1, 4, 8, 128)).astype(np.float32)

@@ -70,8 +70,27 @@ def test_fractional_attention_scores(client):
     scores = client.attention_scores(q, k, config=config, q_fractional_positions=positions,
                                      k_start_pos=1).scores
     assert scores.shape == (1, 2, 3, 4)
-    with pytest.raises(ropeserve.InvalidArgument, match="causal is set with q_fractional_positions"):
-        client.attention_scores(q, k, config=config, q_fractional_positions=positions, causal=True)
+    # Causal masks by sequence index: key 1 + j is hidden from query i when 1 + j > i.
+    causal = client.attention_scores(q, k, config=config, q_fractional_positions=positions,
+                                     k_start_pos=1, causal=True).scores
+    hidden = np.arange(4)[None, :] + 1 > np.arange(3)[:, None]
+    assert np.isneginf(causal[:, :, hidden]).all()
+    np.testing.assert_allclose(causal[:, :, ~hidden], scores[:, :, ~hidden], rtol=1e-6, atol=1e-6)
+    with pytest.raises(ropeserve.InvalidArgument, match="both set without causal"):
+        client.attention_scores(q, k, config=config, q_fractional_positions=positions,
+                                q_start_pos=2)
+
+
+def test_transformers5_token_positions(client):
+    config_json = '{"model_type": "qwen2_vl", "vision_config": {"spatial_merge_size": 2}}'
+    ids = np.array([[1, 151652] + [151656] * 12 + [151653, 2]])  # a video of three 2 x 2 frames
+    source = dict(input_ids=ids, hf_config=config_json, video_grid_thw=[[3, 4, 4]])
+    v5 = client.build_positions(ropeserve.TokenPositions(**source, transformers_version=5))
+    v4 = client.build_positions(ropeserve.TokenPositions(**source))
+    assert v5.positions[0, 0, -3:].tolist() == [4, 4, 5] and v5.rope_deltas.tolist() == [-10]
+    assert v4.positions[0, 0, -3:].tolist() == [4, 5, 6] and v4.rope_deltas.tolist() == [-9]
+    with pytest.raises(ValueError, match="transformers_version is 3"):
+        client.build_positions(ropeserve.TokenPositions(**source, transformers_version=3))
 
 
 def test_errors_name_the_field(client):

@@ -39,7 +39,7 @@ v1::Tensor FloatTensor(std::vector<int64_t> shape, unsigned seed) {
 template <typename T>
 std::vector<T> Values(const v1::Tensor& t) {
   std::vector<T> out(t.data().size() / sizeof(T));
-  std::memcpy(out.data(), t.data().data(), out.size() * sizeof(T));
+  if (!out.empty()) std::memcpy(out.data(), t.data().data(), out.size() * sizeof(T));
   return out;
 }
 

@@ -367,7 +367,14 @@ std::vector<MalformedCase> Cases() {
        [](Requests* r) {
          for (double p : {0.5, 1.5, 2.5, 3.5}) r->attention.add_q_fractional_positions(p);
        },
-       kInvalid, "causal is set with q_fractional_positions"},
+       kOk, ""},
+      {"AttentionFractionalWithStartWithoutCausal", kAttention,
+       [](Requests* r) {
+         r->attention.set_causal(false);
+         r->attention.set_q_start_pos(2);
+         for (double p : {0.5, 1.5, 2.5, 3.5}) r->attention.add_q_fractional_positions(p);
+       },
+       kInvalid, "q_fractional_positions and its start position (2) are both set without causal"},
       {"AttentionFractionalAccepted", kAttention,
        [](Requests* r) {
          r->attention.set_causal(false);
@@ -465,6 +472,30 @@ std::vector<MalformedCase> Cases() {
       {"PositionsQwenGridTooLarge", kPositions,
        [](Requests* r) { SetQwenPositions(r, {151652, 151655, 3}, {kInt64Max, kInt64Max, 4}); },
        kInvalid, "past the row's 3 tokens"},
+      {"PositionsQwenTransformers5Accepted", kPositions,
+       [](Requests* r) {
+         SetQwenPositions(r, {1, 151652, 151655, 151655, 151655, 151655, 2}, {1, 4, 4});
+         r->positions.set_rope_index_layout(v1::ROPE_INDEX_LAYOUT_TRANSFORMERS_5);
+       },
+       kOk, ""},
+      {"PositionsQwenUnknownLayout", kPositions,
+       [](Requests* r) {
+         SetQwenPositions(r, {1, 2}, {});
+         r->positions.set_rope_index_layout(static_cast<v1::RopeIndexLayout>(7));
+       },
+       kInvalid, "rope_index_layout is 7: must be 0 (ROPE_INDEX_LAYOUT_DEFAULT)"},
+      {"PositionsQwenTransformers5RunMismatch", kPositions,
+       [](Requests* r) {
+         SetQwenPositions(r, {151652, 151655, 151655, 151655, 151653}, {1, 4, 4});
+         r->positions.set_rope_index_layout(v1::ROPE_INDEX_LAYOUT_TRANSFORMERS_5);
+       },
+       kInvalid, "the run of 3 image tokens at token 1 does not match its grid"},
+      {"PositionsQwenTransformers5GridTooLarge", kPositions,
+       [](Requests* r) {
+         SetQwenPositions(r, {151652, 151655, 3}, {kInt64Max, kInt64Max, 4});
+         r->positions.set_rope_index_layout(v1::ROPE_INDEX_LAYOUT_TRANSFORMERS_5);
+       },
+       kInvalid, "does not match its grid"},
       {"PositionsQwenMaskValue", kPositions,
        [](Requests* r) {
          SetQwenPositions(r, {1, 2}, {});

@@ -449,6 +449,44 @@ std::vector<InferCase> InferCases() {
        kInvalid, "shared_memory_offset -4"},
       {"TritonPriorityIgnored", [](ModelInferRequest* r) { Param(r, "priority", 3); },
        StatusCode::OK, ""},
+      {"OutputDtypeUnknown",
+       [](ModelInferRequest* r) {
+         (*r->mutable_parameters())["output_dtype"].set_string_param("FP8");
+       },
+       kInvalid, "parameter 'output_dtype' is \"FP8\": must be \"FLOAT8_E4M3FN\" or \"FLOAT8_E5M2\""},
+      {"OutputDtypeAsInt", [](ModelInferRequest* r) { Param(r, "output_dtype", 5); }, kInvalid,
+       "parameter 'output_dtype' is a int64_param: it must be a string"},
+      {"OutputScaleWithoutFloat8",
+       [](ModelInferRequest* r) {
+         (*r->mutable_parameters())["output_scale"].set_double_param(2);
+       },
+       kInvalid, "output_scale is 2"},
+      {"OutputScaleNegative",
+       [](ModelInferRequest* r) {
+         (*r->mutable_parameters())["output_dtype"].set_string_param("float8_e5m2");
+         (*r->mutable_parameters())["output_scale"].set_double_param(-1);
+       },
+       kInvalid, "output_scale is -1"},
+      {"RotaryOffsetNegative", [](ModelInferRequest* r) { Param(r, "rotary_offset", -2); },
+       kInvalid, "parameter 'rotary_offset' is -2"},
+      {"RotaryOffsetPastHead", [](ModelInferRequest* r) { Param(r, "rotary_offset", 8); },
+       kInvalid, "config.rotary_offset is 8: must be < head_dim 8"},
+      {"LayerIndexWithoutConfigJson", [](ModelInferRequest* r) { Param(r, "hf_layer_index", 3); },
+       kInvalid, "hf_layer_index"},
+      {"NoRopeAsString",
+       [](ModelInferRequest* r) { (*r->mutable_parameters())["no_rope"].set_string_param("yes"); },
+       kInvalid, "parameter 'no_rope' is a string_param: it must be a bool"},
+      {"FloorScaleWithoutNoRope",
+       [](ModelInferRequest* r) {
+         (*r->mutable_parameters())["floor_scale"].set_double_param(8192);
+       },
+       kInvalid, "parameter 'floor_scale' tunes a NoPE layer's attention temperature"},
+      {"NoRopeFloorScaleNegative",
+       [](ModelInferRequest* r) {
+         (*r->mutable_parameters())["no_rope"].set_bool_param(true);
+         (*r->mutable_parameters())["floor_scale"].set_double_param(-1);
+       },
+       kInvalid, "floor_scale is -1"},
   };
 }
 
@@ -724,13 +762,16 @@ TEST_F(KServeTest, CudaRegisterOnTheCpuBackendIsRefused) {
 
 // ---- --model_repository ---------------------------------------------------------
 
-std::string WriteRepository(const std::string& settings, const char* fixture) {
+// A repository of one model, `folder`: the fixture's config.json and
+// `settings` as its ropeserve.json.
+std::string WriteRepository(const std::string& settings, const char* fixture,
+                            const std::string& folder = "llama") {
   const std::filesystem::path dir = std::filesystem::path(::testing::TempDir()) /
                                     absl::StrCat("kserve-repo-", getpid(), "-", std::rand());
-  std::filesystem::create_directories(dir / "llama");
+  std::filesystem::create_directories(dir / folder);
   std::filesystem::copy_file(std::filesystem::path(ROPE_HF_CONFIGS_DIR) / fixture,
-                             dir / "llama" / "config.json");
-  std::ofstream(dir / "llama" / "ropeserve.json") << settings;
+                             dir / folder / "config.json");
+  std::ofstream(dir / folder / "ropeserve.json") << settings;
   return dir.string();
 }
 
@@ -794,6 +835,265 @@ TEST_F(KServeTest, RepositoryThatDoesNotLoadStopsTheStart) {
     EXPECT_EQ(server.status().code(), absl::StatusCode::kInvalidArgument) << server.status();
     EXPECT_NE(server.status().message().find(bad.message), std::string::npos) << server.status();
   }
+}
+
+}  // namespace
+}  // namespace test
+}  // namespace rope
+
+namespace rope {
+namespace test {
+namespace {
+
+std::string Fixture(const char* name) {
+  return ReadFile(std::string(ROPE_HF_CONFIGS_DIR) + "/" + name);
+}
+
+v1::AttentionScoresResponse AttentionScores(inference::GRPCInferenceService::Stub*,
+                                            v1::RopeService::Stub* stub,
+                                            const v1::AttentionScoresRequest& request) {
+  grpc::ClientContext context;
+  SetDeadline(&context);
+  v1::AttentionScoresResponse response;
+  EXPECT_TRUE(
+      GrpcStatusIs(stub->AttentionScores(&context, request, &response), StatusCode::OK, ""));
+  return response;
+}
+
+// The serving engines' variants as request parameters of the built-in
+// models: each ModelInfer gives the bytes of the rope.v1 call with the
+// fields of the same names.
+TEST_F(KServeTest, BuiltinModelsTakeTheVariantParameters) {
+  {
+    // An MLA-like head (32 features, then 16 rotating), HunYuan's dynamic
+    // NTK with alpha from a rope_scaling object, float8 outputs, and q and
+    // k of 3 and 2 heads.
+    v1::RotateRequest rotate;
+    *rotate.mutable_config() = MakeConfig(48, 4096, v1::HALF, 0, 10000);
+    rotate.mutable_config()->set_rotary_offset(32);
+    rotate.mutable_config()->mutable_dynamic_ntk_alpha()->set_alpha(1000);
+    *rotate.mutable_q() = RandomTensor(DType::kFloat32, {1, 3, 3, 48}, 61);
+    *rotate.mutable_k() = RandomTensor(DType::kFloat32, {1, 3, 2, 48}, 62);
+    rotate.set_start_pos(4000);
+    rotate.set_output_dtype(v1::FLOAT8_E4M3FN);
+    rotate.set_output_scale(8);
+    rotate.set_k_output_scale(0.5);
+    ModelInferRequest request = InferFor(rotate);
+    auto& p = *request.mutable_parameters();
+    p["rotary_offset"].set_int64_param(32);
+    p["rope_scaling"].set_string_param(R"({"type": "dynamic", "alpha": 1000})");
+    p["output_dtype"].set_string_param("float8_e4m3fn");
+    p["output_scale"].set_double_param(8);
+    p["k_output_scale"].set_string_param("0.5");
+    ModelInferResponse response;
+    ASSERT_TRUE(GrpcStatusIs(Infer(request, &response), StatusCode::OK, ""));
+    const v1::RotateResponse want = Rotate(rotate);
+    EXPECT_EQ(want.q().dtype(), v1::FLOAT8_E4M3FN);
+    EXPECT_EQ(want.q().data().size(), 3u * 3 * 48);
+    EXPECT_TRUE(OutputBytes(response, "q_out") == want.q().data());
+    EXPECT_TRUE(OutputBytes(response, "k_out") == want.k().data());
+    for (const auto& output : response.outputs()) {
+      EXPECT_EQ(output.datatype(), "UINT8") << output.name();
+      EXPECT_EQ(output.parameters().at("output_dtype").string_param(), "FLOAT8_E4M3FN");
+    }
+    // Without the offset parameter the first features rotate: other bytes.
+    p.erase("rotary_offset");
+    ASSERT_TRUE(GrpcStatusIs(Infer(request, &response), StatusCode::OK, ""));
+    EXPECT_FALSE(OutputBytes(response, "q_out") == want.q().data());
+  }
+  {
+    // Ernie 4.5-VL's 3-D layout from a rope_scaling object: freq_allocation
+    // 20 of 64 frequencies on t, h = w = 22.
+    v1::RotateRequest rotate;
+    *rotate.mutable_config() = MakeConfig(128, 4096, v1::INTERLEAVED, 0, 500000);
+    for (uint32_t section : {20u, 22u, 22u}) rotate.mutable_config()->mutable_mrope()->add_section(section);
+    rotate.mutable_config()->set_mrope_ernie_3d(true);
+    *rotate.mutable_q() = RandomTensor(DType::kFloat32, {1, 2, 2, 128}, 63);
+    for (int64_t p : {7, 8, 30, 31, 40, 41}) rotate.add_positions(p);
+    v1::RotateRequest plain = rotate;
+    plain.mutable_config()->clear_mrope();
+    plain.mutable_config()->clear_mrope_ernie_3d();
+    ModelInferRequest request = InferFor(plain);
+    (*request.mutable_parameters())["rope_scaling"].set_string_param(
+        R"({"rope_type": "ernie_3d", "freq_allocation": 20})");
+    ModelInferResponse response;
+    ASSERT_TRUE(GrpcStatusIs(Infer(request, &response), StatusCode::OK, ""));
+    EXPECT_TRUE(OutputBytes(response, "q_out") == Rotate(rotate).q().data());
+  }
+  {
+    // Llama 4 Scout's layer 3 by index: a NoPE layer, the identity.
+    v1::RotateRequest rotate;
+    rotate.mutable_config()->set_max_len(65536);
+    *rotate.mutable_q() = RandomTensor(DType::kBFloat16, {1, 2, 4, 128}, 64);
+    rotate.set_start_pos(30000);
+    ModelInferRequest request = InferFor(rotate);
+    auto& p = *request.mutable_parameters();
+    p.erase("head_dim");
+    p["hf_config_json"].set_string_param(Fixture("Llama-4-Scout-17B-16E-Instruct.json"));
+    p["hf_layer_index"].set_int64_param(3);
+    ModelInferResponse response;
+    ASSERT_TRUE(GrpcStatusIs(Infer(request, &response), StatusCode::OK, ""));
+    EXPECT_TRUE(OutputBytes(response, "q_out") == rotate.q().data());
+    p["hf_layer_index"].set_int64_param(0);  // a chunked_attention layer rotates
+    ASSERT_TRUE(GrpcStatusIs(Infer(request, &response), StatusCode::OK, ""));
+    EXPECT_FALSE(OutputBytes(response, "q_out") == rotate.q().data());
+    p["hf_layer_index"].set_int64_param(48);
+    EXPECT_TRUE(GrpcStatusIs(Infer(request, &response), StatusCode::INVALID_ARGUMENT,
+                             "hf_layer_index is 48: hf_config_json has 48 decoder layers"));
+  }
+  {
+    // An explicit NoPE layer with Llama 4's temperature tuning in attention.
+    v1::AttentionScoresRequest attention;
+    *attention.mutable_config() = MakeConfig(64, 65536, v1::HALF);
+    attention.mutable_config()->mutable_no_rope()->set_floor_scale(4);
+    attention.mutable_config()->mutable_no_rope()->set_attn_scale(0.1);
+    *attention.mutable_q() = RandomTensor(DType::kFloat32, {1, 3, 2, 64}, 65);
+    *attention.mutable_k() = RandomTensor(DType::kFloat32, {1, 4, 1, 64}, 66);
+    attention.set_q_start_pos(100);
+    attention.set_k_start_pos(99);
+    ModelInferRequest request = InferFor(attention);
+    auto& p = *request.mutable_parameters();
+    p["no_rope"].set_bool_param(true);
+    p["floor_scale"].set_double_param(4);
+    p["attn_scale"].set_string_param("0.1");
+    ModelInferResponse response;
+    ASSERT_TRUE(GrpcStatusIs(Infer(request, &response), StatusCode::OK, ""));
+    const v1::AttentionScoresResponse want = AttentionScores(kserve_.get(), stub_.get(), attention);
+    EXPECT_TRUE(OutputBytes(response, "scores") == want.scores().data());
+    p.erase("floor_scale");
+    p.erase("attn_scale");
+    ASSERT_TRUE(GrpcStatusIs(Infer(request, &response), StatusCode::OK, ""));
+    EXPECT_FALSE(OutputBytes(response, "scores") == want.scores().data());
+  }
+}
+
+// DeepSeek-V3's published config.json as a repository model, with nothing
+// but its operation in ropeserve.json: served at the rope width
+// (qk_rope_head_dim 64 of the 192-feature MLA head), paired as DeepSeek-V3's
+// transformers code pairs (neighbours), with its YaRN (factor 40 over 4096)
+// and max_position_embeddings 163840.
+TEST_F(KServeTest, RepositoryServesDeepSeekV3AtTheRopeWidth) {
+  ServerOptions options = DefaultOptions();
+  options.model_repository =
+      WriteRepository(R"({"operation": "rotate"})", "DeepSeek-V3.json", "deepseek-v3");
+  StartWith(options);
+
+  grpc::ClientContext context;
+  SetDeadline(&context);
+  inference::ModelMetadataRequest metadata_request;
+  metadata_request.set_name("deepseek-v3");
+  inference::ModelMetadataResponse metadata;
+  ASSERT_TRUE(GrpcStatusIs(kserve_->ModelMetadata(&context, metadata_request, &metadata),
+                           StatusCode::OK, ""));
+  ASSERT_EQ(metadata.inputs(0).shape_size(), 4);
+  EXPECT_EQ(metadata.inputs(0).shape(3), 64);
+
+  v1::RotateRequest rotate;
+  rotate.mutable_config()->set_hf_config_json(Fixture("DeepSeek-V3.json"));
+  rotate.mutable_config()->set_max_len(163840);
+  rotate.mutable_config()->set_layout(v1::INTERLEAVED);
+  *rotate.mutable_q() = RandomTensor(DType::kBFloat16, {1, 4, 16, 64}, 71);
+  *rotate.mutable_k() = RandomTensor(DType::kBFloat16, {1, 4, 1, 64}, 72);
+  for (int64_t p : {0, 4095, 4096, 163839}) rotate.add_positions(p);
+  ModelInferRequest request;
+  request.set_model_name("deepseek-v3");
+  AddInput("q", rotate.q(), &request);
+  AddInput("k", rotate.k(), &request);
+  auto* positions = request.add_inputs();
+  positions->set_name("positions");
+  positions->set_datatype("INT64");
+  positions->add_shape(4);
+  request.add_raw_input_contents(
+      std::string(reinterpret_cast<const char*>(rotate.positions().data()), 32));
+  ModelInferResponse response;
+  ASSERT_TRUE(GrpcStatusIs(Infer(request, &response), StatusCode::OK, ""));
+  const v1::RotateResponse want = Rotate(rotate);
+  EXPECT_TRUE(OutputBytes(response, "q_out") == want.q().data());
+  EXPECT_TRUE(OutputBytes(response, "k_out") == want.k().data());
+  // Float8 outputs for an fp8 KV cache, as DeepSeek-V3 serves keep it.
+  ModelInferRequest fp8 = request;
+  (*fp8.mutable_parameters())["output_dtype"].set_string_param("FLOAT8_E4M3FN");
+  (*fp8.mutable_parameters())["k_output_scale"].set_double_param(0.25);
+  ASSERT_TRUE(GrpcStatusIs(Infer(fp8, &response), StatusCode::OK, ""));
+  v1::RotateRequest rotate_fp8 = rotate;
+  rotate_fp8.set_output_dtype(v1::FLOAT8_E4M3FN);
+  rotate_fp8.set_k_output_scale(0.25);
+  const v1::RotateResponse want_fp8 = Rotate(rotate_fp8);
+  EXPECT_TRUE(OutputBytes(response, "q_out") == want_fp8.q().data());
+  EXPECT_TRUE(OutputBytes(response, "k_out") == want_fp8.k().data());
+  // The configuration is the folder's.
+  (*fp8.mutable_parameters())["rotary_offset"].set_int64_param(128);
+  EXPECT_TRUE(GrpcStatusIs(Infer(fp8, &response), StatusCode::INVALID_ARGUMENT,
+                           "parameter 'rotary_offset' configures the built-in models"));
+
+  rotate.mutable_config()->set_layout(v1::HALF);
+  ASSERT_TRUE(GrpcStatusIs(Infer(request, &response), StatusCode::OK, ""));
+  EXPECT_FALSE(OutputBytes(response, "q_out") == Rotate(rotate).q().data())
+      << "the model paired halves: DeepSeek-V3 pairs neighbours";
+
+  // The whole MLA head is rope.v1's (hf_config_json) to rotate; the model
+  // takes the rope part, and says so.
+  ModelInferRequest whole;
+  whole.set_model_name("deepseek-v3");
+  AddInput("q", RandomTensor(DType::kBFloat16, {1, 4, 16, 192}, 73), &whole);
+  EXPECT_TRUE(GrpcStatusIs(Infer(whole, &response), StatusCode::INVALID_ARGUMENT, "192"));
+}
+
+// A layer by number from ropeserve.json: Llama 4 Scout's layer 3 (NoPE) as
+// an attention model applies the temperature tuning and no rotation, as
+// rope.v1 with hf_layer_index 3 does.
+TEST_F(KServeTest, RepositoryLayerIndexSelectsALlama4NopeLayer) {
+  ServerOptions options = DefaultOptions();
+  options.model_repository =
+      WriteRepository(R"({"operation": "attention", "layer_index": 3, "max_len": 65536})",
+                      "Llama-4-Scout-17B-16E-Instruct.json", "scout-layer-3");
+  StartWith(options);
+  v1::AttentionScoresRequest attention;
+  attention.mutable_config()->set_hf_config_json(Fixture("Llama-4-Scout-17B-16E-Instruct.json"));
+  attention.mutable_config()->set_hf_layer_index(3);
+  attention.mutable_config()->set_max_len(65536);
+  attention.mutable_config()->set_layout(v1::INTERLEAVED);
+  *attention.mutable_q() = RandomTensor(DType::kFloat32, {1, 3, 4, 128}, 81);
+  *attention.mutable_k() = RandomTensor(DType::kFloat32, {1, 5, 1, 128}, 82);
+  attention.set_q_start_pos(20000);
+  attention.set_k_start_pos(19998);
+  ModelInferRequest request;
+  request.set_model_name("scout-layer-3");
+  (*request.mutable_parameters())["q_start_pos"].set_int64_param(20000);
+  (*request.mutable_parameters())["k_start_pos"].set_int64_param(19998);
+  AddInput("q", attention.q(), &request);
+  AddInput("k", attention.k(), &request);
+  ModelInferResponse response;
+  ASSERT_TRUE(GrpcStatusIs(Infer(request, &response), StatusCode::OK, ""));
+  EXPECT_TRUE(OutputBytes(response, "scores") ==
+              AttentionScores(kserve_.get(), stub_.get(), attention).scores().data());
+  attention.mutable_config()->set_hf_layer_index(0);
+  EXPECT_FALSE(OutputBytes(response, "scores") ==
+               AttentionScores(kserve_.get(), stub_.get(), attention).scores().data());
+  {
+    grpc::ClientContext context;
+    SetDeadline(&context);
+    inference::ModelConfigRequest config_request;
+    config_request.set_name("scout-layer-3");
+    inference::ModelConfigResponse config;
+    ASSERT_TRUE(GrpcStatusIs(kserve_->ModelConfig(&context, config_request, &config),
+                             StatusCode::OK, ""));
+    const auto& parameters = config.config().parameters();
+    EXPECT_EQ(parameters.at("hf_layer_index").string_value(), "3");
+    EXPECT_EQ(parameters.at("no_rope").string_value(), "true");
+    EXPECT_EQ(parameters.at("layout").string_value(), "interleaved");
+  }
+
+  ServerOptions bad = DefaultOptions();
+  bad.model_repository =
+      WriteRepository(R"({"operation": "rotate", "layer_index": 48, "max_len": 4096})",
+                      "Llama-4-Scout-17B-16E-Instruct.json", "scout");
+  absl::StatusOr<std::unique_ptr<RopeServer>> server =
+      RopeServer::Start(std::make_unique<Engine>(*NewCpuBackend(1), EngineLimits()), bad);
+  ASSERT_FALSE(server.ok());
+  EXPECT_EQ(server.status().code(), absl::StatusCode::kInvalidArgument) << server.status();
+  EXPECT_NE(server.status().message().find("hf_layer_index is 48"), std::string::npos)
+      << server.status();
 }
 
 }  // namespace

@@ -484,9 +484,134 @@ TEST_F(AxialTest, AttentionWithAxialAndFractionalPositions) {
         kpos);
     const std::vector<double> got = test::DecodeBytes(DType::kFloat32, scores.data(), want.size());
     for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-4) << i;
-    p.causal = true;
+  }
+  {  // causal with fractional positions: masked by sequence index (q_start_pos + i
+     // against k_start_pos + j), rotated by the positions themselves
+    const std::vector<double> qf = {0.5, 10.25, 3000.75, 7, 8.5, 1.125};  // [axis][s]
+    std::vector<long double> kpos;
+    for (int a = 0; a < 2; ++a) {
+      for (int64_t j = 0; j < kSk; ++j) kpos.push_back(2 + j);
+    }
+    const std::vector<double> want =
+        scores_of(std::vector<long double>(qf.begin(), qf.end()), kpos);
+    // 5000: past max_len (4096), which bounds positions, not sequence indices.
+    for (const int64_t q_index : {0, 3, 5000}) {
+      AttentionParams p;
+      p.config = config;
+      p.q = q.const_view();
+      p.k = k.const_view();
+      p.q_fractional_positions = qf;
+      p.q_start_pos = q_index;  // the queries' sequence indices start here
+      p.k_start_pos = 2;        // the keys' positions and sequence indices
+      p.causal = true;
+      std::string scores;
+      AttentionOutputs out;
+      out.scores.bytes = &scores;
+      const absl::Status status = engine_->AttentionScores(p, &out);
+      ASSERT_TRUE(status.ok()) << status;
+      const std::vector<double> got =
+          test::DecodeBytes(DType::kFloat32, scores.data(), want.size());
+      int64_t hidden = 0;
+      for (int64_t h = 0; h < kH; ++h) {
+        for (int64_t i = 0; i < kSq; ++i) {
+          for (int64_t j = 0; j < kSk; ++j) {
+            const size_t at = (h * kSq + i) * kSk + j;
+            if (2 + j > q_index + i) {
+              ++hidden;
+              EXPECT_TRUE(std::isinf(got[at]) && got[at] < 0) << q_index << " " << at;
+            } else {
+              EXPECT_NEAR(got[at], want[at], 1e-4) << q_index << " " << at;
+            }
+          }
+        }
+      }
+      EXPECT_EQ(hidden, q_index == 0 ? kH * (4 + 4 + 3) : q_index == 3 ? kH * (2 + 1 + 0) : 0);
+    }
+    // Without causal a start position beside fractional ones does nothing.
+    AttentionParams p;
+    p.config = config;
+    p.q = q.const_view();
+    p.k = k.const_view();
+    p.q_fractional_positions = qf;
+    p.q_start_pos = 3;
+    std::string scores;
+    AttentionOutputs out;
+    out.scores.bytes = &scores;
     EXPECT_TRUE(StatusIs(engine_->AttentionScores(p, &out), absl::StatusCode::kInvalidArgument,
-                         "causal is set with q_fractional_positions"));
+                         "q_fractional_positions and its start position (3) are both set "
+                         "without causal"));
+  }
+}
+
+TEST_F(AxialTest, CausalAttentionOverFractionalPositionsWithValues) {
+  // bfloat16 q, k, v; both sides fractional (batch-shared); softmax and
+  // output against a double reference: rotate the bfloat16 values by the
+  // positions, mask by sequence index, softmax, times v.
+  std::mt19937 rng(29);
+  const Model model = Models()[3];
+  const RopeConfig config = ConfigOf(model, Layout::kInterleaved, 4096);
+  const reference::AxialLadder ladder = LadderOf(model);
+  constexpr int64_t kB = 2, kS = 5, kH = 2, kD = 64, kDv = 8;
+  const auto rounded = [&](int64_t n) { return test::RandomValues(DType::kBFloat16, n, &rng); };
+  const std::vector<double> qv = rounded(kB * kS * kH * kD), kv = rounded(kB * kS * kH * kD),
+                            vv = rounded(kB * kS * kH * kDv);
+  std::uniform_real_distribution<double> pos(0, 4000);
+  std::vector<double> qf(2 * kS), kf(2 * kS);
+  for (double& x : qf) x = pos(rng);
+  for (double& x : kf) x = pos(rng);
+  AttentionParams p;
+  p.config = config;
+  const test::HostTensor q = test::Encode(DType::kBFloat16, {kB, kS, kH, kD}, qv);
+  const test::HostTensor k = test::Encode(DType::kBFloat16, {kB, kS, kH, kD}, kv);
+  const test::HostTensor v = test::Encode(DType::kBFloat16, {kB, kS, kH, kDv}, vv);
+  p.q = q.const_view();
+  p.k = k.const_view();
+  p.v = v.const_view();
+  p.q_fractional_positions = qf;
+  p.k_fractional_positions = kf;
+  p.causal = true;
+  p.softmax = true;
+  std::string scores, output;
+  AttentionOutputs out;
+  out.scores.bytes = &scores;
+  out.output.bytes = &output;
+  const absl::Status status = engine_->AttentionScores(p, &out);
+  ASSERT_TRUE(status.ok()) << status;
+
+  std::vector<double> qr = qv, kr = kv;
+  reference::RotateAxial(ladder, true, 1, kB, kS, kH, kD,
+                         std::vector<long double>(qf.begin(), qf.end()), &qr);
+  reference::RotateAxial(ladder, true, 1, kB, kS, kH, kD,
+                         std::vector<long double>(kf.begin(), kf.end()), &kr);
+  const std::vector<double> got_p =
+      test::DecodeBytes(DType::kFloat32, scores.data(), kB * kH * kS * kS);
+  const std::vector<double> got_o =
+      test::DecodeBytes(DType::kFloat32, output.data(), kB * kS * kH * kDv);
+  for (int64_t b = 0; b < kB; ++b) {
+    for (int64_t h = 0; h < kH; ++h) {
+      for (int64_t i = 0; i < kS; ++i) {
+        std::vector<double> prob(kS, 0.0);
+        double top = -1e300, sum = 0;
+        for (int64_t j = 0; j <= i; ++j) {
+          double dot = 0;
+          for (int64_t d = 0; d < kD; ++d) {
+            dot += qr[((b * kS + i) * kH + h) * kD + d] * kr[((b * kS + j) * kH + h) * kD + d];
+          }
+          prob[j] = dot / 8.0;
+          top = std::max(top, prob[j]);
+        }
+        for (int64_t j = 0; j <= i; ++j) sum += (prob[j] = std::exp(prob[j] - top));
+        for (int64_t j = 0; j < kS; ++j) {
+          prob[j] = j <= i ? prob[j] / sum : 0.0;
+          EXPECT_NEAR(got_p[((b * kH + h) * kS + i) * kS + j], prob[j], 2e-5) << b << h << i << j;
+        }
+        for (int64_t e = 0; e < kDv; ++e) {
+          double o = 0;
+          for (int64_t j = 0; j <= i; ++j) o += prob[j] * vv[((b * kS + j) * kH + h) * kDv + e];
+          EXPECT_NEAR(got_o[((b * kS + i) * kH + h) * kDv + e], o, 2e-5) << b << h << i << e;
+        }
+      }
+    }
   }
 }
 

@@ -28,6 +28,7 @@
 #include "tests/support/status_matchers.h"
 #include "tests/unit/cpu_test_engine.h"
 #include "tests/unit/reference_attention.h"
+#include "tests/unit/reference_axial.h"
 #include "tests/unit/reference_rope.h"
 #include "tests/unit/test_util.h"
 
@@ -43,13 +44,14 @@ constexpr uint32_t kMaxLen = 1 << 16;
 
 std::vector<float> Floats(const std::string& bytes) {
   std::vector<float> out(bytes.size() / sizeof(float));
-  std::memcpy(out.data(), bytes.data(), out.size() * sizeof(float));
+  // memcpy's pointers must be valid even for 0 bytes (an empty vector's are null).
+  if (!out.empty()) std::memcpy(out.data(), bytes.data(), out.size() * sizeof(float));
   return out;
 }
 
 std::vector<int32_t> Ints(const std::string& bytes) {
   std::vector<int32_t> out(bytes.size() / sizeof(int32_t));
-  std::memcpy(out.data(), bytes.data(), out.size() * sizeof(int32_t));
+  if (!out.empty()) std::memcpy(out.data(), bytes.data(), out.size() * sizeof(int32_t));
   return out;
 }
 
@@ -768,9 +770,119 @@ TEST_F(TiledAttentionTest, ConfigVariantsMatchTheScoresPath) {
   ExpectTiledMatchesScoresPath(*engine_, fractional, "q_fractional_positions");
 }
 
-// Fractional positions are rows of a per-request table: masks and ALiBi,
-// which compare integer positions, and an explicit list beside them are
-// refused; an axial config takes no one-position-per-token list.
+// Fractional positions with masks and ALiBi against the float64 reference:
+// those rules compare the tokens' sequence indices (q_start_pos + i,
+// k_start_pos + j), never the per-request table's rows, whichever path
+// computes the call.
+TEST_F(TiledAttentionTest, FractionalPositionsMaskBySequenceIndex) {
+  std::mt19937 rng(23);
+  constexpr int64_t B = 2, Sq = 7, Sk = 60, Hq = 4, Hkv = 2, D = 16, Dv = 8;
+  const std::vector<double> qv = RandomValues(DType::kFloat32, B * Sq * Hq * D, &rng, -1, 1);
+  const std::vector<double> kv = RandomValues(DType::kFloat32, B * Sk * Hkv * D, &rng, -1, 1);
+  const std::vector<double> vv = RandomValues(DType::kFloat32, B * Sk * Hkv * Dv, &rng, -1, 1);
+  HostTensor q = Encode(DType::kFloat32, {B, Sq, Hq, D}, qv);
+  HostTensor k = Encode(DType::kFloat32, {B, Sk, Hkv, D}, kv);
+  HostTensor v = Encode(DType::kFloat32, {B, Sk, Hkv, Dv}, vv);
+  // Positions shared by the batch rows; neither in order nor integers.
+  std::vector<double> q_frac, k_frac;
+  for (int64_t i = 0; i < Sq; ++i) q_frac.push_back(30.75 + 2.5 * ((i * 3) % Sq));
+  for (int64_t j = 0; j < Sk; ++j) k_frac.push_back(0.5 * ((j * 7) % Sk) + 0.125);
+  // The reference rotates by the fractional positions itself, then masks
+  // by sequence index with no further rotation (rotary_dim 0).
+  const reference::AxialLadder ladder = reference::AxialFrequencies({reference::Axis{16}});
+  std::vector<double> rq = qv, rk = kv;
+  reference::RotateAxial(ladder, /*interleaved=*/true, 1.0L, B, Sq, Hq, D,
+                         std::vector<long double>(q_frac.begin(), q_frac.end()), &rq);
+  reference::RotateAxial(ladder, /*interleaved=*/true, 1.0L, B, Sk, Hkv, D,
+                         std::vector<long double>(k_frac.begin(), k_frac.end()), &rk);
+  reference::Rope identity;
+  identity.head_dim = D;
+  identity.rotary_dim = 0;
+
+  struct Rules {
+    const char* name;
+    bool causal;
+    std::optional<int64_t> window_left, window_right;
+    int64_t chunk_size;
+    bool alibi;
+  };
+  const std::vector<float> slopes = {0.5f, 0.25f, 0.125f, 0.0625f};
+  for (const Rules& rules : {Rules{"causal + window_left", true, 9, std::nullopt, 0, false},
+                             Rules{"window_left + window_right", false, 6, 3, 0, false},
+                             Rules{"chunk_size + alibi", false, std::nullopt, std::nullopt, 16,
+                                   true},
+                             Rules{"alibi alone", false, std::nullopt, std::nullopt, 0, true}}) {
+    AttentionParams p;
+    p.config.head_dim = D;
+    p.config.max_len = 4096;
+    p.q = q.const_view();
+    p.k = k.const_view();
+    p.v = v.const_view();
+    p.q_fractional_positions = q_frac;
+    p.k_fractional_positions = k_frac;
+    p.q_start_pos = Sk - Sq;  // the last Sq tokens of the sequence
+    p.k_start_pos = 0;
+    p.causal = rules.causal;
+    p.window_left = rules.window_left;
+    p.window_right = rules.window_right;
+    p.chunk_size = rules.chunk_size;
+    if (rules.alibi) p.alibi_slopes = slopes;
+    p.results = {AttentionResult::kOutput, AttentionResult::kLse};
+    std::string output, lse;
+    AttentionOutputs out;
+    out.output.bytes = &output;
+    out.lse.bytes = &lse;
+    const absl::Status status = engine_->AttentionScores(p, &out);
+    ASSERT_TRUE(status.ok()) << rules.name << ": " << status;
+
+    reference::MaskedAttention spec;
+    spec.batch = B;
+    spec.q_seq = Sq;
+    spec.k_seq = Sk;
+    spec.q_heads = Hq;
+    spec.k_heads = Hkv;
+    spec.v_dim = Dv;
+    for (int64_t b = 0; b < B; ++b) {
+      for (int64_t i = 0; i < Sq; ++i) spec.q_pos.push_back(Sk - Sq + i);
+      for (int64_t j = 0; j < Sk; ++j) spec.k_pos.push_back(j);
+    }
+    spec.causal = rules.causal;
+    spec.window_left = rules.window_left.value_or(-1);
+    spec.window_right = rules.window_right.value_or(-1);
+    spec.chunk_size = rules.chunk_size;
+    spec.scale = 1.0 / std::sqrt(static_cast<double>(D));
+    if (rules.alibi) spec.alibi_slopes.assign(slopes.begin(), slopes.end());
+    const reference::AttentionReference ref(identity, spec, rq, rk, &vv);
+
+    const std::vector<float> got_out = Floats(output), got_lse = Floats(lse);
+    int failures = 0;
+    for (int64_t b = 0; b < B; ++b) {
+      for (int64_t h = 0; h < Hq; ++h) {
+        for (int64_t i = 0; i < Sq; ++i) {
+          const reference::ReferenceRow want = ref.Row(b, h, i);
+          const float l = got_lse[(b * Hq + h) * Sq + i];
+          if (!(std::fabs(l - want.lse) <= 1e-4 * (1 + std::fabs(want.lse))) && ++failures < 5) {
+            ADD_FAILURE() << rules.name << ": lse (b " << b << ", h " << h << ", i " << i
+                          << ") is " << l << ", the reference " << want.lse;
+          }
+          for (int64_t d = 0; d < Dv; ++d) {
+            const float y = got_out[((b * Sq + i) * Hq + h) * Dv + d];
+            if (!(std::fabs(y - want.output[d]) <= 1e-4) && ++failures < 5) {
+              ADD_FAILURE() << rules.name << ": output (b " << b << ", i " << i << ", h " << h
+                            << ", d " << d << ") is " << y << ", the reference "
+                            << want.output[d];
+            }
+          }
+        }
+      }
+    }
+    EXPECT_EQ(failures, 0) << rules.name;
+  }
+}
+
+// What fractional positions cannot mean is refused: an explicit list beside
+// them (of either tensor), and a start position with no rule that reads it;
+// an axial config takes no one-position-per-token list.
 TEST_F(TiledAttentionTest, FractionalAndAxialPositionsRefuseWhatTheyCannotMean) {
   std::mt19937 rng(22);
   HostTensor q = Values(DType::kFloat32, {1, 3, 2, 8}, &rng);
@@ -787,31 +899,29 @@ TEST_F(TiledAttentionTest, FractionalAndAxialPositionsRefuseWhatTheyCannotMean) 
   out.lse.bytes = &lse;
   {
     AttentionParams c = p;
-    c.window_left = 2;
-    EXPECT_TRUE(test::StatusIs(engine_->AttentionScores(c, &out),
-                               absl::StatusCode::kInvalidArgument,
-                               "window_left is set with q_fractional_positions"));
-  }
-  {
-    AttentionParams c = p;
-    c.alibi_slopes = {0.5f, 0.25f};
-    EXPECT_TRUE(test::StatusIs(engine_->AttentionScores(c, &out),
-                               absl::StatusCode::kInvalidArgument,
-                               "alibi_slopes is set with q_fractional_positions"));
-  }
-  {
-    AttentionParams c = p;
-    c.chunk_size = 4;
-    EXPECT_TRUE(test::StatusIs(engine_->AttentionScores(c, &out),
-                               absl::StatusCode::kInvalidArgument,
-                               "chunk_size is set with q_fractional_positions"));
-  }
-  {
-    AttentionParams c = p;
     c.q_positions = {1, 2, 3};
     EXPECT_TRUE(test::StatusIs(engine_->AttentionScores(c, &out),
                                absl::StatusCode::kInvalidArgument,
                                "q_fractional_positions and q_positions (3 values) are both set"));
+  }
+  {
+    AttentionParams c = p;
+    c.k_positions = {0, 1, 2, 3, 4};
+    EXPECT_TRUE(test::StatusIs(engine_->AttentionScores(c, &out),
+                               absl::StatusCode::kInvalidArgument,
+                               "k_positions (5 values) is set with q_fractional_positions"));
+  }
+  {
+    AttentionParams c = p;
+    c.q_start_pos = 2;
+    c.softcap = 30;  // reads no position
+    EXPECT_TRUE(test::StatusIs(engine_->AttentionScores(c, &out),
+                               absl::StatusCode::kInvalidArgument,
+                               "q_fractional_positions and its start position (2) are both set "
+                               "without causal (nor a window, chunk_size or alibi_slopes)"));
+    c.window_right = 1;  // a rule that compares sequence indices
+    const absl::Status status = engine_->AttentionScores(c, &out);
+    EXPECT_TRUE(status.ok()) << status;
   }
   {
     AttentionParams c = p;

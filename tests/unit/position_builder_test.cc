@@ -181,6 +181,132 @@ TEST(QwenRopeIndexTest, MismatchesAreRefusedWhereTransformersRaises) {
                        "input_ids has 5 tokens"));
 }
 
+// transformers 5.x's get_rope_index (rope_index_layout TRANSFORMERS_5):
+// each value worked out by hand from its published algorithm (runs of
+// mm_token_type_ids, current += max(h, w) / m after a vision run, masked 0,
+// rope_delta against the row's unmasked tokens).
+PositionsRequest Transformers5(PositionsRequest r) {
+  r.layout = PositionsRequest::Layout::kTransformers5;
+  return r;
+}
+
+TEST(QwenRopeIndexTransformers5Test, Qwen2VlLongVideoTextStartsAfterTheSpatialExtent) {
+  PositionsRequest r;
+  r.hf_config_json = Fixture("Qwen2-VL-7B-Instruct.json");
+  r.input_ids = {kText, kVisionStart};
+  r.input_ids.insert(r.input_ids.end(), 12, kVideo);  // 3 frames of 2 x 2
+  r.input_ids.insert(r.input_ids.end(), {kVisionEnd, kText});
+  r.video_grid_thw = {3, 4, 4};
+  const auto v5 = BuildPositions(Transformers5(r), kLimit);
+  ASSERT_TRUE(v5.ok()) << v5.status();
+  EXPECT_EQ(Axis(*v5, 0), (V{0, 1, 2, 2, 2, 2, 3, 3, 3, 3, 4, 4, 4, 4, 4, 5}));
+  EXPECT_EQ(Axis(*v5, 1), (V{0, 1, 2, 2, 3, 3, 2, 2, 3, 3, 2, 2, 3, 3, 4, 5}));
+  EXPECT_EQ(Axis(*v5, 2), (V{0, 1, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 4, 5}));
+  EXPECT_EQ(v5->rope_deltas, (V{5 + 1 - 16}));
+  // The 4.5x form starts the text after the largest position (4) instead.
+  const auto v4 = BuildPositions(r, kLimit);
+  ASSERT_TRUE(v4.ok()) << v4.status();
+  EXPECT_EQ(Axis(*v4, 0), (V{0, 1, 2, 2, 2, 2, 3, 3, 3, 3, 4, 4, 4, 4, 5, 6}));
+  EXPECT_EQ(v4->rope_deltas, (V{6 + 1 - 16}));
+  r.layout = PositionsRequest::Layout::kTransformers4;
+  const auto explicit4 = BuildPositions(r, kLimit);
+  ASSERT_TRUE(explicit4.ok());
+  EXPECT_EQ(explicit4->positions, v4->positions);
+}
+
+TEST(QwenRopeIndexTransformers5Test, Qwen25VlTimeIndexFromTheInterval) {
+  PositionsRequest r;
+  r.hf_config_json = QwenConfig("qwen2_5_vl");
+  r.input_ids = {kVisionStart};
+  r.input_ids.insert(r.input_ids.end(), 8, kVideo);
+  r.input_ids.push_back(kVisionEnd);
+  r.video_grid_thw = {2, 4, 4};
+  r.second_per_grid_ts = {1.0};  // interval 2 * 1.0
+  r = Transformers5(r);
+  const auto built = BuildPositions(r, kLimit);
+  ASSERT_TRUE(built.ok()) << built.status();
+  EXPECT_EQ(Axis(*built, 0), (V{0, 1, 1, 1, 1, 3, 3, 3, 3, 3}));
+  EXPECT_EQ(Axis(*built, 1), (V{0, 1, 1, 2, 2, 1, 1, 2, 2, 3}));
+  EXPECT_EQ(Axis(*built, 2), (V{0, 1, 2, 1, 2, 1, 2, 1, 2, 3}));
+  EXPECT_EQ(built->rope_deltas, (V{3 + 1 - 10}));
+  r.second_per_grid_ts = {0.3};  // int(1 * 0.6) = 0
+  const auto slow = BuildPositions(r, kLimit);
+  ASSERT_TRUE(slow.ok());
+  EXPECT_EQ(Axis(*slow, 0), (V{0, 1, 1, 1, 1, 1, 1, 1, 1, 3}));
+  r.second_per_grid_ts.clear();  // 1 s each
+  const auto unset = BuildPositions(r, kLimit);
+  ASSERT_TRUE(unset.ok());
+  EXPECT_EQ(unset->positions, built->positions);
+}
+
+TEST(QwenRopeIndexTransformers5Test, PaddingFillsZeroAndDeltasCountUnmaskedTokens) {
+  PositionsRequest r;
+  r.hf_config_json = Fixture("Qwen2-VL-7B-Instruct.json");
+  r.batch = 2;
+  r.input_ids = {0, 0, kText, kVisionStart, kImage, kImage, kImage, kImage,
+                 kText, kVisionStart, kImage, kImage, kImage, kImage, kVisionEnd, kText};
+  r.attention_mask = {0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
+  r.image_grid_thw = {1, 4, 4, 1, 4, 4};
+  const auto built = BuildPositions(Transformers5(r), kLimit);
+  ASSERT_TRUE(built.ok()) << built.status();
+  EXPECT_EQ(Axis(*built, 0), (V{0, 0, 0, 1, 2, 2, 2, 2, /* row 1 */ 0, 1, 2, 2, 2, 2, 4, 5}));
+  EXPECT_EQ(Axis(*built, 1), (V{0, 0, 0, 1, 2, 2, 3, 3, 0, 1, 2, 2, 3, 3, 4, 5}));
+  EXPECT_EQ(Axis(*built, 2), (V{0, 0, 0, 1, 2, 3, 2, 3, 0, 1, 2, 3, 2, 3, 4, 5}));
+  EXPECT_EQ(built->rope_deltas, (V{3 + 1 - 6, 5 + 1 - 8}));
+
+  PositionsRequest text;
+  text.hf_config_json = r.hf_config_json;
+  text.batch = 2;
+  text.input_ids = {kText, kText, kText, kText, kText, kText};
+  text.attention_mask = {0, 1, 1, 1, 1, 1};
+  const auto counted = BuildPositions(Transformers5(text), kLimit);
+  ASSERT_TRUE(counted.ok()) << counted.status();
+  EXPECT_EQ(Axis(*counted, 2), (V{0, 0, 1, 0, 1, 2}));
+  EXPECT_EQ(counted->rope_deltas, (V{0, 0}));
+}
+
+TEST(QwenRopeIndexTransformers5Test, Qwen3VlFramesAndImagesAgreeWithTheOlderForm) {
+  PositionsRequest r;
+  r.hf_config_json = Fixture("Qwen3-VL-8B-Instruct.json");
+  r.input_ids = {kText, kVisionStart, kVideo, kVideo, kVideo, kVideo, kVisionEnd,
+                 kText, kVisionStart, kVideo, kVideo, kVideo, kVideo, kVisionEnd,
+                 kVisionStart, kImage, kImage, kImage, kImage, kImage, kImage, kVisionEnd};
+  r.video_grid_thw = {2, 4, 4};
+  r.image_grid_thw = {1, 4, 6};  // 2 x 3 tokens
+  const auto v4 = BuildPositions(r, kLimit);
+  const auto v5 = BuildPositions(Transformers5(r), kLimit);
+  ASSERT_TRUE(v4.ok()) << v4.status();
+  ASSERT_TRUE(v5.ok()) << v5.status();
+  EXPECT_EQ(Axis(*v5, 0), (V{0, 1, 2, 2, 2, 2, 4, 5, 6, 7, 7, 7, 7, 9, 10,
+                             11, 11, 11, 11, 11, 11, 14}));
+  EXPECT_EQ(Axis(*v5, 2), (V{0, 1, 2, 3, 2, 3, 4, 5, 6, 7, 8, 7, 8, 9, 10,
+                             11, 12, 13, 11, 12, 13, 14}));
+  EXPECT_EQ(v5->positions, v4->positions);
+  EXPECT_EQ(v5->rope_deltas, v4->rope_deltas);
+}
+
+TEST(QwenRopeIndexTransformers5Test, RunsThatDoNotMatchTheirGridsAreRefused) {
+  PositionsRequest r = Transformers5(PositionsRequest{});
+  r.hf_config_json = Fixture("Qwen2-VL-7B-Instruct.json");
+  r.input_ids = {kVisionStart, kImage, kImage, kImage, kVisionEnd};
+  r.image_grid_thw = {1, 4, 4};
+  EXPECT_TRUE(StatusIs(BuildPositions(r, kLimit).status(), absl::StatusCode::kInvalidArgument,
+                       "the run of 3 image tokens at token 1 does not match its grid (1, 4, 4), "
+                       "1 x 2 x 2 tokens"));
+  r.input_ids = {kVisionStart, kImage, kImage, kImage, kImage, kVisionEnd,
+                 kVisionStart, kImage, kImage, kImage, kImage, kVisionEnd};
+  EXPECT_TRUE(StatusIs(BuildPositions(r, kLimit).status(), absl::StatusCode::kInvalidArgument,
+                       "input_ids has more images than image_grid_thw's 1 grids (row 0, token 7)"));
+  r.input_ids = {kVisionStart, kImage, kImage, kImage, kImage};
+  r.attention_mask = {0, 0, 0, 0, 0};
+  EXPECT_TRUE(StatusIs(BuildPositions(r, kLimit).status(), absl::StatusCode::kInvalidArgument,
+                       "attention_mask row 0 masks every token"));
+  r.attention_mask.clear();
+  r.layout = static_cast<PositionsRequest::Layout>(7);
+  EXPECT_TRUE(StatusIs(BuildPositions(r, kLimit).status(), absl::StatusCode::kInvalidArgument,
+                       "rope_index_layout is 7: must be 0 (ROPE_INDEX_LAYOUT_DEFAULT)"));
+}
+
 TEST(GridPositionsTest, FluxTextThenImage) {
   PositionsRequest r;
   PositionGrid text;

@@ -103,7 +103,8 @@ class Client:
         float32 [B, Sq, Hq, Dv] = P v when v is given, else None. scale None
         means 1/sqrt(D) (the model's softmax scale with config.hf_config_json).
         q_fractional_positions / k_fractional_positions: fractional positions
-        instead of the start positions (with no mask nor ALiBi).
+        instead of the start positions; masks and ALiBi then compare sequence
+        indices (q_start_pos + i, k_start_pos + j).
 
         results: names of what to compute, some of "scores", "output", "lse",
         "top_k", "key_mass", "score_rows" (rope.v1.AttentionResult); the reply

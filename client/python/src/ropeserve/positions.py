@@ -67,6 +67,10 @@ class TokenPositions:
     second_per_grid_ts: Qwen2.5-VL, one per video, or None.
     rope_deltas, cache_position: decode instead: the positions of the S new
         tokens of each row, cache_position + s + rope_deltas[b].
+    transformers_version: which release's get_rope_index to follow: 4 (the
+        4.5x form, also None) or 5 (runs of image / video tokens; text after
+        a block at its start + max(h, w) / merge; padding 0; deltas against
+        the unmasked tokens). rope.proto's RopeIndexLayout has the details.
     """
     input_ids: Any
     hf_config: Any = None
@@ -76,6 +80,7 @@ class TokenPositions:
     second_per_grid_ts: Any = None
     rope_deltas: Any = None
     cache_position: int = 0
+    transformers_version: Optional[int] = None
 
 
 class Positions(NamedTuple):
@@ -131,6 +136,12 @@ def request(source):
         if seconds is not None:
             message.second_per_grid_ts.extend(seconds.reshape(-1).tolist())
         message.cache_position = int(source.cache_position)
+        layouts = {None: pb.ROPE_INDEX_LAYOUT_DEFAULT, 4: pb.ROPE_INDEX_LAYOUT_TRANSFORMERS_4,
+                   5: pb.ROPE_INDEX_LAYOUT_TRANSFORMERS_5}
+        if source.transformers_version not in layouts:
+            raise ValueError("transformers_version is %r: expected None, 4 or 5"
+                             % (source.transformers_version,))
+        message.rope_index_layout = layouts[source.transformers_version]
         return message, ids.shape[0], ids.shape[1]
     grids = list(source) if not isinstance(source, Grid) else [source]
     if not grids or not all(isinstance(g, Grid) for g in grids):
