@@ -75,13 +75,15 @@ class HeaderParser {
       array->dtype = NpyDType::kFloat64;
     } else if (descr == "<i2") {
       array->dtype = NpyDType::kInt16;
+    } else if (descr == "<i4") {
+      array->dtype = NpyDType::kInt32;
     } else if (!descr.empty() && descr[0] == '>') {
       return Error(absl::StrCat("dtype '", descr,
                                 "' is big-endian: only little-endian arrays are supported"));
     } else {
       return Error(absl::StrCat("dtype '", descr,
                                 "' is not supported: use '<f4' (float32), '<f2' (float16), "
-                                "'<f8' (float64, converted) or '<u2' / '<i2' (bfloat16 bits)"));
+                                "'<f8' (float64, converted), '<u2' / '<i2' (bfloat16 bits) or '<i4' (int32)"));
     }
     return absl::OkStatus();
   }
@@ -211,6 +213,7 @@ absl::string_view NpyDTypeDescr(NpyDType dtype) {
     case NpyDType::kUInt16: return "<u2";
     case NpyDType::kFloat64: return "<f8";
     case NpyDType::kInt16: return "<i2";
+    case NpyDType::kInt32: return "<i4";
   }
   return "?";
 }
@@ -218,7 +221,8 @@ absl::string_view NpyDTypeDescr(NpyDType dtype) {
 size_t NpyDTypeSize(NpyDType dtype) {
   switch (dtype) {
     case NpyDType::kFloat64: return 8;
-    case NpyDType::kFloat32: return 4;
+    case NpyDType::kFloat32:
+    case NpyDType::kInt32: return 4;
     case NpyDType::kFloat16:
     case NpyDType::kUInt16:
     case NpyDType::kInt16: return 2;

@@ -10,6 +10,8 @@
 //          back as bfloat16 only when the caller asks for it.
 //   '<i2'  int16, read as bfloat16 bits like '<u2' (torch's
 //          t.view(torch.int16).numpy() gives this; read only).
+//   '<i4'  int32: replies' INT32 tensors (AttentionScores' top_k_indices);
+//          never an input tensor.
 // Anything else (fortran_order True, big-endian, other dtypes, object arrays)
 // is rejected with INVALID_ARGUMENT naming the offending header field.
 //
@@ -29,9 +31,9 @@
 namespace rope {
 namespace client {
 
-enum class NpyDType { kFloat32, kFloat16, kUInt16, kFloat64, kInt16 };
+enum class NpyDType { kFloat32, kFloat16, kUInt16, kFloat64, kInt16, kInt32 };
 
-// The descr string ('<f4', '<f2', '<u2', '<f8', '<i2') and the element size
+// The descr string ('<f4', '<f2', '<u2', '<f8', '<i2', '<i4') and the element size
 // in bytes.
 absl::string_view NpyDTypeDescr(NpyDType dtype);
 size_t NpyDTypeSize(NpyDType dtype);

@@ -45,7 +45,8 @@ std::string ShapeString(absl::Span<const int64_t> shape) {
 
 absl::StatusOr<size_t> DTypeSize(v1::DType dtype) {
   switch (dtype) {
-    case v1::FLOAT32: return 4;
+    case v1::FLOAT32:
+    case v1::INT32: return 4;
     case v1::FLOAT16:
     case v1::BFLOAT16: return 2;
     default:
@@ -59,6 +60,7 @@ std::string DTypeName(v1::DType dtype) {
     case v1::FLOAT32: return "float32";
     case v1::FLOAT16: return "float16";
     case v1::BFLOAT16: return "bfloat16";
+    case v1::INT32: return "int32";
     case v1::DTYPE_UNSPECIFIED: return "unspecified";
     default: return absl::StrCat("dtype(", static_cast<int>(dtype), ")");
   }
@@ -106,6 +108,14 @@ absl::StatusOr<std::vector<float>> DecodeFloats(absl::string_view bytes, v1::DTy
   std::vector<float> out(bytes.size() / size);
   if (dtype == v1::FLOAT32) {
     if (!out.empty()) std::memcpy(out.data(), bytes.data(), bytes.size());
+    return out;
+  }
+  if (dtype == v1::INT32) {  // indices: exact in float32 below 2^24
+    for (size_t i = 0; i < out.size(); ++i) {
+      int32_t value;
+      std::memcpy(&value, bytes.data() + 4 * i, sizeof(value));
+      out[i] = static_cast<float>(value);
+    }
     return out;
   }
   for (size_t i = 0; i < out.size(); ++i) {
@@ -231,6 +241,9 @@ absl::StatusOr<v1::Tensor> TensorFromNpy(const NpyArray& array, v1::DType dtype,
   tensor.set_dtype(dtype);
   for (int64_t d : array.shape) tensor.add_shape(d);
   switch (array.dtype) {
+    case NpyDType::kInt32:
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, ": dtype '<i4' (int32) is a reply type (top-k indices), not an input tensor's"));
     case NpyDType::kUInt16:
     case NpyDType::kInt16:
       if (dtype != v1::BFLOAT16) {
@@ -270,6 +283,7 @@ absl::StatusOr<NpyArray> TensorToNpy(const v1::Tensor& tensor, absl::string_view
   switch (tensor.dtype()) {
     case v1::FLOAT16: array.dtype = NpyDType::kFloat16; break;
     case v1::BFLOAT16: array.dtype = NpyDType::kUInt16; break;
+    case v1::INT32: array.dtype = NpyDType::kInt32; break;
     default: array.dtype = NpyDType::kFloat32; break;
   }
   array.shape.assign(tensor.shape().begin(), tensor.shape().end());

@@ -13,9 +13,9 @@ namespace rope {
 namespace client {
 namespace {
 
-const Command* const kCommands[] = {&kRotateCommand,    &kScoresCommand, &kTableCommand,
-                                    &kResolveCommand,   &kPositionsCommand, &kInfoCommand,
-                                    &kHealthCommand};
+const Command* const kCommands[] = {&kRotateCommand,  &kScoresCommand,    &kAttendCommand,
+                                    &kTableCommand,   &kResolveCommand,   &kPositionsCommand,
+                                    &kInfoCommand,    &kHealthCommand};
 
 constexpr char kNpyAndExitHelp[] = R"(
 Tensors and .npy files:
@@ -28,6 +28,7 @@ Tensors and .npy files:
            t.view(torch.int16).numpy(), with --dtype=bfloat16)
     '<f8'  float64, NumPy's default: read only, converted to --dtype
            (float32 unless given), rounding to nearest even
+    '<i4'  int32: written only (attention's top-k key indices)
   NumPy has no bfloat16, so a bfloat16 tensor is written as '<u2' holding the
   upper 16 bits of each float32 value, and a '<u2' file is read back as
   bfloat16 only when --dtype=bfloat16 is given. In NumPy:

@@ -27,6 +27,7 @@ struct Command {
 // cmd_positions.cc, cmd_server.cc.
 extern const Command kRotateCommand;
 extern const Command kScoresCommand;
+extern const Command kAttendCommand;
 extern const Command kTableCommand;
 extern const Command kResolveCommand;
 extern const Command kPositionsCommand;

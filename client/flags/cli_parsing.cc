@@ -1,5 +1,7 @@
 #include "client/flags/cli_parsing.h"
 
+#include <cmath>
+
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -22,6 +24,20 @@ absl::StatusOr<std::vector<int64_t>> ParseInt64List(absl::string_view text) {
     if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(item), &v)) {
       return absl::InvalidArgumentError(
           absl::StrCat("item ", out.size(), " ('", item, "') is not an integer"));
+    }
+    out.push_back(v);
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<double>> ParseDoubleList(absl::string_view text) {
+  std::vector<double> out;
+  if (absl::StripAsciiWhitespace(text).empty()) return out;
+  for (absl::string_view item : absl::StrSplit(text, ',')) {
+    double v;
+    if (!absl::SimpleAtod(absl::StripAsciiWhitespace(item), &v) || !std::isfinite(v)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("item ", out.size(), " ('", item, "') is not a finite number"));
     }
     out.push_back(v);
   }

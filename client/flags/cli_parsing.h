@@ -18,6 +18,10 @@ namespace client {
 // not. An empty string is an empty list.
 absl::StatusOr<std::vector<int64_t>> ParseInt64List(absl::string_view text);
 
+// "0.5,-1,2e-3" -> {0.5, -1, 0.002}; "" -> {}. INVALID_ARGUMENT naming the
+// item that is not a finite number.
+absl::StatusOr<std::vector<double>> ParseDoubleList(absl::string_view text);
+
 // "B,S,H,D" -> dims, each >= 1; rank 1..8.
 absl::StatusOr<std::vector<int64_t>> ParseShape(absl::string_view text);
 

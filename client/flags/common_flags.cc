@@ -444,6 +444,9 @@ absl::StatusOr<std::optional<InputTensor>> LoadInputTensor(const FlagSet& flags,
         case NpyDType::kInt16:
           return UsageError(absl::StrCat(path, ": dtype '", NpyDTypeDescr(array.dtype),
                                          "' holds raw bfloat16 bits: pass --dtype=bfloat16"));
+        case NpyDType::kInt32:
+          return UsageError(absl::StrCat(path, ": dtype '<i4' (int32) is a reply type (top-k "
+                                         "indices), not an input tensor's"));
       }
     }
     absl::StatusOr<v1::Tensor> tensor = TensorFromNpy(array, *dtype, path);

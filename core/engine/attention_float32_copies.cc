@@ -42,9 +42,10 @@ absl::Status RotateIntoFloat32Copies(Backend& backend, const RopeTable& table,
                                      AttentionFloat32Copies* copies) {
   if (!args->memory.is_host()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "causal is set with q_fractional_positions / k_fractional_positions: this server "
-        "masks such a call on float32 copies of q, k and v in host memory, not with q in ",
-        args->memory.ToString(), " (send them in host memory, or causal false)"));
+        "a mask or ALiBi is set with q_fractional_positions / k_fractional_positions: this server "
+        "masks such a call (causal, a window, chunks or ALiBi) on float32 copies of q, k and v "
+        "in host memory, not with q in ",
+        args->memory.ToString(), " (send them in host memory, or no mask)"));
   }
   const int64_t q_n = args->batch * args->q_seq * args->q_heads * args->head_dim;
   const int64_t k_n = args->batch * args->k_seq * args->k_heads * args->head_dim;
@@ -57,7 +58,7 @@ absl::Status RotateIntoFloat32Copies(Backend& backend, const RopeTable& table,
   } catch (const std::bad_alloc&) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "out of memory copying q, k and v to float32 (", q_n + k_n + v_n,
-        " elements) for a causal mask over fractional positions"));
+        " elements) for a mask over fractional positions"));
   }
   ROPE_RETURN_IF_ERROR(ToFloat32(args->dtype, args->q, q_n, copies->q.data()));
   ROPE_RETURN_IF_ERROR(ToFloat32(args->dtype, args->k, k_n, copies->k.data()));

@@ -1,9 +1,10 @@
 // Attention over positions the backend cannot take as its mask positions.
 //
 // A backend's AttentionScores reads each token's position once, both as its
-// row of the table and as its place for the causal mask. Fractional
+// row of the table and as its place for the masks and ALiBi. Fractional
 // positions make per-request table rows (row indices, not sequence
-// indices), so for a causal call the engine rotates float32 copies of q and
+// indices), so for a call with a mask (causal, a window, chunks) or ALiBi
+// the engine rotates float32 copies of q and
 // k by those rows first, copies v to float32, and hands the backend the
 // copies with nothing left to rotate: the positions it then reads are only
 // the tokens' sequence indices, which is what every reference model masks

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 
+#include "core/engine/attention_math.h"
 #include "core/engine/dtype.h"
 #include "core/engine/rope_math.h"
 #include "core/engine/tensor.h"
@@ -55,15 +56,34 @@ struct RotateArgs {
   float k_scale = 1.0f;
 };
 
-// Scores [batch, q_heads, q_seq, k_seq] float32 of rotated q against rotated
-// k, scaled, optionally causally masked (-inf where key position > query
-// position) and softmaxed over keys; optional output = softmax(S) v
-// [batch, q_seq, q_heads, v_dim]. Query head h reads key/value head
-// h / (q_heads / k_heads).
+// Attention of rotated q against rotated k. Query head h reads key/value
+// head h / (q_heads / k_heads). The logits of query i and key j are
+//   s = scale * (q . k), then softcap * tanh(s / softcap) when softcap > 0,
+//   then - alibi_slopes[h] * |q_pos(i) - k_pos(j)| when alibi_slopes is set,
+//   -inf where `mask` hides the key (attention_math.h);
+// the probabilities are P = exp(s) / (sum over visible keys of exp(s) +
+// exp(sinks[h]) when sinks is set), and LSE is the natural log of that
+// denominator (-inf for a row that sees no key and has no sink).
 //
-// Fully masked rows (every key position after the query position): the
-// scores row is all -inf; with softmax, the probabilities row is all 0 and
-// the output row is 0 (no NaN), as FlashAttention does.
+// What is computed is what has a non-null pointer:
+//   scores      [batch, q_heads, q_seq, k_seq]: P with `softmax`, else the logits
+//   output      [batch, q_seq, q_heads, v_dim]: P v (needs v)
+//   lse         [batch, q_heads, q_seq]
+//   top_k_*     [batch, q_heads, q_seq, top_k]: the top_k visible keys by P,
+//               ties to the smaller index; index -1 and P 0 past the keys a
+//               row sees
+//   key_mass    [batch, q_heads, k_seq]: the sum over queries of P
+//   score_rows  [batch, q_heads, score_rows_count, k_seq]: rows
+//               score_rows_start.. of what `scores` would hold
+//
+// Fully masked rows: logits all -inf; probabilities all 0 and output 0 (no
+// NaN), as FlashAttention does.
+//
+// `legacy` marks a call with only today's fields (scores, output, causal):
+// a backend computes it exactly as before these results existed (full score
+// rows, bit for bit the replies clients have); any other call goes through
+// the tiled pass that never holds a q_seq x k_seq buffer unless scores (or
+// score_rows) are asked.
 struct AttentionArgs {
   DType dtype = DType::kFloat32;  // of q, k and v
   Layout layout = Layout::kInterleaved;
@@ -76,12 +96,24 @@ struct AttentionArgs {
   const void* v = nullptr;  // optional
   math::PositionSpec q_positions;
   math::PositionSpec k_positions;
-  bool causal = false;
+  bool causal = false;  // mirrors mask.causal
   bool softmax = false;
   float scale = 1.0f;
+  math::AttentionMask mask;
+  float softcap = 0.0f;                  // 0: none
+  const float* sinks = nullptr;          // [q_heads] or null
+  const float* alibi_slopes = nullptr;   // [q_heads] or null
+  bool legacy = true;
   float* scores = nullptr;  // [batch, q_heads, q_seq, k_seq]
-  float* output = nullptr;  // [batch, q_seq, q_heads, v_dim] when v != null
-  // Where q, k, v, scores and output all are (as RotateArgs::memory).
+  float* output = nullptr;  // [batch, q_seq, q_heads, v_dim]
+  float* lse = nullptr;     // [batch, q_heads, q_seq]
+  int32_t* top_k_indices = nullptr;  // [batch, q_heads, q_seq, top_k]
+  float* top_k_probs = nullptr;      // [batch, q_heads, q_seq, top_k]
+  int64_t top_k = 0;
+  float* key_mass = nullptr;  // [batch, q_heads, k_seq]
+  float* score_rows = nullptr;  // [batch, q_heads, score_rows_count, k_seq]
+  int64_t score_rows_start = 0, score_rows_count = 0;
+  // Where q, k, v and every result all are (as RotateArgs::memory).
   TensorMemory memory;
   // Polled between pieces of work when set; a backend that sees a non-OK
   // Check() may stop and return that status (outputs then unspecified).

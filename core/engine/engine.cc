@@ -5,6 +5,8 @@
 #include <cmath>
 #include <functional>
 #include <new>
+#include <string>
+#include <vector>
 #include <numeric>
 #include <optional>
 #include <vector>
@@ -64,11 +66,6 @@ absl::Status CheckDerivedValues(const TableKey& key) {
   }
   last_passed = key;
   return absl::OkStatus();
-}
-
-// Largest position of start-based positions (AttentionScores).
-int64_t MaxPosition(const math::PositionSpec& positions) {
-  return positions.start_pos + positions.seq - 1;
 }
 
 // The view a layer without rotary embedding hands a backend: no blocks, and
@@ -573,27 +570,58 @@ absl::StatusOr<BuiltPositions> Engine::BuildPositions(const PositionsRequest& re
 }
 
 absl::Status Engine::AttentionScores(const AttentionParams& params, AttentionOutputs* outputs) {
-  if (outputs == nullptr || !outputs->scores.requested()) {
+  if (outputs == nullptr || (params.results.empty() && !outputs->scores.requested())) {
     return absl::InvalidArgumentError("AttentionScores needs an outputs.scores buffer");
   }
   ROPE_ASSIGN_OR_RETURN(RopeConfig config, ExplicitConfig(params.config, params.interrupt));
   config = ForTensorWidth(config, Width(params.q.shape));
   ROPE_ASSIGN_OR_RETURN(ResolvedAttention resolved, ResolveAttention(params, config, limits_));
   AttentionArgs& args = resolved.args;
-  if (args.v != nullptr && !outputs->output.requested()) {
+  if (params.results.empty() && args.v != nullptr && !outputs->output.requested()) {
     return absl::InvalidArgumentError("v is given but outputs.output is null");
   }
   ROPE_RETURN_IF_ERROR(CheckMemory(args.memory, "q"));
-  ROPE_RETURN_IF_ERROR(
-      CheckResult(outputs->scores, resolved.scores_shape, args.memory, "the scores are"));
-  if (args.v != nullptr) {
-    ROPE_RETURN_IF_ERROR(
-        CheckResult(outputs->output, resolved.output_shape, args.memory, "the output is"));
-  }
   args.interrupt = params.interrupt;
+  // Every computed result, its destination and where the backend reads its
+  // pointer. Every result is 4-byte elements (float32, top_k_indices int32).
+  struct Slot {
+    ResultBuffer* buffer;
+    const char* field;  // outputs.<field>
+    const std::vector<int64_t>* shape;
+    const char* what;   // "the scores are", for CheckResult's message
+    void** arg;
+  };
+  std::vector<Slot> slots;
+  const auto add = [&](AttentionResult result, ResultBuffer& buffer, const char* field,
+                       const std::vector<int64_t>& shape, const char* what, void** arg) {
+    if (resolved.Wants(result)) slots.push_back({&buffer, field, &shape, what, arg});
+  };
+  add(AttentionResult::kScores, outputs->scores, "scores", resolved.scores_shape,
+      "the scores are", reinterpret_cast<void**>(&args.scores));
+  add(AttentionResult::kOutput, outputs->output, "output", resolved.output_shape,
+      "the output is", reinterpret_cast<void**>(&args.output));
+  add(AttentionResult::kLse, outputs->lse, "lse", resolved.lse_shape, "the lse are",
+      reinterpret_cast<void**>(&args.lse));
+  add(AttentionResult::kTopK, outputs->top_k_indices, "top_k_indices", resolved.top_k_shape,
+      "the top_k_indices are", reinterpret_cast<void**>(&args.top_k_indices));
+  add(AttentionResult::kTopK, outputs->top_k_probs, "top_k_probs", resolved.top_k_shape,
+      "the top_k_probs are", reinterpret_cast<void**>(&args.top_k_probs));
+  add(AttentionResult::kKeyMass, outputs->key_mass, "key_mass", resolved.key_mass_shape,
+      "the key_mass are", reinterpret_cast<void**>(&args.key_mass));
+  add(AttentionResult::kScoreRows, outputs->score_rows, "score_rows", resolved.score_rows_shape,
+      "the score_rows are", reinterpret_cast<void**>(&args.score_rows));
+
+  // Every destination present and fitting before any work.
+  for (const Slot& slot : slots) {
+    if (!slot.buffer->requested()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("AttentionScores needs an outputs.", slot.field, " buffer"));
+    }
+    ROPE_RETURN_IF_ERROR(CheckResult(*slot.buffer, *slot.shape, args.memory, slot.what));
+  }
   std::shared_ptr<const RopeTable> table;
   std::vector<int64_t> q_rows, k_rows;  // explicit row lists of a per-request table
-  AttentionFloat32Copies rotated;       // a causal call over fractional positions
+  AttentionFloat32Copies rotated;       // a masked call over fractional positions
   std::string scaled_q;  // a NoPE layer's tuned queries
   if (config.no_rope.enabled) {
     args.rotary_dim = 0;
@@ -642,7 +670,7 @@ absl::Status Engine::AttentionScores(const AttentionParams& params, AttentionOut
     const int64_t q_count = rows_of(resolved.q_fractional, args.q_seq);
     const int64_t k_count = rows_of(resolved.k_fractional, args.k_seq);
     const int64_t rows = q_count + k_count;
-    // The tokens' sequence indices (start + s), which the causal mask compares.
+    // The tokens' sequence indices (start + s), which the masks compare.
     const math::PositionSpec q_index = args.q_positions, k_index = args.k_positions;
     double max = 0;
     try {
@@ -666,7 +694,9 @@ absl::Status Engine::AttentionScores(const AttentionParams& params, AttentionOut
     } catch (const std::bad_alloc&) {
       return OutOfMemory("fractional-position", rows);
     }
-    if (args.causal) {
+    // Every rule that compares tokens' places (masks, ALiBi) must see the
+    // sequence indices, not the table rows.
+    if (args.mask.Any() || args.alibi_slopes != nullptr) {
       ROPE_RETURN_IF_ERROR(
           RotateIntoFloat32Copies(*backend_, *table, q_index, k_index, &args, &rotated));
     }
@@ -687,17 +717,22 @@ absl::Status Engine::AttentionScores(const AttentionParams& params, AttentionOut
       return OutOfMemory("axial", args.q_seq + args.k_seq);
     }
   } else {
-    ROPE_ASSIGN_OR_RETURN(
-        table,
-        TableFor(config, std::max(MaxPosition(args.q_positions), MaxPosition(args.k_positions)),
-                 [&args](BlocksTouched& touched) {
-                   touched.AddPositions(args.q_positions);
-                   touched.AddPositions(args.k_positions);
-                 }));
+    ROPE_ASSIGN_OR_RETURN(table,
+                          TableFor(config, resolved.max_position, [&args](BlocksTouched& touched) {
+                            touched.AddPositions(args.q_positions);
+                            touched.AddPositions(args.k_positions);
+                          }));
   }
 
-  args.scores = PlaceResult(outputs->scores, resolved.scores_shape);
-  if (args.v != nullptr) args.output = PlaceResult(outputs->output, resolved.output_shape);
+  for (const Slot& slot : slots) {
+    try {
+      *slot.arg = PlaceResult(*slot.buffer, *slot.shape);
+    } catch (const std::bad_alloc&) {
+      return absl::ResourceExhaustedError(absl::StrCat("out of memory allocating the ",
+                                                       slot.field, " (",
+                                                       Float32Bytes(*slot.shape), " bytes)"));
+    }
+  }
   return backend_->AttentionScores(*table, args);
 }
 
@@ -801,6 +836,13 @@ absl::StatusOr<ResolvedConfig> Engine::ResolveConfig(const RopeConfig& requested
     out.inv_freq = ComputeInvFreq(out.key);
     out.attention_factor = ComputeAttentionFactor(out.key);
   }
+  // The model's scale, else head_dim^-0.5 of the whole head (an MLA
+  // config's head_dim is its rope part).
+  out.softmax_scale =
+      config.model_softmax_scale != 0
+          ? config.model_softmax_scale
+          : 1.0 / std::sqrt(static_cast<double>(out.whole_head_dim != 0 ? out.whole_head_dim
+                                                                         : config.head_dim));
   // The defaults spelled out, so that sending the result back gives the
   // same tables.
   if (config.theta == 0) config.theta = config.EffectiveTheta();

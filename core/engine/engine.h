@@ -80,6 +80,19 @@ struct RotateParams {
   const Interrupt* interrupt = nullptr;
 };
 
+// What AttentionScores computes (the numbers of rope.v1.AttentionResult).
+enum class AttentionResult : int {
+  kScores = 1,     // [B,Hq,Sq,Sk]: probabilities with `softmax`, else logits
+  kOutput = 2,     // [B,Sq,Hq,Dv]: P v (needs v)
+  kLse = 3,        // [B,Hq,Sq]: natural log of each row's softmax denominator
+  kTopK = 4,       // [B,Hq,Sq,top_k]: indices (int32) and probabilities
+  kKeyMass = 5,    // [B,Hq,Sk]: each key's probability summed over queries
+  kScoreRows = 6,  // [B,Hq,count,Sk]: rows of what kScores would hold
+};
+absl::string_view AttentionResultName(AttentionResult result);
+
+// AttentionScores: logits, masks and transforms as backend.h's AttentionArgs
+// documents; everything in positions (explicit or start-based).
 struct AttentionParams {
   RopeConfig config;
   ConstTensorView q;                 // [B,Sq,Hq,D] (rank 3: B = 1), unrotated
@@ -97,7 +110,27 @@ struct AttentionParams {
   std::vector<double> k_fractional_positions;
   bool causal = false;
   bool softmax = false;
-  double scale = 0;                  // 0 -> 1/sqrt(D)
+  // 0 -> the model's softmax scale when config.hf_config_json gives one
+  // (RopeConfig::model_softmax_scale), else 1/sqrt(D).
+  double scale = 0;
+  // Empty: SCORES, and OUTPUT when v is given (the reply of every client
+  // that predates the list). Each result at most once.
+  std::vector<AttentionResult> results;
+  // Sliding window in positions (FlashAttention's window_size); unset: no
+  // limit on that side. >= 0.
+  std::optional<int64_t> window_left;
+  std::optional<int64_t> window_right;
+  int64_t chunk_size = 0;            // 0: none; else >= 1 (Llama 4's chunked attention)
+  // Explicit positions, S or B*S values each (as RotateParams::positions);
+  // the matching start_pos must then be 0. Masks and RoPE use them.
+  std::vector<int64_t> q_positions;
+  std::vector<int64_t> k_positions;
+  double softcap = 0;                // 0: none; else finite > 0
+  std::vector<float> sinks;          // empty or Hq finite values
+  std::vector<float> alibi_slopes;   // empty or Hq finite values
+  int64_t top_k = 0;                 // TOP_K: 1 .. Sk
+  int64_t score_rows_start = 0;      // SCORE_ROWS: rows [start, start + count) of Sq
+  int64_t score_rows_count = 0;      // 0: to the last query
   // Optional: lets the backend stop early (CANCELLED / DEADLINE_EXCEEDED)
   // when the caller has gone. Must outlive the call.
   const Interrupt* interrupt = nullptr;
@@ -121,11 +154,19 @@ struct ResultBuffer {
   bool requested() const { return bytes != nullptr || view.data != nullptr; }
 };
 
-// Result buffers for AttentionScores: scores is required, output is required
-// exactly when v is given.
+// Result buffers for AttentionScores (top_k_indices int32, the others
+// float32). With AttentionParams::results empty, scores is required and
+// output is required exactly when v is given; otherwise each requested
+// result needs its buffer (TOP_K both of its buffers), and the others are
+// left untouched.
 struct AttentionOutputs {
-  ResultBuffer scores;  // [B,Hq,Sq,Sk]
-  ResultBuffer output;  // [B,Sq,Hq,Dv]
+  ResultBuffer scores;         // [B,Hq,Sq,Sk]
+  ResultBuffer output;         // [B,Sq,Hq,Dv]
+  ResultBuffer lse;            // [B,Hq,Sq]
+  ResultBuffer top_k_indices;  // [B,Hq,Sq,top_k] int32
+  ResultBuffer top_k_probs;    // [B,Hq,Sq,top_k]
+  ResultBuffer key_mass;       // [B,Hq,Sk]
+  ResultBuffer score_rows;     // [B,Hq,count,Sk]
 };
 
 // A slice of a table for GetTable: rows [start, start + count) of cos and sin.
@@ -141,6 +182,10 @@ struct TableSlice {
 // uses (for LongRoPE with max_position_embeddings and for dynamic NTK,
 // longer requests use other tables; see scaling.h). A NoPE layer
 // (config.no_rope) has no table: has_table is false and inv_freq empty.
+//
+// softmax_scale is what AttentionScores multiplies q . k by when its scale is
+// 0: the model's (RopeConfig::model_softmax_scale, from hf_config_json), else
+// head_dim^-0.5 (of the whole head for an MLA config).
 struct ResolvedConfig {
   RopeConfig config;
   bool has_table = true;
@@ -149,6 +194,7 @@ struct ResolvedConfig {
   std::vector<TableKey> axis_keys;
   std::vector<double> inv_freq;
   double attention_factor = 1;
+  double softmax_scale = 0;
   // With a config.json: the layout its model_type's transformers code
   // pairs features in, its max_position_embeddings (0: none), the layer
   // type (or rope group) the rope is for, and a DeepSeek MLA head's whole
@@ -175,7 +221,11 @@ class Engine {
   // value on bad input; q and k are untouched then.
   absl::Status Rotate(const RotateParams& params);
 
-  // OK: outputs filled as documented on AttentionOutputs.
+  // OK: outputs filled as documented on AttentionOutputs. INVALID_ARGUMENT
+  // / OUT_OF_RANGE naming the field and value on bad input;
+  // RESOURCE_EXHAUSTED when the requested results (and inputs) exceed
+  // max_elements_per_request (for SCORES, the message says that OUTPUT and
+  // LSE need no Sq x Sk memory) or memory runs out.
   absl::Status AttentionScores(const AttentionParams& params, AttentionOutputs* outputs);
 
   // Validates `config` and returns its table (building it if needed) with the

@@ -687,6 +687,45 @@ absl::StatusOr<uint32_t> HeadDim(const Scope& cfg, const ModelTypeDefaults* defa
   return 0u;
 }
 
+// The model's softmax scale when its attention departs from head_dim^-0.5
+// (0 otherwise), as transformers' attention classes set `self.scaling`:
+//   DeepSeek MLA (qk_nope_head_dim and qk_rope_head_dim): qk_head_dim^-0.5
+//     with qk_head_dim their sum, times mscale^2 when the rope is scaled
+//     (rope_type not default) and gives mscale_all_dim, where mscale is
+//     yarn_get_mscale(factor, mscale_all_dim) = 0.1 * mscale_all_dim *
+//     ln(factor) + 1 (1 for factor <= 1);
+//   Gemma 2 / 3 (query_pre_attn_scalar, by their config classes' default
+//     256 when the JSON omits it): query_pre_attn_scalar^-0.5.
+absl::StatusOr<double> SoftmaxScale(const Scope& cfg, const Scope& params,
+                                    const std::string& model_type, const std::string& rope_type) {
+  ROPE_ASSIGN_OR_RETURN(std::optional<double> nope, cfg.Number("qk_nope_head_dim"));
+  ROPE_ASSIGN_OR_RETURN(std::optional<double> rope_part, cfg.Number("qk_rope_head_dim"));
+  if (nope.has_value() && rope_part.has_value()) {
+    const double qk_head_dim = *nope + *rope_part;
+    if (*nope < 0 || qk_head_dim <= 0) {
+      return Invalid(cfg.Path("qk_nope_head_dim"), *cfg.Find("qk_nope_head_dim"),
+                     "must be >= 0 (qk_head_dim = qk_nope_head_dim + qk_rope_head_dim)");
+    }
+    double scale = 1.0 / std::sqrt(qk_head_dim);
+    if (rope_type != "default") {
+      ROPE_ASSIGN_OR_RETURN(std::optional<double> mscale_all_dim, params.Number("mscale_all_dim"));
+      ROPE_ASSIGN_OR_RETURN(std::optional<double> factor, params.Number("factor"));
+      if (mscale_all_dim.value_or(0) != 0 && factor.has_value()) {
+        const double mscale =
+            *factor <= 1 ? 1.0 : 0.1 * *mscale_all_dim * std::log(*factor) + 1.0;
+        scale *= mscale * mscale;
+      }
+    }
+    return scale;
+  }
+  ROPE_ASSIGN_OR_RETURN(std::optional<double> scalar, cfg.PositiveNumber("query_pre_attn_scalar"));
+  if (!scalar.has_value() && (model_type == "gemma2" || model_type == "gemma3_text")) {
+    scalar = 256.0;  // Gemma2Config's and Gemma3TextConfig's default
+  }
+  if (scalar.has_value()) return 1.0 / std::sqrt(*scalar);
+  return 0.0;
+}
+
 // max_position_embeddings (GPT-J: n_positions), or the class default.
 absl::StatusOr<std::optional<uint32_t>> MaxPositions(const Scope& cfg,
                                                      const ModelTypeDefaults* defaults) {
@@ -960,6 +999,8 @@ absl::StatusOr<HfRopeConfig> Derive(const Scope& cfg, const Selection& sel,
 
   if (sel.gemma_sliding) {
     out.rope_type = "default";
+    ROPE_ASSIGN_OR_RETURN(out.softmax_scale,
+                          SoftmaxScale(cfg, sel.params, model_type, out.rope_type));
     return out;
   }
   ROPE_ASSIGN_OR_RETURN(std::optional<std::string> rope_type, sel.params.String("rope_type"));
@@ -979,6 +1020,8 @@ absl::StatusOr<HfRopeConfig> Derive(const Scope& cfg, const Selection& sel,
   const bool ernie_type = out.rope_type == "ernie_3d";
   if (mrope_type || ernie_type) out.rope_type = "default";
   ROPE_ASSIGN_OR_RETURN(out.scaling, Scaling(out.rope_type, cfg, sel, defaults));
+  ROPE_ASSIGN_OR_RETURN(out.softmax_scale,
+                        SoftmaxScale(cfg, sel.params, model_type, out.rope_type));
 
   ROPE_ASSIGN_OR_RETURN(std::optional<uint32_t> freq_allocation,
                         ErnieFreqAllocation(cfg, sel.params, model_type,
@@ -1208,6 +1251,7 @@ absl::StatusOr<RopeConfig> ApplyHfRopeConfig(const RopeConfig& request, const Hf
   out.layout = request.layout;
   out.angle_precision = request.angle_precision;
   out.theta = hf.theta;
+  out.model_softmax_scale = hf.softmax_scale;
   out.scaling = hf.scaling;
   out.mrope = hf.mrope;
   out.no_rope.enabled = hf.no_rope;

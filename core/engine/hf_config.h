@@ -62,6 +62,10 @@ struct HfRopeConfig {
   ScalingConfig scaling = NoScaling{};
   MropeConfig mrope;
   std::string rope_type;             // transformers' name after standardising ("default", ...)
+  // The attention's softmax scale where the model departs from
+  // head_dim^-0.5 (DeepSeek's qk_head_dim^-0.5 * mscale^2, Gemma's
+  // query_pre_attn_scalar^-0.5); 0 otherwise.
+  double softmax_scale = 0;
   std::string layer_type;            // the layer type (or rope group) the rope is for
   // A layer without rotary embedding (no_rope_layers[i] == 0), and Llama 4's
   // temperature tuning of its queries (floor_scale 0: none).
@@ -94,7 +98,7 @@ absl::StatusOr<HfRopeConfig> ParseHfRopeConfig(absl::string_view json,
                                                const Interrupt* interrupt = nullptr);
 
 // The explicit config `request` stands for: theta, head_dim, rotary_dim,
-// rotary_offset, scaling, mrope and no_rope from `hf`; max_len and layout
+// rotary_offset, scaling, mrope, no_rope and model_softmax_scale from `hf`; max_len and layout
 // from `request` (its hf_config_json, hf_layer_type and hf_layer_index are
 // dropped). A request head_dim equal to hf.whole_head_dim selects the whole
 // MLA head (its last hf.head_dim features rotate); 0 the rope part, whose

@@ -69,6 +69,10 @@ struct RopeConfig {
   // and hf_layer_index pick the decoder layer (unset: full_attention).
   std::string hf_config_json;
   std::string hf_layer_type;
+  // Set only by resolving hf_config_json (ApplyHfRopeConfig): the model's
+  // softmax scale where it is not head_dim^-0.5 (DeepSeek, Gemma), else 0.
+  // Not part of the table; AttentionScores uses it when its scale is 0.
+  double model_softmax_scale = 0;
   std::optional<uint32_t> hf_layer_index;
   // Set only by the config.json derivation, never on the wire: the width of
   // a whole DeepSeek MLA head whose rope part this config describes

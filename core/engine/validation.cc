@@ -194,6 +194,36 @@ absl::Status CheckPosition(int64_t p, uint32_t max_len, const std::string& where
   return absl::OkStatus();
 }
 
+// Plain explicit positions of a [B,S,...] tensor: S or B*S values, each in
+// [0, max_len). `field` names the list ("positions", "q_positions"),
+// `tensor` the tensor it belongs to. Fills `spec` (seq already set) and the
+// largest position.
+absl::Status ResolveExplicitPositions(const char* field, const std::vector<int64_t>& list,
+                                      const char* tensor, const std::vector<int64_t>& shape,
+                                      const Dims4& dims, uint32_t max_len,
+                                      math::PositionSpec* spec, int64_t* max_position) {
+  const int64_t n = static_cast<int64_t>(list.size());
+  if (n != dims.seq && n != dims.batch * dims.seq) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, " has ", n, " values: must be S (", dims.seq, ") or B*S (", dims.batch * dims.seq,
+        ") for ", tensor, ".shape ", ShapeString(shape)));
+  }
+  int64_t max_pos = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t p = list[i];
+    // The field's name only for the message: building it for every valid
+    // position cost an allocation per token (1% of a decode call).
+    if (p < 0 || p >= static_cast<int64_t>(max_len)) {
+      return CheckPosition(p, max_len, absl::StrCat(field, "[", i, "]"));
+    }
+    max_pos = std::max(max_pos, p);
+  }
+  spec->explicit_positions = list.data();
+  spec->count = n;
+  *max_position = max_pos;
+  return absl::OkStatus();
+}
+
 // Rotate's output: in place, or float8 (output_dtype) with its scales.
 absl::Status ResolveRotateOutput(const RotateParams& params, bool has_k, RotateArgs* args,
                                  int64_t* elements) {
@@ -425,27 +455,88 @@ absl::StatusOr<ResolvedRotate> ResolveRotate(const RotateParams& params, const R
   } else if (config.mrope.enabled() || config.axial.enabled()) {
     ROPE_RETURN_IF_ERROR(ResolveAxisPositions(params, config, q, &out));
   } else {
-    const int64_t n = static_cast<int64_t>(params.positions.size());
-    if (n != q.seq && n != q.batch * q.seq) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "positions has ", n, " values: must be S (", q.seq, ") or B*S (", q.batch * q.seq,
-          ") for q.shape ", ShapeString(params.q.shape)));
-    }
-    int64_t max_pos = 0;
-    for (int64_t i = 0; i < n; ++i) {
-      const int64_t p = params.positions[i];
-      // The field's name only for the message: building it for every valid
-      // position cost an allocation per token (1% of a decode call).
-      if (p < 0 || p >= static_cast<int64_t>(config.max_len)) {
-        return CheckPosition(p, config.max_len, absl::StrCat("positions[", i, "]"));
-      }
-      max_pos = std::max(max_pos, p);
-    }
-    args.positions.explicit_positions = params.positions.data();
-    args.positions.count = n;
-    out.max_position = max_pos;
+    ROPE_RETURN_IF_ERROR(ResolveExplicitPositions("positions", params.positions, "q",
+                                                  params.q.shape, q, config.max_len,
+                                                  &args.positions, &out.max_position));
   }
   return out;
+}
+
+namespace {
+
+constexpr AttentionResult kAllResults[] = {
+    AttentionResult::kScores, AttentionResult::kOutput,  AttentionResult::kLse,
+    AttentionResult::kTopK,   AttentionResult::kKeyMass, AttentionResult::kScoreRows};
+
+uint32_t Bit(AttentionResult result) { return 1u << static_cast<int>(result); }
+
+// Whether `params` sets anything beyond today's fields (q, k, v, start
+// positions, causal, softmax, scale): such a call takes the tiled path.
+bool UsesNewFields(const AttentionParams& params) {
+  return !params.results.empty() || params.window_left.has_value() ||
+         params.window_right.has_value() || params.chunk_size != 0 ||
+         !params.q_positions.empty() || !params.k_positions.empty() || params.softcap != 0 ||
+         !params.sinks.empty() || !params.alibi_slopes.empty() || params.top_k != 0 ||
+         params.score_rows_start != 0 || params.score_rows_count != 0;
+}
+
+// The position of one of q or k: start-based or an explicit list (never both).
+absl::Status ResolveAttentionPositions(const char* start_field, int64_t start,
+                                       const char* list_field, const std::vector<int64_t>& list,
+                                       const char* tensor, const std::vector<int64_t>& shape,
+                                       const Dims4& dims, uint32_t max_len,
+                                       math::PositionSpec* spec, int64_t* max_position) {
+  spec->seq = dims.seq;
+  if (list.empty()) {
+    ROPE_RETURN_IF_ERROR(CheckStartPos(start_field, start, dims.seq, max_len));
+    spec->start_pos = start;
+    *max_position = start + dims.seq - 1;
+    return absl::OkStatus();
+  }
+  // As Rotate's start_pos and positions: proto3 cannot tell an unset start
+  // from 0, so only a non-zero one contradicts the list.
+  if (start != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        start_field, " and ", list_field, " are both set (", start_field, " is ", start, ", ",
+        list_field, " has ", list.size(), " values): give one of them"));
+  }
+  return ResolveExplicitPositions(list_field, list, tensor, shape, dims, max_len, spec,
+                                  max_position);
+}
+
+// Empty or one finite value per query head.
+absl::Status CheckPerHead(const char* field, const std::vector<float>& values, int64_t q_heads) {
+  if (values.empty()) return absl::OkStatus();
+  if (static_cast<int64_t>(values.size()) != q_heads) {
+    return absl::InvalidArgumentError(absl::StrCat(field, " has ", values.size(),
+                                                   " values: must be empty or one per query "
+                                                   "head (Hq = ", q_heads, ")"));
+  }
+  for (size_t h = 0; h < values.size(); ++h) {
+    if (!std::isfinite(values[h])) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, "[", h, "] is ", values[h], ": must be finite"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::string Product(const std::vector<int64_t>& shape) {
+  return absl::StrJoin(shape, "x");
+}
+
+}  // namespace
+
+absl::string_view AttentionResultName(AttentionResult result) {
+  switch (result) {
+    case AttentionResult::kScores: return "SCORES";
+    case AttentionResult::kOutput: return "OUTPUT";
+    case AttentionResult::kLse: return "LSE";
+    case AttentionResult::kTopK: return "TOP_K";
+    case AttentionResult::kKeyMass: return "KEY_MASS";
+    case AttentionResult::kScoreRows: return "SCORE_ROWS";
+  }
+  return "?";
 }
 
 absl::StatusOr<ResolvedAttention> ResolveAttention(const AttentionParams& params,
@@ -484,31 +575,113 @@ absl::StatusOr<ResolvedAttention> ResolveAttention(const AttentionParams& params
   a.memory = params.q.memory;
   a.causal = params.causal;
   a.softmax = params.softmax;
-  a.scale = params.scale == 0 ? static_cast<float>(1.0 / std::sqrt(static_cast<double>(q.dim)))
-                              : static_cast<float>(params.scale);
-
-  int64_t elements = CheckedAdd(q.elements, k.elements);
-  const int64_t scores = CheckedMul(CheckedMul(CheckedMul(q.batch, q.heads), q.seq), k.seq);
-  elements = scores < 0 ? -1 : CheckedAdd(elements, scores);
-  r.scores_shape = {q.batch, q.heads, q.seq, k.seq};
+  double scale = params.scale;
+  if (scale == 0) {
+    scale = config.model_softmax_scale != 0 ? config.model_softmax_scale
+                                            : 1.0 / std::sqrt(static_cast<double>(q.dim));
+  }
+  a.scale = static_cast<float>(scale);
 
   const bool has_v = params.v.data != nullptr || !params.v.shape.empty();
+  Dims4 v;
   if (has_v) {
-    ROPE_ASSIGN_OR_RETURN(const Dims4 v, CheckTensor("v", params.v));
+    ROPE_ASSIGN_OR_RETURN(v, CheckTensor("v", params.v));
     ROPE_RETURN_IF_ERROR(CheckCompanion("v", params.v, v, "k", params.k, k, /*same_seq=*/true));
     ROPE_RETURN_IF_ERROR(CheckSameMemory("v", params.v.memory, "q", params.q.memory));
     if (v.heads != k.heads) {
       return absl::InvalidArgumentError(absl::StrCat("v heads (", v.heads,
                                                      ") must equal k heads (", k.heads, ")"));
     }
-    a.v = params.v.data;
-    a.v_dim = v.dim;
-    const int64_t output = CheckedMul(CheckedMul(CheckedMul(q.batch, q.seq), q.heads), v.dim);
-    elements = output < 0 ? -1 : CheckedAdd(CheckedAdd(elements, v.elements), output);
-    r.output_shape = {q.batch, q.seq, q.heads, v.dim};
   }
-  ROPE_RETURN_IF_ERROR(CheckElementLimit(elements, limits));
 
+  // The results.
+  if (params.results.empty()) {
+    r.wanted = Bit(AttentionResult::kScores) | (has_v ? Bit(AttentionResult::kOutput) : 0);
+  }
+  for (size_t i = 0; i < params.results.size(); ++i) {
+    const AttentionResult result = params.results[i];
+    const int number = static_cast<int>(result);
+    if (number < static_cast<int>(AttentionResult::kScores) ||
+        number > static_cast<int>(AttentionResult::kScoreRows)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "results[", i, "] is ", number,
+          ": must be SCORES, OUTPUT, LSE, TOP_K, KEY_MASS or SCORE_ROWS"));
+    }
+    if (r.Wants(result)) {
+      return absl::InvalidArgumentError(absl::StrCat("results[", i, "] is ",
+                                                     AttentionResultName(result),
+                                                     ": listed more than once"));
+    }
+    r.wanted |= Bit(result);
+  }
+  if (r.Wants(AttentionResult::kOutput) && !has_v) {
+    return absl::InvalidArgumentError(
+        "results asks for OUTPUT but v is absent: the output is P v (LSE, TOP_K, KEY_MASS and "
+        "SCORE_ROWS need no v)");
+  }
+
+  // Masks and transforms.
+  a.mask.causal = params.causal;
+  if (params.window_left.has_value()) {
+    if (*params.window_left < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "window_left is ", *params.window_left, ": must be >= 0 (unset: no limit)"));
+    }
+    a.mask.window_left = *params.window_left;
+  }
+  if (params.window_right.has_value()) {
+    if (*params.window_right < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "window_right is ", *params.window_right, ": must be >= 0 (unset: no limit)"));
+    }
+    a.mask.window_right = *params.window_right;
+  }
+  if (params.chunk_size < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("chunk_size is ", params.chunk_size, ": must be >= 0 (0: no chunks)"));
+  }
+  a.mask.chunk_size = params.chunk_size;
+  if (!std::isfinite(params.softcap) || params.softcap < 0 ||
+      params.softcap > std::numeric_limits<float>::max()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "softcap is ", params.softcap, ": must be finite as float32 and >= 0 (0: none)"));
+  }
+  a.softcap = static_cast<float>(params.softcap);
+  if (params.softcap > 0 && a.softcap == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("softcap is ", params.softcap, ": below float32's smallest value"));
+  }
+  ROPE_RETURN_IF_ERROR(CheckPerHead("sinks", params.sinks, q.heads));
+  ROPE_RETURN_IF_ERROR(CheckPerHead("alibi_slopes", params.alibi_slopes, q.heads));
+  a.sinks = params.sinks.empty() ? nullptr : params.sinks.data();
+  a.alibi_slopes = params.alibi_slopes.empty() ? nullptr : params.alibi_slopes.data();
+
+  // top_k and the row range are checked whenever they are set, so that a
+  // value that could never work is refused even before TOP_K / SCORE_ROWS
+  // is asked.
+  if (params.top_k < 0 || params.top_k > k.seq) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "top_k is ", params.top_k, ": must be in [1, Sk] (Sk = ", k.seq, " keys)"));
+  }
+  if (r.Wants(AttentionResult::kTopK) && params.top_k == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "top_k is 0: results asks for TOP_K, which needs top_k in [1, Sk] (Sk = ", k.seq, ")"));
+  }
+  if (params.score_rows_start < 0 || params.score_rows_start >= q.seq) {
+    return absl::InvalidArgumentError(absl::StrCat("score_rows_start is ",
+                                                   params.score_rows_start,
+                                                   ": must be in [0, Sq) (Sq = ", q.seq, ")"));
+  }
+  if (params.score_rows_count < 0 ||
+      params.score_rows_count > q.seq - params.score_rows_start) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "score_rows_count is ", params.score_rows_count, ": rows [", params.score_rows_start,
+        ", ", params.score_rows_start, " + ", params.score_rows_count,
+        ") must lie within Sq = ", q.seq, " (0: to the last query)"));
+  }
+
+  // Positions. Fractional positions first: beside them a start position is
+  // only the tokens' sequence index.
   ROPE_ASSIGN_OR_RETURN(r.q_fractional,
                         ResolveFractionalPositions(params.q_fractional_positions,
                                                    "q_fractional_positions", config, q.batch,
@@ -517,42 +690,155 @@ absl::StatusOr<ResolvedAttention> ResolveAttention(const AttentionParams& params
                         ResolveFractionalPositions(params.k_fractional_positions,
                                                    "k_fractional_positions", config, k.batch,
                                                    k.seq, params.k.shape, "k"));
-  // A start position is a position (< max_len), or beside fractional
-  // positions only the tokens' sequence index (< 2^31).
-  for (const auto& [fractional, name, start, seq] :
-       {std::tuple<const FractionalPositions&, const char*, int64_t, int64_t>{
-            r.q_fractional, "q_start_pos", params.q_start_pos, q.seq},
-        std::tuple<const FractionalPositions&, const char*, int64_t, int64_t>{
-            r.k_fractional, "k_start_pos", params.k_start_pos, k.seq}}) {
-    if (fractional.values == nullptr) {
-      ROPE_RETURN_IF_ERROR(CheckStartPos(name, start, seq, config.max_len));
-    } else if (start < 0) {
-      return absl::InvalidArgumentError(absl::StrCat(name, " is ", start, ": must be >= 0"));
-    } else if (start > (int64_t{1} << 31) - seq) {
+  // The rules that compare tokens' places: beside fractional positions they
+  // compare sequence indices (start + s), as every reference model masks.
+  const bool compares_places = params.causal || params.window_left.has_value() ||
+                               params.window_right.has_value() || params.chunk_size != 0 ||
+                               !params.alibi_slopes.empty();
+  struct TensorPositions {
+    const FractionalPositions& fractional;
+    const char* fractional_field;
+    const char* start_field;
+    int64_t start;
+    const char* list_field;
+    const std::vector<int64_t>& list;
+    const char* tensor;
+    const std::vector<int64_t>& shape;
+    const Dims4& dims;
+    math::PositionSpec* spec;
+    int64_t max = 0;
+  };
+  TensorPositions tensors[] = {
+      {r.q_fractional, "q_fractional_positions", "q_start_pos", params.q_start_pos,
+       "q_positions", params.q_positions, "q", params.q.shape, q, &a.q_positions},
+      {r.k_fractional, "k_fractional_positions", "k_start_pos", params.k_start_pos,
+       "k_positions", params.k_positions, "k", params.k.shape, k, &a.k_positions}};
+  for (TensorPositions& t : tensors) {
+    if (t.fractional.values == nullptr) {
+      ROPE_RETURN_IF_ERROR(ResolveAttentionPositions(t.start_field, t.start, t.list_field, t.list,
+                                                     t.tensor, t.shape, t.dims, config.max_len,
+                                                     t.spec, &t.max));
+      continue;
+    }
+    if (!t.list.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(t.fractional_field, " and ", t.list_field,
+                                                     " (", t.list.size(),
+                                                     " values) are both set: give one of them"));
+    }
+    // A sequence index, not a position: < 2^31, not bounded by max_len.
+    if (t.start < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(t.start_field, " is ", t.start, ": must be >= 0"));
+    }
+    if (t.start > (int64_t{1} << 31) - t.dims.seq) {
       return absl::OutOfRangeError(absl::StrCat(
-          name, " is ", start, " with sequence length ", seq, ": beside fractional positions "
-          "it gives sequence indices ", name, " + s, which must be < 2^31"));
+          t.start_field, " is ", t.start, " with sequence length ", t.dims.seq,
+          ": beside fractional positions it gives sequence indices ", t.start_field,
+          " + s, which must be < 2^31"));
     }
-  }
-  for (const auto& [fractional, field, start] :
-       {std::tuple<const FractionalPositions&, const char*, int64_t>{
-            r.q_fractional, "q_fractional_positions", params.q_start_pos},
-        std::tuple<const FractionalPositions&, const char*, int64_t>{
-            r.k_fractional, "k_fractional_positions", params.k_start_pos}}) {
-    // Beside fractional positions a start position only places the tokens
-    // in the sequence for the causal mask (q_start_pos + i against
-    // k_start_pos + j): without causal it would do nothing.
-    if (fractional.values != nullptr && start != 0 && !params.causal) {
+    if (t.start != 0 && !compares_places) {
       return absl::InvalidArgumentError(absl::StrCat(
-          field, " and its start position (", start, ") are both set without causal: the "
-          "start position would do nothing (with causal it gives the tokens' sequence indices "
-          "for the mask); give one of them"));
+          t.fractional_field, " and its start position (", t.start,
+          ") are both set without causal (nor a window, chunk_size or alibi_slopes): the start "
+          "position would do nothing (with a mask it gives the tokens' sequence indices); give "
+          "one of them"));
+    }
+    t.spec->start_pos = t.start;
+    t.spec->seq = t.dims.seq;
+  }
+  r.max_position = std::max(tensors[0].max, tensors[1].max);
+  // One tensor's fractional positions make rows of a per-request table for
+  // both; an explicit list for the other would mix positions and indices.
+  for (int i = 0; i < 2; ++i) {
+    const TensorPositions& fractional = tensors[i];
+    const TensorPositions& other = tensors[1 - i];
+    if (fractional.fractional.values != nullptr && other.fractional.values == nullptr &&
+        !other.list.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          other.list_field, " (", other.list.size(), " values) is set with ",
+          fractional.fractional_field, ": give ", other.tensor, " start positions or ",
+          other.fractional_field));
     }
   }
-  a.q_positions.start_pos = params.q_start_pos;
-  a.q_positions.seq = q.seq;
-  a.k_positions.start_pos = params.k_start_pos;
-  a.k_positions.seq = k.seq;
+  if (config.axial.enabled() && (!params.q_positions.empty() || !params.k_positions.empty())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        params.q_positions.empty() ? "k_positions" : "q_positions",
+        " is set with config.axial: an axial config takes one position per axis; send "
+        "q_fractional_positions / k_fractional_positions ([axis][b][s]) or start positions"));
+  }
+
+  // Shapes and the element count: inputs and the requested results only.
+  int64_t elements = CheckedAdd(q.elements, k.elements);
+  if (has_v) {
+    a.v = params.v.data;
+    a.v_dim = v.dim;
+    elements = CheckedAdd(elements, v.elements);
+  }
+  const auto count = [](const std::vector<int64_t>& shape) {
+    int64_t n = 1;
+    for (int64_t d : shape) n = n < 0 ? -1 : CheckedMul(n, d);
+    return n;
+  };
+  int64_t scores_elements = 0;  // of SCORES and SCORE_ROWS, for the message
+  for (const AttentionResult result : kAllResults) {
+    if (!r.Wants(result)) continue;
+    std::vector<int64_t>* shape = nullptr;
+    int copies = 1;
+    switch (result) {
+      case AttentionResult::kScores:
+        r.scores_shape = {q.batch, q.heads, q.seq, k.seq};
+        shape = &r.scores_shape;
+        break;
+      case AttentionResult::kOutput:
+        r.output_shape = {q.batch, q.seq, q.heads, v.dim};
+        shape = &r.output_shape;
+        break;
+      case AttentionResult::kLse:
+        r.lse_shape = {q.batch, q.heads, q.seq};
+        shape = &r.lse_shape;
+        break;
+      case AttentionResult::kTopK:
+        r.top_k_shape = {q.batch, q.heads, q.seq, params.top_k};
+        shape = &r.top_k_shape;
+        copies = 2;  // indices and probabilities
+        break;
+      case AttentionResult::kKeyMass:
+        r.key_mass_shape = {q.batch, q.heads, k.seq};
+        shape = &r.key_mass_shape;
+        break;
+      case AttentionResult::kScoreRows: {
+        const int64_t rows =
+            params.score_rows_count == 0 ? q.seq - params.score_rows_start : params.score_rows_count;
+        r.score_rows_shape = {q.batch, q.heads, rows, k.seq};
+        shape = &r.score_rows_shape;
+        break;
+      }
+    }
+    const int64_t n = count(*shape);
+    const int64_t all = n < 0 ? -1 : CheckedMul(n, copies);
+    elements = all < 0 || elements < 0 ? -1 : CheckedAdd(elements, all);
+    if (result == AttentionResult::kScores || result == AttentionResult::kScoreRows) {
+      scores_elements = n < 0 || scores_elements < 0 ? -1 : CheckedAdd(scores_elements, n);
+    }
+  }
+  absl::Status limit = CheckElementLimit(elements, limits);
+  if (!limit.ok() && scores_elements != 0) {
+    const bool rows_only = !r.Wants(AttentionResult::kScores);
+    return absl::ResourceExhaustedError(absl::StrCat(
+        limit.message(), "; of them, the ", rows_only ? "score rows " : "scores ",
+        Product(rows_only ? r.score_rows_shape : r.scores_shape), " are ",
+        scores_elements < 0 ? std::string("more than 2^63") : absl::StrCat(scores_elements),
+        ": results OUTPUT and LSE (or TOP_K, KEY_MASS) need no Sq x Sk memory"));
+  }
+  ROPE_RETURN_IF_ERROR(limit);
+
+  a.top_k = r.Wants(AttentionResult::kTopK) ? params.top_k : 0;
+  if (r.Wants(AttentionResult::kScoreRows)) {
+    a.score_rows_start = params.score_rows_start;
+    a.score_rows_count = r.score_rows_shape[2];
+  }
+  // Today's fields only, with today's results: today's computation.
+  a.legacy = !UsesNewFields(params);
   return r;
 }
 

@@ -55,15 +55,32 @@ absl::StatusOr<ResolvedRotate> ResolveRotate(const RotateParams& params, const R
 // With fractional positions for q (k), args.q_positions (k_positions) are
 // left start-based and q_fractional (k_fractional) hold them.
 struct ResolvedAttention {
-  AttentionArgs args;  // scores/output pointers left null for the caller
+  AttentionArgs args;  // result pointers left null for the caller
   FractionalPositions q_fractional;
   FractionalPositions k_fractional;
-  std::vector<int64_t> scores_shape;  // [B, Hq, Sq, Sk]
-  std::vector<int64_t> output_shape;  // [B, Sq, Hq, Dv] when v is present
+  // The results to compute: params.results, or the default set (SCORES, and
+  // OUTPUT with v) when it is empty.
+  bool Wants(AttentionResult result) const {
+    return (wanted & (1u << static_cast<int>(result))) != 0;
+  }
+  uint32_t wanted = 0;
+  // Shapes of the results computed (empty for the others).
+  std::vector<int64_t> scores_shape;      // [B, Hq, Sq, Sk]
+  std::vector<int64_t> output_shape;      // [B, Sq, Hq, Dv]
+  std::vector<int64_t> lse_shape;         // [B, Hq, Sq]
+  std::vector<int64_t> top_k_shape;       // [B, Hq, Sq, top_k]
+  std::vector<int64_t> key_mass_shape;    // [B, Hq, Sk]
+  std::vector<int64_t> score_rows_shape;  // [B, Hq, count, Sk]
+  int64_t max_position = 0;  // the largest integer position of q or k
 };
 
-// `config` is the explicit form of params.config. Start positions put every
-// M-RoPE or axial axis at the same position (for M-RoPE that is plain RoPE).
+// `config` is the explicit form of params.config. Start positions (and
+// explicit q_positions / k_positions) put every M-RoPE axis at the token's
+// one position, which is plain RoPE; axial configs take start positions or
+// fractional ones. Beside fractional positions, masks and ALiBi compare
+// sequence indices (start + s). The result
+// points into `params` (tensors, positions, sinks, slopes), which must
+// outlive it.
 absl::StatusOr<ResolvedAttention> ResolveAttention(const AttentionParams& params,
                                                    const RopeConfig& config,
                                                    const EngineLimits& limits);

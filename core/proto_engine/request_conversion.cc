@@ -40,6 +40,10 @@ absl::StatusOr<DType> DTypeFromProto(int value, absl::string_view field) {
     case v1::DTYPE_UNSPECIFIED:
       return absl::InvalidArgumentError(
           absl::StrCat(field, " is DTYPE_UNSPECIFIED (0): set FLOAT32, FLOAT16 or BFLOAT16"));
+    case v1::INT32:
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, " is INT32 (4): a reply-only type (top_k_indices); set FLOAT32, FLOAT16 or "
+          "BFLOAT16"));
     default:
       return absl::InvalidArgumentError(
           absl::StrCat(field, " is ", value,
@@ -185,6 +189,7 @@ v1::ResolvedConfig ResolvedConfigToProto(const ResolvedConfig& resolved) {
   proto.set_layer_type(resolved.layer_type);
   proto.set_no_rope(resolved.config.no_rope.enabled);
   proto.set_whole_head_dim(resolved.whole_head_dim);
+  proto.set_softmax_scale(resolved.softmax_scale);
   return proto;
 }
 
@@ -266,6 +271,21 @@ absl::StatusOr<AttentionParams> AttentionParamsFromProto(
   params.causal = request.causal();
   params.softmax = request.softmax();
   params.scale = request.scale();
+  // Result numbers are passed through: the engine refuses those outside
+  // AttentionResult (proto3 keeps unknown enum numbers), naming the index.
+  params.results.reserve(request.results_size());
+  for (int r : request.results()) params.results.push_back(static_cast<AttentionResult>(r));
+  if (request.has_window_left()) params.window_left = request.window_left();
+  if (request.has_window_right()) params.window_right = request.window_right();
+  params.chunk_size = request.chunk_size();
+  params.q_positions.assign(request.q_positions().begin(), request.q_positions().end());
+  params.k_positions.assign(request.k_positions().begin(), request.k_positions().end());
+  params.softcap = request.softcap();
+  params.sinks.assign(request.sinks().begin(), request.sinks().end());
+  params.alibi_slopes.assign(request.alibi_slopes().begin(), request.alibi_slopes().end());
+  params.top_k = request.top_k();
+  params.score_rows_start = request.score_rows_start();
+  params.score_rows_count = request.score_rows_count();
   return params;
 }
 

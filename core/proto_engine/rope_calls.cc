@@ -67,17 +67,19 @@ const AttentionInput kAttentionInputs[] = {
     {"v", &AttentionScoresRequest::has_v, &AttentionScoresRequest::v, &AttentionParams::v},
 };
 
-// A result of AttentionScores (float32): into the reply's bytes, or into its
-// output reference.
-struct AttentionResult {
+// A result of AttentionScores: into the reply's bytes, or into its output
+// reference. Every result is of 4-byte elements (float32; top_k_indices
+// int32).
+struct AttentionResultEntry {
   const char* name;      // "scores"
   const char* out_name;  // "scores_out"
-  // Whether the request asks for this result (null: always), and why it
-  // does not, for "<out_name> is set but <unmade>".
+  v1::DType dtype;       // of the reply tensor
+  // Whether the request asks for this result, and why it does not, for
+  // "<out_name> is set but <unmade>".
   bool (*made)(const AttentionScoresRequest&);
-  const char* unmade;
+  const char* (*unmade)(const AttentionScoresRequest&);
   // The result's bytes from the request's shapes (an estimate: validation
-  // comes later), for the byte budget.
+  // comes later), for the byte budget and the reply limit.
   int64_t (*estimate_bytes)(const AttentionScoresRequest&);
   bool (AttentionScoresRequest::*has_out)() const;
   const v1::SharedMemoryRef& (AttentionScoresRequest::*out)() const;
@@ -111,30 +113,117 @@ bool ShapeMatchesBytes(const v1::Tensor& tensor) {
          SaturatingMul(EstimatedElements(tensor), element_bytes) == static_cast<int64_t>(bytes);
 }
 
-// Scores [B, Hq, Sq, Sk] and output [B, Sq, Hq, Dv], float32.
+// Whether `results` lists `result` (an empty list asks for today's
+// results: SCORES, and OUTPUT with v).
+bool Asks(const AttentionScoresRequest& r, v1::AttentionResult result) {
+  for (int asked : r.results()) {
+    if (asked == result) return true;
+  }
+  return false;
+}
+
+int64_t Sq(const AttentionScoresRequest& r) { return DimFromEnd(r.q(), 3); }
+int64_t Hq(const AttentionScoresRequest& r) { return DimFromEnd(r.q(), 2); }
+int64_t Sk(const AttentionScoresRequest& r) { return DimFromEnd(r.k(), 3); }
+
+// Scores [B, Hq, Sq, Sk], output [B, Sq, Hq, Dv], lse [B, Hq, Sq], top-k
+// [B, Hq, Sq, top_k], key mass [B, Hq, Sk], score rows [B, Hq, count, Sk].
 int64_t EstimatedScoresBytes(const AttentionScoresRequest& r) {
-  return SaturatingProduct({Batch(r.q()), DimFromEnd(r.q(), 2), DimFromEnd(r.q(), 3),
-                            DimFromEnd(r.k(), 3), sizeof(float)});
+  return SaturatingProduct({Batch(r.q()), Hq(r), Sq(r), Sk(r), sizeof(float)});
 }
 
 int64_t EstimatedOutputBytes(const AttentionScoresRequest& r) {
   if (!ShapeMatchesBytes(r.v())) return 0;
-  return SaturatingProduct({Batch(r.q()), DimFromEnd(r.q(), 3), DimFromEnd(r.q(), 2),
-                            DimFromEnd(r.v(), 1), sizeof(float)});
+  return SaturatingProduct({Batch(r.q()), Sq(r), Hq(r), DimFromEnd(r.v(), 1), sizeof(float)});
 }
 
-const AttentionResult kAttentionResults[] = {
-    {"scores", "scores_out", nullptr, "", &EstimatedScoresBytes,
+int64_t EstimatedLseBytes(const AttentionScoresRequest& r) {
+  return SaturatingProduct({Batch(r.q()), Hq(r), Sq(r), sizeof(float)});
+}
+
+int64_t EstimatedTopKBytes(const AttentionScoresRequest& r) {
+  return SaturatingProduct(
+      {Batch(r.q()), Hq(r), Sq(r), static_cast<int64_t>(r.top_k()), sizeof(float)});
+}
+
+int64_t EstimatedKeyMassBytes(const AttentionScoresRequest& r) {
+  return SaturatingProduct({Batch(r.q()), Hq(r), Sk(r), sizeof(float)});
+}
+
+int64_t EstimatedScoreRowsBytes(const AttentionScoresRequest& r) {
+  const int64_t start = std::max<int64_t>(0, r.score_rows_start());
+  const int64_t rows =
+      r.score_rows_count() > 0 ? r.score_rows_count() : std::max<int64_t>(0, Sq(r) - start);
+  return SaturatingProduct({Batch(r.q()), Hq(r), std::min(rows, Sq(r)), Sk(r), sizeof(float)});
+}
+
+bool MadeScores(const AttentionScoresRequest& r) {
+  return r.results().empty() || Asks(r, v1::SCORES);
+}
+bool MadeOutput(const AttentionScoresRequest& r) {
+  return r.results().empty() ? r.has_v() : Asks(r, v1::OUTPUT);
+}
+bool MadeLse(const AttentionScoresRequest& r) { return Asks(r, v1::LSE); }
+bool MadeTopK(const AttentionScoresRequest& r) { return Asks(r, v1::TOP_K); }
+bool MadeKeyMass(const AttentionScoresRequest& r) { return Asks(r, v1::KEY_MASS); }
+bool MadeScoreRows(const AttentionScoresRequest& r) { return Asks(r, v1::SCORE_ROWS); }
+
+const char* UnmadeScores(const AttentionScoresRequest&) {
+  return "results does not ask for SCORES";
+}
+const char* UnmadeOutput(const AttentionScoresRequest& r) {
+  return r.results().empty() ? "v is missing (no output to write)"
+                             : "results does not ask for OUTPUT";
+}
+const char* UnmadeLse(const AttentionScoresRequest&) { return "results does not ask for LSE"; }
+const char* UnmadeTopK(const AttentionScoresRequest&) { return "results does not ask for TOP_K"; }
+const char* UnmadeKeyMass(const AttentionScoresRequest&) {
+  return "results does not ask for KEY_MASS";
+}
+const char* UnmadeScoreRows(const AttentionScoresRequest&) {
+  return "results does not ask for SCORE_ROWS";
+}
+
+const AttentionResultEntry kAttentionResults[] = {
+    {"scores", "scores_out", v1::FLOAT32, &MadeScores, &UnmadeScores, &EstimatedScoresBytes,
      &AttentionScoresRequest::has_scores_out, &AttentionScoresRequest::scores_out,
      &AttentionScoresResponse::mutable_scores, &AttentionOutputs::scores},
-    {"output", "output_out", [](const AttentionScoresRequest& r) { return r.has_v(); },
-     "v is missing (no output to write)", &EstimatedOutputBytes,
+    {"output", "output_out", v1::FLOAT32, &MadeOutput, &UnmadeOutput, &EstimatedOutputBytes,
      &AttentionScoresRequest::has_output_out, &AttentionScoresRequest::output_out,
      &AttentionScoresResponse::mutable_output, &AttentionOutputs::output},
+    {"lse", "lse_out", v1::FLOAT32, &MadeLse, &UnmadeLse, &EstimatedLseBytes,
+     &AttentionScoresRequest::has_lse_out, &AttentionScoresRequest::lse_out,
+     &AttentionScoresResponse::mutable_lse, &AttentionOutputs::lse},
+    {"top_k_indices", "top_k_indices_out", v1::INT32, &MadeTopK, &UnmadeTopK, &EstimatedTopKBytes,
+     &AttentionScoresRequest::has_top_k_indices_out, &AttentionScoresRequest::top_k_indices_out,
+     &AttentionScoresResponse::mutable_top_k_indices, &AttentionOutputs::top_k_indices},
+    {"top_k_probs", "top_k_probs_out", v1::FLOAT32, &MadeTopK, &UnmadeTopK, &EstimatedTopKBytes,
+     &AttentionScoresRequest::has_top_k_probs_out, &AttentionScoresRequest::top_k_probs_out,
+     &AttentionScoresResponse::mutable_top_k_probs, &AttentionOutputs::top_k_probs},
+    {"key_mass", "key_mass_out", v1::FLOAT32, &MadeKeyMass, &UnmadeKeyMass,
+     &EstimatedKeyMassBytes, &AttentionScoresRequest::has_key_mass_out,
+     &AttentionScoresRequest::key_mass_out, &AttentionScoresResponse::mutable_key_mass,
+     &AttentionOutputs::key_mass},
+    {"score_rows", "score_rows_out", v1::FLOAT32, &MadeScoreRows, &UnmadeScoreRows,
+     &EstimatedScoreRowsBytes, &AttentionScoresRequest::has_score_rows_out,
+     &AttentionScoresRequest::score_rows_out, &AttentionScoresResponse::mutable_score_rows,
+     &AttentionOutputs::score_rows},
 };
 
-bool Made(const AttentionResult& result, const AttentionScoresRequest& request) {
-  return result.made == nullptr || result.made(request);
+// The bytes of the results a reply carries (those not written to a
+// reference), saturating.
+int64_t InlineResultBytes(const AttentionScoresRequest& request) {
+  int64_t payload = 0;
+  for (const AttentionResultEntry& r : kAttentionResults) {
+    if (r.made(request) && !(request.*r.has_out)()) {
+      payload = SaturatingAdd(payload, r.estimate_bytes(request));
+    }
+  }
+  return payload;
+}
+
+bool Made(const AttentionResultEntry& result, const AttentionScoresRequest& request) {
+  return result.made(request);
 }
 
 // ---- Replies ------------------------------------------------------------------------
@@ -164,6 +253,31 @@ void SetFloatShape(const std::vector<int64_t>& shape, v1::Tensor* tensor) {
 // The payload of a reply and the serialized copy gRPC makes of it (held
 // until it is sent), saturating.
 int64_t WithSerializedCopy(int64_t reply_bytes) { return SaturatingMul(reply_bytes, 2); }
+
+// RESOURCE_EXHAUSTED before any work when the results the reply carries
+// would pass `limit`; when SCORES or SCORE_ROWS are among them, the message
+// says that OUTPUT and LSE need no Sq x Sk memory. Estimated from the
+// request's shapes: a malformed shape is left to validation.
+absl::Status CheckReplyFits(const AttentionScoresRequest& request, const ReplyLimit& limit) {
+  if (!ShapeMatchesBytes(request.q()) || !ShapeMatchesBytes(request.k())) {
+    return absl::OkStatus();
+  }
+  const int64_t bytes = InlineResultBytes(request);
+  std::string what = "AttentionScores reply of";
+  bool square = false;
+  for (const AttentionResultEntry& r : kAttentionResults) {
+    if (!r.made(request) || (request.*r.has_out)()) continue;
+    absl::StrAppend(&what, what.back() == 'f' ? " " : ", ", r.name);
+    square = square || r.buffer == &AttentionOutputs::scores ||
+             r.buffer == &AttentionOutputs::score_rows;
+  }
+  return limit.Check(
+      what, bytes,
+      square ? "results OUTPUT and LSE need no Sq x Sk memory (ask for them instead of SCORES), "
+               "or ask for fewer rows (SCORE_ROWS with score_rows_count), or write the scores to "
+               "shared memory (scores_out)"
+             : "ask for less per call, or write the results to shared memory (<result>_out)");
+}
 
 }  // namespace
 
@@ -276,13 +390,15 @@ absl::Status AnswerAttentionScores(Engine& engine, const AttentionScoresRequest&
   for (const AttentionInput& in : kAttentionInputs) {
     ROPE_RETURN_IF_ERROR(TensorResolver::CheckForm((request.*in.tensor)(), in.name));
   }
-  for (const AttentionResult& r : kAttentionResults) {
+  for (const AttentionResultEntry& r : kAttentionResults) {
     if ((request.*r.has_out)() && !Made(r, request)) {
-      return absl::InvalidArgumentError(absl::StrCat(r.out_name, " is set but ", r.unmade));
+      return absl::InvalidArgumentError(
+          absl::StrCat(r.out_name, " is set but ", r.unmade(request)));
     }
   }
   ROPE_ASSIGN_OR_RETURN(AttentionParams params, AttentionParamsFromProto(request));
   params.interrupt = call.interrupt;
+  ROPE_RETURN_IF_ERROR(CheckReplyFits(request, call.reply_limit));
   TensorResolver tensors(call.regions);
   int group = 0;
   for (const AttentionInput& in : kAttentionInputs) {
@@ -293,10 +409,12 @@ absl::Status AnswerAttentionScores(Engine& engine, const AttentionScoresRequest&
     ++group;
   }
   AttentionOutputs outputs;
-  for (const AttentionResult& r : kAttentionResults) {
+  for (const AttentionResultEntry& r : kAttentionResults) {
     ResultBuffer& buffer = outputs.*r.buffer;
     buffer.name = r.out_name;
     if (Made(r, request) && (request.*r.has_out)()) {
+      // kFloat32 stands for any 4-byte element here (the alignment the
+      // reference must have); top_k_indices are int32.
       ROPE_RETURN_IF_ERROR(tensors.ResolveOutput((request.*r.out)(), r.out_name, group,
                                                  DType::kFloat32, /*expected_bytes=*/-1, "",
                                                  &buffer.view));
@@ -304,7 +422,7 @@ absl::Status AnswerAttentionScores(Engine& engine, const AttentionScoresRequest&
     ++group;
   }
   ROPE_RETURN_IF_ERROR(tensors.CheckCall());
-  for (const AttentionResult& r : kAttentionResults) {
+  for (const AttentionResultEntry& r : kAttentionResults) {
     if (!Made(r, request) || (request.*r.has_out)()) continue;
     if (tensors.on_device()) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -316,24 +434,23 @@ absl::Status AnswerAttentionScores(Engine& engine, const AttentionScoresRequest&
   ROPE_RETURN_IF_ERROR(engine.AttentionScores(params, &outputs));
   ROPE_RETURN_IF_ERROR(tensors.CheckAfter());
 
-  for (const AttentionResult& r : kAttentionResults) {
+  for (const AttentionResultEntry& r : kAttentionResults) {
     if (!Made(r, request)) continue;
     v1::Tensor* answer = (reply->*r.reply)();
     SetFloatShape((outputs.*r.buffer).shape, answer);
+    answer->set_dtype(r.dtype);
     if ((request.*r.has_out)()) *answer->mutable_shm() = (request.*r.out)();
   }
   return absl::OkStatus();
 }
 
-CallEstimate EstimateAttentionScores(const AttentionScoresRequest& request) {
+CallEstimate EstimateAttentionScores(const AttentionScoresRequest& request,
+                                     const ReplyLimit& limit) {
   CallEstimate estimate;
   if (!ShapeMatchesBytes(request.q()) || !ShapeMatchesBytes(request.k())) return estimate;
-  int64_t payload = 0;
-  for (const AttentionResult& r : kAttentionResults) {
-    if (Made(r, request) && !(request.*r.has_out)()) {
-      payload = SaturatingAdd(payload, r.estimate_bytes(request));
-    }
-  }
+  // A reply over the limit is refused before any work (CheckReplyFits),
+  // never built: it is charged at most the limit.
+  const int64_t payload = limit.Clamp(InlineResultBytes(request));
   // The engine's float32 working copies of q and k (rotated), freed when the
   // work ends.
   int64_t working =

@@ -39,6 +39,9 @@ struct CallContext {
   // DEADLINE_EXCEEDED): while an hf_config_json is parsed (every RPC) and
   // between pieces of AttentionScores' work; may be null.
   const Interrupt* interrupt = nullptr;
+  // The server's limit on one reply: AttentionScores refuses a call whose
+  // inline results would pass it before any work. No limit by default.
+  ReplyLimit reply_limit = ReplyLimit(0);
 };
 
 // What admission needs to know of a call, from its request alone (no
@@ -71,13 +74,19 @@ absl::Status AnswerRotate(Engine& engine, v1::RotateRequest* request, v1::Rotate
                           const CallContext& call = {});
 CallEstimate EstimateRotate(const v1::RotateRequest& request);
 
-// AttentionScores: scores (and output, when v is present) as float32
-// tensors, written straight into `reply`'s bytes, or into scores_out /
-// output_out (the reply then names those references).
+// AttentionScores: the results `results` asks for (empty: scores, and
+// output when v is present), written straight into `reply`'s bytes, or into
+// their references (scores_out, output_out, lse_out, top_k_indices_out,
+// top_k_probs_out, key_mass_out, score_rows_out; the reply then names
+// them). RESOURCE_EXHAUSTED before any work when the inline results would
+// pass call.reply_limit.
 absl::Status AnswerAttentionScores(Engine& engine, const v1::AttentionScoresRequest& request,
                                    v1::AttentionScoresResponse* reply,
                                    const CallContext& call = {});
-CallEstimate EstimateAttentionScores(const v1::AttentionScoresRequest& request);
+// Counts only the requested results that the reply carries (at most
+// `limit`: a larger reply is refused before any work).
+CallEstimate EstimateAttentionScores(const v1::AttentionScoresRequest& request,
+                                     const ReplyLimit& limit = ReplyLimit());
 
 // GetTable: rows [start, start + count) of cos and sin, inv_freq and the
 // attention factor. INVALID_ARGUMENT when config is missing;

@@ -199,9 +199,10 @@ grpc::ServerBidiReactor<v1::RotateRequest, v1::RotateResponse>* RopeServiceImpl:
 grpc::ServerUnaryReactor* RopeServiceImpl::AttentionScores(
     grpc::CallbackServerContext* context, const v1::AttentionScoresRequest* request,
     v1::AttentionScoresResponse* response) {
+  const ReplyLimit limit(options_.max_message_bytes);
   return ServeUnary(Rpc::kAttentionScores, context, *request,
-                    EstimateAttentionScores(*request).more_bytes, response,
-                    [this, context, request, response] {
+                    EstimateAttentionScores(*request, limit).more_bytes, response,
+                    [this, context, request, response, limit] {
                       // The longest call there is: let the backend stop when the
                       // client cancels or its deadline passes (gRPC marks the call
                       // cancelled then).
@@ -209,6 +210,7 @@ grpc::ServerUnaryReactor* RopeServiceImpl::AttentionScores(
                                                 absl::FromChrono(context->deadline()));
                       CallContext call = CallOf(context);
                       call.interrupt = &interrupt;
+                      call.reply_limit = limit;
                       return AnswerAttentionScores(engine_, *request, response, call);
                     });
 }

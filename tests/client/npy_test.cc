@@ -141,6 +141,28 @@ TEST(NpyTest, ReadsFloat64AndInt16) {
                    .ok());
 }
 
+// Int32 (top-k indices) written and read back byte for byte, as NumPy
+// writes it: descr '<i4', 4 bytes per element, negative values included.
+TEST(NpyTest, Int32RoundTrips) {
+  NpyArray array;
+  array.dtype = NpyDType::kInt32;
+  array.shape = {2, 3};
+  const int32_t values[] = {0, 1, -1, 2147483647, -2147483647 - 1, 7};
+  array.data.assign(reinterpret_cast<const char*>(values), sizeof(values));
+  absl::StatusOr<std::string> bytes = SerializeNpy(array);
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  EXPECT_THAT(*bytes, HasSubstr("'descr': '<i4'"));
+  absl::StatusOr<NpyArray> back = ParseNpy(*bytes);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->dtype, NpyDType::kInt32);
+  EXPECT_EQ(back->shape, array.shape);
+  EXPECT_EQ(back->data, array.data);
+  // The payload length follows the element size (4 bytes).
+  EXPECT_FALSE(ParseNpy(HandMadeNpy("{'descr': '<i4', 'fortran_order': False, 'shape': (2,), }",
+                                    std::string(6, '\0')))
+                   .ok());
+}
+
 TEST(NpyTest, RejectsStructuredDType) {
   absl::StatusOr<NpyArray> array = ParseNpy(HandMadeNpy(
       "{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (1,), }", FloatBytes({1})));

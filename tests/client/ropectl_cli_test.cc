@@ -274,7 +274,50 @@ TEST(RopectlTest, ChecksOutputsAndMessageSizesBeforeGeneratingInputs) {
   RunResult reply = RunCtl({"scores", "--random_q_shape=1,8192,32,8", "--random_k_shape=1,8192,8,8"});
   EXPECT_EQ(reply.code, kExitFailure);
   EXPECT_THAT(reply.err, HasSubstr("the AttentionScores reply (float32 scores [B,Hq,Sq,Sk] and "
-                                   "output) would be 8589934592 bytes"));
+                                   "output; --results=output,lse need no Sq x Sk values) would be "
+                                   "8589934592 bytes"));
+  // Only the results asked count: top-k of 8192 x 8192 keys is 16 MiB, and
+  // score rows of a few queries are small, so those pass the reply check
+  // (and fail later, at the unreachable server: UNAVAILABLE or its deadline).
+  for (const char* results : {"--results=lse,top_k", "--results=score_rows"}) {
+    RunResult small = RunCtl({"attend", "--target=127.0.0.1:1", "--deadline=300ms",
+                              "--random_q_shape=1,8192,32,8", "--random_k_shape=1,8192,8,8",
+                              results, "--top_k=16", "--score_rows_start=8190"});
+    EXPECT_EQ(small.code, kExitFailure) << results;
+    EXPECT_THAT(small.err, Not(HasSubstr("RESOURCE_EXHAUSTED"))) << results;
+    EXPECT_THAT(small.err, HasSubstr("ropectl attend: ")) << results;
+  }
+}
+
+TEST(RopectlTest, AttentionResultFlagsAreCheckedBeforeAnyCall) {
+  RunResult attend = RunCtl({"help", "attend"});
+  EXPECT_EQ(attend.code, kExitOk);
+  for (const char* flag : {"--results", "output,lse", "--window_left", "--window_right",
+                           "--chunk_size", "--q_positions", "--k_positions", "--softcap",
+                           "--sinks", "--alibi_slopes", "--top_k", "--score_rows_start",
+                           "--score_rows_count", "--out_lse", "--out_top_k_indices",
+                           "--out_top_k_probs", "--out_key_mass", "--out_score_rows"}) {
+    EXPECT_THAT(attend.out, HasSubstr(flag));
+  }
+  EXPECT_THAT(RunCtl({"--help"}).out, HasSubstr("'<i4'  int32"));
+  RunResult unknown = RunCtl({"scores", "--results=output,lse,weights"});
+  EXPECT_EQ(unknown.code, kExitUsage);
+  EXPECT_THAT(unknown.err, HasSubstr("'weights' is not a result: expected some of scores, output"));
+  RunResult twice = RunCtl({"scores", "--results=lse,LSE"});
+  EXPECT_EQ(twice.code, kExitUsage);
+  EXPECT_THAT(twice.err, HasSubstr("'lse' is listed twice"));
+  RunResult sinks = RunCtl({"scores", "--sinks=0.5,x"});
+  EXPECT_EQ(sinks.code, kExitUsage);
+  EXPECT_THAT(sinks.err, HasSubstr("item 1 ('x') is not a finite number"));
+  RunResult not_asked = RunCtl({"attend", "--random_q_shape=1,2,2,8", "--random_k_shape=1,2,2,8",
+                                "--random_v_shape=1,2,2,8", "--out_key_mass=/tmp/m.npy"});
+  EXPECT_EQ(not_asked.code, kExitUsage);
+  EXPECT_THAT(not_asked.err, HasSubstr("--out_key_mass given but --results does not ask for "
+                                       "key_mass"));
+  RunResult both = RunCtl({"scores", "--random_q_shape=1,2,2,8", "--random_k_shape=1,2,2,8",
+                           "--q_start_pos=1", "--q_positions=1,2"});
+  EXPECT_EQ(both.code, kExitUsage);
+  EXPECT_THAT(both.err, HasSubstr("give --q_start_pos or --q_positions, not both"));
 }
 
 TEST(RopectlTest, ScalingAndMropeFlagsOnlyWhereTheyApply) {

@@ -1,6 +1,8 @@
 #include "tests/cuda/backend_cases.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "absl/strings/str_cat.h"
@@ -242,6 +244,143 @@ std::vector<AttentionCase> AttentionGrid() {
           c.v_dim = (flags & 4) != 0 ? 6 : 0;
           grid.push_back(c);
         }
+      }
+    }
+  }
+  return grid;
+}
+
+std::string TiledAttentionCase::Name() const {
+  std::string name = base.Name();
+  if (window_left >= 0) absl::StrAppend(&name, "_WL", window_left);
+  if (window_right >= 0) absl::StrAppend(&name, "_WR", window_right);
+  if (chunk_size > 0) absl::StrAppend(&name, "_Chunk", chunk_size);
+  if (softcap > 0) absl::StrAppend(&name, "_Softcap");
+  if (sinks) absl::StrAppend(&name, "_Sinks");
+  if (alibi) absl::StrAppend(&name, "_Alibi");
+  if (explicit_positions) absl::StrAppend(&name, "_Explicit");
+  if (scores) absl::StrAppend(&name, "_Scores");
+  if (top_k > 0) absl::StrAppend(&name, "_Top", top_k);
+  if (key_mass) absl::StrAppend(&name, "_Mass");
+  if (score_rows_count > 0) absl::StrAppend(&name, "_Rows", score_rows_start, "x", score_rows_count);
+  return name;
+}
+
+AttentionArgs TiledAttentionData::Args(const TiledAttentionCase& c) {
+  AttentionArgs a = base.Args(c.base);
+  a.legacy = false;
+  a.mask.causal = c.base.causal;
+  a.mask.window_left = c.window_left;
+  a.mask.window_right = c.window_right;
+  a.mask.chunk_size = c.chunk_size;
+  a.softcap = c.softcap;
+  a.sinks = c.sinks ? sinks.data() : nullptr;
+  a.alibi_slopes = c.alibi ? slopes.data() : nullptr;
+  if (c.explicit_positions) {
+    a.q_positions.explicit_positions = q_positions.data();
+    a.q_positions.count = static_cast<int64_t>(q_positions.size());
+    a.k_positions.explicit_positions = k_positions.data();
+    a.k_positions.count = static_cast<int64_t>(k_positions.size());
+  }
+  a.scores = c.scores ? base.scores.data() : nullptr;
+  a.output = c.output && c.base.v_dim > 0 ? base.output.data() : nullptr;
+  a.lse = c.lse ? lse.data() : nullptr;
+  a.top_k = c.top_k;
+  a.top_k_indices = c.top_k > 0 ? top_k_indices.data() : nullptr;
+  a.top_k_probs = c.top_k > 0 ? top_k_probs.data() : nullptr;
+  a.key_mass = c.key_mass ? key_mass.data() : nullptr;
+  a.score_rows = c.score_rows_count > 0 ? score_rows.data() : nullptr;
+  a.score_rows_start = c.score_rows_start;
+  a.score_rows_count = c.score_rows_count;
+  return a;
+}
+
+TiledAttentionData MakeTiledAttentionData(const TiledAttentionCase& c, uint32_t seed) {
+  const AttentionCase& b = c.base;
+  TiledAttentionData d;
+  d.base = MakeAttentionData(b, seed);
+  std::mt19937 rng(seed + 1);
+  if (c.explicit_positions) {
+    // Per token: queries near the end, keys shuffled below them.
+    for (int64_t t = 0; t < b.batch * b.q_seq; ++t) d.q_positions.push_back(b.q_start + t % b.q_seq);
+    std::vector<int64_t> keys(b.k_seq);
+    for (int64_t j = 0; j < b.k_seq; ++j) keys[j] = b.k_start + 2 * j;
+    for (int64_t r = 0; r < b.batch; ++r) {
+      std::shuffle(keys.begin(), keys.end(), rng);
+      d.k_positions.insert(d.k_positions.end(), keys.begin(), keys.end());
+    }
+  }
+  for (int64_t h = 0; h < b.q_heads; ++h) {
+    d.sinks.push_back(-0.5f + 0.75f * static_cast<float>(h % 4));
+    d.slopes.push_back(std::exp2(-8.0f * static_cast<float>(h + 1) / static_cast<float>(b.q_heads)));
+  }
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const int64_t rows = b.batch * b.q_heads * b.q_seq;
+  d.lse.assign(rows, nan);
+  d.top_k_probs.assign(rows * c.top_k, nan);
+  d.top_k_indices.assign(rows * c.top_k, -7);
+  d.key_mass.assign(b.batch * b.q_heads * b.k_seq, nan);
+  d.score_rows.assign(b.batch * b.q_heads * c.score_rows_count * b.k_seq, nan);
+  return d;
+}
+
+std::vector<TiledAttentionCase> TiledAttentionGrid() {
+  std::vector<TiledAttentionCase> grid;
+  struct Shape {
+    int64_t batch, q_seq, k_seq, q_heads, k_heads, head_dim, rotary_dim, q_start, k_start;
+  };
+  // Prefill over more keys than one tile (128 threads), decode, queries
+  // before the keys (fully masked under causal), MQA and GQA.
+  const Shape shapes[] = {{1, 9, 300, 4, 2, 16, 16, 291, 0},
+                          {2, 1, 200, 4, 1, 8, 8, 400, 0},
+                          {1, 6, 40, 2, 2, 16, 8, 0, 10}};
+  struct Variant {
+    bool causal;
+    int64_t window_left, window_right, chunk;
+    float softcap;
+    bool sinks, alibi, explicit_positions, softmax;
+  };
+  const Variant variants[] = {
+      {true, -1, -1, 0, 0, false, false, false, false},
+      {false, 50, 3, 0, 0, false, false, false, true},
+      {true, 100, -1, 64, 2.5f, true, true, false, false},
+      {false, -1, -1, 96, 0, true, false, true, true},
+      {true, 30, -1, 0, 0, false, true, true, false},
+  };
+  for (const Shape& s : shapes) {
+    for (DType dtype : {DType::kFloat32, DType::kBFloat16}) {
+      int n = 0;
+      for (const Variant& v : variants) {
+        TiledAttentionCase c;
+        AttentionCase& b = c.base;
+        b.dtype = dtype;
+        b.layout = n % 2 == 0 ? Layout::kInterleaved : Layout::kHalf;
+        b.batch = s.batch;
+        b.q_seq = s.q_seq;
+        b.k_seq = s.k_seq;
+        b.q_heads = s.q_heads;
+        b.k_heads = s.k_heads;
+        b.head_dim = s.head_dim;
+        b.rotary_dim = s.rotary_dim;
+        b.q_start = s.q_start;
+        b.k_start = s.k_start;
+        b.causal = v.causal;
+        b.softmax = v.softmax;
+        b.v_dim = 6;
+        c.window_left = v.window_left;
+        c.window_right = v.window_right;
+        c.chunk_size = v.chunk;
+        c.softcap = v.softcap;
+        c.sinks = v.sinks;
+        c.alibi = v.alibi;
+        c.explicit_positions = v.explicit_positions;
+        c.scores = n % 2 == 1;
+        c.key_mass = n % 3 != 1;
+        c.top_k = n % 2 == 0 ? 5 : 0;
+        c.score_rows_start = s.q_seq > 2 ? 1 : 0;
+        c.score_rows_count = n % 3 == 2 ? 1 : 0;
+        ++n;
+        grid.push_back(c);
       }
     }
   }

@@ -82,6 +82,36 @@ std::vector<AttentionCase> AttentionGrid();
 // blocks, so that the case straddling row 4096 reads two of them.
 constexpr uint32_t kAttentionGridMaxLen = 3 * 4096 + 100;
 
+// A call of the tiled attention path (AttentionArgs::legacy false): masks,
+// transforms, explicit positions and every result.
+struct TiledAttentionCase {
+  AttentionCase base;  // shapes, dtype, layout, start positions, causal, softmax
+  int64_t window_left = -1, window_right = -1, chunk_size = 0;
+  float softcap = 0;
+  bool sinks = false, alibi = false;
+  bool explicit_positions = false;  // per-token lists (shuffled keys)
+  bool scores = false, output = true, lse = true, key_mass = false;
+  int64_t top_k = 0;  // 0: no TOP_K
+  int64_t score_rows_start = 0, score_rows_count = 0;  // count 0: no SCORE_ROWS
+
+  std::string Name() const;
+};
+
+struct TiledAttentionData {
+  AttentionData base;
+  std::vector<int64_t> q_positions, k_positions;
+  std::vector<float> sinks, slopes;
+  std::vector<float> lse, top_k_probs, key_mass, score_rows;  // NaN-filled
+  std::vector<int32_t> top_k_indices;                          // -7-filled
+  AttentionArgs Args(const TiledAttentionCase& c);
+};
+
+TiledAttentionData MakeTiledAttentionData(const TiledAttentionCase& c, uint32_t seed);
+
+// Tiled cases: each mask and transform, explicit positions, every result,
+// fully masked rows, GQA and MQA, on small shapes (table kAttentionGridMaxLen).
+std::vector<TiledAttentionCase> TiledAttentionGrid();
+
 // Attention results against the CPU backend's: -inf and 0 must match
 // exactly (masking, fully masked rows), other values within
 // tolerance * (1 + |want|) (float32 sums in another order).

@@ -19,6 +19,7 @@
 #include "core/backends/cuda/dispatch.cuh"
 #include "core/backends/cuda/kernel_launchers.h"
 #include "tests/cuda/fake_runtime/fake_cuda_control.h"
+#include "tests/cuda/flash_attention_on_host.h"
 #include "tests/cuda/grid_emulation.h"
 
 namespace rope {
@@ -199,6 +200,54 @@ cudaError_t MaskSoftmax(const MaskSoftmaxParams& params, const LaunchConfig& lau
         for (int t = 0; t < block_dim; ++t) NormalizePhase(p, row, t, block_dim, row_sum);
       }
     }
+  });
+}
+
+namespace {
+
+// Whether everything a tiled attention kernel may touch is live device
+// memory: the rotated copies, the results and workspaces it writes, the
+// positions and the per-head values.
+bool FlashLive(const FlashAttentionParams& p) {
+  const int64_t f = static_cast<int64_t>(sizeof(float));
+  const int64_t rows = p.batch * p.q_heads * p.q_seq;
+  auto live = [](const void* ptr, int64_t bytes) { return ptr == nullptr || Live(ptr, bytes); };
+  return live(p.q, rows * p.head_dim * f) &&
+         live(p.k, p.batch * p.k_seq * p.k_heads * p.head_dim * f) &&
+         live(p.v, p.batch * p.k_seq * p.k_heads * p.v_dim * f) &&
+         live(p.output, rows * p.v_dim * f) && live(p.lse, rows * f) &&
+         live(p.scores, rows * p.k_seq * f) &&
+         live(p.score_rows, p.batch * p.q_heads * p.score_rows_count * p.k_seq * f) &&
+         live(p.top_k_indices, rows * p.top_k * static_cast<int64_t>(sizeof(int32_t))) &&
+         live(p.top_k_probs, rows * p.top_k * f) &&
+         live(p.key_mass, p.batch * p.q_heads * p.k_seq * f) &&
+         live(p.sinks, p.q_heads * f) && live(p.alibi_slopes, p.q_heads * f) &&
+         ExplicitPositionsLive(p.q_positions) && ExplicitPositionsLive(p.k_positions);
+}
+
+}  // namespace
+
+cudaError_t FlashForward(const FlashAttentionParams& params, const LaunchConfig& launch) {
+  if (FlashRowEnd(params) - params.row_begin <= 0) return cudaSuccess;
+  const int64_t max_blocks = launch.max_blocks;
+  return Launch(launch.stream, [params, max_blocks]() {
+    if (FlashLive(params)) test::FlashForwardOnHost(params, max_blocks);
+  });
+}
+
+cudaError_t FlashRows(const FlashAttentionParams& params, const LaunchConfig& launch) {
+  if (FlashRowEnd(params) - params.row_begin <= 0) return cudaSuccess;
+  const int64_t max_blocks = launch.max_blocks;
+  return Launch(launch.stream, [params, max_blocks]() {
+    if (FlashLive(params)) test::FlashRowsOnHost(params, max_blocks);
+  });
+}
+
+cudaError_t FlashKeyMass(const FlashAttentionParams& params, const LaunchConfig& launch) {
+  if (KeyMassItems(params) <= 0) return cudaSuccess;
+  const int64_t max_blocks = launch.max_blocks;
+  return Launch(launch.stream, [params, max_blocks]() {
+    if (FlashLive(params)) test::FlashKeyMassOnHost(params, max_blocks);
   });
 }
 

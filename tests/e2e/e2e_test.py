@@ -192,6 +192,57 @@ class Driver:
         check("probs : float32 [1,4,8,8]" in r.stdout, "random scores summary: %s" % r.stdout)
         self.ok("ropectl scores .npy (causal softmax, v, GQA) matches numpy; random inputs")
 
+    def attend_results(self):
+        """ropectl attend / scores with masks, sinks and every result, each .npy
+        against numpy (float64, from the formulas)."""
+        rng = np.random.default_rng(9)
+        q = rng.standard_normal((1, 6, 4, 16)).astype(np.float32)
+        k = rng.standard_normal((1, 9, 2, 16)).astype(np.float32)
+        v = rng.standard_normal((1, 9, 2, 8)).astype(np.float32)
+        for name, a in (("aq.npy", q), ("ak.npy", k), ("av.npy", v)):
+            np.save(self.path(name), a)
+        sinks = np.array([0.5, -0.25, 0.125, 0.0])
+        q_start, window_left, scale = 3, 4, 0.25
+        # Raw logits, then the causal mask and the window by position.
+        s, _ = self.ref.attention(q, k, None, q_start, 0, 10000.0, True, False, False, scale)
+        q_pos = q_start + np.arange(6)[:, None]
+        k_pos = np.arange(9)[None, :]
+        hidden = (k_pos > q_pos) | (q_pos - k_pos > window_left)
+        s = np.where(hidden[None, None], -np.inf, s)
+        lse = np.log(np.exp(s).sum(axis=-1) + np.exp(sinks)[None, :, None])
+        p = np.exp(s - lse[..., None])
+        out = np.einsum("bhij,bjhd->bihd", p, np.repeat(v.astype(np.float64), 2, axis=2))
+        order = np.argsort(-p, axis=-1, kind="stable")[..., :3]  # ties to the smaller index
+        self.ropectl_run("attend", "--q=" + self.path("aq.npy"), "--k=" + self.path("ak.npy"),
+                         "--v=" + self.path("av.npy"), "--layout=half", "--q_start_pos=%d" % q_start,
+                         "--causal", "--window_left=%d" % window_left, "--scale=%g" % scale,
+                         "--sinks=" + ",".join("%g" % x for x in sinks),
+                         "--results=output,lse,top_k,key_mass,score_rows", "--top_k=3",
+                         "--score_rows_start=2", "--score_rows_count=3",
+                         "--out_output=" + self.path("a_out.npy"), "--out_lse=" + self.path("a_lse.npy"),
+                         "--out_top_k_indices=" + self.path("a_idx.npy"),
+                         "--out_top_k_probs=" + self.path("a_top.npy"),
+                         "--out_key_mass=" + self.path("a_mass.npy"),
+                         "--out_score_rows=" + self.path("a_rows.npy"))
+        self.close("attend output", np.load(self.path("a_out.npy")), out, 1e-5)
+        self.close("attend lse", np.load(self.path("a_lse.npy")), lse, 1e-5)
+        idx = np.load(self.path("a_idx.npy"))
+        check(idx.dtype == np.int32, "top_k_indices dtype %s, want int32" % idx.dtype)
+        check(np.array_equal(idx, order), "top_k_indices %s, want %s" % (idx.tolist(), order.tolist()))
+        self.close("attend top_k_probs", np.load(self.path("a_top.npy")),
+                   np.take_along_axis(p, order, axis=-1), 1e-5)
+        self.close("attend key_mass", np.load(self.path("a_mass.npy")), p.sum(axis=2), 1e-5)
+        self.close("attend score_rows", np.load(self.path("a_rows.npy")), s[:, :, 2:5, :], 2e-5)
+        # Without v, attend's default results (output, lse) are refused by the
+        # server; an --out_* flag for a result not asked is a usage error.
+        r = self.ropectl_run("attend", "--q=" + self.path("aq.npy"), "--k=" + self.path("ak.npy"),
+                             expect=1)
+        check("INVALID_ARGUMENT" in r.stderr and "v is absent" in r.stderr, r.stderr)
+        r = self.ropectl_run("scores", "--q=" + self.path("aq.npy"), "--k=" + self.path("ak.npy"),
+                             "--results=lse", "--out=" + self.path("a_s.npy"), expect=2)
+        check("--out given but --results does not ask for scores" in r.stderr, r.stderr)
+        self.ok("ropectl attend masks, sinks and every result (.npy, int32 top-k) match numpy")
+
     def table(self):
         self.ropectl_run("table", "--head_dim=16", "--rotary_dim=8", "--theta=10000", "--max_len=64",
                          "--start=5", "--count=10", "--out_cos=" + self.path("cos.npy"),
@@ -322,6 +373,7 @@ def run(args, reference, socket):
         driver.rotate_random()
         driver.rotate_shm_over_unix_socket()
         driver.scores()
+        driver.attend_results()
         driver.table()
         driver.scaled_tables()
         driver.python_example()

@@ -383,6 +383,50 @@ std::vector<std::pair<std::string, v1::AttentionScoresRequest>> AttentionSeeds()
   a.mutable_scores_out()->set_byte_size(24);
   seeds.emplace_back("attention_shm_k_scores_out", a);
 
+  // The results beyond scores and output, with every mask and transform:
+  // GQA 4/2, a window, chunks, explicit positions, softcap, sinks, ALiBi.
+  a = v1::AttentionScoresRequest();
+  *a.mutable_config() = Config(8, 32);
+  *a.mutable_q() = MakeTensor(v1::FLOAT32, {1, 3, 4, 8}, 23);
+  *a.mutable_k() = MakeTensor(v1::FLOAT32, {1, 5, 2, 8}, 24);
+  *a.mutable_v() = MakeTensor(v1::FLOAT32, {1, 5, 2, 4}, 25);
+  for (auto result : {v1::OUTPUT, v1::LSE, v1::TOP_K, v1::KEY_MASS, v1::SCORE_ROWS}) {
+    a.add_results(result);
+  }
+  a.set_causal(true);
+  a.set_window_left(3);
+  a.set_window_right(0);
+  a.set_chunk_size(4);
+  for (int64_t p : {2, 3, 6}) a.add_q_positions(p);
+  for (int64_t p : {0, 1, 2, 5, 6}) a.add_k_positions(p);
+  a.set_softcap(30);
+  for (int h = 0; h < 4; ++h) {
+    a.add_sinks(0.5f * h);
+    a.add_alibi_slopes(0.125f * (h + 1));
+  }
+  a.set_top_k(2);
+  a.set_score_rows_start(1);
+  a.set_score_rows_count(2);
+  seeds.emplace_back("attention_results_masks_transforms", a);
+
+  // LSE and top-k by reference into the region "fuzz", no v.
+  a = v1::AttentionScoresRequest();
+  *a.mutable_config() = Config(8, 16);
+  *a.mutable_q() = MakeTensor(v1::BFLOAT16, {1, 2, 1, 8}, 26);
+  *a.mutable_k() = MakeTensor(v1::BFLOAT16, {1, 3, 1, 8}, 27);
+  a.add_results(v1::LSE);
+  a.add_results(v1::TOP_K);
+  a.set_top_k(3);
+  a.mutable_lse_out()->set_region("fuzz");
+  a.mutable_lse_out()->set_offset(2048);
+  a.mutable_lse_out()->set_byte_size(8);
+  a.mutable_top_k_indices_out()->set_region("fuzz");
+  a.mutable_top_k_indices_out()->set_offset(2112);
+  a.mutable_top_k_indices_out()->set_byte_size(24);
+  a.mutable_top_k_probs_out()->set_region("fuzz");
+  a.mutable_top_k_probs_out()->set_offset(2176);
+  a.mutable_top_k_probs_out()->set_byte_size(24);
+  seeds.emplace_back("attention_shm_lse_top_k_out", a);
   // A NoPE layer's temperature tuning, and MLA's rotary_offset.
   a = v1::AttentionScoresRequest();
   *a.mutable_config() = Config(8, 64);

@@ -1,6 +1,7 @@
 // ToGrpcStatus and the proto -> engine conversions, without a server.
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "gtest/gtest.h"
@@ -254,6 +255,63 @@ TEST(RequestConversionTest, AbsentKLeavesTheViewEmpty) {
   ASSERT_TRUE(params.ok()) << params.status();
   EXPECT_EQ(params->k.data, nullptr);
   EXPECT_TRUE(params->k.shape.empty());
+}
+
+TEST(RequestConversionTest, AttentionFieldsAreCopiedAndAbsentOnesMeanNone) {
+  v1::AttentionScoresRequest request;
+  *request.mutable_config() = MakeConfig(8, 64);
+  *request.mutable_q() = MakeRotateRequest(1, 1, 1, 8).q();
+  *request.mutable_k() = MakeRotateRequest(1, 2, 1, 8).q();
+  absl::StatusOr<AttentionParams> plain = AttentionParamsFromProto(request);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_TRUE(plain->results.empty());
+  EXPECT_FALSE(plain->window_left.has_value());
+  EXPECT_FALSE(plain->window_right.has_value());
+  EXPECT_EQ(plain->chunk_size, 0);
+  EXPECT_TRUE(plain->q_positions.empty() && plain->k_positions.empty());
+  EXPECT_EQ(plain->softcap, 0.0);
+  EXPECT_TRUE(plain->sinks.empty() && plain->alibi_slopes.empty());
+  EXPECT_EQ(plain->top_k, 0);
+  EXPECT_EQ(plain->score_rows_start, 0);
+  EXPECT_EQ(plain->score_rows_count, 0);
+
+  request.add_results(v1::LSE);
+  request.add_results(v1::TOP_K);
+  request.add_results(static_cast<v1::AttentionResult>(42));  // refused by the engine
+  request.set_window_left(0);  // set to 0: only the query's own position
+  request.set_window_right(7);
+  request.set_chunk_size(8192);
+  request.add_q_positions(5);
+  request.add_k_positions(2);
+  request.add_k_positions(3);
+  request.set_softcap(50);
+  request.add_sinks(-1.5f);
+  request.add_alibi_slopes(0.25f);
+  request.set_top_k(9);
+  request.set_score_rows_start(3);
+  request.set_score_rows_count(4);
+  absl::StatusOr<AttentionParams> params = AttentionParamsFromProto(request);
+  ASSERT_TRUE(params.ok()) << params.status();
+  EXPECT_EQ(params->results, (std::vector<AttentionResult>{AttentionResult::kLse,
+                                                           AttentionResult::kTopK,
+                                                           static_cast<AttentionResult>(42)}));
+  EXPECT_EQ(params->window_left, std::optional<int64_t>(0));
+  EXPECT_EQ(params->window_right, std::optional<int64_t>(7));
+  EXPECT_EQ(params->chunk_size, 8192);
+  EXPECT_EQ(params->q_positions, (std::vector<int64_t>{5}));
+  EXPECT_EQ(params->k_positions, (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(params->softcap, 50.0);
+  EXPECT_EQ(params->sinks, (std::vector<float>{-1.5f}));
+  EXPECT_EQ(params->alibi_slopes, (std::vector<float>{0.25f}));
+  EXPECT_EQ(params->top_k, 9);
+  EXPECT_EQ(params->score_rows_start, 3);
+  EXPECT_EQ(params->score_rows_count, 4);
+}
+
+TEST(RequestConversionTest, Int32IsAReplyOnlyDType) {
+  EXPECT_TRUE(StatusIs(DTypeFromProto(v1::INT32, "q.dtype").status(),
+                       absl::StatusCode::kInvalidArgument,
+                       "q.dtype is INT32 (4): a reply-only type"));
 }
 
 }  // namespace

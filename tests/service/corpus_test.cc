@@ -651,8 +651,13 @@ std::vector<MalformedCase> Cases() {
       // ---- Enum values outside the enums (proto3 keeps unknown numbers) ----
       {"QDTypeUnspecified", kRotate, [](Requests* r) { Q(r)->set_dtype(v1::DTYPE_UNSPECIFIED); },
        kInvalid, "q.dtype is DTYPE_UNSPECIFIED (0)"},
-      {"QDTypeUnknown", kRotate, [](Requests* r) { Q(r)->set_dtype(static_cast<v1::DType>(4)); },
-       kInvalid, "q.dtype is 4: not a rope.v1.DType"},
+      {"QDTypeUnknown", kRotate, [](Requests* r) { Q(r)->set_dtype(static_cast<v1::DType>(42)); },
+       kInvalid, "q.dtype is 42: not a rope.v1.DType"},
+      {"QDTypeInt32", kRotate, [](Requests* r) { Q(r)->set_dtype(v1::INT32); }, kInvalid,
+       "q.dtype is INT32 (4): a reply-only type (top_k_indices)"},
+      {"AttentionKDTypeInt32", kAttention,
+       [](Requests* r) { r->attention.mutable_k()->set_dtype(v1::INT32); }, kInvalid,
+       "k.dtype is INT32 (4): a reply-only type"},
       {"KDTypeNegative", kRotate, [](Requests* r) { K(r)->set_dtype(static_cast<v1::DType>(-1)); },
        kInvalid, "k.dtype is -1"},
       {"AttentionVDTypeUnknown", kAttention,
@@ -1211,6 +1216,109 @@ std::vector<MalformedCase> Cases() {
        kInvalid, "scale is nan"},
       {"AttentionScaleOverFloat32", kAttention, [](Requests* r) { r->attention.set_scale(1e39); },
        kInvalid, "must be finite as float32"},
+
+      // ---- Attention results, masks and transforms (Sq 4, Hq 4, Sk 6) ----
+      {"AttentionResultUnknown", kAttention,
+       [](Requests* r) {
+         r->attention.add_results(v1::OUTPUT);
+         r->attention.add_results(static_cast<v1::AttentionResult>(99));
+       },
+       kInvalid, "results[1] is 99: must be SCORES, OUTPUT, LSE, TOP_K, KEY_MASS or SCORE_ROWS"},
+      {"AttentionResultUnspecified", kAttention,
+       [](Requests* r) { r->attention.add_results(v1::ATTENTION_RESULT_UNSPECIFIED); }, kInvalid,
+       "results[0] is 0"},
+      {"AttentionResultTwice", kAttention,
+       [](Requests* r) {
+         r->attention.add_results(v1::LSE);
+         r->attention.add_results(v1::LSE);
+       },
+       kInvalid, "listed more than once"},
+      {"AttentionOutputWithoutV", kAttention,
+       [](Requests* r) {
+         r->attention.clear_v();
+         r->attention.add_results(v1::OUTPUT);
+       },
+       kInvalid, "results asks for OUTPUT but v is absent"},
+      {"AttentionNegativeWindowLeft", kAttention,
+       [](Requests* r) { r->attention.set_window_left(-1); }, kInvalid,
+       "window_left is -1: must be >= 0"},
+      {"AttentionInt64MinWindowRight", kAttention,
+       [](Requests* r) { r->attention.set_window_right(kInt64Min); }, kInvalid,
+       "window_right is -9223372036854775808: must be >= 0"},
+      {"AttentionNegativeChunkSize", kAttention,
+       [](Requests* r) { r->attention.set_chunk_size(-4); }, kInvalid,
+       "chunk_size is -4: must be >= 0"},
+      {"AttentionSoftcapNaN", kAttention, [](Requests* r) { r->attention.set_softcap(kNaN); },
+       kInvalid, "softcap is nan"},
+      {"AttentionSoftcapInfinite", kAttention,
+       [](Requests* r) { r->attention.set_softcap(std::numeric_limits<double>::infinity()); },
+       kInvalid, "softcap is inf"},
+      {"AttentionSoftcapNegative", kAttention, [](Requests* r) { r->attention.set_softcap(-30); },
+       kInvalid, "softcap is -30"},
+      {"AttentionSinksWrongLength", kAttention,
+       [](Requests* r) {
+         for (int h = 0; h < 3; ++h) r->attention.add_sinks(0.5f);
+       },
+       kInvalid, "sinks has 3 values: must be empty or one per query head (Hq = 4)"},
+      {"AttentionSinkNaN", kAttention,
+       [](Requests* r) {
+         for (int h = 0; h < 4; ++h) r->attention.add_sinks(h == 2 ? std::nanf("") : 0.5f);
+       },
+       kInvalid, "sinks[2] is nan: must be finite"},
+      {"AttentionAlibiSlopesWrongLength", kAttention,
+       [](Requests* r) { r->attention.add_alibi_slopes(0.25f); }, kInvalid,
+       "alibi_slopes has 1 values: must be empty or one per query head (Hq = 4)"},
+      {"AttentionTopKOverSk", kAttention,
+       [](Requests* r) {
+         r->attention.add_results(v1::TOP_K);
+         r->attention.set_top_k(7);
+       },
+       kInvalid, "top_k is 7: must be in [1, Sk] (Sk = 6 keys)"},
+      {"AttentionTopKZeroWithTopK", kAttention,
+       [](Requests* r) { r->attention.add_results(v1::TOP_K); }, kInvalid,
+       "top_k is 0: results asks for TOP_K"},
+      {"AttentionScoreRowsStartPastSq", kAttention,
+       [](Requests* r) {
+         r->attention.add_results(v1::SCORE_ROWS);
+         r->attention.set_score_rows_start(4);
+       },
+       kInvalid, "score_rows_start is 4: must be in [0, Sq) (Sq = 4)"},
+      {"AttentionScoreRowsCountPastSq", kAttention,
+       [](Requests* r) {
+         r->attention.add_results(v1::SCORE_ROWS);
+         r->attention.set_score_rows_start(2);
+         r->attention.set_score_rows_count(3);
+       },
+       kInvalid, "score_rows_count is 3: rows [2, 2 + 3) must lie within Sq = 4"},
+      {"AttentionQPositionsWrongCount", kAttention,
+       [](Requests* r) {
+         for (int i = 0; i < 3; ++i) r->attention.add_q_positions(i);
+       },
+       kInvalid, "q_positions has 3 values"},
+      {"AttentionKPositionsNegative", kAttention,
+       [](Requests* r) {
+         for (int j = 0; j < 6; ++j) r->attention.add_k_positions(j == 5 ? -1 : j);
+       },
+       kInvalid, "k_positions[5] is -1"},
+      {"AttentionQPositionsAndStartPos", kAttention,
+       [](Requests* r) {
+         r->attention.set_q_start_pos(2);
+         for (int i = 0; i < 4; ++i) r->attention.add_q_positions(i);
+       },
+       kInvalid, "q_start_pos and q_positions are both set"},
+      {"AttentionLseOutWithoutLse", kAttention,
+       [](Requests* r) {
+         r->attention.mutable_lse_out()->set_region("nowhere");
+         r->attention.mutable_lse_out()->set_byte_size(64);
+       },
+       kInvalid, "lse_out is set but results does not ask for LSE"},
+      {"AttentionKeyMassOutUnregistered", kAttention,
+       [](Requests* r) {
+         r->attention.add_results(v1::KEY_MASS);
+         r->attention.mutable_key_mass_out()->set_region("nowhere");
+         r->attention.mutable_key_mass_out()->set_byte_size(96);
+       },
+       StatusCode::NOT_FOUND, "key_mass_out.region \"nowhere\" is not registered"},
 
       // ---- Shared-memory references (no region is registered here) ----
       {"QShmUnregisteredRegion", kRotate,

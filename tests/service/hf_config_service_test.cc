@@ -51,7 +51,10 @@ class HfConfigServiceTest : public ServiceTest {
 
   // Rotate, GetTable (rows reaching past 4096, where LongRoPE switches
   // lists) and AttentionScores with `json_config` and with `explicit_config`:
-  // the replies must be byte for byte the same.
+  // the replies must be byte for byte the same. AttentionScores' scale 0 is
+  // the model's softmax scale with a config.json (ResolvedConfig's
+  // softmax_scale, e.g. DeepSeek's mscale correction): the explicit call
+  // passes that value.
   void ExpectSameReplies(const std::string& what, const v1::RopeConfig& json_config,
                          const v1::RopeConfig& explicit_config, uint32_t head_dim, bool mrope) {
     v1::RotateRequest rotate = MakeRotateRequest(2, 3, 2, head_dim, json_config.max_len());
@@ -70,12 +73,17 @@ class HfConfigServiceTest : public ServiceTest {
     scores.set_k_start_pos(98);
     scores.set_causal(true);
 
+    v1::ResolvedConfig resolved;
+    ASSERT_TRUE(GrpcStatusIs(Resolve(json_config, &resolved), grpc::StatusCode::OK, "")) << what;
+    ASSERT_GT(resolved.softmax_scale(), 0.0) << what;
+
     std::string replies[2][3];
     int i = 0;
     for (const v1::RopeConfig& config : {json_config, explicit_config}) {
       *rotate.mutable_config() = config;
       *table.mutable_config() = config;
       *scores.mutable_config() = config;
+      scores.set_scale(i == 0 ? 0.0 : resolved.softmax_scale());
       v1::RotateResponse rotated;
       v1::GetTableResponse rows;
       v1::AttentionScoresResponse scored;

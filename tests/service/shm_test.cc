@@ -593,6 +593,85 @@ TEST_F(ShmServiceTest, AttentionScoresWritesIntoRegions) {
                            grpc::StatusCode::INVALID_ARGUMENT, "scores_out [0, "));
 }
 
+TEST_F(ShmServiceTest, AttentionResultsWriteIntoRegionsAsIntoTheReply) {
+  // Every result beyond scores and output, once into the reply and once into
+  // its reference (lse_out, top_k_indices_out, ...): the same bytes; the
+  // reply then names each reference with the result's dtype and shape.
+  const v1::RotateRequest rq = MakeRotateRequest(1, 5, 4, 16, 64, 0, 7);
+  const v1::RotateRequest rk = MakeRotateRequest(1, 9, 2, 16, 64, 0, 8);
+  v1::AttentionScoresRequest request;
+  *request.mutable_config() = rq.config();
+  *request.mutable_q() = rq.q();
+  *request.mutable_k() = rk.q();
+  *request.mutable_v() = rk.q();
+  request.set_q_start_pos(4);
+  request.set_causal(true);
+  for (auto result : {v1::OUTPUT, v1::LSE, v1::TOP_K, v1::KEY_MASS, v1::SCORE_ROWS}) {
+    request.add_results(result);
+  }
+  request.set_top_k(3);
+  request.set_score_rows_start(1);
+  request.set_score_rows_count(2);
+  v1::AttentionScoresResponse by_bytes;
+  {
+    grpc::ClientContext context;
+    SetDeadline(&context);
+    const grpc::Status status = stub_->AttentionScores(&context, request, &by_bytes);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+  }
+  auto region = NewRegion("results", 16384);
+  ASSERT_TRUE(Register(stub_.get(), *region).ok());
+  struct Out {
+    v1::SharedMemoryRef* ref;
+    const v1::Tensor* want;
+    const v1::Tensor& (v1::AttentionScoresResponse::*got)() const;
+  };
+  const Out outs[] = {
+      {request.mutable_output_out(), &by_bytes.output(), &v1::AttentionScoresResponse::output},
+      {request.mutable_lse_out(), &by_bytes.lse(), &v1::AttentionScoresResponse::lse},
+      {request.mutable_top_k_indices_out(), &by_bytes.top_k_indices(),
+       &v1::AttentionScoresResponse::top_k_indices},
+      {request.mutable_top_k_probs_out(), &by_bytes.top_k_probs(),
+       &v1::AttentionScoresResponse::top_k_probs},
+      {request.mutable_key_mass_out(), &by_bytes.key_mass(),
+       &v1::AttentionScoresResponse::key_mass},
+      {request.mutable_score_rows_out(), &by_bytes.score_rows(),
+       &v1::AttentionScoresResponse::score_rows},
+  };
+  size_t offset = 0;
+  for (const Out& o : outs) {
+    ASSERT_FALSE(o.want->data().empty());
+    *o.ref = region->Ref(offset, o.want->data().size());
+    offset += (o.want->data().size() + 63) / 64 * 64;
+  }
+  ASSERT_LE(offset, 16384u);
+  v1::AttentionScoresResponse reply;
+  {
+    grpc::ClientContext context;
+    SetDeadline(&context);
+    const grpc::Status status = stub_->AttentionScores(&context, request, &reply);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+  }
+  EXPECT_FALSE(reply.has_scores());
+  for (const Out& o : outs) {
+    const v1::Tensor& got = (reply.*o.got)();
+    EXPECT_TRUE(got.data().empty());
+    EXPECT_EQ(got.dtype(), o.want->dtype());
+    EXPECT_EQ(std::vector<int64_t>(got.shape().begin(), got.shape().end()),
+              std::vector<int64_t>(o.want->shape().begin(), o.want->shape().end()));
+    EXPECT_EQ(got.shm().offset(), o.ref->offset());
+    EXPECT_EQ(std::string(region->data() + o.ref->offset(), o.want->data().size()),
+              o.want->data());
+  }
+  EXPECT_EQ(reply.top_k_indices().dtype(), v1::INT32);
+  // A reference of the wrong size is refused, naming it and the result's size.
+  request.mutable_lse_out()->set_byte_size(request.lse_out().byte_size() + 4);
+  grpc::ClientContext again;
+  SetDeadline(&again);
+  EXPECT_TRUE(GrpcStatusIs(stub_->AttentionScores(&again, request, &reply),
+                           grpc::StatusCode::INVALID_ARGUMENT, "lse_out.byte_size is 84"));
+}
+
 TEST_F(ShmServiceTest, DrainReleasesEveryRegion) {
   auto region = NewRegion("drained", 4096);
   ASSERT_TRUE(Register(stub_.get(), *region).ok());

@@ -5,6 +5,7 @@
 // card publishes), the explicit form giving bit-identical rotations, and
 // every way a config.json can be refused.
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <memory>
 #include <random>
@@ -168,6 +169,73 @@ TEST(HfConfigTest, DeepSeekV3RotatesQkRopeHeadDimWithYarnMscale) {
   EXPECT_DOUBLE_EQ(attention, 1.0);
   EXPECT_DOUBLE_EQ(r->attention_factor, attention);
   ExpectTableRows(FromJson(json, "", 16384), want, attention, {0, 4096, 16383});
+}
+
+// The softmax scale the model's attention uses (transformers' `scaling`),
+// which AttentionScores takes when its scale is 0.
+TEST(HfConfigTest, SoftmaxScaleFollowsTheModelsAttention) {
+  // DeepSeek-V3: qk_head_dim = 128 + 64, times yarn_get_mscale(40, 1)^2.
+  auto deepseek = Resolve(Fixture("DeepSeek-V3"), "", 16384);
+  ASSERT_TRUE(deepseek.ok()) << deepseek.status();
+  const double mscale = 0.1 * 1.0 * std::log(40.0) + 1.0;
+  EXPECT_NEAR(deepseek->softmax_scale, mscale * mscale / std::sqrt(192.0), 1e-15);
+  // 1.87x what 1/sqrt(qk_head_dim) would be, and not 1/sqrt(64).
+  EXPECT_NEAR(deepseek->softmax_scale * std::sqrt(192.0), 1.8739, 1e-4);
+  // Gemma 3: query_pre_attn_scalar, by Gemma3TextConfig's default 256.
+  for (const char* layer : {"full_attention", "sliding_attention"}) {
+    auto gemma = Resolve(Fixture("gemma-3-12b-it"), layer);
+    ASSERT_TRUE(gemma.ok()) << gemma.status();
+    EXPECT_DOUBLE_EQ(gemma->softmax_scale, 1.0 / 16) << layer;
+  }
+  // Gemma 2 27B: query_pre_attn_scalar 144 with head_dim 128.
+  auto gemma2 = Resolve(R"({"model_type": "gemma2", "head_dim": 128,
+      "query_pre_attn_scalar": 144, "rope_theta": 10000})");
+  ASSERT_TRUE(gemma2.ok()) << gemma2.status();
+  EXPECT_DOUBLE_EQ(gemma2->softmax_scale, 1.0 / 12);
+  // Everything else: head_dim^-0.5, as without a config.json.
+  auto llama = Resolve(Fixture("Llama-3.1-8B-Instruct"));
+  ASSERT_TRUE(llama.ok()) << llama.status();
+  EXPECT_DOUBLE_EQ(llama->softmax_scale, 1.0 / std::sqrt(128.0));
+  RopeConfig plain;
+  plain.head_dim = 64;
+  plain.max_len = 16;
+  auto explicit_config = NewEngine()->ResolveConfig(plain);
+  ASSERT_TRUE(explicit_config.ok());
+  EXPECT_DOUBLE_EQ(explicit_config->softmax_scale, 0.125);
+  // DeepSeek without a scaled rope: no mscale.
+  auto unscaled = Resolve(R"({"qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
+      "rope_theta": 10000})");
+  ASSERT_TRUE(unscaled.ok()) << unscaled.status();
+  EXPECT_DOUBLE_EQ(unscaled->softmax_scale, 1.0 / std::sqrt(192.0));
+}
+
+TEST(HfConfigTest, AttentionScaleZeroTakesTheModelsScale) {
+  auto engine = NewEngine();
+  RopeConfig config = FromJson(Fixture("gemma-3-12b-it"));
+  std::vector<float> ones(256, 1.0f), twos(256, 0.5f);
+  AttentionParams p;
+  p.config = config;
+  p.q = ConstTensorView(DType::kFloat32, {1, 1, 256}, ones.data(), 256 * sizeof(float));
+  p.k = ConstTensorView(DType::kFloat32, {1, 1, 256}, twos.data(), 256 * sizeof(float));
+  std::string by_default, explicit_scale;
+  AttentionOutputs out;
+  out.scores.bytes = &by_default;
+  ASSERT_TRUE(engine->AttentionScores(p, &out).ok());
+  p.scale = 1.0 / 16;
+  out.scores.bytes = &explicit_scale;
+  ASSERT_TRUE(engine->AttentionScores(p, &out).ok());
+  EXPECT_EQ(by_default, explicit_scale);
+  // DeepSeek: not 1/sqrt(64).
+  p.config = FromJson(Fixture("DeepSeek-V3"), "", 64);
+  p.q = ConstTensorView(DType::kFloat32, {1, 1, 64}, ones.data(), 64 * sizeof(float));
+  p.k = ConstTensorView(DType::kFloat32, {1, 1, 64}, twos.data(), 64 * sizeof(float));
+  p.scale = 0;
+  out.scores.bytes = &by_default;
+  ASSERT_TRUE(engine->AttentionScores(p, &out).ok());
+  float got;
+  std::memcpy(&got, by_default.data(), sizeof(float));
+  const double mscale = 0.1 * std::log(40.0) + 1.0;
+  EXPECT_NEAR(got, 32.0 * mscale * mscale / std::sqrt(192.0), 1e-5);
 }
 
 TEST(HfConfigTest, Phi4MiniLongRopeFollowsTransformers) {

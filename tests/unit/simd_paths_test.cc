@@ -603,6 +603,69 @@ TEST_P(SimdPathTest, SoftmaxRowsMatchTheBestPathAndDoublePrecision) {
   }
 }
 
+// The tiled attention pass's row kernels: the best path's bits, and double
+// precision.
+TEST_P(SimdPathTest, TileRowKernelsMatchTheBestPathAndDoublePrecision) {
+  std::mt19937 rng(12);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  const cpu::CpuKernels& best = BestSupported();
+  const float kNegInf = -std::numeric_limits<float>::infinity();
+  for (int64_t n : {0, 1, 3, 7, 15, 16, 17, 33, 100, 256, 1000}) {
+    std::vector<float> in(n), k_pos(n);
+    for (float& x : in) x = normal(rng);
+    for (int64_t j = 0; j < n; ++j) k_pos[j] = static_cast<float>(3 * j + 1);
+    if (n > 5) in[2] = kNegInf;  // a masked key
+    // row_max
+    const float max_got = kernels_->row_max(in.data(), n);
+    ASSERT_EQ(Bits(max_got), Bits(best.row_max(in.data(), n))) << "n " << n;
+    float want_max = kNegInf;
+    for (float x : in) want_max = std::max(want_max, x);
+    EXPECT_EQ(max_got, want_max) << "n " << n;
+    // exp_sum_row
+    std::vector<float> got = in, ref = in;
+    const float shift = n == 0 ? 0.0f : want_max;
+    const float sum = kernels_->exp_sum_row(got.data(), n, shift);
+    ASSERT_EQ(Bits(sum), Bits(best.exp_sum_row(ref.data(), n, shift))) << "n " << n;
+    double want_sum = 0;
+    for (int64_t j = 0; j < n; ++j) {
+      ASSERT_EQ(Bits(got[j]), Bits(ref[j])) << "n " << n << " j " << j;
+      const double want = in[j] == kNegInf ? 0.0 : std::exp(static_cast<double>(in[j]) - shift);
+      want_sum += want;
+      if (in[j] == kNegInf) {
+        EXPECT_EQ(got[j], 0.0f) << "a masked key";
+        continue;
+      }
+      EXPECT_NEAR(got[j], want, (5e-7 + 1.2e-7 * std::fabs(in[j] - shift)) * want + 1e-37);
+    }
+    EXPECT_NEAR(sum, want_sum, 1e-6 * want_sum);
+    // softcap_row, around and far from the polynomial's 0.625 edge
+    for (float cap : {0.5f, 2.5f, 50.0f}) {
+      got = in;
+      ref = in;
+      kernels_->softcap_row(got.data(), n, cap);
+      best.softcap_row(ref.data(), n, cap);
+      for (int64_t j = 0; j < n; ++j) {
+        ASSERT_EQ(Bits(got[j]), Bits(ref[j])) << "cap " << cap << " j " << j;
+        const double want = cap * std::tanh(static_cast<double>(in[j]) / cap);
+        EXPECT_NEAR(got[j], want, 4e-7 * std::fabs(want) + 1e-30) << "cap " << cap << " x " << in[j];
+      }
+    }
+    // alibi_row
+    got = in;
+    ref = in;
+    kernels_->alibi_row(got.data(), n, 0.125f, 40.0f, k_pos.data());
+    best.alibi_row(ref.data(), n, 0.125f, 40.0f, k_pos.data());
+    for (int64_t j = 0; j < n; ++j) {
+      ASSERT_EQ(Bits(got[j]), Bits(ref[j])) << "alibi j " << j;
+      EXPECT_EQ(got[j], in[j] - 0.125f * std::fabs(40.0f - k_pos[j]));
+    }
+    // add_row
+    got = in;
+    kernels_->add_row(got.data(), k_pos.data(), n);
+    for (int64_t j = 0; j < n; ++j) EXPECT_EQ(got[j], in[j] + k_pos[j]);
+  }
+}
+
 TEST_P(SimdPathTest, StoreRowScalesThenFillsAtAnyAlignment) {
   std::vector<float> src(300);
   for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<float>(i) + 0.5f;
@@ -717,6 +780,56 @@ TEST_P(SimdPathTest, EngineAttentionIsBitForBitTheBestPaths) {
       EXPECT_EQ(scores, best_scores) << DTypeTag(dtype) << (softmax ? " softmax" : " raw");
       EXPECT_EQ(output, best_output) << DTypeTag(dtype) << (softmax ? " softmax" : " raw");
     }
+  }
+}
+
+// The tiled pass (masks, transforms, every result) gives the best path's
+// bits on every path.
+TEST_P(SimdPathTest, EngineTiledAttentionIsBitForBitTheBestPaths) {
+  auto engine = EngineOn(GetParam());
+  auto best = EngineOn(BestSupported().name);
+  ASSERT_NE(engine, nullptr);
+  ASSERT_NE(best, nullptr);
+  std::mt19937 rng(15);
+  constexpr int64_t B = 2, Sq = 70, Sk = 300, Hq = 8, Hkv = 2, D = 32, Dv = 12;
+  const DType dtype = DType::kBFloat16;
+  HostTensor q = Encode(dtype, {B, Sq, Hq, D}, RandomValues(dtype, B * Sq * Hq * D, &rng));
+  HostTensor k = Encode(dtype, {B, Sk, Hkv, D}, RandomValues(dtype, B * Sk * Hkv * D, &rng));
+  HostTensor v = Encode(dtype, {B, Sk, Hkv, Dv}, RandomValues(dtype, B * Sk * Hkv * Dv, &rng));
+  AttentionParams params;
+  params.config.head_dim = D;
+  params.config.max_len = 512;
+  params.q = q.const_view();
+  params.k = k.const_view();
+  params.v = v.const_view();
+  params.q_start_pos = 200;
+  params.causal = true;
+  params.window_left = 120;
+  params.softcap = 1.5;
+  params.sinks = std::vector<float>(Hq, 0.5f);
+  params.alibi_slopes = std::vector<float>(Hq, 0.01f);
+  params.results = {AttentionResult::kOutput, AttentionResult::kLse, AttentionResult::kTopK,
+                    AttentionResult::kKeyMass, AttentionResult::kScoreRows};
+  params.top_k = 6;
+  params.score_rows_start = 30;
+  params.score_rows_count = 5;
+  std::string got[6], want[6];
+  auto run = [&](Engine* e, std::string* r) {
+    AttentionOutputs out;
+    out.output.bytes = &r[0];
+    out.lse.bytes = &r[1];
+    out.top_k_indices.bytes = &r[2];
+    out.top_k_probs.bytes = &r[3];
+    out.key_mass.bytes = &r[4];
+    out.score_rows.bytes = &r[5];
+    const absl::Status status = e->AttentionScores(params, &out);
+    EXPECT_TRUE(status.ok()) << status;
+  };
+  run(engine.get(), got);
+  run(best.get(), want);
+  for (int i = 0; i < 6; ++i) {
+    EXPECT_FALSE(got[i].empty()) << i;
+    EXPECT_EQ(got[i], want[i]) << "result " << i;
   }
 }
 

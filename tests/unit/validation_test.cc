@@ -481,6 +481,145 @@ TEST_F(ValidationTest, AttentionNeedsOutputBuffers) {
                        "outputs.output is null"));
 }
 
+// ---- Attention: results, masks, transforms ----------------------------------------
+
+TEST_F(ValidationTest, AttentionChecksTheResultsList) {
+  AttentionParams p = ValidAttention();
+  p.results = {AttentionResult::kLse, static_cast<AttentionResult>(0)};
+  EXPECT_TRUE(AttentionRejected(p, StatusCode::kInvalidArgument, "results[1] is 0: must be"));
+  p.results = {AttentionResult::kLse, static_cast<AttentionResult>(7)};
+  EXPECT_TRUE(AttentionRejected(p, StatusCode::kInvalidArgument, "results[1] is 7"));
+  p.results = {AttentionResult::kLse, AttentionResult::kOutput, AttentionResult::kLse};
+  EXPECT_TRUE(AttentionRejected(p, StatusCode::kInvalidArgument,
+                                "results[2] is LSE: listed more than once"));
+  p.results = {AttentionResult::kOutput};
+  EXPECT_TRUE(AttentionRejected(p, StatusCode::kInvalidArgument,
+                                "results asks for OUTPUT but v is absent"));
+  p.results = {AttentionResult::kTopK};
+  EXPECT_TRUE(AttentionRejected(p, StatusCode::kInvalidArgument,
+                                "top_k is 0: results asks for TOP_K"));
+}
+
+TEST_F(ValidationTest, AttentionRejectsBadMasksAndTransforms) {
+  AttentionParams p = ValidAttention();
+  p.window_left = -1;
+  EXPECT_TRUE(AttentionRejected(p, StatusCode::kInvalidArgument, "window_left is -1: must be >= 0"));
+  p = ValidAttention();
+  p.window_right = -5;
+  EXPECT_TRUE(
+      AttentionRejected(p, StatusCode::kInvalidArgument, "window_right is -5: must be >= 0"));
+  p = ValidAttention();
+  p.chunk_size = -2;
+  EXPECT_TRUE(AttentionRejected(p, StatusCode::kInvalidArgument, "chunk_size is -2: must be >= 0"));
+  for (double softcap : {std::nan(""), std::numeric_limits<double>::infinity(), -1.0, 1e300}) {
+    p = ValidAttention();
+    p.softcap = softcap;
+    EXPECT_TRUE(AttentionRejected(p, StatusCode::kInvalidArgument, "softcap is")) << softcap;
+  }
+  p = ValidAttention();
+  p.sinks = {1, 2, 3};  // Hq is 4
+  EXPECT_TRUE(AttentionRejected(p, StatusCode::kInvalidArgument,
+                                "sinks has 3 values: must be empty or one per query head (Hq = 4)"));
+  p.sinks = {1, 2, std::nanf(""), 4};
+  EXPECT_TRUE(AttentionRejected(p, StatusCode::kInvalidArgument, "sinks[2] is nan: must be finite"));
+  p = ValidAttention();
+  p.alibi_slopes = {1, 2, 3, 4, 5};
+  EXPECT_TRUE(AttentionRejected(p, StatusCode::kInvalidArgument, "alibi_slopes has 5 values"));
+  p.alibi_slopes = {1, -std::numeric_limits<float>::infinity(), 3, 4};
+  EXPECT_TRUE(AttentionRejected(p, StatusCode::kInvalidArgument, "alibi_slopes[1] is -inf"));
+}
+
+TEST_F(ValidationTest, AttentionChecksTopKAndTheRowRange) {
+  AttentionParams p = ValidAttention();  // Sq = Sk = 5
+  p.top_k = 6;
+  p.results = {AttentionResult::kTopK};
+  EXPECT_TRUE(AttentionRejected(p, StatusCode::kInvalidArgument,
+                                "top_k is 6: must be in [1, Sk] (Sk = 5 keys)"));
+  p.top_k = 5;
+  std::string idx, prob;
+  AttentionOutputs out;
+  out.top_k_indices.bytes = &idx;
+  out.top_k_probs.bytes = &prob;
+  EXPECT_TRUE(engine_->AttentionScores(p, &out).ok());
+  EXPECT_EQ(idx.size(), static_cast<size_t>(B * Hq * S * 5 * 4));
+  p = ValidAttention();
+  p.score_rows_start = 5;
+  EXPECT_TRUE(AttentionRejected(p, StatusCode::kInvalidArgument,
+                                "score_rows_start is 5: must be in [0, Sq) (Sq = 5)"));
+  p.score_rows_start = -1;
+  EXPECT_TRUE(AttentionRejected(p, StatusCode::kInvalidArgument, "score_rows_start is -1"));
+  p.score_rows_start = 2;
+  p.score_rows_count = 4;
+  EXPECT_TRUE(AttentionRejected(p, StatusCode::kInvalidArgument,
+                                "score_rows_count is 4: rows [2, 2 + 4) must lie within Sq = 5"));
+  p.score_rows_count = -1;
+  EXPECT_TRUE(AttentionRejected(p, StatusCode::kInvalidArgument, "score_rows_count is -1"));
+}
+
+TEST_F(ValidationTest, AttentionChecksExplicitPositions) {
+  AttentionParams p = ValidAttention();  // q_start_pos = k_start_pos = 3
+  p.q_positions = {0, 1, 2, 3, 4};
+  EXPECT_TRUE(AttentionRejected(p, StatusCode::kInvalidArgument,
+                                "q_start_pos and q_positions are both set (q_start_pos is 3, "
+                                "q_positions has 5 values): give one of them"));
+  p.q_start_pos = 0;
+  p.q_positions = {0, 1, 2};
+  EXPECT_TRUE(AttentionRejected(p, StatusCode::kInvalidArgument,
+                                "q_positions has 3 values: must be S (5) or B*S (10)"));
+  p.q_positions = {0, 1, 2, 64, 4};
+  EXPECT_TRUE(AttentionRejected(p, StatusCode::kOutOfRange,
+                                "q_positions[3] is 64: must be < config.max_len 64"));
+  p.q_positions = {0, 1, 2, 3, 4, 5, 6, 7, 8, -9};
+  EXPECT_TRUE(
+      AttentionRejected(p, StatusCode::kInvalidArgument, "q_positions[9] is -9: must be >= 0"));
+  p.q_positions = {0, 1, 2, 3, 4};
+  p.k_start_pos = 0;
+  p.k_positions = {63, 2, 1, 0, 5, 6, 7, 8, 9, 10};
+  std::string scores;
+  AttentionOutputs out;
+  out.scores.bytes = &scores;
+  EXPECT_TRUE(engine_->AttentionScores(p, &out).ok());
+}
+
+TEST_F(ValidationTest, AttentionCountsOnlyTheRequestedResults) {
+  // q [1,20,1,2] and k [1,4000,1,2]: 8040 elements. The scores [1,1,20,4000]
+  // would add 80000 (over 65536); LSE adds 20 and is accepted.
+  HostTensor q = Encode(DType::kFloat32, {1, 20, 1, 2}, std::vector<double>(40, 1));
+  HostTensor k = Encode(DType::kFloat32, {1, 4000, 1, 2}, std::vector<double>(8000, 1));
+  AttentionParams p;
+  p.config.head_dim = 2;
+  p.config.max_len = 4096;
+  p.q = q.const_view();
+  p.k = k.const_view();
+  EXPECT_TRUE(AttentionRejected(
+      p, StatusCode::kResourceExhausted,
+      "over the max_elements_per_request limit of 65536; of them, the scores 1x1x20x4000 are "
+      "80000: results OUTPUT and LSE (or TOP_K, KEY_MASS) need no Sq x Sk memory"));
+  p.results = {AttentionResult::kLse};
+  std::string lse;
+  AttentionOutputs out;
+  out.lse.bytes = &lse;
+  ASSERT_TRUE(engine_->AttentionScores(p, &out).ok());
+  EXPECT_EQ(lse.size(), 20 * sizeof(float));
+  p.results = {AttentionResult::kScoreRows};
+  p.score_rows_start = 1;
+  p.score_rows_count = 15;
+  EXPECT_TRUE(AttentionRejected(p, StatusCode::kResourceExhausted,
+                                "the score rows 1x1x15x4000 are 60000"));
+}
+
+TEST_F(ValidationTest, AttentionNeedsABufferForEachRequestedResult) {
+  AttentionParams p = ValidAttention(/*with_v=*/true);
+  p.results = {AttentionResult::kOutput, AttentionResult::kKeyMass};
+  std::string output;
+  AttentionOutputs out;
+  out.output.bytes = &output;
+  EXPECT_TRUE(StatusIs(engine_->AttentionScores(p, &out), StatusCode::kInvalidArgument,
+                       "AttentionScores needs an outputs.key_mass buffer"));
+  EXPECT_TRUE(StatusIs(engine_->AttentionScores(p, nullptr), StatusCode::kInvalidArgument,
+                       "outputs"));
+}
+
 // ---- GetTable -------------------------------------------------------------------
 
 TEST_F(ValidationTest, GetTableChecksTheRowRange) {

@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "core/backends/cpu/thread_scratch.h"
 
 namespace rope {
 namespace {
@@ -28,33 +29,6 @@ constexpr int64_t kBlockScoreFloats = int64_t{1} << 19;
 // in cache until the caller reads them, and bypassing it saves reading every
 // line before it is overwritten. Smaller ones stay in cache for the reader.
 constexpr int64_t kStreamScoresBytes = int64_t{16} << 20;
-
-// A per-thread buffer that keeps its largest allocation (up to kKeepFloats)
-// for the next call: every attention block asks for the same sizes, and a
-// fresh allocation would page-fault its way through them each time.
-class ThreadScratch {
- public:
-  float* Get(int64_t floats) {
-    if (floats <= capacity_) return data_.get();
-    std::unique_ptr<float[]> fresh(new (std::nothrow) float[floats]);
-    if (fresh == nullptr) return nullptr;
-    data_ = std::move(fresh);
-    capacity_ = floats;
-    return data_.get();
-  }
-  // Gives back an allocation beyond what is worth keeping.
-  void Trim() {
-    if (capacity_ > kKeepFloats) {
-      data_.reset();
-      capacity_ = 0;
-    }
-  }
-
- private:
-  static constexpr int64_t kKeepFloats = int64_t{1} << 20;  // 4 MiB
-  std::unique_ptr<float[]> data_;
-  int64_t capacity_ = 0;
-};
 
 // Number of leading keys of query row i that are visible (not causally
 // masked): keys j with k_pos(j) <= q_pos(i).
@@ -179,7 +153,7 @@ absl::Status CpuAttentionScores(const cpu::CpuKernels& kernels, const RopeTable&
   const int64_t per_block = args.batch * hk * head_groups;
   std::atomic<bool> out_of_memory{false};
   pool->ParallelFor(row_blocks * per_block, 1, [&](int64_t begin, int64_t end) {
-    thread_local ThreadScratch q_scratch, score_scratch;
+    thread_local cpu::ThreadScratch<float> q_scratch, score_scratch;
     float* qbuf = q_scratch.Get(blk.heads * blk.rows * d);
     float* scores_buf = score_scratch.Get(blk.heads * blk.rows * sk);
     if (qbuf == nullptr || scores_buf == nullptr) {

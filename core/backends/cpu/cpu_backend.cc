@@ -10,6 +10,7 @@
 #include "core/backends/cpu/cpu_kernels.h"
 #include "core/backends/cpu/cpu_rotate.h"
 #include "core/backends/cpu/cpu_simd.h"
+#include "core/backends/cpu/cpu_tiled_attention.h"
 
 namespace rope {
 namespace {
@@ -46,7 +47,8 @@ class CpuBackend final : public Backend {
   }
 
   absl::Status AttentionScores(const RopeTable& table, const AttentionArgs& args) override {
-    return CpuAttentionScores(kernels_, table, args, &pool_);
+    if (args.legacy) return CpuAttentionScores(kernels_, table, args, &pool_);
+    return CpuTiledAttention(kernels_, table, args, &pool_);
   }
 
   void ParallelRows(int64_t rows, const std::function<void(int64_t, int64_t)>& fill) override {

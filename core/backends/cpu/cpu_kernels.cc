@@ -24,6 +24,7 @@
 #include "core/backends/cpu/cpu_kernels.h"
 #include "core/backends/cpu/rotate_simd-inl.h"
 #include "core/backends/cpu/softmax_simd-inl.h"
+#include "core/backends/cpu/attention_tile_simd-inl.h"
 
 #ifndef ROPE_BACKENDS_CPU_CPU_KERNELS_CC_ONCE_
 #define ROPE_BACKENDS_CPU_CPU_KERNELS_CC_ONCE_
@@ -72,16 +73,21 @@ namespace rope {
 namespace cpu {
 namespace HWY_NAMESPACE {
 
-constexpr CpuKernels kKernels = {PathName(HWY_TARGET), HWY_TARGET, nullptr,   &Rotate,
-                                 &RotateCopy,          &Widen,      &Narrow,   &ExpRow,
-                                 &ScaleRow,            &StoreRow,   &StreamFence};
+constexpr CpuKernels kKernels = {PathName(HWY_TARGET), HWY_TARGET, nullptr,     &Rotate,
+                                 &RotateCopy,          &Widen,      &Narrow,     &ExpRow,
+                                 &ScaleRow,            &StoreRow,   &StreamFence, &RowMax,
+                                 &ExpSumRow,           &SoftcapRow, &AlibiRow,   &AddRow,
+                                 &SkinnyLogits,        &SkinnyValues};
 
 #if ROPE_HAS_BF16_NARROWING
 // avx512 plus AVX-512 BF16's bfloat16 narrowing in rotations.
 constexpr CpuKernels kBf16Kernels = {"avx512_bf16", HWY_TARGET,  &CpuHasAvx512Bf16,
                                      &RotateWithBf16Instructions, &RotateCopy,
                                      &Widen,        &Narrow,      &ExpRow,
-                                     &ScaleRow,     &StoreRow,    &StreamFence};
+                                     &ScaleRow,     &StoreRow,    &StreamFence,
+                                     &RowMax,       &ExpSumRow,   &SoftcapRow,
+                                     &AlibiRow,     &AddRow,      &SkinnyLogits,
+                                     &SkinnyValues};
 #endif
 
 }  // namespace HWY_NAMESPACE

@@ -90,6 +90,28 @@ struct CpuKernels {
   void (*store_row)(const float* src, int64_t visible, int64_t n, float scale, float fill,
                     bool stream, float* out);
   void (*stream_fence)();
+
+  // The tiled attention pass (cpu_tiled_attention.cc).
+  // The largest of row[0, n) (-inf when n == 0).
+  float (*row_max)(const float* row, int64_t n);
+  // row[j] = exp(row[j] - shift) (-inf entries give 0; arguments above 0
+  // give 1), returning the sum of the results in 16 fixed lanes.
+  float (*exp_sum_row)(float* row, int64_t n, float shift);
+  // row[j] = cap * tanh(row[j] / cap), cap > 0.
+  void (*softcap_row)(float* row, int64_t n, float cap);
+  // row[j] -= slope * |q_pos - k_pos[j]| (ALiBi).
+  void (*alibi_row)(float* row, int64_t n, float slope, float q_pos, const float* k_pos);
+  // acc[j] += row[j].
+  void (*add_row)(float* acc, const float* row, int64_t n);
+  // The products of a few query rows (decode), without a GEMM's packing:
+  // s[r * n + j] = scale * (q[r] . k[j]) (rows of d floats, the d products
+  // summed in 16 fixed lanes, the lanes as a fixed tree), and
+  // o[r][c] += sum_j p[r * n + j] * v[j * ld + c] (j in order; v of
+  // `dtype`, ld in elements, widened in registers).
+  void (*skinny_logits)(const float* q, int64_t m, const float* k, int64_t n, int64_t d,
+                        float scale, float* s);
+  void (*skinny_values)(const float* p, int64_t m, int64_t n, DType dtype, const void* v,
+                        int64_t ld, int64_t dv, float* o);
 };
 
 // One compiled path: its kernels, and whether this CPU can run them.

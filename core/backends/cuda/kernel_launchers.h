@@ -15,6 +15,7 @@
 
 #include <cstdint>
 
+#include "core/backends/cuda/flash_attention_body.h"
 #include "core/backends/cuda/kernel_common.h"
 #include "core/backends/cuda/rotate_kernel_body.h"
 #include "core/backends/cuda/softmax_kernel_body.h"
@@ -50,6 +51,15 @@ cudaError_t RotatedCopy(const RotatedCopyParams& params, Storage storage, bool i
 // Causal mask + softmax over scores rows; see MaskSoftmaxParams. Enqueues
 // nothing when there is neither a mask nor probabilities to compute.
 cudaError_t MaskSoftmax(const MaskSoftmaxParams& params, const LaunchConfig& launch);
+
+// The tiled attention of flash_attention_body.h over rows [row_begin,
+// row_end) (forward: OUTPUT and LSE; rows: SCORES, SCORE_ROWS, TOP_K, which
+// read the LSE), and the key mass of every key (reads the LSE).
+// cudaErrorInvalidValue when head_dim needs more than 48 KiB of shared
+// memory.
+cudaError_t FlashForward(const FlashAttentionParams& params, const LaunchConfig& launch);
+cudaError_t FlashRows(const FlashAttentionParams& params, const LaunchConfig& launch);
+cudaError_t FlashKeyMass(const FlashAttentionParams& params, const LaunchConfig& launch);
 
 }  // namespace kernels
 }  // namespace rope

@@ -22,8 +22,11 @@ WorkerContext::~WorkerContext() {
 }
 
 std::vector<DeviceBuffer*> WorkerContext::DeviceBuffers() {
-  std::vector<DeviceBuffer*> buffers = {&q_in,   &k_in,  &v_in,   &qf,        &kf,        &vf,
-                                        &scores, &probs, &output, &positions, &table_rows};
+  std::vector<DeviceBuffer*> buffers = {&q_in,          &k_in,        &v_in,     &qf,
+                                        &kf,            &vf,          &scores,   &probs,
+                                        &output,        &positions,   &table_rows, &lse,
+                                        &top_k_indices, &top_k_probs, &key_mass, &score_rows,
+                                        &head_values};
   for (Slot& slot : slots_) buffers.push_back(&slot.device);
   return buffers;
 }

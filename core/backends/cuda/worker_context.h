@@ -118,9 +118,11 @@ class WorkerContext {
   // is lost for the process's life) causes.
   absl::Status Quiesce();
 
-  // Device workspaces of the attention path (grown on demand).
+  // Device workspaces of the attention path (grown on demand); the tiled
+  // path's results and per-head values (sinks, ALiBi slopes) too.
   DeviceBuffer q_in, k_in, v_in, qf, kf, vf, scores, probs, output, positions;
-  PinnedBuffer positions_host;
+  DeviceBuffer lse, top_k_indices, top_k_probs, key_mass, score_rows, head_values;
+  PinnedBuffer positions_host, head_values_host;
   // The call's table block pointers (UploadTableRows): cos's, then sin's.
   DeviceBuffer table_rows;
   PinnedBuffer table_rows_host;

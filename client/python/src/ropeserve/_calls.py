@@ -38,6 +38,48 @@ class Scores(NamedTuple):
     output: Any
 
 
+# The names of AttentionScores' results (rope.v1.AttentionResult), in its
+# order, and the reply fields each fills.
+RESULT_NAMES = ("scores", "output", "lse", "top_k", "key_mass", "score_rows")
+_RESULT_ENUM = {"scores": "SCORES", "output": "OUTPUT", "lse": "LSE", "top_k": "TOP_K",
+                "key_mass": "KEY_MASS", "score_rows": "SCORE_ROWS"}
+_RESULT_FIELDS = {"scores": ("scores",), "output": ("output",), "lse": ("lse",),
+                  "top_k": ("top_k_indices", "top_k_probs"), "key_mass": ("key_mass",),
+                  "score_rows": ("score_rows",)}
+
+
+class AttentionResults(collections.abc.Mapping):
+    """AttentionScores' reply when `results` was given: each requested result by
+    its reply field's name, as a mapping (results["lse"]) and as attributes
+    (results.lse): scores [B, Hq, Sq, Sk], output [B, Sq, Hq, Dv], lse
+    [B, Hq, Sq], top_k_indices (int32) and top_k_probs [B, Hq, Sq, top_k],
+    key_mass [B, Hq, Sk], score_rows [B, Hq, count, Sk]. Only the requested
+    results are keys; an attribute of one not requested is None."""
+
+    FIELDS = ("scores", "output", "lse", "top_k_indices", "top_k_probs", "key_mass", "score_rows")
+
+    def __init__(self, tensors):
+        self._tensors = dict(tensors)
+
+    def __getitem__(self, name):
+        return self._tensors[name]
+
+    def __iter__(self):
+        return iter(self._tensors)
+
+    def __len__(self):
+        return len(self._tensors)
+
+    def __getattr__(self, name):
+        if name in AttentionResults.FIELDS:
+            return self.__dict__["_tensors"].get(name)
+        raise AttributeError(name)
+
+    def __repr__(self):
+        return "AttentionResults(%s)" % ", ".join(
+            "%s=%s%s" % (n, type(t).__name__, list(t.shape)) for n, t in self._tensors.items())
+
+
 class Resolved(NamedTuple):
     """ResolveConfig's reply: the explicit RopeConfig the server derived (None if the
     reply carries none) and the whole rope.v1.ResolvedConfig message."""
@@ -157,10 +199,40 @@ def rotate_stream_item(item, default_config):
 
 # ---- AttentionScores ----------------------------------------------------------------
 
+def _result_numbers(results):
+    """rope.v1.AttentionResult numbers of `results` (names such as "output", "lse")."""
+    if isinstance(results, str):
+        results = (results,)
+    numbers_ = []
+    for r in results:
+        name = str(r).lower()
+        if name not in _RESULT_ENUM:
+            raise ValueError("results has %r: expected some of %s" % (r, ", ".join(RESULT_NAMES)))
+        numbers_.append(pb.AttentionResult.Value(_RESULT_ENUM[name]))
+    if not numbers_:
+        raise ValueError("results is empty: name at least one of %s, or pass None for "
+                         "scores (and output with v)" % ", ".join(RESULT_NAMES))
+    return numbers_
+
+
+def _optional_int(name, value):
+    return None if value is None else _int(name, value)
+
+
+def _floats(name, values):
+    if values is None:
+        return []
+    return [float(x) for x in np.asarray(values, dtype=np.float64).reshape(-1)]
+
+
 def attention_scores(q, k, v=None, *, config, q_start_pos=0, k_start_pos=0, causal=False,
                      softmax=False, scale=None, q_fractional_positions=None,
-                     k_fractional_positions=None, dtype=None):
-    """(request bytes, decode(reply bytes) -> Scores)."""
+                     k_fractional_positions=None, dtype=None, results=None, window_left=None,
+                     window_right=None, chunk_size=0, q_positions=None, k_positions=None,
+                     softcap=0.0, sinks=None, alibi_slopes=None, top_k=0, score_rows_start=0,
+                     score_rows_count=0):
+    """(request bytes, decode(reply bytes) -> Scores, or AttentionResults when
+    `results` names what to compute)."""
     if scale is not None and (not isinstance(scale, numbers.Real) or not scale > 0):
         raise ValueError("scale is %r: expected a number > 0, or None for 1/sqrt(head_dim)" % (scale,))
     fractional = {}
@@ -174,6 +246,27 @@ def attention_scores(q, k, v=None, *, config, q_start_pos=0, k_start_pos=0, caus
         config=_config_message(config), q_start_pos=_int("q_start_pos", q_start_pos),
         k_start_pos=_int("k_start_pos", k_start_pos), causal=bool(causal), softmax=bool(softmax),
         scale=float(scale) if scale is not None else 0.0, **fractional)
+    # The fields beyond today's are set only when given, so that a call
+    # without them sends exactly today's request.
+    if results is not None:
+        message.results.extend(_result_numbers(results))
+    window_left = _optional_int("window_left", window_left)
+    if window_left is not None:
+        message.window_left = window_left
+    window_right = _optional_int("window_right", window_right)
+    if window_right is not None:
+        message.window_right = window_right
+    message.chunk_size = _int("chunk_size", chunk_size)
+    if q_positions is not None:
+        message.q_positions.extend(_tensors.positions_list(q_positions))
+    if k_positions is not None:
+        message.k_positions.extend(_tensors.positions_list(k_positions))
+    message.softcap = float(softcap)
+    message.sinks.extend(_floats("sinks", sinks))
+    message.alibi_slopes.extend(_floats("alibi_slopes", alibi_slopes))
+    message.top_k = _int("top_k", top_k)
+    message.score_rows_start = _int("score_rows_start", score_rows_start)
+    message.score_rows_count = _int("score_rows_count", score_rows_count)
     dtype = _tensors.wire_dtype(dtype)
     q_in = _tensors.encode("q", q, dtype=dtype)
     k_in = _tensors.encode("k", k, dtype=dtype)
@@ -186,9 +279,12 @@ def attention_scores(q, k, v=None, *, config, q_start_pos=0, k_start_pos=0, caus
 
     def decode(reply):
         _, tensors = _wire.split_reply(pb.AttentionScoresResponse, reply)
-        scores = _tensors.decode("scores", tensors["scores"], q_in) if "scores" in tensors else None
-        output = _tensors.decode("output", tensors["output"], q_in) if "output" in tensors else None
-        return Scores(scores, output)
+        if results is None:
+            scores = _tensors.decode("scores", tensors["scores"], q_in) if "scores" in tensors else None
+            output = _tensors.decode("output", tensors["output"], q_in) if "output" in tensors else None
+            return Scores(scores, output)
+        return AttentionResults({name: _tensors.decode(name, tensors[name], q_in)
+                                 for name in AttentionResults.FIELDS if name in tensors})
 
     return _wire.join(message.SerializeToString(), parts), decode
 

@@ -54,6 +54,9 @@ _first_view_done = False
 
 _NUMPY_TO_PB = {np.dtype("float32"): pb.FLOAT32, np.dtype("float16"): pb.FLOAT16}
 _PB_TO_NUMPY = {pb.FLOAT32: np.dtype("<f4"), pb.FLOAT16: np.dtype("<f2")}
+# INT32 is a reply-only type (AttentionScores' top_k_indices): decoded, never sent.
+if hasattr(pb, "INT32"):
+    _PB_TO_NUMPY[pb.INT32] = np.dtype("<i4")
 _RANKS = "[B, S, H, D] (rank 4) or [S, H, D] (rank 3)"
 
 
@@ -65,12 +68,16 @@ def _torch():
 _TORCH_TO_PB = {}  # filled on first use, so that torch is never imported here
 _PB_TO_TORCH = {}
 _ITEMSIZE = {pb.FLOAT32: 4, pb.FLOAT16: 2, pb.BFLOAT16: 2}
+if hasattr(pb, "INT32"):
+    _ITEMSIZE[pb.INT32] = 4
 
 
 def _torch_maps(torch):
     if not _TORCH_TO_PB:
         _PB_TO_TORCH.update({pb.FLOAT32: torch.float32, pb.FLOAT16: torch.float16, pb.BFLOAT16: torch.bfloat16})
         _TORCH_TO_PB.update({t: d for d, t in _PB_TO_TORCH.items()})
+        if hasattr(pb, "INT32"):
+            _PB_TO_TORCH[pb.INT32] = torch.int32  # decoded only (not in _TORCH_TO_PB)
     return _TORCH_TO_PB, _PB_TO_TORCH
 
 

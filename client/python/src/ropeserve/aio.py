@@ -67,12 +67,19 @@ class Client:
 
     async def attention_scores(self, q, k, v=None, *, config, q_start_pos=0, k_start_pos=0,
                                causal=False, softmax=False, scale=None, q_fractional_positions=None,
-                               k_fractional_positions=None, dtype=None):
+                               k_fractional_positions=None, dtype=None,
+                               results=None, window_left=None, window_right=None, chunk_size=0,
+                               q_positions=None, k_positions=None, softcap=0.0, sinks=None,
+                               alibi_slopes=None, top_k=0, score_rows_start=0,
+                               score_rows_count=0):
         """See ropeserve.Client.attention_scores."""
         return await self._call("AttentionScores", _calls.attention_scores(
             q, k, v, config=config, q_start_pos=q_start_pos, k_start_pos=k_start_pos, causal=causal,
             softmax=softmax, scale=scale, q_fractional_positions=q_fractional_positions,
-            k_fractional_positions=k_fractional_positions, dtype=dtype))
+            k_fractional_positions=k_fractional_positions, dtype=dtype, results=results, window_left=window_left,
+            window_right=window_right, chunk_size=chunk_size, q_positions=q_positions,
+            k_positions=k_positions, softcap=softcap, sinks=sinks, alibi_slopes=alibi_slopes,
+            top_k=top_k, score_rows_start=score_rows_start, score_rows_count=score_rows_count))
 
     async def build_positions(self, source):
         """See ropeserve.Client.build_positions."""

@@ -93,18 +93,37 @@ class Client:
 
     def attention_scores(self, q, k, v=None, *, config, q_start_pos=0, k_start_pos=0, causal=False,
                          softmax=False, scale=None, q_fractional_positions=None,
-                         k_fractional_positions=None, dtype=None):
-        """Attention scores with RoPE applied inside; returns Scores(scores, output).
+                         k_fractional_positions=None, dtype=None, results=None, window_left=None,
+                         window_right=None, chunk_size=0, q_positions=None, k_positions=None,
+                         softcap=0.0, sinks=None, alibi_slopes=None, top_k=0, score_rows_start=0,
+                         score_rows_count=0):
+        """Attention with RoPE applied inside; returns Scores(scores, output), or
+        AttentionResults when `results` is given.
 
         scores: float32 [B, Hq, Sq, Sk], probabilities when softmax; output:
         float32 [B, Sq, Hq, Dv] = P v when v is given, else None. scale None
-        means 1/sqrt(D). q_fractional_positions / k_fractional_positions:
-        fractional positions instead of the start positions (not causal).
+        means 1/sqrt(D) (the model's softmax scale with config.hf_config_json).
+        q_fractional_positions / k_fractional_positions: fractional positions
+        instead of the start positions; masks and ALiBi then compare sequence
+        indices (q_start_pos + i, k_start_pos + j).
+
+        results: names of what to compute, some of "scores", "output", "lse",
+        "top_k", "key_mass", "score_rows" (rope.v1.AttentionResult); the reply
+        is then an AttentionResults holding each by its field's name
+        (results["lse"], results.top_k_indices). Without "scores" no
+        [Sq, Sk] matrix exists anywhere. Masks and transforms (as in
+        FlashAttention): window_left / window_right (positions; None: no
+        limit), chunk_size, q_positions / k_positions, softcap, sinks and
+        alibi_slopes (one per query head), top_k, score_rows_start /
+        score_rows_count. See docs/design.md.
         """
         return self._call("AttentionScores", _calls.attention_scores(
             q, k, v, config=config, q_start_pos=q_start_pos, k_start_pos=k_start_pos, causal=causal,
             softmax=softmax, scale=scale, q_fractional_positions=q_fractional_positions,
-            k_fractional_positions=k_fractional_positions, dtype=dtype))
+            k_fractional_positions=k_fractional_positions, dtype=dtype, results=results, window_left=window_left,
+            window_right=window_right, chunk_size=chunk_size, q_positions=q_positions,
+            k_positions=k_positions, softcap=softcap, sinks=sinks, alibi_slopes=alibi_slopes,
+            top_k=top_k, score_rows_start=score_rows_start, score_rows_count=score_rows_count))
 
     def build_positions(self, source):
         """The positions the server builds from `source`; a ropeserve.Positions.
