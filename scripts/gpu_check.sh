@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The CUDA backend on a real GPU, in one prepared run: the CUDA backend
-# tests, the GPU benchmark (cuda_bench), and the Rotate/Echo RPC benchmark
-# on --backend=cuda.
+# tests (the tiled attention kernels over every mask, transform and result
+# against the CPU backend's tiled pass included, and an OUTPUT + LSE call
+# by CUDA IPC references in device memory), the GPU benchmark (cuda_bench),
+# and the Rotate/Echo RPC benchmark on --backend=cuda.
 #
 # The lent GPU machine has CUDA, PyTorch (CUDA 13 wheels) and no package
 # registry: configuring there stops at find_package(absl). So the binaries
@@ -215,6 +217,9 @@ run_checks() {
   local rc=$?
   say "CUDA backend tests: exit $rc ($(grep -c '^\[  SKIPPED \]' "$OUT/cuda_backend_test.log") skip lines)"
   tail -n 5 "$OUT/cuda_backend_test.log" | tee -a "$LOG"
+  say "tiled attention on the device (kernels over the grid; OUTPUT + LSE by device reference):"
+  grep -E '^\[ +(OK|FAILED|SKIPPED) +\] .*(TiledAttentionMatchesCpuBackendOverTheGrid|RegisteredByHandleARegionServesRotateByReferenceOnTheDevice)' \
+    "$OUT/cuda_backend_test.log" | tee -a "$LOG"
 
   say "GPU benchmark"
   timeout "$(cap 120)" "$BIN/cuda_bench" --out="$OUT/cuda_bench.json" --md="$OUT/cuda_bench.md" \

@@ -58,29 +58,8 @@ std::string ResultNames() {
   return absl::StrJoin(names, ", ");
 }
 
-// --results: names separated by commas, each once; "" is the request's
-// default (scores, and output with v).
 absl::StatusOr<std::vector<v1::AttentionResult>> ParseResults(absl::string_view text) {
-  std::vector<v1::AttentionResult> out;
-  if (absl::StripAsciiWhitespace(text).empty()) return out;
-  for (absl::string_view item : absl::StrSplit(text, ',')) {
-    const std::string name = absl::AsciiStrToLower(absl::StripAsciiWhitespace(item));
-    const ResultInfo* found = nullptr;
-    for (const ResultInfo& r : kResults) {
-      if (name == r.name) found = &r;
-    }
-    if (found == nullptr) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("'", item, "' is not a result: expected some of ", ResultNames()));
-    }
-    for (v1::AttentionResult seen : out) {
-      if (seen == found->result) {
-        return absl::InvalidArgumentError(absl::StrCat("'", name, "' is listed twice"));
-      }
-    }
-    out.push_back(found->result);
-  }
-  return out;
+  return ParseAttentionResults(text);
 }
 
 absl::Status ValidateResults(absl::string_view text) { return ParseResults(text).status(); }

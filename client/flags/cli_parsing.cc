@@ -1,6 +1,10 @@
 #include "client/flags/cli_parsing.h"
 
+#include <algorithm>
 #include <cmath>
+#include <optional>
+#include <string>
+#include <utility>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
@@ -26,6 +30,31 @@ absl::StatusOr<std::vector<int64_t>> ParseInt64List(absl::string_view text) {
           absl::StrCat("item ", out.size(), " ('", item, "') is not an integer"));
     }
     out.push_back(v);
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<v1::AttentionResult>> ParseAttentionResults(absl::string_view text) {
+  static constexpr std::pair<const char*, v1::AttentionResult> kNames[] = {
+      {"scores", v1::SCORES},   {"output", v1::OUTPUT},     {"lse", v1::LSE},
+      {"top_k", v1::TOP_K},     {"key_mass", v1::KEY_MASS}, {"score_rows", v1::SCORE_ROWS}};
+  std::vector<v1::AttentionResult> out;
+  if (absl::StripAsciiWhitespace(text).empty()) return out;
+  for (absl::string_view item : absl::StrSplit(text, ',')) {
+    const std::string name = absl::AsciiStrToLower(absl::StripAsciiWhitespace(item));
+    std::optional<v1::AttentionResult> found;
+    for (const auto& [known, result] : kNames) {
+      if (name == known) found = result;
+    }
+    if (!found.has_value()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "'", item, "' is not a result: expected some of scores, output, lse, top_k, key_mass, "
+          "score_rows"));
+    }
+    if (std::find(out.begin(), out.end(), *found) != out.end()) {
+      return absl::InvalidArgumentError(absl::StrCat("'", name, "' is listed twice"));
+    }
+    out.push_back(*found);
   }
   return out;
 }

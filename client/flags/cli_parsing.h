@@ -18,6 +18,11 @@ namespace client {
 // not. An empty string is an empty list.
 absl::StatusOr<std::vector<int64_t>> ParseInt64List(absl::string_view text);
 
+// "output,lse" -> {OUTPUT, LSE}: rope.v1.AttentionResult names (scores,
+// output, lse, top_k, key_mass, score_rows; any case), each at most once;
+// "" -> {} (the request's default). INVALID_ARGUMENT naming the item.
+absl::StatusOr<std::vector<v1::AttentionResult>> ParseAttentionResults(absl::string_view text);
+
 // "0.5,-1,2e-3" -> {0.5, -1, 0.002}; "" -> {}. INVALID_ARGUMENT naming the
 // item that is not a finite number.
 absl::StatusOr<std::vector<double>> ParseDoubleList(absl::string_view text);

@@ -119,6 +119,10 @@ absl::Status BuildScores(const FlagSet& flags, int index, Workload* workload) {
   request->set_causal(flags.Bool("causal"));
   request->set_softmax(flags.Bool("softmax"));
   request->set_scale(flags.Double("scale"));
+  // The validator accepted the list; empty: the request's default results.
+  ROPE_ASSIGN_OR_RETURN(const std::vector<v1::AttentionResult> results,
+                        client::ParseAttentionResults(flags.String("results")));
+  for (v1::AttentionResult r : results) request->add_results(r);
   if (index == 0) {
     workload->config_description = client::DescribeConfig(config);
     workload->payload_description =
@@ -276,6 +280,11 @@ void AddWorkloadFlags(FlagSet* flags) {
   flags->Add("causal", FlagSet::Kind::kBool, "false", "Mask keys after the query's position.");
   flags->Add("softmax", FlagSet::Kind::kBool, "false", "Softmax over keys.");
   flags->Add("scale", FlagSet::Kind::kDouble, "0", "Score scale; 0 means 1/sqrt(head_dim).");
+  flags->Add("results", FlagSet::Kind::kString, "",
+             "Results to compute, comma-separated (scores, output, lse, top_k, key_mass, "
+             "score_rows); empty: scores, and output with v. output,lse: attention with no "
+             "Sq x Sk memory.",
+             [](absl::string_view v) { return client::ParseAttentionResults(v).status(); });
   flags->BeginGroup("GetTable fields");
   flags->Add("table_start", FlagSet::Kind::kInt, "0", "First row (position).");
   flags->Add("table_count", FlagSet::Kind::kInt, "64", "Rows per call; 0: to the end.");

@@ -414,6 +414,40 @@ TEST_F(CudaBackendTest, AttentionMatchesCpuBackendOverTheGrid) {
   }
 }
 
+// The tiled kernels (every mask, transform and result; AttentionArgs::legacy
+// false) against the CPU backend's tiled pass, which tests/unit checks
+// against the float64 reference.
+TEST_F(CudaBackendTest, TiledAttentionMatchesCpuBackendOverTheGrid) {
+  std::unique_ptr<Backend> cuda = MakeBackend();
+  ASSERT_NE(cuda, nullptr);
+  for (const test::TiledAttentionCase& c : test::TiledAttentionGrid()) {
+    SCOPED_TRACE(c.Name());
+    const std::shared_ptr<const RopeTable> table =
+        test::PlainTable(c.base.rotary_dim, test::kAttentionGridMaxLen);
+    test::TiledAttentionData want = test::MakeTiledAttentionData(c, 21);
+    test::TiledAttentionData got = test::MakeTiledAttentionData(c, 21);
+    ASSERT_TRUE(test::CpuBackend().AttentionScores(*table, want.Args(c)).ok());
+    const absl::Status status = cuda->AttentionScores(*table, got.Args(c));
+    ASSERT_TRUE(status.ok()) << status;
+    constexpr double kTolerance = 2e-5;  // float32 sums in another order
+    if (c.lse) EXPECT_TRUE(test::CloseToCpu(got.lse, want.lse, kTolerance)) << "lse";
+    if (c.output) {
+      EXPECT_TRUE(test::CloseToCpu(got.base.output, want.base.output, kTolerance)) << "output";
+    }
+    if (c.scores) {
+      EXPECT_TRUE(test::CloseToCpu(got.base.scores, want.base.scores, kTolerance)) << "scores";
+    }
+    if (c.score_rows_count > 0) {
+      EXPECT_TRUE(test::CloseToCpu(got.score_rows, want.score_rows, kTolerance)) << "score_rows";
+    }
+    if (c.key_mass) EXPECT_TRUE(test::CloseToCpu(got.key_mass, want.key_mass, 1e-4)) << "key_mass";
+    if (c.top_k > 0) {
+      // Near ties may order differently; the probabilities must agree.
+      EXPECT_TRUE(test::CloseToCpu(got.top_k_probs, want.top_k_probs, kTolerance)) << "top_k";
+    }
+  }
+}
+
 TEST_F(CudaBackendTest, LargeAttentionThroughSmallStagingMatchesCpuBackend) {
   CudaBackendOptions options;
   options.staging_bytes = 64 << 10;

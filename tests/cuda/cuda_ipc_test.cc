@@ -437,6 +437,38 @@ TEST_F(CudaIpcTest, RegisteredByHandleARegionServesRotateByReferenceOnTheDevice)
     EXPECT_TRUE(test::CloseToCpu(got, wanted, 2e-5)) << "at offset " << offset;
   }
 
+  // OUTPUT and LSE only, by reference on the device (the tiled path, no
+  // Sq x Sk buffer): output [1,5,4,16] at 6144, lse [1,4,5] (80 bytes) at
+  // 7424, against the CPU engine's reply by bytes.
+  v1::AttentionScoresRequest tiled = attention;
+  tiled.clear_scores_out();
+  tiled.add_results(v1::OUTPUT);
+  tiled.add_results(v1::LSE);
+  tiled.mutable_lse_out()->set_region("dev");
+  tiled.mutable_lse_out()->set_offset(7424);
+  tiled.mutable_lse_out()->set_byte_size(80);
+  v1::AttentionScoresRequest tiled_bytes = by_bytes;
+  tiled_bytes.add_results(v1::OUTPUT);
+  tiled_bytes.add_results(v1::LSE);
+  v1::AttentionScoresResponse tiled_want;
+  ASSERT_TRUE(AnswerAttentionScores(cpu, tiled_bytes, &tiled_want).ok());
+  v1::AttentionScoresResponse tiled_reply;
+  const absl::Status tiled_status =
+      AnswerAttentionScores(engine, tiled, &tiled_reply, CallOf(registry));
+  ASSERT_TRUE(tiled_status.ok()) << tiled_status;
+  EXPECT_FALSE(tiled_reply.has_scores());
+  EXPECT_EQ(tiled_reply.lse().shm().offset(), 7424u);
+  EXPECT_TRUE(tiled_reply.lse().data().empty());
+  const std::vector<uint8_t> tiled_results = *exporter->ReadBack();
+  for (auto [offset, expected] : {std::pair{uint64_t{6144}, &tiled_want.output().data()},
+                                  std::pair{uint64_t{7424}, &tiled_want.lse().data()}}) {
+    ASSERT_FALSE(expected->empty());
+    std::vector<float> got(expected->size() / sizeof(float)), wanted(got.size());
+    std::memcpy(got.data(), tiled_results.data() + offset, expected->size());
+    std::memcpy(wanted.data(), expected->data(), expected->size());
+    EXPECT_TRUE(test::CloseToCpu(got, wanted, 2e-5)) << "tiled, at offset " << offset;
+  }
+
   // Refusals: tensors split between the device and bytes, in Rotate and in
   // AttentionScores; scores not to a CUDA region, or of the wrong size;
   // another client.

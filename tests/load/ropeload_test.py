@@ -278,6 +278,17 @@ class RopeloadTest(unittest.TestCase):
         self.assertEqual(verify["matched"], 3, verify["failures"])
         self.assertIn("3 of 3 checked replies match", stdout)
 
+    def test_output_and_lse_only_verify_against_the_local_engine(self):
+        # Attention with no Sq x Sk result: the replies carry output and lse.
+        stdout, report = self.ropeload("--workload=scores", "--random_q_shape=1,8,4,32",
+                                       "--random_k_shape=1,8,2,32", "--random_v_shape=1,8,2,16",
+                                       "--causal", "--results=output,lse", "-n", "30",
+                                       "--verify=3")
+        step = report["steps"][0]
+        self.assertEqual(step["errors"], 0, step["errors_by_code"])
+        self.assertEqual(report["verify"]["matched"], 3, report["verify"]["failures"])
+        self.assertIn("3 of 3 checked replies match", stdout)
+
     def test_hf_config_rotates_and_verifies_against_the_local_engine(self):
         # Phi-4-mini's published config.json: LongRoPE, partial rotary 96 of
         # 128; positions 4094.. cross original_max_position_embeddings 4096,

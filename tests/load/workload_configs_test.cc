@@ -100,6 +100,19 @@ TEST(WorkloadConfigsTest, EveryRpcCarriesTheChurnedConfigAndKeepsItsOwnFields) {
   EXPECT_EQ(s.config().head_dim(), 16u);
   EXPECT_TRUE(s.causal());
   EXPECT_EQ(s.q().shape_size(), 4);
+  EXPECT_EQ(s.results_size(), 0) << "without --results: today's request";
+
+  absl::StatusOr<Workload> attend =
+      Build({"--workload=scores", "--random_q_shape=1,4,2,16", "--random_k_shape=1,4,2,16",
+             "--random_v_shape=1,4,2,8", "--results=output,LSE"});
+  ASSERT_TRUE(attend.ok()) << attend.status();
+  const auto a = OnTheWire<v1::AttentionScoresRequest>(*attend, 0);
+  ASSERT_EQ(a.results_size(), 2);
+  EXPECT_EQ(a.results(0), v1::OUTPUT);
+  EXPECT_EQ(a.results(1), v1::LSE);
+  EXPECT_FALSE(Build({"--workload=scores", "--random_q_shape=1,4,2,16",
+                      "--random_k_shape=1,4,2,16", "--results=output,weights"})
+                   .ok());
 
   absl::StatusOr<Workload> table =
       Build({"--workload=table", "--head_dim=32", "--table_start=5", "--configs=2"});
