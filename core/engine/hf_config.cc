@@ -940,8 +940,10 @@ absl::StatusOr<std::optional<uint32_t>> ErnieFreqAllocation(const Scope& cfg, co
                                                             const std::string& model_type,
                                                             const std::string& rope_type) {
   std::optional<uint32_t> value;
+  const Scope* given_in = nullptr;  // the scope that gave `value`
   for (const Scope* scope : {&params, &cfg}) {
     if (value.has_value() || !scope->Has("freq_allocation")) continue;
+    given_in = scope;
     const Json& v = *scope->Find("freq_allocation");
     if (!v.is_number() || v.get<double>() != std::floor(v.get<double>()) || v.get<double>() < 0 ||
         v.get<double>() > std::numeric_limits<uint32_t>::max()) {
@@ -952,7 +954,7 @@ absl::StatusOr<std::optional<uint32_t>> ErnieFreqAllocation(const Scope& cfg, co
   const bool ernie_model = model_type == "ernie4_5_moe_vl" || model_type == "ernie4_5_vl";
   ROPE_ASSIGN_OR_RETURN(std::optional<bool> rope_3d, cfg.Bool("rope_3d"));
   if (value.has_value() && !ernie_model && rope_type != "ernie_3d" && !rope_3d.value_or(false)) {
-    return Invalid(cfg.Path("freq_allocation"), *cfg.Find("freq_allocation"),
+    return Invalid(given_in->Path("freq_allocation"), *given_in->Find("freq_allocation"),
                    "Ernie's 3-D RoPE key, in a config that neither is an Ernie 4.5-VL "
                    "(model_type ernie4_5_moe_vl) nor sets rope_3d: refused rather than ignored");
   }

@@ -323,6 +323,15 @@ TEST(HfVariantsTest, ErnieFreqAllocationIsTheTAxisOfItsThreeDLayout) {
                            .status(),
                        absl::StatusCode::kInvalidArgument,
                        "hf_config_json: freq_allocation is 8: Ernie's 3-D RoPE key"));
+  // The same key inside the rope dict of a config that is not Ernie's is
+  // refused naming where it stands (the fuzzer found the refusal reading it
+  // from the top level, where it is absent).
+  EXPECT_TRUE(StatusIs(Resolve(FromJson(R"({"rope_theta": 10000, "head_dim": 64,
+                                            "rope_scaling": {"rope_type": "default",
+                                                             "freq_allocation": 4}})"))
+                           .status(),
+                       absl::StatusCode::kInvalidArgument,
+                       "hf_config_json: rope_scaling.freq_allocation is 4: Ernie's 3-D RoPE key"));
 }
 
 // ---- DeepSeek-V4's rope groups --------------------------------------------------------------
