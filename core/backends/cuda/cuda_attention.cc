@@ -34,6 +34,46 @@ absl::Status RunPlan(const WorkerContext& context, const std::vector<kernels::St
 
 namespace {
 
+// The float32 working copies both attention paths read, into the context's
+// qf / kf / vf: q and k rotated at their positions (already uploaded) with the
+// table's rows, v widened without rotation when `with_v`.
+absl::Status LaunchRotatedCopies(WorkerContext& context, const DeviceTable& table,
+                                 const AttentionArgs& args, const math::PositionSpec* positions,
+                                 const void* q_in, const void* k_in, const void* v_in, bool with_v,
+                                 const kernels::LaunchConfig& launch) {
+  const kernels::Storage storage = StorageOf(args.dtype);
+  const bool interleaved = args.layout == Layout::kInterleaved;
+  kernels::RotatedCopyParams copy;
+  copy.head_dim = static_cast<int>(args.head_dim);
+  copy.rotary_dim = static_cast<int>(args.rotary_dim);
+  copy.rotary_offset = static_cast<int>(args.rotary_offset);
+  ROPE_ASSIGN_OR_RETURN(copy.table, UploadTableRows(context, table));
+  copy.in = q_in;
+  copy.out = static_cast<float*>(context.qf.data());
+  copy.tokens = args.batch * args.q_seq;
+  copy.heads = static_cast<int>(args.q_heads);
+  copy.positions = positions[0];
+  ROPE_CUDA_RETURN_IF_ERROR(kernels::RotatedCopy(copy, storage, interleaved, launch),
+                            "launching the rotated copy of q");
+  copy.in = k_in;
+  copy.out = static_cast<float*>(context.kf.data());
+  copy.tokens = args.batch * args.k_seq;
+  copy.heads = static_cast<int>(args.k_heads);
+  copy.positions = positions[1];
+  ROPE_CUDA_RETURN_IF_ERROR(kernels::RotatedCopy(copy, storage, interleaved, launch),
+                            "launching the rotated copy of k");
+  if (with_v) {
+    copy.in = v_in;
+    copy.out = static_cast<float*>(context.vf.data());
+    copy.head_dim = static_cast<int>(args.v_dim);
+    copy.rotary_dim = 0;  // a plain widening copy
+    copy.rotary_offset = 0;
+    ROPE_CUDA_RETURN_IF_ERROR(kernels::RotatedCopy(copy, storage, interleaved, launch),
+                              "launching the float32 copy of v");
+  }
+  return absl::OkStatus();
+}
+
 // The tiled path (flash_attention_body.h) for every call that is not
 // legacy: rotated float32 copies of q and k (and v) on the device, then the
 // forward kernel (OUTPUT, LSE), the rows kernel (SCORES, SCORE_ROWS, TOP_K)
@@ -130,39 +170,11 @@ absl::Status CudaTiledAttention(WorkerContext& context, const DeviceTable& table
   kernels::LaunchConfig launch;
   launch.stream = compute;
   launch.max_blocks = max_blocks;
-  const kernels::Storage storage = StorageOf(args.dtype);
-  const bool interleaved = args.layout == Layout::kInterleaved;
   float* qf = static_cast<float*>(context.qf.data());
   float* kf = static_cast<float*>(context.kf.data());
   float* vf = static_cast<float*>(context.vf.data());
-  kernels::RotatedCopyParams copy;
-  copy.head_dim = static_cast<int>(args.head_dim);
-  copy.rotary_dim = static_cast<int>(args.rotary_dim);
-  copy.rotary_offset = static_cast<int>(args.rotary_offset);
-  ROPE_ASSIGN_OR_RETURN(copy.table, UploadTableRows(context, table));
-  copy.in = q_in;
-  copy.out = qf;
-  copy.tokens = args.batch * args.q_seq;
-  copy.heads = static_cast<int>(args.q_heads);
-  copy.positions = positions[0];
-  ROPE_CUDA_RETURN_IF_ERROR(kernels::RotatedCopy(copy, storage, interleaved, launch),
-                            "launching the rotated copy of q");
-  copy.in = k_in;
-  copy.out = kf;
-  copy.tokens = args.batch * args.k_seq;
-  copy.heads = static_cast<int>(args.k_heads);
-  copy.positions = positions[1];
-  ROPE_CUDA_RETURN_IF_ERROR(kernels::RotatedCopy(copy, storage, interleaved, launch),
-                            "launching the rotated copy of k");
-  if (with_v) {
-    copy.in = v_in;
-    copy.out = vf;
-    copy.head_dim = static_cast<int>(args.v_dim);
-    copy.rotary_dim = 0;
-    copy.rotary_offset = 0;
-    ROPE_CUDA_RETURN_IF_ERROR(kernels::RotatedCopy(copy, storage, interleaved, launch),
-                              "launching the float32 copy of v");
-  }
+  ROPE_RETURN_IF_ERROR(
+      LaunchRotatedCopies(context, table, args, positions, q_in, k_in, v_in, with_v, launch));
 
   // Where each result goes on the device: the caller's range, or the
   // context's workspace (downloaded at the end).
@@ -320,41 +332,13 @@ absl::Status CudaAttentionScores(WorkerContext& context, const DeviceTable& tabl
   kernels::LaunchConfig launch;
   launch.stream = context.compute_stream();
   launch.max_blocks = max_blocks;
-  const kernels::Storage storage = StorageOf(args.dtype);
-  const bool interleaved = args.layout == Layout::kInterleaved;
   float* qf = static_cast<float*>(context.qf.data());
   float* kf = static_cast<float*>(context.kf.data());
   float* vf = static_cast<float*>(context.vf.data());
   float* scores = staged ? static_cast<float*>(context.scores.data()) : args.scores;
 
-  kernels::RotatedCopyParams copy;
-  copy.head_dim = static_cast<int>(args.head_dim);
-  copy.rotary_dim = static_cast<int>(args.rotary_dim);
-  copy.rotary_offset = static_cast<int>(args.rotary_offset);
-  ROPE_ASSIGN_OR_RETURN(copy.table, UploadTableRows(context, table));
-  copy.in = q_in;
-  copy.out = qf;
-  copy.tokens = args.batch * args.q_seq;
-  copy.heads = static_cast<int>(args.q_heads);
-  copy.positions = positions[0];
-  ROPE_CUDA_RETURN_IF_ERROR(kernels::RotatedCopy(copy, storage, interleaved, launch),
-                            "launching the rotated copy of q");
-  copy.in = k_in;
-  copy.out = kf;
-  copy.tokens = args.batch * args.k_seq;
-  copy.heads = static_cast<int>(args.k_heads);
-  copy.positions = positions[1];
-  ROPE_CUDA_RETURN_IF_ERROR(kernels::RotatedCopy(copy, storage, interleaved, launch),
-                            "launching the rotated copy of k");
-  if (args.v != nullptr) {
-    copy.in = v_in;
-    copy.out = vf;
-    copy.head_dim = static_cast<int>(args.v_dim);
-    copy.rotary_dim = 0;  // a plain widening copy
-    copy.rotary_offset = 0;
-    ROPE_CUDA_RETURN_IF_ERROR(kernels::RotatedCopy(copy, storage, interleaved, launch),
-                              "launching the float32 copy of v");
-  }
+  ROPE_RETURN_IF_ERROR(LaunchRotatedCopies(context, table, args, positions, q_in, k_in, v_in,
+                                           args.v != nullptr, launch));
 
   kernels::AttentionDims dims;
   dims.batch = args.batch;
