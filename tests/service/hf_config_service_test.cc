@@ -27,27 +27,6 @@ const char* const kFixtures[] = {"Llama-3.1-8B-Instruct", "Llama-4-Scout-17B-16E
 
 class HfConfigServiceTest : public ServiceTest {
  protected:
-  grpc::Status Resolve(const v1::RopeConfig& config, v1::ResolvedConfig* out) {
-    grpc::ClientContext context;
-    SetDeadline(&context);
-    return stub_->ResolveConfig(&context, config, out);
-  }
-  grpc::Status Rotate(const v1::RotateRequest& request, v1::RotateResponse* out) {
-    grpc::ClientContext context;
-    SetDeadline(&context);
-    return stub_->Rotate(&context, request, out);
-  }
-  grpc::Status Table(const v1::GetTableRequest& request, v1::GetTableResponse* out) {
-    grpc::ClientContext context;
-    SetDeadline(&context);
-    return stub_->GetTable(&context, request, out);
-  }
-  grpc::Status Scores(const v1::AttentionScoresRequest& request,
-                      v1::AttentionScoresResponse* out) {
-    grpc::ClientContext context;
-    SetDeadline(&context);
-    return stub_->AttentionScores(&context, request, out);
-  }
 
   // Rotate, GetTable (rows reaching past 4096, where LongRoPE switches
   // lists) and AttentionScores with `json_config` and with `explicit_config`:

@@ -47,12 +47,6 @@ class PagedTablesServiceTest : public ServiceTest {
                              grpc::StatusCode::OK, ""));
     return info;
   }
-
-  grpc::Status Rotate(const v1::RotateRequest& request, v1::RotateResponse* out) {
-    grpc::ClientContext context;
-    SetDeadline(&context);
-    return stub_->Rotate(&context, request, out);
-  }
 };
 
 TEST_F(PagedTablesServiceTest, ColdDecodeAt10MillionBuildsOneBlockAndRotatesExactly) {

@@ -38,6 +38,29 @@ class ServiceTest : public ::testing::Test {
 
   std::shared_ptr<grpc::Channel> NewChannel() const;
 
+  // One call each on stub_ under the test deadline.
+  grpc::Status Resolve(const v1::RopeConfig& config, v1::ResolvedConfig* out) {
+    grpc::ClientContext context;
+    SetDeadline(&context);
+    return stub_->ResolveConfig(&context, config, out);
+  }
+  grpc::Status Rotate(const v1::RotateRequest& request, v1::RotateResponse* out) {
+    grpc::ClientContext context;
+    SetDeadline(&context);
+    return stub_->Rotate(&context, request, out);
+  }
+  grpc::Status Table(const v1::GetTableRequest& request, v1::GetTableResponse* out) {
+    grpc::ClientContext context;
+    SetDeadline(&context);
+    return stub_->GetTable(&context, request, out);
+  }
+  grpc::Status Scores(const v1::AttentionScoresRequest& request,
+                      v1::AttentionScoresResponse* out) {
+    grpc::ClientContext context;
+    SetDeadline(&context);
+    return stub_->AttentionScores(&context, request, out);
+  }
+
   FaultBackend* backend_ = nullptr;  // owned by the server's engine
   std::unique_ptr<RopeServer> server_;
   std::shared_ptr<grpc::Channel> channel_;

@@ -21,27 +21,6 @@ namespace {
 
 class VariantsServiceTest : public ServiceTest {
  protected:
-  grpc::Status Resolve(const v1::RopeConfig& config, v1::ResolvedConfig* out) {
-    grpc::ClientContext context;
-    SetDeadline(&context);
-    return stub_->ResolveConfig(&context, config, out);
-  }
-  grpc::Status Rotate(const v1::RotateRequest& request, v1::RotateResponse* out) {
-    grpc::ClientContext context;
-    SetDeadline(&context);
-    return stub_->Rotate(&context, request, out);
-  }
-  grpc::Status Table(const v1::GetTableRequest& request, v1::GetTableResponse* out) {
-    grpc::ClientContext context;
-    SetDeadline(&context);
-    return stub_->GetTable(&context, request, out);
-  }
-  grpc::Status Scores(const v1::AttentionScoresRequest& request,
-                      v1::AttentionScoresResponse* out) {
-    grpc::ClientContext context;
-    SetDeadline(&context);
-    return stub_->AttentionScores(&context, request, out);
-  }
 };
 
 v1::RopeConfig FromFixture(const std::string& name, uint32_t max_len, v1::Layout layout) {
