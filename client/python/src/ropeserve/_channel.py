@@ -13,7 +13,7 @@ import numbers
 
 import grpc
 
-from . import _proto
+from . import _proto, memory
 
 MAX_MESSAGE_BYTES = 512 << 20
 RETRY_MAX_ATTEMPTS = 5
@@ -114,3 +114,22 @@ def methods(channel):
     unary = {name: channel.unary_unary(_proto.method_path(name))
              for name in UNARY_METHODS if name in _proto.SERVICE.methods_by_name}
     return unary, channel.stream_stream(_proto.method_path("RotateStream"))
+
+
+def open_channel(grpc_api, target, *, tls, ca_file, cert_file, key_file, token, deadline,
+                 tune_malloc):
+    """(channel, deadline in seconds) for a client: the arguments checked in order
+    (ValueError naming the first unusable one), glibc's malloc tuned when
+    tune_malloc, and the channel opened through grpc_api (grpc or grpc.aio)
+    with channel_options()."""
+    if not isinstance(target, str) or not target:
+        raise ValueError("target is %r: expected a gRPC target such as 'localhost:50051'" % (target,))
+    if tune_malloc:
+        # Prefill-size calls reuse freed buffers instead of faulting in fresh pages
+        # (ropeserve.memory; a process-wide glibc setting, once per process).
+        memory.tune_malloc_for_clients()
+    deadline = check_deadline(deadline)
+    creds = credentials(tls, ca_file, cert_file, key_file, token)
+    if creds is None:
+        return grpc_api.insecure_channel(target, options=channel_options()), deadline
+    return grpc_api.secure_channel(target, creds, options=channel_options()), deadline

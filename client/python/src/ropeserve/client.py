@@ -6,7 +6,7 @@ import threading
 
 import grpc
 
-from . import _calls, _channel, _proto, _shm_calls, memory
+from . import _calls, _channel, _proto, _shm_calls
 from .config import RopeConfig
 from .errors import from_rpc_error
 
@@ -38,19 +38,9 @@ class Client:
 
     def __init__(self, target, *, tls=False, ca_file=None, cert_file=None, key_file=None, token=None,
                  deadline=30.0, tune_malloc=True):
-        if not isinstance(target, str) or not target:
-            raise ValueError("target is %r: expected a gRPC target such as 'localhost:50051'" % (target,))
-        if tune_malloc:
-            # Prefill-size calls reuse freed buffers instead of faulting in fresh pages
-            # (ropeserve.memory; a process-wide glibc setting, once per process).
-            memory.tune_malloc_for_clients()
-        self._deadline = _channel.check_deadline(deadline)
-        credentials = _channel.credentials(tls, ca_file, cert_file, key_file, token)
-        options = _channel.channel_options()
-        if credentials is None:
-            self._channel = grpc.insecure_channel(target, options=options)
-        else:
-            self._channel = grpc.secure_channel(target, credentials, options=options)
+        self._channel, self._deadline = _channel.open_channel(
+            grpc, target, tls=tls, ca_file=ca_file, cert_file=cert_file, key_file=key_file,
+            token=token, deadline=deadline, tune_malloc=tune_malloc)
         self.target = target
         self._methods, self._rotate_stream = _channel.methods(self._channel)
         self._regions = {}  # name -> SharedRegion / CudaRegion registered through this client
