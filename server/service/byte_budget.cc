@@ -15,9 +15,11 @@ int64_t SaturatingAdd(int64_t a, int64_t b) {
   return a > std::numeric_limits<int64_t>::max() - b ? std::numeric_limits<int64_t>::max() : a + b;
 }
 
-std::string Describe(absl::string_view what, int64_t held_bytes, int64_t more_bytes) {
+std::string Describe(absl::string_view what, int64_t held_bytes, int64_t more_bytes,
+                     absl::string_view more_name = "reply") {
   return absl::StrCat(what, " needs ", SaturatingAdd(held_bytes, more_bytes),
-                      " bytes in flight (request ", held_bytes, " + reply ", more_bytes, ")");
+                      " bytes in flight (request ", held_bytes, " + ", more_name, " ", more_bytes,
+                      ")");
 }
 
 }  // namespace
@@ -43,13 +45,43 @@ ByteBudget::~ByteBudget() {
   if (timer_.joinable()) timer_.join();
   for (Waiter& waiter : refused) {
     std::move(waiter.done)(absl::ResourceExhaustedError(
-        absl::StrCat(Describe(waiter.what, waiter.held_bytes, waiter.more_bytes),
+        absl::StrCat(Describe(waiter.what, SaturatingAdd(waiter.prior_bytes, waiter.held_bytes),
+                              waiter.more_bytes, waiter.more_name),
                      ": the server stopped while it waited for room in ", budget_text_)));
   }
 }
 
 void ByteBudget::Reserve(absl::string_view what, int64_t held_bytes, int64_t more_bytes,
                          absl::Time deadline, Done done) {
+  ReserveAfter(what, 0, held_bytes, more_bytes, "reply", deadline, std::move(done));
+}
+
+void ByteBudget::ReserveParse(absl::string_view what, int64_t wire_bytes, int64_t parsed_bytes,
+                              absl::Time deadline, Done done) {
+  ReserveAfter(what, 0, wire_bytes, parsed_bytes, "parsed", deadline, std::move(done));
+}
+
+bool ByteBudget::TryReserve(int64_t bytes) {
+  bytes = std::max<int64_t>(bytes, 0);
+  absl::MutexLock lock(&mu_);
+  if (budget_bytes_ <= 0) {
+    in_use_ = SaturatingAdd(in_use_, bytes);
+    return true;
+  }
+  if (in_use_ > budget_bytes_ - bytes) return false;
+  in_use_ += bytes;
+  return true;
+}
+
+void ByteBudget::TopUp(absl::string_view what, int64_t charged_bytes, int64_t more_bytes,
+                       absl::Time deadline, Done done) {
+  ReserveAfter(what, charged_bytes, 0, more_bytes, "reply", deadline, std::move(done));
+}
+
+void ByteBudget::ReserveAfter(absl::string_view what, int64_t prior_bytes, int64_t held_bytes,
+                              int64_t more_bytes, absl::string_view more_name, absl::Time deadline,
+                              Done done) {
+  prior_bytes = std::max<int64_t>(prior_bytes, 0);
   held_bytes = std::max<int64_t>(held_bytes, 0);
   more_bytes = std::max<int64_t>(more_bytes, 0);
   const int64_t total = SaturatingAdd(held_bytes, more_bytes);
@@ -58,22 +90,23 @@ void ByteBudget::Reserve(absl::string_view what, int64_t held_bytes, int64_t mor
     absl::MutexLock lock(&mu_);
     if (budget_bytes_ <= 0) {
       in_use_ = SaturatingAdd(in_use_, total);
-    } else if (total > budget_bytes_) {
-      answer = absl::ResourceExhaustedError(
-          absl::StrCat(Describe(what, held_bytes, more_bytes),
-                       ": more than the server's whole ", budget_text_, "; send less per call"));
+    } else if (SaturatingAdd(prior_bytes, total) > budget_bytes_) {
+      answer = absl::ResourceExhaustedError(absl::StrCat(
+          Describe(what, SaturatingAdd(prior_bytes, held_bytes), more_bytes, more_name),
+          ": more than the server's whole ", budget_text_, "; send less per call"));
     } else if (in_use_ + held_bytes > budget_bytes_) {
-      answer = absl::ResourceExhaustedError(
-          absl::StrCat(Describe(what, held_bytes, more_bytes), ": ", in_use_,
-                       " bytes of the server's ", budget_text_, " are in use; retry later"));
+      answer = absl::ResourceExhaustedError(absl::StrCat(
+          Describe(what, SaturatingAdd(prior_bytes, held_bytes), more_bytes, more_name), ": ",
+          in_use_, " bytes of the server's ", budget_text_, " are in use; retry later"));
     } else if (in_use_ + total <= budget_bytes_) {
       in_use_ += total;
     } else {
       // Its request is resident: charge it now, and wait for the reply's room.
       in_use_ += held_bytes;
       const absl::Time now = absl::Now();
-      waiters_.push_back(Waiter{std::string(what), held_bytes, more_bytes, now,
-                                std::min(deadline, now + max_wait_), std::move(done)});
+      waiters_.push_back(Waiter{std::string(what), std::string(more_name), prior_bytes, held_bytes,
+                                more_bytes, now, std::min(deadline, now + max_wait_),
+                                std::move(done)});
       timer_wake_.Signal();
       return;
     }
@@ -140,8 +173,9 @@ void ByteBudget::TimerMain() {
     mu_.Unlock();
     for (Waiter& waiter : expired) {
       std::move(waiter.done)(absl::ResourceExhaustedError(absl::StrCat(
-          Describe(waiter.what, waiter.held_bytes, waiter.more_bytes), ": waited ",
-          absl::FormatDuration(absl::Trunc(now - waiter.since, absl::Milliseconds(1))),
+          Describe(waiter.what, SaturatingAdd(waiter.prior_bytes, waiter.held_bytes),
+                   waiter.more_bytes, waiter.more_name),
+          ": waited ", absl::FormatDuration(absl::Trunc(now - waiter.since, absl::Milliseconds(1))),
           " (its deadline, or the server's wait limit ", absl::FormatDuration(max_wait_),
           ") for room in the server's ", budget_text_, " (", in_use, " in use); retry later")));
     }

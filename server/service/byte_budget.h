@@ -59,8 +59,28 @@ class ByteBudget {
   // Release() that makes room or on the budget's timer thread at
   // min(deadline, now + max_wait); never under the budget's lock. `what`
   // names the call in refusal messages ("Rotate").
-  void Reserve(absl::string_view what, int64_t held_bytes, int64_t more_bytes,
-               absl::Time deadline, Done done);
+  void Reserve(absl::string_view what, int64_t held_bytes, int64_t more_bytes, absl::Time deadline,
+               Done done);
+
+  // Reserve for a request that arrived as wire bytes and is not parsed yet:
+  // `wire_bytes` are resident, `parsed_bytes` (what its parse allocates) are
+  // asked for besides. Refusals say "parsed" where Reserve's say "reply".
+  void ReserveParse(absl::string_view what, int64_t wire_bytes, int64_t parsed_bytes,
+                    absl::Time deadline, Done done);
+
+  // Charges `bytes` if they fit beside the bytes in use now (true; the
+  // caller then holds them), or nothing (false): never waits, never counts
+  // as a refusal.
+  bool TryReserve(int64_t bytes);
+
+  // A second Reserve of a call that holds `charged_bytes` granted earlier
+  // (a raw request's wire and parsed bytes, before its reply is known):
+  // asks for `more_bytes` besides, as Reserve does with nothing held now,
+  // except that a call whose whole charge (charged_bytes + more_bytes)
+  // exceeds the budget is refused at once rather than left to wait in vain.
+  // Refusals name the whole charge.
+  void TopUp(absl::string_view what, int64_t charged_bytes, int64_t more_bytes, absl::Time deadline,
+             Done done);
 
   // Returns bytes granted by Reserve; may grant waiters (running their
   // `done` on this thread).
@@ -80,6 +100,8 @@ class ByteBudget {
  private:
   struct Waiter {
     std::string what;
+    std::string more_name;  // what `more_bytes` are for, in messages
+    int64_t prior_bytes;    // charged earlier, named in messages only
     int64_t held_bytes;
     int64_t more_bytes;
     absl::Time since;
@@ -87,6 +109,10 @@ class ByteBudget {
     Done done;
   };
 
+  // Reserve and TopUp: `prior_bytes` are already charged to the caller.
+  void ReserveAfter(absl::string_view what, int64_t prior_bytes, int64_t held_bytes,
+                    int64_t more_bytes, absl::string_view more_name, absl::Time deadline,
+                    Done done);
   // Moves the waiters that now fit, first-fit in arrival order, to `granted`
   // (charging them).
   void GrantLocked(std::list<Waiter>& granted) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -11,6 +11,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
+#include "core/proto_engine/parsed_size.h"
 #include "core/proto_engine/rope_calls.h"
 #include "tests/service/service_fixture.h"
 
@@ -182,8 +183,8 @@ TEST_F(InflightBudgetTest, AStreamMessageLargerThanTheBudgetEndsTheStream) {
   ASSERT_TRUE(stream->Read(&reply));
   stream->Write(MakeRotateRequest(1, 64, 8, 64));
   EXPECT_FALSE(stream->Read(&reply));
-  EXPECT_TRUE(GrpcStatusIs(stream->Finish(), grpc::StatusCode::RESOURCE_EXHAUSTED,
-                           "RotateStream needs"));
+  EXPECT_TRUE(
+      GrpcStatusIs(stream->Finish(), grpc::StatusCode::RESOURCE_EXHAUSTED, "RotateStream needs"));
   EXPECT_TRUE(WaitForNoBytesInFlight());
 }
 
@@ -199,7 +200,14 @@ TEST_F(InflightBudgetTest, GetServerInfoReportsTheBudgetAndWhatIsInFlight) {
                            grpc::StatusCode::OK, ""));
   EXPECT_EQ(info.limits().max_inflight_bytes(), 2 * budget_);
   EXPECT_EQ(info.inflight_bytes().budget_bytes(), budget_);
-  EXPECT_EQ(info.inflight_bytes().bytes(), CallBytes());
+  // The request is charged at its parsed size (ParsedSizeBound, its wire
+  // bytes returned once parsed), its reply at the tensor bytes again.
+  const std::string wire = Request(1).SerializeAsString();
+  const absl::StatusOr<int64_t> parsed =
+      ParsedSizeBound(*v1::RotateRequest::descriptor(), absl::string_view(wire));
+  ASSERT_TRUE(parsed.ok());
+  EXPECT_EQ(info.inflight_bytes().bytes(),
+            *parsed + static_cast<int64_t>(Request(1).q().data().size()));
   EXPECT_EQ(info.inflight_bytes().waiters(), 0);
   backend_->Release();
   EXPECT_TRUE(first.FinishedWith(grpc::StatusCode::OK, ""));
@@ -266,8 +274,8 @@ TEST(CallEstimateTest, AttentionCountsItsResultsByShapeAndNotThoseWrittenToRegio
   *by_value.mutable_k() = ZeroFloat32Tensor({1, 6, 1, 8});
   *by_value.mutable_v() = ZeroFloat32Tensor({1, 6, 1, 3});
   v1::AttentionScoresRequest by_reference = by_value;
-  for (v1::Tensor* t : {by_reference.mutable_q(), by_reference.mutable_k(),
-                        by_reference.mutable_v()}) {
+  for (v1::Tensor* t :
+       {by_reference.mutable_q(), by_reference.mutable_k(), by_reference.mutable_v()}) {
     const uint64_t bytes = t->data().size();
     t->clear_data();
     t->mutable_shm()->set_region("r");
