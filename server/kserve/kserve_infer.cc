@@ -387,12 +387,9 @@ absl::StatusOr<RequestParameters> FindParameters(const Model& model,
                                                  const ParameterMap& parameters) {
   RequestParameters found;
   const std::vector<std::string>& operation = NamesOf(model.operation).parameters;
+  // The names are disjoint: the order of the look-ups (most requests'
+  // parameters first) changes no outcome.
   for (const auto& [name, value] : parameters) {
-    if (const int slot = SlotOf(operation, name); slot >= 0) {
-      found.operation[slot] = &value;
-      continue;
-    }
-    if (IsTritonParameter(name)) continue;
     if (const int slot = SlotOf(ConfigParameters(), name); slot >= 0) {
       if (model.builtin) {
         found.config[slot] = &value;
@@ -402,6 +399,11 @@ absl::StatusOr<RequestParameters> FindParameters(const Model& model,
           absl::StrCat("parameter '", name, "' configures the built-in models: model '", model.name,
                        "' takes its RoPE configuration from its repository folder"));
     }
+    if (const int slot = SlotOf(operation, name); slot >= 0) {
+      found.operation[slot] = &value;
+      continue;
+    }
+    if (IsTritonParameter(name)) continue;
     std::vector<std::string> known = operation;  // for the message only
     if (model.builtin)
       known.insert(known.end(), ConfigParameters().begin(), ConfigParameters().end());
@@ -604,7 +606,7 @@ absl::Status OperationParametersInto(const RequestParameters& parameters, InferP
     plan->rotate.set_inverse(inverse.value_or(false));
     return OutputDtypeInto(parameters, &plan->rotate);
   }
-  v1::AttentionScoresRequest& attention = plan->attention;
+  v1::AttentionScoresRequest& attention = plan->attention.emplace();
   ROPE_ASSIGN_OR_RETURN(std::optional<int64_t> q_start_pos,
                         Int64Value(given[kQStartPos], "parameter 'q_start_pos'"));
   ROPE_ASSIGN_OR_RETURN(std::optional<int64_t> k_start_pos,
@@ -839,7 +841,7 @@ absl::StatusOr<InferPlan> PlanModelInfer(const Model& model, inference::ModelInf
           FillPositions(inputs[2], max_elements, rotate.mutable_positions(), &plan.reads));
     }
   } else {
-    v1::AttentionScoresRequest& attention = plan.attention;
+    v1::AttentionScoresRequest& attention = *plan.attention;
     *attention.mutable_config() = std::move(config);
     for (int slot : {0, 1, 2}) {
       if (inputs[slot].tensor == nullptr) continue;
@@ -868,7 +870,7 @@ absl::StatusOr<InferPlan> PlanModelInfer(const Model& model, inference::ModelInf
 CallEstimate PlanEstimate(const InferPlan& plan) {
   CallEstimate estimate = plan.model->operation == ModelOperation::kRotate
                               ? EstimateRotate(plan.rotate)
-                              : EstimateAttentionScores(plan.attention);
+                              : EstimateAttentionScores(*plan.attention);
   for (const InferPlan::RegionRead& read : plan.reads) {
     const uint64_t size = read.ref.byte_size();
     const int64_t bytes =
@@ -902,7 +904,7 @@ absl::Status RunModelInfer(Engine& engine, const CallContext& call, InferPlan* p
     return absl::OkStatus();
   }
   v1::AttentionScoresResponse reply;
-  ROPE_RETURN_IF_ERROR(AnswerAttentionScores(engine, plan->attention, &reply, call));
+  ROPE_RETURN_IF_ERROR(AnswerAttentionScores(engine, *plan->attention, &reply, call));
   const absl::Time computed = absl::Now();
   const Names& names = NamesOf(ModelOperation::kAttention);
   for (int i = 0; i < plan->output_count; ++i) {
