@@ -9,12 +9,14 @@
 
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 
 #include "core/backends/cpu/cpu_backend.h"
 #include "core/engine/engine.h"
 #include "core/proto_engine/rope_calls.h"
+#include "google/protobuf/arena.h"
 #include "inference/grpc_service.pb.h"
 #include "rope/v1/rope.pb.h"
 #include "server/kserve/kserve_infer.h"
@@ -161,6 +163,63 @@ void BM_KServeModelInferWire(benchmark::State& state) {
   WireRoundTrip(state, request, response);
 }
 BENCHMARK(BM_KServeModelInferWire);
+
+// The server's whole in-process share of a decode-1 call: parse the wire
+// request, answer it, serialize the reply, free both. state.range(0) != 0:
+// the ModelInfer messages live on a per-call protobuf Arena (what a handler
+// that parses its own request could do) instead of the heap.
+void BM_RopeV1ServerSide(benchmark::State& state) {
+  const std::string wire = DecodeRotate().SerializeAsString();
+  for (auto _ : state) {
+    auto request = std::make_unique<rope::v1::RotateRequest>();
+    auto reply = std::make_unique<rope::v1::RotateResponse>();
+    if (!request->ParseFromString(wire) ||
+        !rope::AnswerRotate(SharedEngine(), request.get(), reply.get()).ok()) {
+      state.SkipWithError("Rotate failed");
+      break;
+    }
+    std::string sent = reply->SerializeAsString();
+    benchmark::DoNotOptimize(sent.data());
+  }
+}
+BENCHMARK(BM_RopeV1ServerSide);
+
+void BM_KServeServerSide(benchmark::State& state) {
+  static const rope::kserve::ModelRepository* models = new rope::kserve::ModelRepository();
+  const rope::kserve::Model* model = *models->Find("rotate", "");
+  const std::string wire = DecodeInfer(DecodeRotate()).SerializeAsString();
+  const bool on_arena = state.range(0) != 0;
+  for (auto _ : state) {
+    std::optional<google::protobuf::Arena> arena;
+    std::unique_ptr<inference::ModelInferRequest> heap_request;
+    std::unique_ptr<inference::ModelInferResponse> heap_response;
+    inference::ModelInferRequest* request;
+    inference::ModelInferResponse* response;
+    if (on_arena) {
+      arena.emplace();
+      request = google::protobuf::Arena::CreateMessage<inference::ModelInferRequest>(&*arena);
+      response = google::protobuf::Arena::CreateMessage<inference::ModelInferResponse>(&*arena);
+    } else {
+      heap_request = std::make_unique<inference::ModelInferRequest>();
+      heap_response = std::make_unique<inference::ModelInferResponse>();
+      request = heap_request.get();
+      response = heap_response.get();
+    }
+    if (!request->ParseFromString(wire)) {
+      state.SkipWithError("parse failed");
+      break;
+    }
+    absl::StatusOr<rope::kserve::InferPlan> plan =
+        rope::kserve::PlanModelInfer(*model, request, int64_t{1} << 28);
+    if (!plan.ok() || !rope::kserve::RunModelInfer(SharedEngine(), {}, &*plan, response).ok()) {
+      state.SkipWithError("ModelInfer failed");
+      break;
+    }
+    std::string sent = response->SerializeAsString();
+    benchmark::DoNotOptimize(sent.data());
+  }
+}
+BENCHMARK(BM_KServeServerSide)->ArgName("arena")->Arg(0)->Arg(1);
 
 }  // namespace
 
