@@ -9,12 +9,14 @@
 
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 
 #include "core/backends/cpu/cpu_backend.h"
 #include "core/engine/engine.h"
 #include "core/proto_engine/rope_calls.h"
+#include "google/protobuf/arena.h"
 #include "inference/grpc_service.pb.h"
 #include "rope/v1/rope.pb.h"
 #include "server/kserve/kserve_infer.h"
@@ -86,10 +88,19 @@ void BM_RopeV1Rotate(benchmark::State& state) {
 }
 BENCHMARK(BM_RopeV1Rotate);
 
+// Llama 3.1's rope_scaling, as a config.json spells it.
+constexpr char kLlama3Scaling[] =
+    R"({"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, )"
+    R"("high_freq_factor": 4.0, "original_max_position_embeddings": 8192})";
+
+// state.range(0) != 0: the request also sends parameter rope_scaling.
 void BM_KServeModelInfer(benchmark::State& state) {
   static const rope::kserve::ModelRepository* models = new rope::kserve::ModelRepository();
   const rope::kserve::Model* model = *models->Find("rotate", "");
-  const inference::ModelInferRequest base = DecodeInfer(DecodeRotate());
+  inference::ModelInferRequest base = DecodeInfer(DecodeRotate());
+  if (state.range(0) != 0) {
+    (*base.mutable_parameters())["rope_scaling"].set_string_param(kLlama3Scaling);
+  }
   for (auto _ : state) {
     auto request = std::make_unique<inference::ModelInferRequest>(base);
     auto response = std::make_unique<inference::ModelInferResponse>();
@@ -103,7 +114,112 @@ void BM_KServeModelInfer(benchmark::State& state) {
     benchmark::DoNotOptimize(response->raw_output_contents(0).data());
   }
 }
-BENCHMARK(BM_KServeModelInfer);
+BENCHMARK(BM_KServeModelInfer)->ArgName("rope_scaling")->Arg(0)->Arg(1);
+
+// The protocol's own cost around the conversion, both messages' wire
+// round trip as the server (parse the request, serialize the reply, free
+// both) and the client (serialize the request, parse the reply) do it.
+template <typename Request, typename Response>
+void WireRoundTrip(benchmark::State& state, const Request& request, const Response& response) {
+  const std::string request_wire = request.SerializeAsString();
+  const std::string response_wire = response.SerializeAsString();
+  for (auto _ : state) {
+    std::string sent;
+    request.SerializeToString(&sent);  // client
+    auto parsed = std::make_unique<Request>();
+    if (!parsed->ParseFromString(request_wire)) state.SkipWithError("parse failed");  // server
+    std::string reply;
+    response.SerializeToString(&reply);  // server
+    auto received = std::make_unique<Response>();
+    if (!received->ParseFromString(response_wire)) state.SkipWithError("parse failed");  // client
+    benchmark::DoNotOptimize(sent.data());
+    benchmark::DoNotOptimize(reply.data());
+  }
+}
+
+void BM_RopeV1RotateWire(benchmark::State& state) {
+  const rope::v1::RotateRequest request = DecodeRotate();
+  rope::v1::RotateResponse response;
+  *response.mutable_q() = request.q();
+  *response.mutable_k() = request.k();
+  WireRoundTrip(state, request, response);
+}
+BENCHMARK(BM_RopeV1RotateWire);
+
+void BM_KServeModelInferWire(benchmark::State& state) {
+  static const rope::kserve::ModelRepository* models = new rope::kserve::ModelRepository();
+  const rope::kserve::Model* model = *models->Find("rotate", "");
+  inference::ModelInferRequest request = DecodeInfer(DecodeRotate());
+  inference::ModelInferResponse response;
+  {
+    inference::ModelInferRequest consumed = request;
+    absl::StatusOr<rope::kserve::InferPlan> plan =
+        rope::kserve::PlanModelInfer(*model, &consumed, int64_t{1} << 28);
+    if (!plan.ok() || !rope::kserve::RunModelInfer(SharedEngine(), {}, &*plan, &response).ok()) {
+      state.SkipWithError("ModelInfer failed");
+      return;
+    }
+  }
+  WireRoundTrip(state, request, response);
+}
+BENCHMARK(BM_KServeModelInferWire);
+
+// The server's whole in-process share of a decode-1 call: parse the wire
+// request, answer it, serialize the reply, free both. state.range(0) != 0:
+// the ModelInfer messages live on a per-call protobuf Arena (what a handler
+// that parses its own request could do) instead of the heap.
+void BM_RopeV1ServerSide(benchmark::State& state) {
+  const std::string wire = DecodeRotate().SerializeAsString();
+  for (auto _ : state) {
+    auto request = std::make_unique<rope::v1::RotateRequest>();
+    auto reply = std::make_unique<rope::v1::RotateResponse>();
+    if (!request->ParseFromString(wire) ||
+        !rope::AnswerRotate(SharedEngine(), request.get(), reply.get()).ok()) {
+      state.SkipWithError("Rotate failed");
+      break;
+    }
+    std::string sent = reply->SerializeAsString();
+    benchmark::DoNotOptimize(sent.data());
+  }
+}
+BENCHMARK(BM_RopeV1ServerSide);
+
+void BM_KServeServerSide(benchmark::State& state) {
+  static const rope::kserve::ModelRepository* models = new rope::kserve::ModelRepository();
+  const rope::kserve::Model* model = *models->Find("rotate", "");
+  const std::string wire = DecodeInfer(DecodeRotate()).SerializeAsString();
+  const bool on_arena = state.range(0) != 0;
+  for (auto _ : state) {
+    std::optional<google::protobuf::Arena> arena;
+    std::unique_ptr<inference::ModelInferRequest> heap_request;
+    std::unique_ptr<inference::ModelInferResponse> heap_response;
+    inference::ModelInferRequest* request;
+    inference::ModelInferResponse* response;
+    if (on_arena) {
+      arena.emplace();
+      request = google::protobuf::Arena::CreateMessage<inference::ModelInferRequest>(&*arena);
+      response = google::protobuf::Arena::CreateMessage<inference::ModelInferResponse>(&*arena);
+    } else {
+      heap_request = std::make_unique<inference::ModelInferRequest>();
+      heap_response = std::make_unique<inference::ModelInferResponse>();
+      request = heap_request.get();
+      response = heap_response.get();
+    }
+    if (!request->ParseFromString(wire)) {
+      state.SkipWithError("parse failed");
+      break;
+    }
+    absl::StatusOr<rope::kserve::InferPlan> plan =
+        rope::kserve::PlanModelInfer(*model, request, int64_t{1} << 28);
+    if (!plan.ok() || !rope::kserve::RunModelInfer(SharedEngine(), {}, &*plan, response).ok()) {
+      state.SkipWithError("ModelInfer failed");
+      break;
+    }
+    std::string sent = response->SerializeAsString();
+    benchmark::DoNotOptimize(sent.data());
+  }
+}
+BENCHMARK(BM_KServeServerSide)->ArgName("arena")->Arg(0)->Arg(1);
 
 }  // namespace
 

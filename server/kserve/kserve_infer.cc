@@ -3,6 +3,7 @@
 #include <array>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <optional>
 #include <utility>
 
@@ -65,6 +66,31 @@ const Names& NamesOf(ModelOperation operation) {
   return operation == ModelOperation::kRotate ? *rotate : *attention;
 }
 
+// The built-in models' configuration parameters, by their index in
+// ConfigParameters().
+enum ConfigParameter : int {
+  kTheta,
+  kHeadDim,
+  kRotaryDim,
+  kMaxLen,
+  kLayout,
+  kRopeScaling,
+  kHfConfigJson,
+  kHfLayerType,
+  kHfLayerIndex,
+  kRotaryOffset,
+  kNoRope,
+  kFloorScale,
+  kAttnScale,
+  kConfigParameterCount
+};
+
+// A rotate model's parameters by their index in Names::parameters, and an
+// attention model's.
+enum RotateParameter : int { kStartPos, kInverse, kOutputDtype, kOutputScale, kKOutputScale };
+enum AttentionParameter : int { kQStartPos, kKStartPos, kCausal, kSoftmax, kScale };
+constexpr int kOperationParameterCount = 5;
+
 const std::vector<std::string>& ConfigParameters() {
   static const std::vector<std::string>* names =
       new std::vector<std::string>{"theta",          "head_dim",       "rotary_dim",
@@ -81,10 +107,6 @@ int SlotOf(const std::vector<std::string>& names, const std::string& name) {
     if (names[i] == name) return static_cast<int>(i);
   }
   return -1;
-}
-
-bool Contains(const std::vector<std::string>& names, const std::string& name) {
-  return SlotOf(names, name) >= 0;
 }
 
 std::string Quoted(const std::vector<std::string>& names) {
@@ -350,30 +372,51 @@ absl::Status FillPositions(Input& input, int64_t max_elements,
   return absl::OkStatus();
 }
 
-// The request parameters of `model`: every name checked, then the values.
-absl::Status CheckParameterNames(const Model& model, const ParameterMap& parameters) {
+// A request's parameters, found in one pass over its map: each known
+// name's value (null: not given), by its index in ConfigParameters() and in
+// its operation's Names::parameters.
+struct RequestParameters {
+  std::array<const inference::InferParameter*, kConfigParameterCount> config{};
+  std::array<const inference::InferParameter*, kOperationParameterCount> operation{};
+};
+
+// The request parameters of `model`: every name checked (an unknown one, or
+// a configuration parameter to a repository model, is INVALID_ARGUMENT),
+// each known one's value kept for the typed reads that follow.
+absl::StatusOr<RequestParameters> FindParameters(const Model& model,
+                                                 const ParameterMap& parameters) {
+  RequestParameters found;
   const std::vector<std::string>& operation = NamesOf(model.operation).parameters;
+  // The names are disjoint: the order of the look-ups (most requests'
+  // parameters first) changes no outcome.
   for (const auto& [name, value] : parameters) {
-    if (IsTritonParameter(name) || Contains(operation, name)) continue;
-    if (Contains(ConfigParameters(), name)) {
-      if (model.builtin) continue;
+    if (const int slot = SlotOf(ConfigParameters(), name); slot >= 0) {
+      if (model.builtin) {
+        found.config[slot] = &value;
+        continue;
+      }
       return absl::InvalidArgumentError(
           absl::StrCat("parameter '", name, "' configures the built-in models: model '", model.name,
                        "' takes its RoPE configuration from its repository folder"));
     }
+    if (const int slot = SlotOf(operation, name); slot >= 0) {
+      found.operation[slot] = &value;
+      continue;
+    }
+    if (IsTritonParameter(name)) continue;
     std::vector<std::string> known = operation;  // for the message only
     if (model.builtin)
       known.insert(known.end(), ConfigParameters().begin(), ConfigParameters().end());
     return absl::InvalidArgumentError(absl::StrCat("model '", model.name, "' has no parameter '",
                                                    name, "' (it takes ", Quoted(known), ")"));
   }
-  return absl::OkStatus();
+  return found;
 }
 
 // `where` names the parameter in messages ("parameter 'head_dim'").
-absl::StatusOr<uint32_t> Uint32Parameter(const ParameterMap& parameters, const std::string& name,
+absl::StatusOr<uint32_t> Uint32Parameter(const inference::InferParameter* parameter,
                                          absl::string_view where) {
-  ROPE_ASSIGN_OR_RETURN(std::optional<int64_t> value, GetInt64(parameters, name, where));
+  ROPE_ASSIGN_OR_RETURN(std::optional<int64_t> value, Int64Value(parameter, where));
   if (!value.has_value()) return 0u;
   if (*value < 0 || *value > std::numeric_limits<uint32_t>::max()) {
     return absl::InvalidArgumentError(
@@ -388,21 +431,22 @@ absl::StatusOr<uint32_t> Uint32Parameter(const ParameterMap& parameters, const s
 // and an explicit NoPE layer (no_rope true, with Llama 4's temperature
 // tuning floor_scale and attn_scale). The engine validates the values as it
 // does rope.v1's.
-absl::Status VariantParametersInto(const ParameterMap& parameters, v1::RopeConfig* config) {
+absl::Status VariantParametersInto(const RequestParameters& parameters, v1::RopeConfig* config) {
+  const auto& given = parameters.config;
   ROPE_ASSIGN_OR_RETURN(uint32_t rotary_offset,
-                        Uint32Parameter(parameters, "rotary_offset", "parameter 'rotary_offset'"));
+                        Uint32Parameter(given[kRotaryOffset], "parameter 'rotary_offset'"));
   config->set_rotary_offset(rotary_offset);
-  if (parameters.contains("hf_layer_index")) {
-    ROPE_ASSIGN_OR_RETURN(
-        uint32_t layer, Uint32Parameter(parameters, "hf_layer_index", "parameter 'hf_layer_index'"));
+  if (given[kHfLayerIndex] != nullptr) {
+    ROPE_ASSIGN_OR_RETURN(uint32_t layer,
+                          Uint32Parameter(given[kHfLayerIndex], "parameter 'hf_layer_index'"));
     config->set_hf_layer_index(layer);
   }
   ROPE_ASSIGN_OR_RETURN(std::optional<bool> no_rope,
-                        GetBool(parameters, "no_rope", "parameter 'no_rope'"));
+                        BoolValue(given[kNoRope], "parameter 'no_rope'"));
   ROPE_ASSIGN_OR_RETURN(std::optional<double> floor_scale,
-                        GetDouble(parameters, "floor_scale", "parameter 'floor_scale'"));
+                        DoubleValue(given[kFloorScale], "parameter 'floor_scale'"));
   ROPE_ASSIGN_OR_RETURN(std::optional<double> attn_scale,
-                        GetDouble(parameters, "attn_scale", "parameter 'attn_scale'"));
+                        DoubleValue(given[kAttnScale], "parameter 'attn_scale'"));
   if (!no_rope.value_or(false)) {
     if (floor_scale.has_value() || attn_scale.has_value()) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -417,25 +461,65 @@ absl::Status VariantParametersInto(const ParameterMap& parameters, v1::RopeConfi
   return absl::OkStatus();
 }
 
+// The rope.v1 config fields (the scaling oneof, mrope, mrope_ernie_3d) a
+// built-in model's parameter rope_scaling gives, read with `theta` and
+// `head_dim` (the request's; 0: not given).
+absl::StatusOr<v1::RopeConfig> ScalingParameterConfig(const std::string& rope_scaling, double theta,
+                                                      uint32_t head_dim) {
+  // The scaling of a config.json's rope_scaling object, by the engine's
+  // own reading of config.json files (transformers' rules and names).
+  // rope_theta and head_dim only let the parser accept the object; the
+  // request's own theta and head_dim stay the config's.
+  absl::StatusOr<HfRopeConfig> hf =
+      ParseHfRopeConfig(absl::StrCat("{\"rope_theta\": ", absl::StrFormat("%.17g", theta),
+                                     head_dim > 0 ? absl::StrCat(", \"head_dim\": ", head_dim) : "",
+                                     ", \"rope_scaling\": ", rope_scaling, "}"),
+                        HfLayerSelector());
+  if (!hf.ok()) {
+    return absl::Status(hf.status().code(),
+                        absl::StrCat("parameter 'rope_scaling': ", hf.status().message()));
+  }
+  // Applied to the request's head_dim as a config.json would be, so that
+  // what depends on the width (Ernie's h and w sections beside
+  // freq_allocation) is filled in; without a head_dim the request fails
+  // on it anyway, and the scaling alone is taken.
+  RopeConfig scaled;
+  scaled.scaling = hf->scaling;
+  scaled.mrope = hf->mrope;
+  if (head_dim > 0) {
+    RopeConfig shape;
+    shape.head_dim = head_dim;
+    absl::StatusOr<RopeConfig> applied = ApplyHfRopeConfig(shape, *hf);
+    if (!applied.ok()) {
+      return absl::Status(applied.status().code(),
+                          absl::StrCat("parameter 'rope_scaling': ", applied.status().message()));
+    }
+    scaled.scaling = applied->scaling;
+    scaled.mrope = applied->mrope;
+  }
+  return ConfigToProto(scaled);
+}
+
 // The rope.v1 config of a built-in model's request, from its parameters.
-absl::StatusOr<v1::RopeConfig> BuiltinConfig(const ParameterMap& parameters) {
+absl::StatusOr<v1::RopeConfig> BuiltinConfig(const Model& model,
+                                             const RequestParameters& parameters) {
+  const auto& given = parameters.config;
   v1::RopeConfig config;
   ROPE_ASSIGN_OR_RETURN(std::optional<double> theta,
-                        GetDouble(parameters, "theta", "parameter 'theta'"));
+                        DoubleValue(given[kTheta], "parameter 'theta'"));
   ROPE_ASSIGN_OR_RETURN(uint32_t head_dim,
-                        Uint32Parameter(parameters, "head_dim", "parameter 'head_dim'"));
+                        Uint32Parameter(given[kHeadDim], "parameter 'head_dim'"));
   ROPE_ASSIGN_OR_RETURN(uint32_t rotary_dim,
-                        Uint32Parameter(parameters, "rotary_dim", "parameter 'rotary_dim'"));
-  ROPE_ASSIGN_OR_RETURN(uint32_t max_len,
-                        Uint32Parameter(parameters, "max_len", "parameter 'max_len'"));
+                        Uint32Parameter(given[kRotaryDim], "parameter 'rotary_dim'"));
+  ROPE_ASSIGN_OR_RETURN(uint32_t max_len, Uint32Parameter(given[kMaxLen], "parameter 'max_len'"));
   ROPE_ASSIGN_OR_RETURN(std::optional<std::string> layout,
-                        GetString(parameters, "layout", "parameter 'layout'"));
+                        StringValue(given[kLayout], "parameter 'layout'"));
   ROPE_ASSIGN_OR_RETURN(std::optional<std::string> rope_scaling,
-                        GetString(parameters, "rope_scaling", "parameter 'rope_scaling'"));
+                        StringValue(given[kRopeScaling], "parameter 'rope_scaling'"));
   ROPE_ASSIGN_OR_RETURN(std::optional<std::string> hf_config_json,
-                        GetString(parameters, "hf_config_json", "parameter 'hf_config_json'"));
+                        StringValue(given[kHfConfigJson], "parameter 'hf_config_json'"));
   ROPE_ASSIGN_OR_RETURN(std::optional<std::string> hf_layer_type,
-                        GetString(parameters, "hf_layer_type", "parameter 'hf_layer_type'"));
+                        StringValue(given[kHfLayerType], "parameter 'hf_layer_type'"));
   ROPE_RETURN_IF_ERROR(VariantParametersInto(parameters, &config));
   config.set_theta(theta.value_or(0));
   config.set_head_dim(head_dim);
@@ -453,39 +537,19 @@ absl::StatusOr<v1::RopeConfig> BuiltinConfig(const ParameterMap& parameters) {
           "parameter 'rope_scaling' is set beside 'hf_config_json': put rope_scaling inside the "
           "config.json");
     }
-    // The scaling of a config.json's rope_scaling object, by the engine's
-    // own reading of config.json files (transformers' rules and names).
-    // rope_theta and head_dim only let the parser accept the object; the
-    // request's own theta and head_dim stay the config's.
-    absl::StatusOr<HfRopeConfig> hf = ParseHfRopeConfig(
-        absl::StrCat("{\"rope_theta\": ",
-                     absl::StrFormat("%.17g", config.theta() > 0 ? config.theta() : 10000.0),
-                     head_dim > 0 ? absl::StrCat(", \"head_dim\": ", head_dim) : "",
-                     ", \"rope_scaling\": ", *rope_scaling, "}"),
-        HfLayerSelector());
-    if (!hf.ok()) {
-      return absl::Status(hf.status().code(),
-                          absl::StrCat("parameter 'rope_scaling': ", hf.status().message()));
+    // The scaling of a config.json's rope_scaling object (cached per text,
+    // theta and head_dim for the built-in models: kserve_scaling_cache.h).
+    const double theta_read = config.theta() > 0 ? config.theta() : 10000.0;
+    auto convert = [&] { return ScalingParameterConfig(*rope_scaling, theta_read, head_dim); };
+    std::shared_ptr<const v1::RopeConfig> cached;
+    if (model.scaling_cache != nullptr) {
+      ROPE_ASSIGN_OR_RETURN(cached,
+                            model.scaling_cache->Get(*rope_scaling, theta_read, head_dim, convert));
+    } else {
+      ROPE_ASSIGN_OR_RETURN(v1::RopeConfig converted, convert());
+      cached = std::make_shared<const v1::RopeConfig>(std::move(converted));
     }
-    // Applied to the request's head_dim as a config.json would be, so that
-    // what depends on the width (Ernie's h and w sections beside
-    // freq_allocation) is filled in; without a head_dim the request fails
-    // on it anyway, and the scaling alone is taken.
-    RopeConfig scaled;
-    scaled.scaling = hf->scaling;
-    scaled.mrope = hf->mrope;
-    if (head_dim > 0) {
-      RopeConfig shape;
-      shape.head_dim = head_dim;
-      absl::StatusOr<RopeConfig> applied = ApplyHfRopeConfig(shape, *hf);
-      if (!applied.ok()) {
-        return absl::Status(applied.status().code(),
-                            absl::StrCat("parameter 'rope_scaling': ", applied.status().message()));
-      }
-      scaled.scaling = applied->scaling;
-      scaled.mrope = applied->mrope;
-    }
-    const v1::RopeConfig proto = ConfigToProto(scaled);
+    const v1::RopeConfig& proto = *cached;
     if (proto.scaling_case() != v1::RopeConfig::SCALING_NOT_SET) {
       // Copy only the oneof member (and mrope): the rest of `proto` is zero.
       v1::RopeConfig with_scaling = proto;
@@ -505,13 +569,14 @@ absl::StatusOr<v1::RopeConfig> BuiltinConfig(const ParameterMap& parameters) {
 // A rotate model's float8 outputs (rope.v1's output_dtype, output_scale,
 // k_output_scale): output_dtype names the float8 format as rope.v1 and torch
 // do ("FLOAT8_E4M3FN" or "FLOAT8_E5M2", any case); the scales are numbers.
-absl::Status OutputDtypeInto(const ParameterMap& parameters, v1::RotateRequest* rotate) {
+absl::Status OutputDtypeInto(const RequestParameters& parameters, v1::RotateRequest* rotate) {
+  const auto& given = parameters.operation;
   ROPE_ASSIGN_OR_RETURN(std::optional<std::string> output_dtype,
-                        GetString(parameters, "output_dtype", "parameter 'output_dtype'"));
+                        StringValue(given[kOutputDtype], "parameter 'output_dtype'"));
   ROPE_ASSIGN_OR_RETURN(std::optional<double> output_scale,
-                        GetDouble(parameters, "output_scale", "parameter 'output_scale'"));
+                        DoubleValue(given[kOutputScale], "parameter 'output_scale'"));
   ROPE_ASSIGN_OR_RETURN(std::optional<double> k_output_scale,
-                        GetDouble(parameters, "k_output_scale", "parameter 'k_output_scale'"));
+                        DoubleValue(given[kKOutputScale], "parameter 'k_output_scale'"));
   if (output_dtype.has_value()) {
     const std::string upper = absl::AsciiStrToUpper(*output_dtype);
     if (upper == "FLOAT8_E4M3FN") {
@@ -530,27 +595,28 @@ absl::Status OutputDtypeInto(const ParameterMap& parameters, v1::RotateRequest* 
   return absl::OkStatus();
 }
 
-absl::Status OperationParametersInto(const ParameterMap& parameters, InferPlan* plan) {
+absl::Status OperationParametersInto(const RequestParameters& parameters, InferPlan* plan) {
+  const auto& given = parameters.operation;
   if (plan->model->operation == ModelOperation::kRotate) {
     ROPE_ASSIGN_OR_RETURN(std::optional<int64_t> start_pos,
-                          GetInt64(parameters, "start_pos", "parameter 'start_pos'"));
+                          Int64Value(given[kStartPos], "parameter 'start_pos'"));
     ROPE_ASSIGN_OR_RETURN(std::optional<bool> inverse,
-                          GetBool(parameters, "inverse", "parameter 'inverse'"));
+                          BoolValue(given[kInverse], "parameter 'inverse'"));
     plan->rotate.set_start_pos(start_pos.value_or(0));
     plan->rotate.set_inverse(inverse.value_or(false));
     return OutputDtypeInto(parameters, &plan->rotate);
   }
-  v1::AttentionScoresRequest& attention = plan->attention;
+  v1::AttentionScoresRequest& attention = plan->attention.emplace();
   ROPE_ASSIGN_OR_RETURN(std::optional<int64_t> q_start_pos,
-                        GetInt64(parameters, "q_start_pos", "parameter 'q_start_pos'"));
+                        Int64Value(given[kQStartPos], "parameter 'q_start_pos'"));
   ROPE_ASSIGN_OR_RETURN(std::optional<int64_t> k_start_pos,
-                        GetInt64(parameters, "k_start_pos", "parameter 'k_start_pos'"));
+                        Int64Value(given[kKStartPos], "parameter 'k_start_pos'"));
   ROPE_ASSIGN_OR_RETURN(std::optional<bool> causal,
-                        GetBool(parameters, "causal", "parameter 'causal'"));
+                        BoolValue(given[kCausal], "parameter 'causal'"));
   ROPE_ASSIGN_OR_RETURN(std::optional<bool> softmax,
-                        GetBool(parameters, "softmax", "parameter 'softmax'"));
+                        BoolValue(given[kSoftmax], "parameter 'softmax'"));
   ROPE_ASSIGN_OR_RETURN(std::optional<double> scale,
-                        GetDouble(parameters, "scale", "parameter 'scale'"));
+                        DoubleValue(given[kScale], "parameter 'scale'"));
   attention.set_q_start_pos(q_start_pos.value_or(0));
   attention.set_k_start_pos(k_start_pos.value_or(0));
   attention.set_causal(causal.value_or(false));
@@ -653,7 +719,8 @@ absl::StatusOr<InferPlan> PlanModelInfer(const Model& model, inference::ModelInf
   InferPlan plan;
   plan.model = &model;
   plan.id = request->id();
-  ROPE_RETURN_IF_ERROR(CheckParameterNames(model, request->parameters()));
+  ROPE_ASSIGN_OR_RETURN(const RequestParameters parameters,
+                        FindParameters(model, request->parameters()));
   const Names& names = NamesOf(model.operation);
 
   // Inputs, by slot (q, k, and positions or v): each named once, each with
@@ -745,10 +812,10 @@ absl::StatusOr<InferPlan> PlanModelInfer(const Model& model, inference::ModelInf
   };
 
   // The rope.v1 request.
-  ROPE_RETURN_IF_ERROR(OperationParametersInto(request->parameters(), &plan));
+  ROPE_RETURN_IF_ERROR(OperationParametersInto(parameters, &plan));
   v1::RopeConfig config;
   if (model.builtin) {
-    ROPE_ASSIGN_OR_RETURN(config, BuiltinConfig(request->parameters()));
+    ROPE_ASSIGN_OR_RETURN(config, BuiltinConfig(model, parameters));
   } else {
     config = model.config;
   }
@@ -774,7 +841,7 @@ absl::StatusOr<InferPlan> PlanModelInfer(const Model& model, inference::ModelInf
           FillPositions(inputs[2], max_elements, rotate.mutable_positions(), &plan.reads));
     }
   } else {
-    v1::AttentionScoresRequest& attention = plan.attention;
+    v1::AttentionScoresRequest& attention = *plan.attention;
     *attention.mutable_config() = std::move(config);
     for (int slot : {0, 1, 2}) {
       if (inputs[slot].tensor == nullptr) continue;
@@ -803,7 +870,7 @@ absl::StatusOr<InferPlan> PlanModelInfer(const Model& model, inference::ModelInf
 CallEstimate PlanEstimate(const InferPlan& plan) {
   CallEstimate estimate = plan.model->operation == ModelOperation::kRotate
                               ? EstimateRotate(plan.rotate)
-                              : EstimateAttentionScores(plan.attention);
+                              : EstimateAttentionScores(*plan.attention);
   for (const InferPlan::RegionRead& read : plan.reads) {
     const uint64_t size = read.ref.byte_size();
     const int64_t bytes =
@@ -837,7 +904,7 @@ absl::Status RunModelInfer(Engine& engine, const CallContext& call, InferPlan* p
     return absl::OkStatus();
   }
   v1::AttentionScoresResponse reply;
-  ROPE_RETURN_IF_ERROR(AnswerAttentionScores(engine, plan->attention, &reply, call));
+  ROPE_RETURN_IF_ERROR(AnswerAttentionScores(engine, *plan->attention, &reply, call));
   const absl::Time computed = absl::Now();
   const Names& names = NamesOf(ModelOperation::kAttention);
   for (int i = 0; i < plan->output_count; ++i) {

@@ -52,6 +52,7 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -70,8 +71,10 @@ namespace kserve {
 // A ModelInfer turned into its rope.v1 request.
 struct InferPlan {
   const Model* model = nullptr;
-  v1::RotateRequest rotate;              // rotate models
-  v1::AttentionScoresRequest attention;  // attention models
+  v1::RotateRequest rotate;  // rotate models
+  // Attention models (set by PlanModelInfer; a rotate model's plan makes,
+  // moves and frees no attention request).
+  std::optional<v1::AttentionScoresRequest> attention;
   // The response's outputs, in order, by slot: 0 q_out / scores, 1 k_out /
   // output; output_count of them.
   std::array<int, 2> outputs{};

@@ -74,6 +74,7 @@ Model Builtin(const char* name, ModelOperation operation) {
   model.name = name;
   model.operation = operation;
   model.builtin = true;
+  model.scaling_cache = std::make_shared<RopeScalingCache>();
   return model;
 }
 

@@ -32,6 +32,7 @@
 #define ROPE_SERVER_KSERVE_KSERVE_MODELS_H_
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -40,6 +41,7 @@
 #include "absl/strings/string_view.h"
 #include "core/engine/engine.h"
 #include "rope/v1/rope.pb.h"
+#include "server/kserve/kserve_scaling_cache.h"
 
 namespace rope {
 namespace kserve {
@@ -65,6 +67,9 @@ struct Model {
   // bits hf_config_json gives, and spares every call the JSON (and makes
   // small rotations eligible to run inline, as explicit rope.v1 ones are).
   v1::RopeConfig config;
+  // Built-in: the conversions of the rope_scaling parameters its requests
+  // sent (thread-safe; shared by the copies of the model). Null otherwise.
+  std::shared_ptr<RopeScalingCache> scaling_cache;
   // The layer type whose rope it is ("" : full attention), and the decoder
   // layer ropeserve.json's layer_index names, if any.
   std::string layer_type;

@@ -43,9 +43,8 @@ absl::string_view ParameterKind(const inference::InferParameter& parameter) {
   return "parameter with no value";
 }
 
-absl::StatusOr<std::optional<int64_t>> GetInt64(const ParameterMap& map, const std::string& name,
-                                                absl::string_view where) {
-  const inference::InferParameter* parameter = Lookup(map, name);
+absl::StatusOr<std::optional<int64_t>> Int64Value(const inference::InferParameter* parameter,
+                                                  absl::string_view where) {
   if (parameter == nullptr) return std::optional<int64_t>();
   if (parameter->has_int64_param()) return std::optional<int64_t>(parameter->int64_param());
   if (parameter->has_uint64_param()) {
@@ -58,18 +57,15 @@ absl::StatusOr<std::optional<int64_t>> GetInt64(const ParameterMap& map, const s
   return WrongKind(where, *parameter, "an int64 (int64_param)");
 }
 
-absl::StatusOr<std::optional<bool>> GetBool(const ParameterMap& map, const std::string& name,
-                                            absl::string_view where) {
-  const inference::InferParameter* parameter = Lookup(map, name);
+absl::StatusOr<std::optional<bool>> BoolValue(const inference::InferParameter* parameter,
+                                              absl::string_view where) {
   if (parameter == nullptr) return std::optional<bool>();
   if (parameter->has_bool_param()) return std::optional<bool>(parameter->bool_param());
   return WrongKind(where, *parameter, "a bool (bool_param)");
 }
 
-absl::StatusOr<std::optional<std::string>> GetString(const ParameterMap& map,
-                                                     const std::string& name,
-                                                     absl::string_view where) {
-  const inference::InferParameter* parameter = Lookup(map, name);
+absl::StatusOr<std::optional<std::string>> StringValue(const inference::InferParameter* parameter,
+                                                       absl::string_view where) {
   if (parameter == nullptr) return std::optional<std::string>();
   if (parameter->has_string_param()) {
     return std::optional<std::string>(parameter->string_param());
@@ -77,9 +73,8 @@ absl::StatusOr<std::optional<std::string>> GetString(const ParameterMap& map,
   return WrongKind(where, *parameter, "a string (string_param)");
 }
 
-absl::StatusOr<std::optional<double>> GetDouble(const ParameterMap& map, const std::string& name,
-                                                absl::string_view where) {
-  const inference::InferParameter* parameter = Lookup(map, name);
+absl::StatusOr<std::optional<double>> DoubleValue(const inference::InferParameter* parameter,
+                                                  absl::string_view where) {
   if (parameter == nullptr) return std::optional<double>();
   if (parameter->has_double_param()) return std::optional<double>(parameter->double_param());
   if (parameter->has_int64_param()) {
@@ -95,6 +90,27 @@ absl::StatusOr<std::optional<double>> GetDouble(const ParameterMap& map, const s
   }
   return WrongKind(where, *parameter,
                    "a number (double_param, int64_param, or a string_param such as \"500000\")");
+}
+
+absl::StatusOr<std::optional<int64_t>> GetInt64(const ParameterMap& map, const std::string& name,
+                                                absl::string_view where) {
+  return Int64Value(Lookup(map, name), where);
+}
+
+absl::StatusOr<std::optional<bool>> GetBool(const ParameterMap& map, const std::string& name,
+                                            absl::string_view where) {
+  return BoolValue(Lookup(map, name), where);
+}
+
+absl::StatusOr<std::optional<std::string>> GetString(const ParameterMap& map,
+                                                     const std::string& name,
+                                                     absl::string_view where) {
+  return StringValue(Lookup(map, name), where);
+}
+
+absl::StatusOr<std::optional<double>> GetDouble(const ParameterMap& map, const std::string& name,
+                                                absl::string_view where) {
+  return DoubleValue(Lookup(map, name), where);
 }
 
 }  // namespace kserve

@@ -37,6 +37,17 @@ absl::StatusOr<std::optional<std::string>> GetString(const ParameterMap& map,
 absl::StatusOr<std::optional<double>> GetDouble(const ParameterMap& map, const std::string& name,
                                                 absl::string_view where);
 
+// The same reads of one parameter already looked up: `parameter` null means
+// not given (nullopt).
+absl::StatusOr<std::optional<int64_t>> Int64Value(const inference::InferParameter* parameter,
+                                                  absl::string_view where);
+absl::StatusOr<std::optional<bool>> BoolValue(const inference::InferParameter* parameter,
+                                              absl::string_view where);
+absl::StatusOr<std::optional<std::string>> StringValue(const inference::InferParameter* parameter,
+                                                       absl::string_view where);
+absl::StatusOr<std::optional<double>> DoubleValue(const inference::InferParameter* parameter,
+                                                  absl::string_view where);
+
 // The value's type as the proto names it ("int64_param", ...; "no value").
 absl::string_view ParameterKind(const inference::InferParameter& parameter);
 
