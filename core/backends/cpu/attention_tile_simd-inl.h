@@ -161,6 +161,39 @@ HWY_INLINE float TreeSum16(const float* lanes) {
   return (t[0] + t[2]) + (t[1] + t[3]);
 }
 
+// TreeSum16 of the 16 lanes held in `parts` vectors of D16 (lane l of
+// vector u is lane u * N + l), in registers on the fixed-width targets: the
+// same additions in the same order, without a round trip through memory
+// and fifteen scalar adds per logit.
+template <class D>
+HWY_INLINE float TreeSumVectors(D d, const hn::Vec<D>* v) {
+  constexpr size_t kN = hn::MaxLanes(D());
+#if !HWY_HAVE_SCALABLE && HWY_TARGET != HWY_SCALAR
+  if constexpr (kN == 16 || kN == 8 || kN == 4) {
+    const hn::CappedTag<float, 4> d4;
+    // t[l] + t[l + 4] for l < 4, where t[l] = lanes[l] + lanes[l + 8].
+    auto quarter = hn::Zero(d4);
+    if constexpr (kN == 16) {
+      const hn::Half<D> d8;
+      const auto t = hn::Add(hn::LowerHalf(d8, v[0]), hn::UpperHalf(d8, v[0]));
+      quarter = hn::Add(hn::LowerHalf(d4, t), hn::UpperHalf(d4, t));
+    } else if constexpr (kN == 8) {
+      const auto t = hn::Add(v[0], v[1]);
+      quarter = hn::Add(hn::LowerHalf(d4, t), hn::UpperHalf(d4, t));
+    } else {
+      quarter = hn::Add(hn::Add(v[0], v[2]), hn::Add(v[1], v[3]));
+    }
+    // Lanes 0, 1: t0 + t2, t1 + t3; then lane 0: their sum.
+    const auto pairs = hn::Add(quarter, hn::Shuffle1032(quarter));
+    return hn::GetLane(hn::Add(pairs, hn::Shuffle2301(pairs)));
+  }
+#endif
+  HWY_ALIGN float lanes[kSumLanes];
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  for (int64_t u = 0; u * N < kSumLanes; ++u) hn::StoreU(v[u], d, lanes + u * N);
+  return TreeSum16(lanes);
+}
+
 // kR query rows against key row k: each row's d products in its 16 fixed
 // lanes (features l, l + 16, ... in lane l), the key's loads shared by the
 // rows; then each row's lanes by TreeSum16.
@@ -185,6 +218,10 @@ HWY_INLINE void LogitsBlock(const float* q, const float* k, int64_t d, float sca
           acc[r][u] = hn::Add(acc[r][u], hn::Mul(hn::LoadU(df, q + r * d + f + u * N), kv));
         }
       }
+    }
+    if (whole == d) {
+      for (int r = 0; r < kR; ++r) s[r * s_stride] = TreeSumVectors(df, acc[r]) * scale;
+      return;
     }
     for (int r = 0; r < kR; ++r) {
       for (int64_t u = 0; u < parts; ++u) hn::StoreU(acc[r][u], df, lanes[r] + u * N);
