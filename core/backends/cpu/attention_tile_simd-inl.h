@@ -1,8 +1,9 @@
 // The row kernels of the tiled attention pass (cpu_tiled_attention.cc) on
-// Highway vectors: row_max, exp_sum_row, softcap_row, alibi_row, add_row,
-// skinny_logits and skinny_values of cpu_kernels.h for one target. Included once per target by
-// cpu_kernels.cc, after softmax_simd-inl.h, whose ExpNonPositive and 16-lane
-// summation they share: every target gives the same bits.
+// Highway vectors: row_max, softcap_row, alibi_row, add_row,
+// skinny_logits and skinny_values of cpu_kernels.h for one target (exp_sum_row is
+// softmax_simd-inl.h's ExpSumRow). Included once per target by cpu_kernels.cc,
+// after softmax_simd-inl.h, whose ExpNonPositive and 16-lane summation they
+// share: every target gives the same bits.
 
 #if defined(ROPE_BACKENDS_CPU_ATTENTION_TILE_SIMD_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef ROPE_BACKENDS_CPU_ATTENTION_TILE_SIMD_INL_H_
@@ -40,47 +41,6 @@ float RowMax(const float* row, int64_t n) {
   }
   for (; j < n; ++j) max_v = row[j] > max_v ? row[j] : max_v;
   return max_v;
-}
-
-// row[j] = exp(row[j] - shift) for j < n, and the sum of the results,
-// added in 16 fixed lanes as ExpRow does (so every target gives the same
-// bits). -inf entries become 0; shift must be finite, and row[j] - shift
-// <= 0 up to rounding (a larger argument gives 1).
-float ExpSumRow(float* row, int64_t n, float shift) {
-  const D16 d;
-  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
-  const int64_t parts = kSumLanes / N;  // 1, 2 or 4 (16 on HWY_SCALAR)
-  HWY_ALIGN float lanes[kSumLanes];
-  const auto shift_vec = hn::Set(d, shift);
-  int64_t j = 0;
-  if (parts <= 4) {
-    auto s0 = hn::Zero(d), s1 = s0, s2 = s0, s3 = s0;
-    for (; j + kSumLanes <= n; j += kSumLanes) {
-      s0 = hn::Add(s0, ExpStore(d, row + j, shift_vec, row + j));
-      if (parts > 1) s1 = hn::Add(s1, ExpStore(d, row + j + N, shift_vec, row + j + N));
-      if (parts > 2) {
-        s2 = hn::Add(s2, ExpStore(d, row + j + 2 * N, shift_vec, row + j + 2 * N));
-        s3 = hn::Add(s3, ExpStore(d, row + j + 3 * N, shift_vec, row + j + 3 * N));
-      }
-    }
-    hn::StoreU(s0, d, lanes);
-    if (parts > 1) hn::StoreU(s1, d, lanes + N);
-    if (parts > 2) {
-      hn::StoreU(s2, d, lanes + 2 * N);
-      hn::StoreU(s3, d, lanes + 3 * N);
-    }
-  } else {
-    for (int64_t l = 0; l < kSumLanes; ++l) lanes[l] = 0.0f;
-  }
-  const hn::CappedTag<float, 1> d1;
-  for (; j < n; ++j) {
-    const float e = hn::GetLane(ExpNonPositive(d1, hn::Set(d1, row[j] - shift)));
-    row[j] = e;
-    lanes[j % kSumLanes] += e;
-  }
-  float sum = 0.0f;
-  for (int64_t l = 0; l < kSumLanes; ++l) sum += lanes[l];
-  return sum;
 }
 
 // tanh(x), with Cephes tanhf's split: an odd polynomial for |x| < 0.625,
@@ -167,8 +127,8 @@ HWY_INLINE float TreeSum16(const float* lanes) {
 // and fifteen scalar adds per logit.
 template <class D>
 HWY_INLINE float TreeSumVectors(D d, const hn::Vec<D>* v) {
-  constexpr size_t kN = hn::MaxLanes(D());
 #if !HWY_HAVE_SCALABLE && HWY_TARGET != HWY_SCALAR
+  constexpr size_t kN = hn::MaxLanes(D());
   if constexpr (kN == 16 || kN == 8 || kN == 4) {
     const hn::CappedTag<float, 4> d4;
     // t[l] + t[l + 4] for l < 4, where t[l] = lanes[l] + lanes[l + 8].
