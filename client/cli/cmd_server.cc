@@ -27,8 +27,14 @@ absl::Status RunInfo(const FlagSet& flags, std::ostream& out) {
       << "  threads:  " << info->threads() << "\n";
   if (!info->cpu_simd().empty()) out << "  cpu simd: " << info->cpu_simd() << "\n";
   out << "  dtypes:   " << absl::StrJoin(info->supported_dtypes(), ", ") << "\n"
-      << "  scalings: " << absl::StrJoin(info->supported_scalings(), ", ") << "\n"
-      << "  limits:   max_message_bytes=" << limits.max_message_bytes()
+      << "  scalings: " << absl::StrJoin(info->supported_scalings(), ", ") << "\n";
+  if (info->supported_attention_results_size() > 0) {
+    out << "  attention: results " << absl::StrJoin(info->supported_attention_results(), ", ")
+        << "; masks " << absl::StrJoin(info->supported_attention_masks(), ", ")
+        << "; transforms " << absl::StrJoin(info->supported_attention_transforms(), ", ")
+        << "\n";
+  }
+  out << "  limits:   max_message_bytes=" << limits.max_message_bytes()
       << " max_len_cap=" << limits.max_len_cap()
       << " max_elements_per_request=" << limits.max_elements_per_request()
       << " max_concurrent_calls=" << limits.max_concurrent_calls()

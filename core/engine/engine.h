@@ -90,6 +90,12 @@ enum class AttentionResult : int {
   kScoreRows = 6,  // [B,Hq,count,Sk]: rows of what kScores would hold
 };
 absl::string_view AttentionResultName(AttentionResult result);
+// The mask rules (causal, window_left, window_right, chunk_size) and the
+// logit transforms (softcap, alibi_slopes, sinks) AttentionScores applies,
+// by their AttentionParams (and request) field names, in the order
+// ResolveAttention reads them.
+const std::vector<std::string>& AttentionMaskRules();
+const std::vector<std::string>& AttentionLogitTransforms();
 
 // AttentionScores: logits, masks and transforms as backend.h's AttentionArgs
 // documents; everything in positions (explicit or start-based).

@@ -527,6 +527,20 @@ std::string Product(const std::vector<int64_t>& shape) {
 
 }  // namespace
 
+const std::vector<std::string>& AttentionMaskRules() {
+  // Each one a member of math::AttentionMask that ResolveAttention sets.
+  static const std::vector<std::string>* const rules =
+      new std::vector<std::string>{"causal", "window_left", "window_right", "chunk_size"};
+  return *rules;
+}
+
+const std::vector<std::string>& AttentionLogitTransforms() {
+  // Each one a member of AttentionArgs that ResolveAttention sets.
+  static const std::vector<std::string>* const transforms =
+      new std::vector<std::string>{"softcap", "alibi_slopes", "sinks"};
+  return *transforms;
+}
+
 absl::string_view AttentionResultName(AttentionResult result) {
   switch (result) {
     case AttentionResult::kScores: return "SCORES";

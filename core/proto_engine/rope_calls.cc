@@ -71,6 +71,7 @@ const AttentionInput kAttentionInputs[] = {
 // reference. Every result is of 4-byte elements (float32; top_k_indices
 // int32).
 struct AttentionResultEntry {
+  v1::AttentionResult result;  // what `results` lists to ask for it
   const char* name;      // "scores"
   const char* out_name;  // "scores_out"
   v1::DType dtype;       // of the reply tensor
@@ -185,30 +186,46 @@ const char* UnmadeScoreRows(const AttentionScoresRequest&) {
 }
 
 const AttentionResultEntry kAttentionResults[] = {
-    {"scores", "scores_out", v1::FLOAT32, &MadeScores, &UnmadeScores, &EstimatedScoresBytes,
+    {v1::SCORES, "scores", "scores_out", v1::FLOAT32, &MadeScores, &UnmadeScores, &EstimatedScoresBytes,
      &AttentionScoresRequest::has_scores_out, &AttentionScoresRequest::scores_out,
      &AttentionScoresResponse::mutable_scores, &AttentionOutputs::scores},
-    {"output", "output_out", v1::FLOAT32, &MadeOutput, &UnmadeOutput, &EstimatedOutputBytes,
+    {v1::OUTPUT, "output", "output_out", v1::FLOAT32, &MadeOutput, &UnmadeOutput, &EstimatedOutputBytes,
      &AttentionScoresRequest::has_output_out, &AttentionScoresRequest::output_out,
      &AttentionScoresResponse::mutable_output, &AttentionOutputs::output},
-    {"lse", "lse_out", v1::FLOAT32, &MadeLse, &UnmadeLse, &EstimatedLseBytes,
+    {v1::LSE, "lse", "lse_out", v1::FLOAT32, &MadeLse, &UnmadeLse, &EstimatedLseBytes,
      &AttentionScoresRequest::has_lse_out, &AttentionScoresRequest::lse_out,
      &AttentionScoresResponse::mutable_lse, &AttentionOutputs::lse},
-    {"top_k_indices", "top_k_indices_out", v1::INT32, &MadeTopK, &UnmadeTopK, &EstimatedTopKBytes,
+    {v1::TOP_K, "top_k_indices", "top_k_indices_out", v1::INT32, &MadeTopK, &UnmadeTopK, &EstimatedTopKBytes,
      &AttentionScoresRequest::has_top_k_indices_out, &AttentionScoresRequest::top_k_indices_out,
      &AttentionScoresResponse::mutable_top_k_indices, &AttentionOutputs::top_k_indices},
-    {"top_k_probs", "top_k_probs_out", v1::FLOAT32, &MadeTopK, &UnmadeTopK, &EstimatedTopKBytes,
+    {v1::TOP_K, "top_k_probs", "top_k_probs_out", v1::FLOAT32, &MadeTopK, &UnmadeTopK, &EstimatedTopKBytes,
      &AttentionScoresRequest::has_top_k_probs_out, &AttentionScoresRequest::top_k_probs_out,
      &AttentionScoresResponse::mutable_top_k_probs, &AttentionOutputs::top_k_probs},
-    {"key_mass", "key_mass_out", v1::FLOAT32, &MadeKeyMass, &UnmadeKeyMass,
+    {v1::KEY_MASS, "key_mass", "key_mass_out", v1::FLOAT32, &MadeKeyMass, &UnmadeKeyMass,
      &EstimatedKeyMassBytes, &AttentionScoresRequest::has_key_mass_out,
      &AttentionScoresRequest::key_mass_out, &AttentionScoresResponse::mutable_key_mass,
      &AttentionOutputs::key_mass},
-    {"score_rows", "score_rows_out", v1::FLOAT32, &MadeScoreRows, &UnmadeScoreRows,
+    {v1::SCORE_ROWS, "score_rows", "score_rows_out", v1::FLOAT32, &MadeScoreRows, &UnmadeScoreRows,
      &EstimatedScoreRowsBytes, &AttentionScoresRequest::has_score_rows_out,
      &AttentionScoresRequest::score_rows_out, &AttentionScoresResponse::mutable_score_rows,
      &AttentionOutputs::score_rows},
 };
+
+}  // namespace
+
+std::vector<std::string> SupportedAttentionResultNames() {
+  std::vector<int> numbers;
+  for (const AttentionResultEntry& r : kAttentionResults) numbers.push_back(r.result);
+  std::sort(numbers.begin(), numbers.end());
+  numbers.erase(std::unique(numbers.begin(), numbers.end()), numbers.end());
+  std::vector<std::string> names;
+  for (int number : numbers) {
+    names.push_back(v1::AttentionResult_Name(static_cast<v1::AttentionResult>(number)));
+  }
+  return names;
+}
+
+namespace {
 
 // The bytes of the results a reply carries (those not written to a
 // reference), saturating.

@@ -20,6 +20,8 @@
 #define ROPE_PROTO_ENGINE_ROPE_CALLS_H_
 
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "core/engine/engine.h"
@@ -73,6 +75,11 @@ inline constexpr uint32_t kInlineMaxLen = 32768;
 absl::Status AnswerRotate(Engine& engine, v1::RotateRequest* request, v1::RotateResponse* reply,
                           const CallContext& call = {});
 CallEstimate EstimateRotate(const v1::RotateRequest& request);
+
+// The AttentionResult names AttentionScores answers, from its own table of
+// results (one or two reply tensors each), in wire-number order: what
+// GetServerInfo advertises.
+std::vector<std::string> SupportedAttentionResultNames();
 
 // AttentionScores: the results `results` asks for (empty: scores, and
 // output when v is present), written straight into `reply`'s bytes, or into

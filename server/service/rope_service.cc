@@ -119,6 +119,13 @@ void RopeServiceImpl::FillServerInfo(v1::ServerInfo* info) const {
                       DType::kFloat8E5M2}) {
     info->add_supported_output_dtypes(v1::DType_Name(DTypeToProto(dtype)));
   }
+  for (const std::string& name : SupportedAttentionResultNames()) {
+    info->add_supported_attention_results(name);
+  }
+  for (const std::string& name : AttentionMaskRules()) info->add_supported_attention_masks(name);
+  for (const std::string& name : AttentionLogitTransforms()) {
+    info->add_supported_attention_transforms(name);
+  }
 }
 
 bool AnswersInline(const ServiceOptions& options, const Engine& engine,

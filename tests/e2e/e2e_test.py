@@ -302,6 +302,9 @@ class Driver:
             self.close(name + " sin", np.load(self.path(name + "_sin.npy")), attn * np.sin(angle), 3e-7)
         r = self.ropectl_run("info")
         check("llama3" in r.stdout and "longrope" in r.stdout, "info lists scalings: %s" % r.stdout)
+        check("attention: results SCORES, OUTPUT, LSE, TOP_K, KEY_MASS, SCORE_ROWS; masks causal, "
+              "window_left, window_right, chunk_size; transforms softcap, alibi_slopes, sinks"
+              in r.stdout, "info lists attention: %s" % r.stdout)
         r = self.ropectl_run("rotate", "--random_q_shape=1,2,2,8", "--rope-scaling=linear",
                              "--factor=2", "--beta_fast=3", expect=2)
         check("--beta_fast does not apply to --rope_scaling=linear" in r.stderr,

@@ -84,3 +84,19 @@ def test_bad_window_is_invalid_argument_naming_it(client):
     q = np.zeros((1, 1, 1, 16), np.float32)
     with pytest.raises(ropeserve.InvalidArgument, match="window_left is -2"):
         client.attention_scores(q, q, config=CONFIG, results=["lse"], window_left=-2)
+
+
+def test_info_advertises_what_attention_scores_takes(client):
+    info = client.info()
+    assert list(info.supported_attention_results) == ["SCORES", "OUTPUT", "LSE", "TOP_K", "KEY_MASS",
+                                                      "SCORE_ROWS"]
+    assert list(info.supported_attention_masks) == ["causal", "window_left", "window_right", "chunk_size"]
+    assert list(info.supported_attention_transforms) == ["softcap", "alibi_slopes", "sinks"]
+    # Each advertised result is one the client can ask for by name.
+    q = RNG.standard_normal((1, 3, 2, 16)).astype(np.float32)
+    k = RNG.standard_normal((1, 4, 1, 16)).astype(np.float32)
+    v = RNG.standard_normal((1, 4, 1, 8)).astype(np.float32)
+    for name in info.supported_attention_results:
+        got = client.attention_scores(q, k, v, config=CONFIG, results=[name.lower()], top_k=2,
+                                      score_rows_start=0, score_rows_count=1)
+        assert len(got) >= 1, name

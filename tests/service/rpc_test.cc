@@ -481,6 +481,32 @@ TEST_F(ServiceTest, GetServerInfoReportsVersionBackendLimitsAndCache) {
                                      info.supported_output_dtypes().end()),
             (std::vector<std::string>{"FLOAT32", "FLOAT16", "BFLOAT16", "FLOAT8_E4M3FN",
                                       "FLOAT8_E5M2"}));
+  // Every AttentionResult the wire defines but UNSPECIFIED (which is
+  // refused), and the request's mask and transform fields by name.
+  std::vector<std::string> wire_results;
+  const google::protobuf::EnumDescriptor* results = v1::AttentionResult_descriptor();
+  for (int i = 0; i < results->value_count(); ++i) {
+    if (results->value(i)->number() != 0) wire_results.push_back(results->value(i)->name());
+  }
+  EXPECT_EQ(std::vector<std::string>(info.supported_attention_results().begin(),
+                                     info.supported_attention_results().end()),
+            wire_results);
+  EXPECT_EQ(wire_results, (std::vector<std::string>{"SCORES", "OUTPUT", "LSE", "TOP_K",
+                                                    "KEY_MASS", "SCORE_ROWS"}));
+  EXPECT_EQ(std::vector<std::string>(info.supported_attention_masks().begin(),
+                                     info.supported_attention_masks().end()),
+            (std::vector<std::string>{"causal", "window_left", "window_right", "chunk_size"}));
+  EXPECT_EQ(std::vector<std::string>(info.supported_attention_transforms().begin(),
+                                     info.supported_attention_transforms().end()),
+            (std::vector<std::string>{"softcap", "alibi_slopes", "sinks"}));
+  // Each advertised name is a field of AttentionScoresRequest.
+  const google::protobuf::Descriptor* request = v1::AttentionScoresRequest::descriptor();
+  for (const std::string& name : info.supported_attention_masks()) {
+    EXPECT_NE(request->FindFieldByName(name), nullptr) << name;
+  }
+  for (const std::string& name : info.supported_attention_transforms()) {
+    EXPECT_NE(request->FindFieldByName(name), nullptr) << name;
+  }
 }
 
 // ---- Echo (bench only) -------------------------------------------------------------------

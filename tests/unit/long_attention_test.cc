@@ -592,6 +592,29 @@ std::vector<Case> Grid() {
     cases.push_back(c);
   }
 
+  // Decode in bfloat16 with D = 128 (the skinny tiles' values widened in
+  // registers, logits summed in registers), over a key count that is not a
+  // multiple of the tile, with every logit transform and a chunked mask.
+  for (bool batch2 : {false, true}) {
+    Case c;
+    c.dtype = DType::kBFloat16;
+    c.batch = batch2 ? 2 : 1;
+    c.sq = 1;
+    c.sk = 2085;
+    c.hq = 16;
+    c.hkv = 4;
+    c.d = 128;
+    c.dv = 128;
+    c.causal = true;
+    c.softcap = 30;
+    c.alibi = !batch2;
+    c.sinks = batch2;
+    c.chunk_size = batch2 ? 1000 : 0;
+    c.results = {AttentionResult::kOutput, AttentionResult::kLse};
+    c.name = batch2 ? "DecodeBf16_D128_Batch2_Chunks_Sinks" : "DecodeBf16_D128_Softcap_Alibi";
+    cases.push_back(c);
+  }
+
   // Storage types and head widths.
   for (DType dtype : {DType::kFloat16, DType::kBFloat16}) {
     Case c;

@@ -1,8 +1,9 @@
 // The row kernels of the tiled attention pass (cpu_tiled_attention.cc) on
-// Highway vectors: row_max, exp_sum_row, softcap_row, alibi_row, add_row,
-// skinny_logits and skinny_values of cpu_kernels.h for one target. Included once per target by
-// cpu_kernels.cc, after softmax_simd-inl.h, whose ExpNonPositive and 16-lane
-// summation they share: every target gives the same bits.
+// Highway vectors: row_max, softcap_row, alibi_row, add_row,
+// skinny_logits and skinny_values of cpu_kernels.h for one target (exp_sum_row is
+// softmax_simd-inl.h's ExpSumRow). Included once per target by cpu_kernels.cc,
+// after softmax_simd-inl.h, whose ExpNonPositive and 16-lane summation they
+// share: every target gives the same bits.
 
 #if defined(ROPE_BACKENDS_CPU_ATTENTION_TILE_SIMD_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef ROPE_BACKENDS_CPU_ATTENTION_TILE_SIMD_INL_H_
@@ -40,47 +41,6 @@ float RowMax(const float* row, int64_t n) {
   }
   for (; j < n; ++j) max_v = row[j] > max_v ? row[j] : max_v;
   return max_v;
-}
-
-// row[j] = exp(row[j] - shift) for j < n, and the sum of the results,
-// added in 16 fixed lanes as ExpRow does (so every target gives the same
-// bits). -inf entries become 0; shift must be finite, and row[j] - shift
-// <= 0 up to rounding (a larger argument gives 1).
-float ExpSumRow(float* row, int64_t n, float shift) {
-  const D16 d;
-  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
-  const int64_t parts = kSumLanes / N;  // 1, 2 or 4 (16 on HWY_SCALAR)
-  HWY_ALIGN float lanes[kSumLanes];
-  const auto shift_vec = hn::Set(d, shift);
-  int64_t j = 0;
-  if (parts <= 4) {
-    auto s0 = hn::Zero(d), s1 = s0, s2 = s0, s3 = s0;
-    for (; j + kSumLanes <= n; j += kSumLanes) {
-      s0 = hn::Add(s0, ExpStore(d, row + j, shift_vec, row + j));
-      if (parts > 1) s1 = hn::Add(s1, ExpStore(d, row + j + N, shift_vec, row + j + N));
-      if (parts > 2) {
-        s2 = hn::Add(s2, ExpStore(d, row + j + 2 * N, shift_vec, row + j + 2 * N));
-        s3 = hn::Add(s3, ExpStore(d, row + j + 3 * N, shift_vec, row + j + 3 * N));
-      }
-    }
-    hn::StoreU(s0, d, lanes);
-    if (parts > 1) hn::StoreU(s1, d, lanes + N);
-    if (parts > 2) {
-      hn::StoreU(s2, d, lanes + 2 * N);
-      hn::StoreU(s3, d, lanes + 3 * N);
-    }
-  } else {
-    for (int64_t l = 0; l < kSumLanes; ++l) lanes[l] = 0.0f;
-  }
-  const hn::CappedTag<float, 1> d1;
-  for (; j < n; ++j) {
-    const float e = hn::GetLane(ExpNonPositive(d1, hn::Set(d1, row[j] - shift)));
-    row[j] = e;
-    lanes[j % kSumLanes] += e;
-  }
-  float sum = 0.0f;
-  for (int64_t l = 0; l < kSumLanes; ++l) sum += lanes[l];
-  return sum;
 }
 
 // tanh(x), with Cephes tanhf's split: an odd polynomial for |x| < 0.625,
@@ -161,6 +121,39 @@ HWY_INLINE float TreeSum16(const float* lanes) {
   return (t[0] + t[2]) + (t[1] + t[3]);
 }
 
+// TreeSum16 of the 16 lanes held in `parts` vectors of D16 (lane l of
+// vector u is lane u * N + l), in registers on the fixed-width targets: the
+// same additions in the same order, without a round trip through memory
+// and fifteen scalar adds per logit.
+template <class D>
+HWY_INLINE float TreeSumVectors(D d, const hn::Vec<D>* v) {
+#if !HWY_HAVE_SCALABLE && HWY_TARGET != HWY_SCALAR
+  constexpr size_t kN = hn::MaxLanes(D());
+  if constexpr (kN == 16 || kN == 8 || kN == 4) {
+    const hn::CappedTag<float, 4> d4;
+    // t[l] + t[l + 4] for l < 4, where t[l] = lanes[l] + lanes[l + 8].
+    auto quarter = hn::Zero(d4);
+    if constexpr (kN == 16) {
+      const hn::Half<D> d8;
+      const auto t = hn::Add(hn::LowerHalf(d8, v[0]), hn::UpperHalf(d8, v[0]));
+      quarter = hn::Add(hn::LowerHalf(d4, t), hn::UpperHalf(d4, t));
+    } else if constexpr (kN == 8) {
+      const auto t = hn::Add(v[0], v[1]);
+      quarter = hn::Add(hn::LowerHalf(d4, t), hn::UpperHalf(d4, t));
+    } else {
+      quarter = hn::Add(hn::Add(v[0], v[2]), hn::Add(v[1], v[3]));
+    }
+    // Lanes 0, 1: t0 + t2, t1 + t3; then lane 0: their sum.
+    const auto pairs = hn::Add(quarter, hn::Shuffle1032(quarter));
+    return hn::GetLane(hn::Add(pairs, hn::Shuffle2301(pairs)));
+  }
+#endif
+  HWY_ALIGN float lanes[kSumLanes];
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  for (int64_t u = 0; u * N < kSumLanes; ++u) hn::StoreU(v[u], d, lanes + u * N);
+  return TreeSum16(lanes);
+}
+
 // kR query rows against key row k: each row's d products in its 16 fixed
 // lanes (features l, l + 16, ... in lane l), the key's loads shared by the
 // rows; then each row's lanes by TreeSum16.
@@ -185,6 +178,10 @@ HWY_INLINE void LogitsBlock(const float* q, const float* k, int64_t d, float sca
           acc[r][u] = hn::Add(acc[r][u], hn::Mul(hn::LoadU(df, q + r * d + f + u * N), kv));
         }
       }
+    }
+    if (whole == d) {
+      for (int r = 0; r < kR; ++r) s[r * s_stride] = TreeSumVectors(df, acc[r]) * scale;
+      return;
     }
     for (int r = 0; r < kR; ++r) {
       for (int64_t u = 0; u < parts; ++u) hn::StoreU(acc[r][u], df, lanes[r] + u * N);

@@ -84,14 +84,54 @@ HWY_INLINE hn::Vec<D16> ExpStore(D16 d, const float* in, hn::Vec<D16> max_vec, f
   return e;
 }
 
-float ExpRow(float* row, int64_t visible) {
-  if (visible == 0) return 0.0f;
-  const float* in = row;
-  float* out = row;
+// row[j] = exp(row[j] - shift) for j < n, and the sum of the results in 16
+// fixed lanes (lane l adds elements l, l + 16, ...; the lanes then in
+// order), so that every target gives the same bits. -inf entries become 0;
+// row[j] - shift <= 0 up to rounding (a larger argument gives 1). The one
+// exponential loop of the softmax (ExpRow) and of the tiled attention pass.
+float ExpSumRow(float* row, int64_t n, float shift) {
   const D16 d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
   const int64_t parts = kSumLanes / N;  // 1, 2 or 4 (16 on HWY_SCALAR)
   HWY_ALIGN float lanes[kSumLanes];
+  const auto shift_vec = hn::Set(d, shift);
+  int64_t j = 0;
+  if (parts <= 4) {
+    auto s0 = hn::Zero(d), s1 = s0, s2 = s0, s3 = s0;
+    for (; j + kSumLanes <= n; j += kSumLanes) {
+      s0 = hn::Add(s0, ExpStore(d, row + j, shift_vec, row + j));
+      if (parts > 1) s1 = hn::Add(s1, ExpStore(d, row + j + N, shift_vec, row + j + N));
+      if (parts > 2) {
+        s2 = hn::Add(s2, ExpStore(d, row + j + 2 * N, shift_vec, row + j + 2 * N));
+        s3 = hn::Add(s3, ExpStore(d, row + j + 3 * N, shift_vec, row + j + 3 * N));
+      }
+    }
+    hn::StoreU(s0, d, lanes);
+    if (parts > 1) hn::StoreU(s1, d, lanes + N);
+    if (parts > 2) {
+      hn::StoreU(s2, d, lanes + 2 * N);
+      hn::StoreU(s3, d, lanes + 3 * N);
+    }
+  } else {
+    for (int64_t l = 0; l < kSumLanes; ++l) lanes[l] = 0.0f;
+  }
+  const hn::CappedTag<float, 1> d1;
+  for (; j < n; ++j) {
+    const float e = hn::GetLane(ExpNonPositive(d1, hn::Set(d1, row[j] - shift)));
+    row[j] = e;
+    lanes[j % kSumLanes] += e;
+  }
+  float sum = 0.0f;
+  for (int64_t l = 0; l < kSumLanes; ++l) sum += lanes[l];
+  return sum;
+}
+
+float ExpRow(float* row, int64_t visible) {
+  if (visible == 0) return 0.0f;
+  const float* in = row;
+  const D16 d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  const int64_t parts = kSumLanes / N;  // 1, 2 or 4 (16 on HWY_SCALAR)
 
   // Maximum (order does not matter for it).
   const float kNegInf = -std::numeric_limits<float>::infinity();
@@ -110,40 +150,7 @@ float ExpRow(float* row, int64_t visible) {
     max_v = hn::GetLane(hn::MaxOfLanes(d, hn::Max(hn::Max(m0, m1), hn::Max(m2, m3))));
   }
   for (; j < visible; ++j) max_v = in[j] > max_v ? in[j] : max_v;
-
-  // exp(x - max) into out, summed in 16 lanes.
-  const auto max_vec = hn::Set(d, max_v);
-  j = 0;
-  if (parts <= 4) {
-    auto s0 = hn::Zero(d), s1 = s0, s2 = s0, s3 = s0;
-    for (; j + kSumLanes <= visible; j += kSumLanes) {
-      s0 = hn::Add(s0, ExpStore(d, in + j, max_vec, out + j));
-      if (parts > 1) s1 = hn::Add(s1, ExpStore(d, in + j + N, max_vec, out + j + N));
-      if (parts > 2) {
-        s2 = hn::Add(s2, ExpStore(d, in + j + 2 * N, max_vec, out + j + 2 * N));
-        s3 = hn::Add(s3, ExpStore(d, in + j + 3 * N, max_vec, out + j + 3 * N));
-      }
-    }
-    hn::StoreU(s0, d, lanes);
-    if (parts > 1) hn::StoreU(s1, d, lanes + N);
-    if (parts > 2) {
-      hn::StoreU(s2, d, lanes + 2 * N);
-      hn::StoreU(s3, d, lanes + 3 * N);
-    }
-  } else {
-    for (int64_t l = 0; l < kSumLanes; ++l) lanes[l] = 0.0f;
-  }
-  // The rest (everything on one-lane HWY_SCALAR), into the same lanes.
-  const hn::CappedTag<float, 1> d1;
-  for (; j < visible; ++j) {
-    const float e = hn::GetLane(ExpNonPositive(d1, hn::Set(d1, in[j] - max_v)));
-    out[j] = e;
-    lanes[j % kSumLanes] += e;
-  }
-  float sum = 0.0f;
-  for (int64_t l = 0; l < kSumLanes; ++l) sum += lanes[l];
-
-  return 1.0f / sum;
+  return 1.0f / ExpSumRow(row, visible, max_v);
 }
 
 void ScaleRow(float* row, int64_t n, float scale) {
