@@ -22,7 +22,7 @@ absl::Status CallAdmission::Enter(int64_t request_bytes) {
 void CallAdmission::Charge(int64_t more_bytes, absl::Time deadline,
                            absl::AnyInvocable<void(absl::Status) &&> then) {
   const int64_t held_bytes = request_bytes_;
-  parts_.budget->Reserve(RpcName(rpc_), held_bytes, more_bytes, deadline,
+  parts_.budget->Reserve(RpcName(rpc_), client_, held_bytes, more_bytes, deadline,
                          [this, charged = held_bytes + more_bytes,
                           then = std::move(then)](absl::Status granted) mutable {
                            if (granted.ok()) bytes_charged_ = charged;
@@ -53,7 +53,7 @@ void CallAdmission::LeaveGate() {
 
 void CallAdmission::ReleaseBytes() {
   if (bytes_charged_ == 0) return;
-  parts_.budget->Release(bytes_charged_);
+  parts_.budget->Release(client_, bytes_charged_);
   bytes_charged_ = 0;
 }
 

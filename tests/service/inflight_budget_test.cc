@@ -69,6 +69,8 @@ class InflightBudgetTest : public ServiceTest {
     budget_ = CallBytes() * 8 / 5;
     options.max_inflight_bytes = 2 * budget_;
     options.max_inflight_wait = MaxWait();
+    // The budget alone: every call here comes from one client.
+    options.max_inflight_bytes_per_client = 0;
     StartServer(options);
   }
   // Waits (bounded) until `count` calls wait for room.
@@ -198,6 +200,7 @@ TEST_F(InflightBudgetTest, GetServerInfoReportsTheBudgetAndWhatIsInFlight) {
   ASSERT_TRUE(GrpcStatusIs(stub_->GetServerInfo(&context, v1::GetServerInfoRequest(), &info),
                            grpc::StatusCode::OK, ""));
   EXPECT_EQ(info.limits().max_inflight_bytes(), 2 * budget_);
+  EXPECT_EQ(info.limits().max_inflight_bytes_per_client(), 0);  // turned off here
   EXPECT_EQ(info.inflight_bytes().budget_bytes(), budget_);
   EXPECT_EQ(info.inflight_bytes().bytes(), CallBytes());
   EXPECT_EQ(info.inflight_bytes().waiters(), 0);
@@ -222,12 +225,48 @@ TEST_F(InflightWaitLimitTest, AWaiterIsRefusedAtTheWaitLimitNamingTheBudget) {
   EXPECT_EQ(server_->byte_budget().refusals(), 1);
 }
 
+// One client's share (--max_inflight_bytes_per_client, here the default:
+// half of the admitted calls' budget, less than one call): a client's one
+// call may use the budget while it has nothing else in flight; its second
+// call waits for its share even though the budget itself would have room
+// for its request, and is refused at the wait limit naming the share.
+class InflightShareTest : public InflightBudgetTest {
+ protected:
+  void SetUp() override {
+    ServerOptions options = DefaultOptions();
+    budget_ = CallBytes() * 5 / 2;  // two calls fit the budget
+    options.max_inflight_bytes = 2 * budget_;
+    options.max_inflight_wait = absl::Milliseconds(200);
+    StartServer(options);
+  }
+};
+
+TEST_F(InflightShareTest, AClientsSecondCallWaitsForItsShareNotTheBudget) {
+  backend_->Hold();
+  PendingRotate first;
+  first.Start(stub_.get(), Request(1));
+  ASSERT_TRUE(backend_->WaitForHeld(1, absl::Seconds(20)));
+  EXPECT_EQ(server_->byte_budget().per_client_bytes(), budget_ / 2);
+  EXPECT_TRUE(GrpcStatusIs(Rotate(Request(2)), grpc::StatusCode::RESOURCE_EXHAUSTED,
+                           "for room in its client's share: client peer:ipv4:127.0.0.1 has " +
+                               std::to_string(CallBytes()) +
+                               " bytes in flight beside it: its share is "
+                               "max_inflight_bytes_per_client " +
+                               std::to_string(budget_ / 2)));
+  backend_->Release();
+  EXPECT_TRUE(first.FinishedWith(grpc::StatusCode::OK, ""));
+  // Alone again, the client's calls run.
+  EXPECT_TRUE(WaitForNoBytesInFlight());
+  EXPECT_TRUE(GrpcStatusIs(Rotate(Request(3)), grpc::StatusCode::OK, ""));
+}
+
 class InflightMetricsTest : public InflightBudgetTest {
  protected:
   void SetUp() override {
     ServerOptions options = DefaultOptions();
     budget_ = CallBytes() * 8 / 5;
     options.max_inflight_bytes = 2 * budget_;
+    options.max_inflight_bytes_per_client = 0;
     options.metrics_address = "127.0.0.1:0";
     StartServer(options);
   }
