@@ -23,8 +23,10 @@ absl::Status StreamHold::Open(const grpc::ServerContextBase& context) {
   client_ = CallerIdentity(context, limits_->tokens_verified_, IdentityUse::kShare);
   absl::Status opened = limits_->open_.TryAcquire(client_);
   if (!opened.ok()) {
-    return absl::ResourceExhaustedError(
+    absl::Status refused = absl::ResourceExhaustedError(
         absl::StrCat(rpc_, " refused at open: ", opened.message()));
+    limits_->log_.Note("RESOURCE_EXHAUSTED (max_streams_per_client)", refused.message());
+    return refused;
   }
   counted_ = true;
   return absl::OkStatus();
@@ -35,11 +37,11 @@ void StreamHold::StartIdle(absl::AnyInvocable<void(grpc::Status) &&> finish) {
   const absl::Duration timeout = limits_->idle_timeout();
   ticket_ = limits_->idle_.Arm([this, timeout, finish = std::move(finish)]() mutable {
     idled_out_.store(true);
-    std::move(finish)(grpc::Status(
-        grpc::StatusCode::UNAVAILABLE,
+    const std::string message =
         absl::StrCat(rpc_, ": no message for ", absl::FormatDuration(timeout),
                      " (stream_idle_timeout ", absl::FormatDuration(timeout),
-                     "): the server finished the idle stream; open a new one to send more")));
+                     "): the server finished the idle stream; open a new one to send more");
+    std::move(finish)(grpc::Status(grpc::StatusCode::UNAVAILABLE, message));
   });
 }
 

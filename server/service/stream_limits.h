@@ -23,6 +23,9 @@
 // cancellation, and RESOURCE_EXHAUSTED asks the client to back off though
 // nothing is short.
 //
+// Refusals at open are logged on stderr like the gate's (refusal_log.h: one
+// line per kind, rate-limited); an idle stream's end is normal, not logged.
+//
 // StreamLimits is server-wide (owned by the server, thread-safe); a
 // StreamHold is one stream's part in it.
 #ifndef ROPE_SERVICE_STREAM_LIMITS_H_
@@ -38,6 +41,7 @@
 #include "grpcpp/server_context.h"
 #include "grpcpp/support/status.h"
 #include "server/service/client_share.h"
+#include "server/service/refusal_log.h"
 #include "server/service/send_watch.h"
 
 namespace rope {
@@ -63,6 +67,7 @@ class StreamLimits {
 
   const bool tokens_verified_;
   ClientShare open_;
+  RefusalLog log_;
   // Every idle stream waits the same timeout: SendWatch's one thread and
   // ordered tickets are all it takes (re-arming costs a map insert).
   SendWatch idle_;
