@@ -23,6 +23,7 @@
 #include "server/service/bind_diagnosis.h"
 #include "server/service/byte_budget_metrics.h"
 #include "server/service/metrics_http_server.h"
+#include "server/service/stream_limits_metrics.h"
 
 namespace rope {
 
@@ -173,6 +174,7 @@ absl::StatusOr<std::unique_ptr<RopeServer>> RopeServer::Start(std::unique_ptr<En
         ServiceMetrics::NewStateCollector(&server->gate_, server->engine_.get());
     server->budget_collector_ = NewByteBudgetCollector(&server->budget_);
     server->shm_collector_ = NewShmStateCollector(&server->shm_);
+    server->streams_collector_ = NewStreamLimitsCollector(&server->stream_limits_);
     MetricsHttpOptions metrics_options;
     metrics_options.address = options.metrics_address;
     metrics_options.client_timeout = options.metrics_client_timeout;
@@ -180,7 +182,8 @@ absl::StatusOr<std::unique_ptr<RopeServer>> RopeServer::Start(std::unique_ptr<En
     metrics_options.max_connections_per_address = options.metrics_max_connections_per_address;
     absl::StatusOr<std::unique_ptr<MetricsHttpServer>> metrics_http = MetricsHttpServer::Start(
         metrics_options, {server->metrics_.registry(), server->state_collector_,
-                          server->budget_collector_, server->shm_collector_});
+                          server->budget_collector_, server->shm_collector_,
+                          server->streams_collector_});
     if (!metrics_http.ok()) return metrics_http.status();
     server->metrics_http_ = *std::move(metrics_http);
     server->metrics_port_ = server->metrics_http_->port();

@@ -198,6 +198,7 @@ class RopeServer {
   ShmRegistry& shm() { return shm_; }
   CallGate& gate() { return gate_; }
   ByteBudget& byte_budget() { return budget_; }
+  StreamLimits& stream_limits() { return stream_limits_; }
 
   // First half of a graceful stop, returning at once: health turns
   // NOT_SERVING and new calls are refused with UNAVAILABLE. Idempotent.
@@ -232,6 +233,7 @@ class RopeServer {
   std::shared_ptr<prometheus::Collectable> state_collector_;
   std::shared_ptr<prometheus::Collectable> budget_collector_;
   std::shared_ptr<prometheus::Collectable> shm_collector_;
+  std::shared_ptr<prometheus::Collectable> streams_collector_;
   std::unique_ptr<MetricsHttpServer> metrics_http_;
   std::unique_ptr<CredentialReloader> reloader_;  // null: fixed credentials
   std::unique_ptr<grpc::Server> server_;

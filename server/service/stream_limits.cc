@@ -19,16 +19,19 @@ StreamHold::StreamHold(StreamLimits* limits, absl::string_view rpc)
 StreamHold::~StreamHold() { Close(); }
 
 absl::Status StreamHold::Open(const grpc::ServerContextBase& context) {
-  if (limits_ == nullptr || limits_->max_per_client() <= 0) return absl::OkStatus();
-  client_ = CallerIdentity(context, limits_->tokens_verified_, IdentityUse::kShare);
-  absl::Status opened = limits_->open_.TryAcquire(client_);
-  if (!opened.ok()) {
-    absl::Status refused = absl::ResourceExhaustedError(
-        absl::StrCat(rpc_, " refused at open: ", opened.message()));
-    limits_->log_.Note("RESOURCE_EXHAUSTED (max_streams_per_client)", refused.message());
-    return refused;
+  if (limits_ == nullptr) return absl::OkStatus();
+  if (limits_->max_per_client() > 0) {
+    client_ = CallerIdentity(context, limits_->tokens_verified_, IdentityUse::kShare);
+    absl::Status opened = limits_->open_.TryAcquire(client_);
+    if (!opened.ok()) {
+      absl::Status refused = absl::ResourceExhaustedError(
+          absl::StrCat(rpc_, " refused at open: ", opened.message()));
+      limits_->log_.Note("RESOURCE_EXHAUSTED (max_streams_per_client)", refused.message());
+      return refused;
+    }
   }
   counted_ = true;
+  limits_->open_total_.fetch_add(1, std::memory_order_relaxed);
   return absl::OkStatus();
 }
 
@@ -57,7 +60,8 @@ void StreamHold::Close() {
   StopIdle();
   if (counted_) {
     counted_ = false;
-    limits_->open_.Release(client_);
+    limits_->open_total_.fetch_sub(1, std::memory_order_relaxed);
+    if (!client_.empty()) limits_->open_.Release(client_);
   }
 }
 

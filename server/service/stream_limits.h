@@ -61,12 +61,15 @@ class StreamLimits {
   int64_t open_streams(absl::string_view client) const { return open_.in_flight(client); }
   // Streams finished for idling so far.
   int64_t idled_out() const { return idle_.expired(); }
+  // Streams open now (admitted at open, not yet done).
+  int64_t open_total() const { return open_total_.load(std::memory_order_relaxed); }
 
  private:
   friend class StreamHold;
 
   const bool tokens_verified_;
   ClientShare open_;
+  std::atomic<int64_t> open_total_{0};
   RefusalLog log_;
   // Every idle stream waits the same timeout: SendWatch's one thread and
   // ordered tickets are all it takes (re-arming costs a map insert).

@@ -210,7 +210,7 @@ class StreamIdleTimeout(unittest.TestCase):
         message = rotate_message(rope_pb2)
         with RopeServe(ARGS.ropeserve, ["--backend=cpu", "--cpu_threads=1",
                                         "--stream_idle_timeout=%ds" % IDLE_TIMEOUT_S,
-                                        "--shutdown_grace_period=1s"]) as server:
+                                        "--shutdown_grace_period=1s"], metrics=True) as server:
             client = H2Client(server.port)
             try:
                 opened = time.monotonic()
@@ -237,6 +237,7 @@ class StreamIdleTimeout(unittest.TestCase):
                     self.assertIn("%s: no message for %ds (stream_idle_timeout %ds)"
                                   % (rpc, IDLE_TIMEOUT_S, IDLE_TIMEOUT_S), stream.message)
                 self.assertGreaterEqual(ended_after, IDLE_TIMEOUT_S)
+                self.assertIn("\nrope_streams_idle_finished_total 2\n", server.metrics_page())
                 # The active stream was never idle that long: it is served
                 # to the end, and its half-close ends it OK.
                 self.assertFalse(client.streams[active].ended)

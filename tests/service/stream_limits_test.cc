@@ -65,6 +65,13 @@ TEST_F(StreamLimitsTest, AnIdleStreamIsFinishedWhileAnActiveOneIsServed) {
   EXPECT_TRUE(GrpcStatusIs(idle->stream->Finish(), grpc::StatusCode::UNAVAILABLE,
                            "RotateStream: no message for 1s (stream_idle_timeout 1s): the server "
                            "finished the idle stream; open a new one to send more"));
+  EXPECT_EQ(server_->stream_limits().idled_out(), 1);
+  // The idle one is no longer open once the server is done with it (OnDone,
+  // just after the client saw its status): bounded wait.
+  for (int i = 0; i < 500 && server_->stream_limits().open_total() != 1; ++i) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  EXPECT_EQ(server_->stream_limits().open_total(), 1);  // the active one
   ASSERT_TRUE(RoundTrip(*active));
   ASSERT_TRUE(active->stream->WritesDone());
   EXPECT_TRUE(GrpcStatusIs(active->stream->Finish(), grpc::StatusCode::OK, ""));
