@@ -56,8 +56,8 @@ class KServeServiceImpl::StreamReactor final
     CallContext call = CallContextOf(service_.options_, context());
     call.interrupt = &interrupt;
     InferTimings timings;
-    absl::Status status = RunModelInfer(service_.engine_, call, &plan_,
-                                        response_.mutable_infer_response(), &timings);
+    absl::Status status =
+        RunModelInfer(service_.engine_, call, &plan_, response_.mutable_infer_response(), &timings);
     if (!status.ok()) return status;  // counted as a failure by MessageFailed
     InferenceRecord record;
     record.ok = true;
@@ -110,9 +110,7 @@ KServeServiceImpl::KServeServiceImpl(Engine& engine, CallGate& gate, ByteBudget&
       serving_{
           AdmissionParts{&gate, &budget, &metrics, options_.send_watch, options_.streams},
           &work, options_.max_message_bytes},
-      statistics_(models.models().size()) {
-  SetMessageAllocatorFor_ModelInfer(&infer_allocator_);
-}
+      statistics_(models.models().size()) {}
 
 bool KServeServiceImpl::Ready() const {
   return !gate_.draining() && engine_.backend_info().fault.empty();
@@ -261,64 +259,52 @@ grpc::ServerUnaryReactor* KServeServiceImpl::RepositoryIndex(
 }
 
 grpc::ServerUnaryReactor* KServeServiceImpl::ModelInfer(grpc::CallbackServerContext* context,
-                                                        const inference::ModelInferRequest* request,
-                                                        inference::ModelInferResponse* response) {
-  auto* call = new UnaryCall(serving_.admission, context, Rpc::kModelInfer, ClientOf(*context),
-                             options_.max_message_bytes);
-  if (!call->Admit(*request)) return call;
-  const absl::Time start = absl::Now();
-  // Admit measured the request: its size is cached now.
-  const int64_t request_bytes = request->GetCachedSize();
-  absl::StatusOr<const Model*> model =
-      models_.Find(request->model_name(), request->model_version());
-  if (!model.ok()) {
-    call->FinishWith(model.status(), nullptr);
-    return call;
-  }
-  // The same object as `request`, owned by this call through the allocator
-  // installed in the constructor: its bytes are moved into the rope.v1
-  // request, and from its reply into `response`.
-  inference::ModelInferRequest* owned =
-      MutableRequest<inference::ModelInferRequest, inference::ModelInferResponse>(context);
-  if (owned == nullptr) {
-    call->FinishWith(
-        absl::InternalError("ModelInfer: the owning message allocator is not installed"), nullptr);
-    return call;
-  }
-  absl::StatusOr<InferPlan> planned =
-      PlanModelInfer(**model, owned, engine_.limits().max_elements_per_request);
-  if (!planned.ok()) {
-    InferenceRecord record;
-    record.total = absl::Now() - start;
-    statistics_.Record(**model, record);
-    call->FinishWith(planned.status(), nullptr);
-    return call;
-  }
-  auto plan = std::make_shared<InferPlan>(*std::move(planned));
-  const absl::Duration input_time = absl::Now() - start;
-  // Admitted as the rope.v1 call it stands for: the same estimate, the same
-  // rule for running on this thread.
-  const CallEstimate estimate = PlanEstimate(*plan);
-  const bool inline_run = AnswersInline(options_, engine_, estimate, request_bytes);
-  call->ReserveBytes(
-      estimate.more_bytes, absl::FromChrono(context->deadline()),
-      [this, call, context, response, plan, start, input_time, inline_run]() mutable {
-        auto run = [this, call, context, response, plan, start, input_time]() mutable {
-          const absl::Time run_start = absl::Now();
+                                                        const grpc::ByteBuffer* request,
+                                                        grpc::ByteBuffer* response) {
+  RawUnarySpec spec;
+  spec.rpc = Rpc::kModelInfer;
+  spec.client = ClientOf(*context);
+  return ServeRawUnary<inference::ModelInferRequest, inference::ModelInferResponse>(
+      serving_, context, request, response, std::move(spec),
+      [this, context](inference::ModelInferRequest* parsed, inference::ModelInferResponse* reply,
+                      int64_t request_bytes) -> absl::StatusOr<UnaryWork> {
+        const absl::Time start = absl::Now();
+        absl::StatusOr<const Model*> model =
+            models_.Find(parsed->model_name(), parsed->model_version());
+        if (!model.ok()) return model.status();
+        // The request is this call's own: its bytes are moved into the
+        // rope.v1 request, and from its reply into `reply`.
+        absl::StatusOr<InferPlan> planned =
+            PlanModelInfer(**model, parsed, engine_.limits().max_elements_per_request);
+        if (!planned.ok()) {
           InferenceRecord record;
-          const absl::Status wanted = call->admission().CheckStillWanted(*context);
-          if (!wanted.ok()) {
-            record.total = run_start - start;
-            statistics_.Record(*plan->model, record);
-            call->FinishWith(wanted, nullptr);
-            return;
-          }
+          record.total = absl::Now() - start;
+          statistics_.Record(**model, record);
+          return planned.status();
+        }
+        auto plan = std::make_shared<InferPlan>(*std::move(planned));
+        const absl::Duration input_time = absl::Now() - start;
+        // Admitted as the rope.v1 call it stands for: the same estimate, the
+        // same rule for running on this thread.
+        const CallEstimate estimate = PlanEstimate(*plan);
+        UnaryWork work;
+        work.more_bytes = estimate.more_bytes;
+        work.run_on = AnswersInline(options_, engine_, estimate, request_bytes) ? RunOn::kThisThread
+                                                                                : RunOn::kWorkQueue;
+        work.not_run = [this, plan, start] {
+          InferenceRecord record;
+          record.total = absl::Now() - start;
+          statistics_.Record(*plan->model, record);
+        };
+        work.answer = [this, context, reply, plan, start, input_time] {
+          const absl::Time run_start = absl::Now();
           const Interrupt interrupt = InterruptOf(context);
           CallContext call_context = CallContextOf(options_, context);
           call_context.interrupt = &interrupt;
           InferTimings timings;
           const absl::Status status =
-              RunModelInfer(engine_, call_context, plan.get(), response, &timings);
+              RunModelInfer(engine_, call_context, plan.get(), reply, &timings);
+          InferenceRecord record;
           record.ok = status.ok();
           record.total = absl::Now() - start;
           record.queue = run_start - start - input_time;
@@ -326,15 +312,10 @@ grpc::ServerUnaryReactor* KServeServiceImpl::ModelInfer(grpc::CallbackServerCont
           record.infer = timings.infer;
           record.output = timings.output;
           statistics_.Record(*plan->model, record);
-          call->FinishWith(status, response);
+          return status;
         };
-        if (inline_run) {
-          run();
-        } else {
-          work_.Schedule(std::move(run), call->admission().client());
-        }
+        return work;
       });
-  return call;
 }
 
 grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse>*

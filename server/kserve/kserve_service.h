@@ -38,7 +38,6 @@
 #include "server/kserve/kserve_statistics.h"
 #include "server/service/byte_budget.h"
 #include "server/service/call_gate.h"
-#include "server/service/owned_messages.h"
 #include "server/service/rope_service.h"
 #include "server/service/service_metrics.h"
 #include "server/service/unary_call.h"
@@ -47,7 +46,16 @@
 namespace rope {
 namespace kserve {
 
-class KServeServiceImpl final : public inference::GRPCInferenceService::CallbackService {
+// ModelInfer is registered raw: gRPC hands it the wire bytes, parsed only
+// after admission with their parsed size charged first (unary_call.h
+// ServeRawUnary). The other unary calls stay typed: the probes and the
+// metadata, statistics and region calls carry names and numbers (parsed
+// about their wire size), are cheap, and are never charged to the byte
+// budget. ModelStreamInfer admits each message (admitted_stream.h).
+using KServeServiceBase = inference::GRPCInferenceService::WithRawCallbackMethod_ModelInfer<
+    inference::GRPCInferenceService::CallbackService>;
+
+class KServeServiceImpl final : public KServeServiceBase {
  public:
   // `options` are the rope.v1 service's (rope_service.h): the same limits,
   // shared-memory registry and inline threshold.
@@ -70,8 +78,8 @@ class KServeServiceImpl final : public inference::GRPCInferenceService::Callback
                                           const inference::ModelMetadataRequest* request,
                                           inference::ModelMetadataResponse* response) override;
   grpc::ServerUnaryReactor* ModelInfer(grpc::CallbackServerContext* context,
-                                       const inference::ModelInferRequest* request,
-                                       inference::ModelInferResponse* response) override;
+                                       const grpc::ByteBuffer* request,
+                                       grpc::ByteBuffer* response) override;
   grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse>*
   ModelStreamInfer(grpc::CallbackServerContext* context) override;
   grpc::ServerUnaryReactor* ModelConfig(grpc::CallbackServerContext* context,
@@ -150,8 +158,6 @@ class KServeServiceImpl final : public inference::GRPCInferenceService::Callback
   const ServiceOptions options_;
   const UnaryServing serving_;  // the pieces above, as every call is admitted with them
   ModelStatisticsTable statistics_;
-  OwnedMessageAllocator<inference::ModelInferRequest, inference::ModelInferResponse>
-      infer_allocator_;
 };
 
 }  // namespace kserve

@@ -15,9 +15,11 @@ int64_t SaturatingAdd(int64_t a, int64_t b) {
   return a > std::numeric_limits<int64_t>::max() - b ? std::numeric_limits<int64_t>::max() : a + b;
 }
 
-std::string Describe(absl::string_view what, int64_t held_bytes, int64_t more_bytes) {
+std::string Describe(absl::string_view what, int64_t held_bytes, int64_t more_bytes,
+                     absl::string_view more_name = "reply") {
   return absl::StrCat(what, " needs ", SaturatingAdd(held_bytes, more_bytes),
-                      " bytes in flight (request ", held_bytes, " + reply ", more_bytes, ")");
+                      " bytes in flight (request ", held_bytes, " + ", more_name, " ", more_bytes,
+                      ")");
 }
 
 }  // namespace
@@ -48,13 +50,45 @@ ByteBudget::~ByteBudget() {
   if (timer_.joinable()) timer_.join();
   for (Waiter& waiter : refused) {
     std::move(waiter.done)(absl::ResourceExhaustedError(
-        absl::StrCat(Describe(waiter.what, waiter.held_bytes, waiter.more_bytes),
+        absl::StrCat(Describe(waiter.what, SaturatingAdd(waiter.prior_bytes, waiter.held_bytes),
+                              waiter.more_bytes, waiter.more_name),
                      ": the server stopped while it waited for room in ", budget_text_)));
   }
 }
 
 void ByteBudget::Reserve(absl::string_view what, absl::string_view client, int64_t held_bytes,
                          int64_t more_bytes, absl::Time deadline, Done done) {
+  ReserveAfter(what, client, 0, held_bytes, more_bytes, "reply", deadline, std::move(done));
+}
+
+void ByteBudget::ReserveParse(absl::string_view what, absl::string_view client,
+                              int64_t wire_bytes, int64_t parsed_bytes, absl::Time deadline,
+                              Done done) {
+  ReserveAfter(what, client, 0, wire_bytes, parsed_bytes, "parsed", deadline, std::move(done));
+}
+
+bool ByteBudget::TryReserve(absl::string_view client, int64_t bytes) {
+  bytes = std::max<int64_t>(bytes, 0);
+  absl::MutexLock lock(&mu_);
+  if (budget_bytes_ <= 0) {
+    in_use_ = SaturatingAdd(in_use_, bytes);
+    return true;
+  }
+  if (in_use_ > budget_bytes_ - bytes || !ShareFitsLocked(client, 0, bytes)) return false;
+  in_use_ += bytes;
+  ChargeClientLocked(client, bytes);
+  return true;
+}
+
+void ByteBudget::TopUp(absl::string_view what, absl::string_view client, int64_t charged_bytes,
+                       int64_t more_bytes, absl::Time deadline, Done done) {
+  ReserveAfter(what, client, charged_bytes, 0, more_bytes, "reply", deadline, std::move(done));
+}
+
+void ByteBudget::ReserveAfter(absl::string_view what, absl::string_view client,
+                              int64_t prior_bytes, int64_t held_bytes, int64_t more_bytes,
+                              absl::string_view more_name, absl::Time deadline, Done done) {
+  prior_bytes = std::max<int64_t>(prior_bytes, 0);
   held_bytes = std::max<int64_t>(held_bytes, 0);
   more_bytes = std::max<int64_t>(more_bytes, 0);
   const int64_t total = SaturatingAdd(held_bytes, more_bytes);
@@ -63,15 +97,15 @@ void ByteBudget::Reserve(absl::string_view what, absl::string_view client, int64
     absl::MutexLock lock(&mu_);
     if (budget_bytes_ <= 0) {
       in_use_ = SaturatingAdd(in_use_, total);
-    } else if (total > budget_bytes_) {
-      answer = absl::ResourceExhaustedError(
-          absl::StrCat(Describe(what, held_bytes, more_bytes),
-                       ": more than the server's whole ", budget_text_, "; send less per call"));
+    } else if (SaturatingAdd(prior_bytes, total) > budget_bytes_) {
+      answer = absl::ResourceExhaustedError(absl::StrCat(
+          Describe(what, SaturatingAdd(prior_bytes, held_bytes), more_bytes, more_name),
+          ": more than the server's whole ", budget_text_, "; send less per call"));
     } else if (in_use_ + held_bytes > budget_bytes_) {
-      answer = absl::ResourceExhaustedError(
-          absl::StrCat(Describe(what, held_bytes, more_bytes), ": ", in_use_,
-                       " bytes of the server's ", budget_text_, " are in use; retry later"));
-    } else if (in_use_ + total <= budget_bytes_ && ShareFitsLocked(client, 0, total)) {
+      answer = absl::ResourceExhaustedError(absl::StrCat(
+          Describe(what, SaturatingAdd(prior_bytes, held_bytes), more_bytes, more_name), ": ",
+          in_use_, " bytes of the server's ", budget_text_, " are in use; retry later"));
+    } else if (in_use_ + total <= budget_bytes_ && ShareFitsLocked(client, prior_bytes, total)) {
       in_use_ += total;
       ChargeClientLocked(client, total);
     } else {
@@ -79,8 +113,9 @@ void ByteBudget::Reserve(absl::string_view what, absl::string_view client, int64
       in_use_ += held_bytes;
       ChargeClientLocked(client, held_bytes);
       const absl::Time now = absl::Now();
-      waiters_.push_back(Waiter{std::string(what), std::string(client), held_bytes, more_bytes,
-                                now, std::min(deadline, now + max_wait_), std::move(done)});
+      waiters_.push_back(Waiter{std::string(what), std::string(client), std::string(more_name),
+                                prior_bytes, held_bytes, more_bytes, now,
+                                std::min(deadline, now + max_wait_), std::move(done)});
       timer_wake_.Signal();
       return;
     }
@@ -92,7 +127,8 @@ void ByteBudget::Reserve(absl::string_view what, absl::string_view client, int64
 void ByteBudget::GrantLocked(std::list<Waiter>& granted) {
   for (auto it = waiters_.begin(); it != waiters_.end();) {
     if (in_use_ + it->more_bytes <= budget_bytes_ &&
-        ShareFitsLocked(it->client, it->held_bytes, it->more_bytes)) {
+        ShareFitsLocked(it->client, SaturatingAdd(it->prior_bytes, it->held_bytes),
+                        it->more_bytes)) {
       in_use_ += it->more_bytes;
       ChargeClientLocked(it->client, it->more_bytes);
       auto next = std::next(it);
@@ -146,7 +182,9 @@ void ByteBudget::TimerMain() {
             ") for room in ");
         reasons.push_back(in_use_ + it->more_bytes <= budget_bytes_
                               ? absl::StrCat(waited, "its client's share: ",
-                                             ShareRefusalLocked(it->client, it->held_bytes))
+                                             ShareRefusalLocked(
+                                                 it->client, SaturatingAdd(it->prior_bytes,
+                                                                           it->held_bytes)))
                               : absl::StrCat(waited, "the server's ", budget_text_, " (", in_use_,
                                              " in use); retry later"));
         in_use_ -= it->held_bytes;
@@ -164,7 +202,9 @@ void ByteBudget::TimerMain() {
     auto reason = reasons.begin();
     for (Waiter& waiter : expired) {
       std::move(waiter.done)(absl::ResourceExhaustedError(absl::StrCat(
-          Describe(waiter.what, waiter.held_bytes, waiter.more_bytes), ": ", *reason++)));
+          Describe(waiter.what, SaturatingAdd(waiter.prior_bytes, waiter.held_bytes),
+                   waiter.more_bytes, waiter.more_name),
+          ": ", *reason++)));
     }
     for (Waiter& waiter : granted) std::move(waiter.done)(absl::OkStatus());
     mu_.Lock();

@@ -77,13 +77,34 @@ class ByteBudget {
   // min(deadline, now + max_wait); never under the budget's lock. `what`
   // names the call in refusal messages ("Rotate").
   // The bytes are charged to `client`'s share too (empty: no client, held
-  // to the budget only).
+  // to the budget only); so are those of every call below.
   void Reserve(absl::string_view what, absl::string_view client, int64_t held_bytes,
                int64_t more_bytes, absl::Time deadline, Done done);
   void Reserve(absl::string_view what, int64_t held_bytes, int64_t more_bytes,
                absl::Time deadline, Done done) {
     Reserve(what, "", held_bytes, more_bytes, deadline, std::move(done));
   }
+
+  // Reserve for a request that arrived as wire bytes and is not parsed yet:
+  // `wire_bytes` are resident, `parsed_bytes` (what its parse allocates) are
+  // asked for besides. Refusals say "parsed" where Reserve's say "reply".
+  void ReserveParse(absl::string_view what, absl::string_view client, int64_t wire_bytes,
+                    int64_t parsed_bytes, absl::Time deadline, Done done);
+
+  // Charges `bytes` if they fit beside the bytes in use now, and within
+  // `client`'s share (true; the caller then holds them), or nothing
+  // (false): never waits, never counts as a refusal.
+  bool TryReserve(absl::string_view client, int64_t bytes);
+
+  // A second Reserve of a call that holds `charged_bytes` granted earlier
+  // (a raw request's wire and parsed bytes, before its reply is known):
+  // asks for `more_bytes` besides, as Reserve does with nothing held now,
+  // except that a call whose whole charge (charged_bytes + more_bytes)
+  // exceeds the budget is refused at once rather than left to wait in vain.
+  // Refusals name the whole charge. In the client's share the
+  // `charged_bytes` count as the call's own (not as other calls').
+  void TopUp(absl::string_view what, absl::string_view client, int64_t charged_bytes,
+             int64_t more_bytes, absl::Time deadline, Done done);
 
   // Returns bytes granted by Reserve to `client` (the same client); may
   // grant waiters (running their `done` on this thread).
@@ -109,6 +130,8 @@ class ByteBudget {
   struct Waiter {
     std::string what;
     std::string client;
+    std::string more_name;  // what `more_bytes` are for, in messages
+    int64_t prior_bytes;    // charged earlier (the call's own in its share)
     int64_t held_bytes;
     int64_t more_bytes;
     absl::Time since;
@@ -116,6 +139,10 @@ class ByteBudget {
     Done done;
   };
 
+  // Reserve and TopUp: `prior_bytes` are already charged to the caller.
+  void ReserveAfter(absl::string_view what, absl::string_view client, int64_t prior_bytes,
+                    int64_t held_bytes, int64_t more_bytes, absl::string_view more_name,
+                    absl::Time deadline, Done done);
   // Moves the waiters that now fit, first-fit in arrival order, to `granted`
   // (charging them).
   void GrantLocked(std::list<Waiter>& granted) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

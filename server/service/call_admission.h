@@ -77,8 +77,24 @@ class CallAdmission {
   // (it should only schedule): OK, and the bytes are held until
   // ReleaseBytes() or Done(); or the budget's RESOURCE_EXHAUSTED, and no
   // bytes are held. At most one charge at a time.
+  // A request that arrived as wire bytes (unary_call.h's raw form) has its
+  // request bytes charged earlier, by ChargeParse: Charge then asks only for
+  // `more_bytes` on top of what it holds (ByteBudget::TopUp).
   void Charge(int64_t more_bytes, absl::Time deadline,
               absl::AnyInvocable<void(absl::Status) &&> then);
+
+  // After Enter, for a request not parsed yet: charges its wire bytes
+  // (resident) plus `parsed_bytes` (ParsedSizeBound: what parsing it
+  // allocates), waiting until `deadline` at most, before the parse. `then`
+  // as for Charge. The parsed bytes are held until ReleaseBytes() or
+  // Done(); the wire bytes until ReturnWireBytes().
+  void ChargeParse(int64_t parsed_bytes, absl::Time deadline,
+                   absl::AnyInvocable<void(absl::Status) &&> then);
+  // ChargeParse's charge when it fits now (true), else nothing (false).
+  bool TryChargeParse(int64_t parsed_bytes);
+  // The request's wire bytes have been freed (it is parsed): they go back
+  // to the budget, the parsed bytes stay. Idempotent.
+  void ReturnWireBytes();
 
   // Just before the work: OK while the caller waits; CANCELLED naming the
   // RPC once it cancelled, went away or its deadline passed (gRPC marks the
@@ -118,6 +134,10 @@ class CallAdmission {
   int64_t request_bytes_ = 0;
   bool in_gate_ = false;
   int64_t bytes_charged_ = 0;
+  // Charged by ChargeParse: the request's bytes are in bytes_charged_, and
+  // its wire bytes (wire_charged_) until ReturnWireBytes.
+  bool request_charged_ = false;
+  int64_t wire_charged_ = 0;
   SendWatch::Ticket send_ticket_ = 0;
 };
 

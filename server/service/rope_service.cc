@@ -76,22 +76,7 @@ RopeServiceImpl::RopeServiceImpl(Engine& engine, CallGate& gate, ByteBudget& bud
       work_(work),
       options_(options),
       serving_{AdmissionParts{&gate, &budget, &metrics, options.send_watch, options.streams},
-               &work, options.max_message_bytes} {
-  SetMessageAllocatorFor_Rotate(&rotate_allocator_);
-}
-
-template <typename Request, typename Response, typename Answer>
-grpc::ServerUnaryReactor* RopeServiceImpl::ServeUnary(Rpc rpc, grpc::CallbackServerContext* context,
-                                                      const Request& request, int64_t more_bytes,
-                                                      Response* response, Answer answer,
-                                                      RunOn run_on) {
-  UnaryCallSpec spec;
-  spec.rpc = rpc;
-  spec.client = ClientOf(*context);
-  spec.more_bytes = more_bytes;
-  spec.run_on = run_on;
-  return rope::ServeUnary(serving_, context, request, std::move(spec), response, std::move(answer));
-}
+               &work, options.max_message_bytes} {}
 
 void RopeServiceImpl::FillServerInfo(v1::ServerInfo* info) const {
   const BackendInfo backend = engine_.backend_info();
@@ -159,10 +144,8 @@ CallContext CallContextOf(const ServiceOptions& options,
   return call;
 }
 
-bool RopeServiceImpl::RunsInline(const CallEstimate& estimate,
-                                  const google::protobuf::Message& request) const {
-  return AnswersInline(options_, engine_, estimate,
-                       static_cast<int64_t>(request.ByteSizeLong()));
+bool RopeServiceImpl::RunsInline(const CallEstimate& estimate, int64_t request_bytes) const {
+  return AnswersInline(options_, engine_, estimate, request_bytes);
 }
 
 CallContext RopeServiceImpl::CallOf(grpc::CallbackServerContext* context) const {
@@ -170,32 +153,31 @@ CallContext RopeServiceImpl::CallOf(grpc::CallbackServerContext* context) const 
 }
 
 grpc::ServerUnaryReactor* RopeServiceImpl::Rotate(grpc::CallbackServerContext* context,
-                                                  const v1::RotateRequest* request,
-                                                  v1::RotateResponse* response) {
-  // The same object as `request`, owned by this call through the allocator
-  // installed in the constructor: rotated in place, its bytes moved into the
-  // reply.
-  v1::RotateRequest* owned = MutableRequest<v1::RotateRequest, v1::RotateResponse>(context);
-  const CallEstimate estimate = EstimateRotate(*request);
-  // A small call is admitted and charged like every call, and answered on
-  // this thread (or, if it had to wait for bytes, on the thread that freed
-  // them).
-  return ServeUnary(
-      Rpc::kRotate, context, *request, estimate.more_bytes, response,
-      [this, context, owned, response] {
-        if (owned == nullptr) {
-          return absl::InternalError("Rotate: the owning message allocator is not installed");
-        }
-        // Stops the parse of an hf_config_json when the caller goes or its
-        // deadline passes.
-        const Interrupt interrupt([context] { return context->IsCancelled(); },
-                                  absl::FromChrono(context->deadline()));
-        CallContext call = CallOf(context);
-        call.interrupt = &interrupt;
-        return AnswerRotate(engine_, owned, response, call);
-      },
-      owned != nullptr && RunsInline(estimate, *request) ? RunOn::kThisThread
-                                                         : RunOn::kWorkQueue);
+                                                  const grpc::ByteBuffer* request,
+                                                  grpc::ByteBuffer* response) {
+  return ServeRaw<v1::RotateRequest, v1::RotateResponse>(
+      Rpc::kRotate, context, request, response,
+      [this, context](v1::RotateRequest* parsed, v1::RotateResponse* reply,
+                      int64_t request_bytes) -> absl::StatusOr<UnaryWork> {
+        const CallEstimate estimate = EstimateRotate(*parsed);
+        UnaryWork work;
+        work.more_bytes = estimate.more_bytes;
+        // A small call is admitted and charged like every call, and answered
+        // on this thread (or, if it had to wait for bytes, on the thread that
+        // freed them).
+        work.run_on = RunsInline(estimate, request_bytes) ? RunOn::kThisThread : RunOn::kWorkQueue;
+        // The request is this call's own: rotated in place, its bytes moved
+        // into the reply.
+        work.answer = [this, context, parsed, reply] {
+          // Stops the parse of an hf_config_json when the caller goes or its
+          // deadline passes.
+          const Interrupt interrupt = InterruptOf(context);
+          CallContext call = CallOf(context);
+          call.interrupt = &interrupt;
+          return AnswerRotate(engine_, parsed, reply, call);
+        };
+        return work;
+      });
 }
 
 grpc::ServerBidiReactor<v1::RotateRequest, v1::RotateResponse>* RopeServiceImpl::RotateStream(
@@ -203,65 +185,84 @@ grpc::ServerBidiReactor<v1::RotateRequest, v1::RotateResponse>* RopeServiceImpl:
   return new RotateStreamReactor(*this, context);
 }
 
-grpc::ServerUnaryReactor* RopeServiceImpl::AttentionScores(
-    grpc::CallbackServerContext* context, const v1::AttentionScoresRequest* request,
-    v1::AttentionScoresResponse* response) {
-  const ReplyLimit limit(options_.max_message_bytes);
-  return ServeUnary(Rpc::kAttentionScores, context, *request,
-                    EstimateAttentionScores(*request, limit).more_bytes, response,
-                    [this, context, request, response, limit] {
-                      // The longest call there is: let the backend stop when the
-                      // client cancels or its deadline passes (gRPC marks the call
-                      // cancelled then).
-                      const Interrupt interrupt([context] { return context->IsCancelled(); },
-                                                absl::FromChrono(context->deadline()));
-                      CallContext call = CallOf(context);
-                      call.interrupt = &interrupt;
-                      call.reply_limit = limit;
-                      return AnswerAttentionScores(engine_, *request, response, call);
-                    });
-}
-
-grpc::ServerUnaryReactor* RopeServiceImpl::GetTable(grpc::CallbackServerContext* context,
-                                                    const v1::GetTableRequest* request,
-                                                    v1::GetTableResponse* response) {
-  // A miss builds a whole table: off gRPC's threads too.
-  const ReplyLimit limit(options_.max_message_bytes);
-  return ServeUnary(Rpc::kGetTable, context, *request,
-                    EstimateGetTable(*request, engine_.limits().max_len_cap, limit).more_bytes,
-                    response, [this, context, request, response, limit] {
-                      const Interrupt interrupt([context] { return context->IsCancelled(); },
-                                                absl::FromChrono(context->deadline()));
-                      return AnswerGetTable(engine_, *request, limit, response, &interrupt);
-                    });
-}
-
-grpc::ServerUnaryReactor* RopeServiceImpl::ResolveConfig(grpc::CallbackServerContext* context,
-                                                         const v1::RopeConfig* request,
-                                                         v1::ResolvedConfig* response) {
-  // A miss parses a config.json: off gRPC's threads too.
-  return ServeUnary(
-      Rpc::kResolveConfig, context, *request, EstimateResolveConfig(*request).more_bytes,
-      response,
-      [this, context, request, response] {
-        const Interrupt interrupt([context] { return context->IsCancelled(); },
-                                  absl::FromChrono(context->deadline()));
-        return AnswerResolveConfig(engine_, *request, response, &interrupt);
+grpc::ServerUnaryReactor* RopeServiceImpl::AttentionScores(grpc::CallbackServerContext* context,
+                                                           const grpc::ByteBuffer* request,
+                                                           grpc::ByteBuffer* response) {
+  return ServeRaw<v1::AttentionScoresRequest, v1::AttentionScoresResponse>(
+      Rpc::kAttentionScores, context, request, response,
+      [this, context](v1::AttentionScoresRequest* parsed, v1::AttentionScoresResponse* reply,
+                      int64_t) -> absl::StatusOr<UnaryWork> {
+        const ReplyLimit limit(options_.max_message_bytes);
+        UnaryWork work;
+        work.more_bytes = EstimateAttentionScores(*parsed, limit).more_bytes;
+        work.answer = [this, context, parsed, reply, limit] {
+          // The longest call there is: let the backend stop when the client
+          // cancels or its deadline passes (gRPC marks the call cancelled
+          // then).
+          const Interrupt interrupt = InterruptOf(context);
+          CallContext call = CallOf(context);
+          call.interrupt = &interrupt;
+          call.reply_limit = limit;
+          return AnswerAttentionScores(engine_, *parsed, reply, call);
+        };
+        return work;
       });
 }
 
-grpc::ServerUnaryReactor* RopeServiceImpl::BuildPositions(
-    grpc::CallbackServerContext* context, const v1::BuildPositionsRequest* request,
-    v1::BuildPositionsResponse* response) {
+grpc::ServerUnaryReactor* RopeServiceImpl::GetTable(grpc::CallbackServerContext* context,
+                                                    const grpc::ByteBuffer* request,
+                                                    grpc::ByteBuffer* response) {
+  // A miss builds a whole table: off gRPC's threads too.
+  return ServeRaw<v1::GetTableRequest, v1::GetTableResponse>(
+      Rpc::kGetTable, context, request, response,
+      [this, context](v1::GetTableRequest* parsed, v1::GetTableResponse* reply,
+                      int64_t) -> absl::StatusOr<UnaryWork> {
+        const ReplyLimit limit(options_.max_message_bytes);
+        UnaryWork work;
+        work.more_bytes = EstimateGetTable(*parsed, engine_.limits().max_len_cap, limit).more_bytes;
+        work.answer = [this, context, parsed, reply, limit] {
+          const Interrupt interrupt = InterruptOf(context);
+          return AnswerGetTable(engine_, *parsed, limit, reply, &interrupt);
+        };
+        return work;
+      });
+}
+
+grpc::ServerUnaryReactor* RopeServiceImpl::ResolveConfig(grpc::CallbackServerContext* context,
+                                                         const grpc::ByteBuffer* request,
+                                                         grpc::ByteBuffer* response) {
+  // A miss parses a config.json: off gRPC's threads too.
+  return ServeRaw<v1::RopeConfig, v1::ResolvedConfig>(
+      Rpc::kResolveConfig, context, request, response,
+      [this, context](v1::RopeConfig* parsed, v1::ResolvedConfig* reply,
+                      int64_t) -> absl::StatusOr<UnaryWork> {
+        UnaryWork work;
+        work.more_bytes = EstimateResolveConfig(*parsed).more_bytes;
+        work.answer = [this, context, parsed, reply] {
+          const Interrupt interrupt = InterruptOf(context);
+          return AnswerResolveConfig(engine_, *parsed, reply, &interrupt);
+        };
+        return work;
+      });
+}
+
+grpc::ServerUnaryReactor* RopeServiceImpl::BuildPositions(grpc::CallbackServerContext* context,
+                                                          const grpc::ByteBuffer* request,
+                                                          grpc::ByteBuffer* response) {
   // A Qwen form parses a config.json: off gRPC's threads too.
-  const ReplyLimit limit(options_.max_message_bytes);
-  return ServeUnary(Rpc::kBuildPositions, context, *request,
-                    EstimateBuildPositions(*request, limit).more_bytes, response,
-                    [this, context, request, response, limit] {
-                      const Interrupt interrupt([context] { return context->IsCancelled(); },
-                                                absl::FromChrono(context->deadline()));
-                      return AnswerBuildPositions(engine_, *request, limit, response, &interrupt);
-                    });
+  return ServeRaw<v1::BuildPositionsRequest, v1::BuildPositionsResponse>(
+      Rpc::kBuildPositions, context, request, response,
+      [this, context](v1::BuildPositionsRequest* parsed, v1::BuildPositionsResponse* reply,
+                      int64_t) -> absl::StatusOr<UnaryWork> {
+        const ReplyLimit limit(options_.max_message_bytes);
+        UnaryWork work;
+        work.more_bytes = EstimateBuildPositions(*parsed, limit).more_bytes;
+        work.answer = [this, context, parsed, reply, limit] {
+          const Interrupt interrupt = InterruptOf(context);
+          return AnswerBuildPositions(engine_, *parsed, limit, reply, &interrupt);
+        };
+        return work;
+      });
 }
 
 std::string RopeServiceImpl::ClientOf(const grpc::CallbackServerContext& context) const {

@@ -8,7 +8,8 @@
 // I/O and admission, converts the status (ToGrpcStatus), and records metrics.
 //
 // Rotate and RotateStream rotate in the request's own bytes and move them
-// into the reply: the payload is never copied by the service.
+// into the reply: the payload is never copied by the service (beyond the
+// parse and the serialization, as with any gRPC message).
 //
 // Thread-safe. The collaborators must outlive the server the service is
 // registered on.
@@ -21,6 +22,7 @@
 #include "absl/status/status.h"
 #include "common/defaults.h"
 #include "grpcpp/server_context.h"
+#include "grpcpp/support/byte_buffer.h"
 #include "grpcpp/support/server_callback.h"
 #include "rope/v1/rope.grpc.pb.h"
 #include "rope/v1/rope.pb.h"
@@ -29,7 +31,6 @@
 #include "core/proto_engine/shm_registry.h"
 #include "server/service/byte_budget.h"
 #include "server/service/call_gate.h"
-#include "server/service/owned_messages.h"
 #include "server/service/send_watch.h"
 #include "server/service/stream_limits.h"
 #include "server/service/service_metrics.h"
@@ -79,62 +80,80 @@ bool AnswersInline(const ServiceOptions& options, const Engine& engine,
 CallContext CallContextOf(const ServiceOptions& options,
                           const grpc::CallbackServerContext* context);
 
-class RopeServiceImpl final : public v1::RopeService::CallbackService {
+// The methods whose requests can be large or amplify once parsed (packed
+// repeated fields, submessages) are registered raw: gRPC hands them the
+// wire bytes, parsed only after admission with their parsed size charged
+// first (unary_call.h ServeRawUnary). The region calls too, for one rule
+// on malformed bytes. GetServerInfo (an empty request) and RotateStream
+// stay typed.
+using RopeServiceBase = v1::RopeService::WithRawCallbackMethod_Rotate<
+    v1::RopeService::WithRawCallbackMethod_AttentionScores<
+        v1::RopeService::WithRawCallbackMethod_GetTable<
+            v1::RopeService::WithRawCallbackMethod_ResolveConfig<
+                v1::RopeService::WithRawCallbackMethod_BuildPositions<
+                    v1::RopeService::WithRawCallbackMethod_RegisterSharedMemory<
+                        v1::RopeService::WithRawCallbackMethod_UnregisterSharedMemory<
+                            v1::RopeService::WithRawCallbackMethod_SharedMemoryStatus<
+                                v1::RopeService::CallbackService>>>>>>>>;
+
+class RopeServiceImpl final : public RopeServiceBase {
  public:
   RopeServiceImpl(Engine& engine, CallGate& gate, ByteBudget& budget, ServiceMetrics& metrics,
                   WorkQueue& work, ServiceOptions options);
 
   grpc::ServerUnaryReactor* Rotate(grpc::CallbackServerContext* context,
-                                   const v1::RotateRequest* request,
-                                   v1::RotateResponse* response) override;
+                                   const grpc::ByteBuffer* request,
+                                   grpc::ByteBuffer* response) override;
   grpc::ServerBidiReactor<v1::RotateRequest, v1::RotateResponse>* RotateStream(
       grpc::CallbackServerContext* context) override;
   grpc::ServerUnaryReactor* AttentionScores(grpc::CallbackServerContext* context,
-                                            const v1::AttentionScoresRequest* request,
-                                            v1::AttentionScoresResponse* response) override;
+                                            const grpc::ByteBuffer* request,
+                                            grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* GetTable(grpc::CallbackServerContext* context,
-                                     const v1::GetTableRequest* request,
-                                     v1::GetTableResponse* response) override;
+                                     const grpc::ByteBuffer* request,
+                                     grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* GetServerInfo(grpc::CallbackServerContext* context,
                                           const v1::GetServerInfoRequest* request,
                                           v1::ServerInfo* response) override;
   grpc::ServerUnaryReactor* ResolveConfig(grpc::CallbackServerContext* context,
-                                          const v1::RopeConfig* request,
-                                          v1::ResolvedConfig* response) override;
+                                          const grpc::ByteBuffer* request,
+                                          grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* BuildPositions(grpc::CallbackServerContext* context,
-                                           const v1::BuildPositionsRequest* request,
-                                           v1::BuildPositionsResponse* response) override;
+                                           const grpc::ByteBuffer* request,
+                                           grpc::ByteBuffer* response) override;
   // Shared memory: rope_service_shm.cc.
-  grpc::ServerUnaryReactor* RegisterSharedMemory(
-      grpc::CallbackServerContext* context, const v1::RegisterSharedMemoryRequest* request,
-      v1::RegisterSharedMemoryResponse* response) override;
-  grpc::ServerUnaryReactor* UnregisterSharedMemory(
-      grpc::CallbackServerContext* context, const v1::UnregisterSharedMemoryRequest* request,
-      v1::UnregisterSharedMemoryResponse* response) override;
+  grpc::ServerUnaryReactor* RegisterSharedMemory(grpc::CallbackServerContext* context,
+                                                 const grpc::ByteBuffer* request,
+                                                 grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* UnregisterSharedMemory(grpc::CallbackServerContext* context,
+                                                   const grpc::ByteBuffer* request,
+                                                   grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* SharedMemoryStatus(grpc::CallbackServerContext* context,
-                                               const v1::SharedMemoryStatusRequest* request,
-                                               v1::SharedMemoryStatusResponse* response) override;
+                                               const grpc::ByteBuffer* request,
+                                               grpc::ByteBuffer* response) override;
 
  private:
   class RotateStreamReactor;
 
   // Whether a call of `estimate` is answered on the receiving gRPC thread
   // (ServiceOptions::inline_rotate_max_bytes).
-  bool RunsInline(const CallEstimate& estimate, const google::protobuf::Message& request) const;
+  bool RunsInline(const CallEstimate& estimate, int64_t request_bytes) const;
   // What a call brings to its rope_calls.h entry: the caller's regions (its
   // identity derived only if the call references one).
   CallContext CallOf(grpc::CallbackServerContext* context) const;
 
+  // ServeRawUnary with this service's serving pieces and the caller's
+  // share (`charged` false: the request is not charged, the region calls).
+  template <typename Request, typename Response, typename Plan>
+  grpc::ServerUnaryReactor* ServeRaw(Rpc rpc, grpc::CallbackServerContext* context,
+                                     const grpc::ByteBuffer* request, grpc::ByteBuffer* response,
+                                     Plan plan, bool charged = true);
+  // The skeleton of the region calls (rope_service_shm.cc): `answer` is
+  // (const Request&, Response*) -> absl::Status.
   template <typename Request, typename Response, typename Answer>
-  grpc::ServerUnaryReactor* ServeUnary(Rpc rpc, grpc::CallbackServerContext* context,
-                                       const Request& request, int64_t more_bytes,
-                                       Response* response, Answer answer,
-                                       RunOn run_on = RunOn::kWorkQueue);
-  // The skeleton of the region calls (rope_service_shm.cc).
-  template <typename Answer>
   grpc::ServerUnaryReactor* ServeRegionCall(Rpc rpc, grpc::CallbackServerContext* context,
-                                            const google::protobuf::Message& request,
-                                            google::protobuf::Message* response, Answer answer);
+                                            const grpc::ByteBuffer* request,
+                                            grpc::ByteBuffer* response, Answer answer);
   void FillServerInfo(v1::ServerInfo* info) const;
   // The caller's identity for the gate's per-client share (caller_identity.h),
   // or "" when there is no share (nothing to compute).
@@ -151,8 +170,20 @@ class RopeServiceImpl final : public v1::RopeService::CallbackService {
   WorkQueue& work_;
   const ServiceOptions options_;
   const UnaryServing serving_;  // the pieces above, as every call is admitted with them
-  OwnedMessageAllocator<v1::RotateRequest, v1::RotateResponse> rotate_allocator_;
 };
+
+template <typename Request, typename Response, typename Plan>
+grpc::ServerUnaryReactor* RopeServiceImpl::ServeRaw(Rpc rpc, grpc::CallbackServerContext* context,
+                                                    const grpc::ByteBuffer* request,
+                                                    grpc::ByteBuffer* response, Plan plan,
+                                                    bool charged) {
+  RawUnarySpec spec;
+  spec.rpc = rpc;
+  spec.client = ClientOf(*context);
+  spec.charged = charged;
+  return ServeRawUnary<Request, Response>(serving_, context, request, response, std::move(spec),
+                                          std::move(plan));
+}
 
 }  // namespace rope
 

@@ -16,19 +16,27 @@ absl::Status NoShm() {
 }  // namespace
 
 // The region calls: admitted as every call (a slot, the client's share), not
-// charged to the byte budget (they allocate nothing worth counting, and a
-// full budget must not hold up releasing a region), run on the work queue
-// (open and mmap may block on the file system).
-template <typename Answer>
+// charged to the byte budget (their requests hold names and numbers, parsed
+// about their wire size; they allocate nothing worth counting; and a full
+// budget must not hold up releasing a region), run on the work queue (open
+// and mmap may block on the file system).
+template <typename Request, typename Response, typename Answer>
 grpc::ServerUnaryReactor* RopeServiceImpl::ServeRegionCall(Rpc rpc,
                                                            grpc::CallbackServerContext* context,
-                                                           const google::protobuf::Message& request,
-                                                           google::protobuf::Message* response,
+                                                           const grpc::ByteBuffer* request,
+                                                           grpc::ByteBuffer* response,
                                                            Answer answer) {
-  UnaryCallSpec spec;
-  spec.rpc = rpc;
-  spec.client = ClientOf(*context);
-  return rope::ServeUnary(serving_, context, request, std::move(spec), response, std::move(answer));
+  return ServeRaw<Request, Response>(
+      rpc, context, request, response,
+      [answer = std::move(answer)](Request* parsed, Response* reply,
+                                   int64_t) mutable -> absl::StatusOr<UnaryWork> {
+        UnaryWork work;
+        work.answer = [answer = std::move(answer), parsed, reply]() mutable {
+          return answer(*parsed, reply);
+        };
+        return work;
+      },
+      /*charged=*/false);
 }
 
 std::string RopeServiceImpl::OwnerOf(const grpc::CallbackServerContext& context) const {
@@ -46,11 +54,12 @@ void RopeServiceImpl::FillShmInfo(v1::ServerInfo* info) const {
 }
 
 grpc::ServerUnaryReactor* RopeServiceImpl::RegisterSharedMemory(
-    grpc::CallbackServerContext* context, const v1::RegisterSharedMemoryRequest* request,
-    v1::RegisterSharedMemoryResponse* response) {
-  return ServeRegionCall(
-      Rpc::kRegisterSharedMemory, context, *request, response,
-      [this, context, request]() -> absl::Status {
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response) {
+  return ServeRegionCall<v1::RegisterSharedMemoryRequest, v1::RegisterSharedMemoryResponse>(
+      Rpc::kRegisterSharedMemory, context, request, response,
+      [this, context](const v1::RegisterSharedMemoryRequest& parsed,
+                      v1::RegisterSharedMemoryResponse*) -> absl::Status {
         if (options_.shm == nullptr) return NoShm();
         if (!IsLocalPeer(context->peer())) {
           return absl::PermissionDeniedError(
@@ -58,31 +67,33 @@ grpc::ServerUnaryReactor* RopeServiceImpl::RegisterSharedMemory(
                            "or loopback); this call comes from ",
                            context->peer()));
         }
-        return AnswerRegisterSharedMemory(engine_, *options_.shm, OwnerOf(*context), *request,
+        return AnswerRegisterSharedMemory(engine_, *options_.shm, OwnerOf(*context), parsed,
                                           CallerUid(*context));
       });
 }
 
 grpc::ServerUnaryReactor* RopeServiceImpl::UnregisterSharedMemory(
-    grpc::CallbackServerContext* context, const v1::UnregisterSharedMemoryRequest* request,
-    v1::UnregisterSharedMemoryResponse* response) {
-  return ServeRegionCall(Rpc::kUnregisterSharedMemory, context, *request, response,
-                         [this, context, request]() -> absl::Status {
-                           if (options_.shm == nullptr) return NoShm();
-                           return AnswerUnregisterSharedMemory(*options_.shm, OwnerOf(*context),
-                                                               *request);
-                         });
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response) {
+  return ServeRegionCall<v1::UnregisterSharedMemoryRequest, v1::UnregisterSharedMemoryResponse>(
+      Rpc::kUnregisterSharedMemory, context, request, response,
+      [this, context](const v1::UnregisterSharedMemoryRequest& parsed,
+                      v1::UnregisterSharedMemoryResponse*) -> absl::Status {
+        if (options_.shm == nullptr) return NoShm();
+        return AnswerUnregisterSharedMemory(*options_.shm, OwnerOf(*context), parsed);
+      });
 }
 
-grpc::ServerUnaryReactor* RopeServiceImpl::SharedMemoryStatus(
-    grpc::CallbackServerContext* context, const v1::SharedMemoryStatusRequest* request,
-    v1::SharedMemoryStatusResponse* response) {
-  return ServeRegionCall(Rpc::kSharedMemoryStatus, context, *request, response,
-                         [this, context, request, response]() -> absl::Status {
-                           if (options_.shm == nullptr) return NoShm();
-                           return AnswerSharedMemoryStatus(*options_.shm, OwnerOf(*context),
-                                                           *request, response);
-                         });
+grpc::ServerUnaryReactor* RopeServiceImpl::SharedMemoryStatus(grpc::CallbackServerContext* context,
+                                                              const grpc::ByteBuffer* request,
+                                                              grpc::ByteBuffer* response) {
+  return ServeRegionCall<v1::SharedMemoryStatusRequest, v1::SharedMemoryStatusResponse>(
+      Rpc::kSharedMemoryStatus, context, request, response,
+      [this, context](const v1::SharedMemoryStatusRequest& parsed,
+                      v1::SharedMemoryStatusResponse* reply) -> absl::Status {
+        if (options_.shm == nullptr) return NoShm();
+        return AnswerSharedMemoryStatus(*options_.shm, OwnerOf(*context), parsed, reply);
+      });
 }
 
 }  // namespace rope

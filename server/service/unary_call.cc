@@ -1,10 +1,16 @@
 #include "server/service/unary_call.h"
 
 #include <map>
+#include <string>
+#include <vector>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/retry_metadata.h"
+#include "core/proto_engine/parsed_size.h"
+#include "google/protobuf/descriptor.h"
+#include "grpcpp/support/proto_buffer_reader.h"
+#include "grpcpp/impl/codegen/proto_utils.h"
 #include "server/service/status_conversion.h"
 
 namespace rope {
@@ -20,6 +26,94 @@ void EchoPreviousAttempts(grpc::CallbackServerContext* context) {
                                std::string(it->second.data(), it->second.size()));
 }
 
+// ParsedSizeBound of a request's wire bytes. gRPC hands an empty request
+// as a buffer that may not be valid (nothing to read).
+absl::StatusOr<int64_t> BoundOf(const google::protobuf::Descriptor& type,
+                                const grpc::ByteBuffer& request_wire) {
+  if (!request_wire.Valid()) return ParsedSizeBound(type, absl::string_view());
+  // A second handle on the same slices (no copy): the reader needs a
+  // mutable buffer, gRPC hands out a const one.
+  grpc::ByteBuffer wire(request_wire);
+  grpc::ProtoBufferReader reader(&wire);
+  absl::StatusOr<int64_t> bound = ParsedSizeBound(type, &reader);
+  if (bound.ok() && !reader.status().ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("request is not a valid ", type.full_name(),
+                                                   " message: ", reader.status().error_message()));
+  }
+  return bound;
+}
+
+// Parses a request's wire bytes into `request`.
+bool Parse(const grpc::ByteBuffer& request_wire, google::protobuf::Message* request) {
+  if (!request_wire.Valid()) return request->ParseFromString("");
+  grpc::ByteBuffer wire(request_wire);
+  grpc::ProtoBufferReader reader(&wire);
+  return request->ParseFromZeroCopyStream(&reader) && reader.status().ok();
+}
+
+// Charges `more_bytes` (none: nothing) on top of what `call` holds, then
+// runs `answer` where `run_on` says unless the caller has gone (then
+// `not_run`, if any), and finishes the call with its status and `response`.
+void ChargeAndRun(UnaryCall* call, WorkQueue* work, grpc::CallbackServerContext* context,
+                  std::optional<int64_t> more_bytes, RunOn run_on,
+                  google::protobuf::Message* response, absl::AnyInvocable<absl::Status() &&> answer,
+                  absl::AnyInvocable<void() &&> not_run) {
+  auto run = [call, context, response, answer = std::move(answer),
+              not_run = std::move(not_run)]() mutable {
+    const absl::Status wanted = call->admission().CheckStillWanted(*context);
+    if (!wanted.ok()) {
+      if (not_run) std::move(not_run)();
+      call->FinishWith(wanted, nullptr);
+      return;
+    }
+    call->FinishWith(std::move(answer)(), response);
+  };
+  auto schedule = [call, work, run_on, run = std::move(run)]() mutable {
+    if (run_on == RunOn::kThisThread) {
+      run();
+    } else {
+      work->Schedule(std::move(run), call->admission().client());
+    }
+  };
+  if (!more_bytes.has_value()) {
+    schedule();
+  } else {
+    call->ReserveBytes(*more_bytes, absl::FromChrono(context->deadline()), std::move(schedule));
+  }
+}
+
+// Step 3 of ServeRawUnary: parses the admitted (and charged) wire bytes
+// into the call's request, frees them, and hands the request to `plan`.
+void ParseAndPlan(UnaryCall* call, WorkQueue* work, grpc::CallbackServerContext* context,
+                  const grpc::ByteBuffer* request_wire, PlanUnary plan) {
+  google::protobuf::Message* request = call->request();
+  const int64_t request_bytes = call->admission().request_bytes();
+  const std::string* detached = call->detached_wire();
+  const bool parsed =
+      detached != nullptr ? request->ParseFromString(*detached) : Parse(*request_wire, request);
+  if (detached != nullptr) call->FreeDetachedWire();
+  // gRPC owns the request buffer (mutable, in the call's message holder)
+  // until the call is over; its own typed parse frees the bytes right
+  // after parsing, and so does this one: the wire bytes go back to the
+  // budget now, the parsed ones stay charged until the call is over.
+  const_cast<grpc::ByteBuffer*>(request_wire)->Clear();
+  call->admission().ReturnWireBytes();
+  if (!parsed) {
+    call->FinishWith(absl::InvalidArgumentError(absl::StrCat(
+                         "request is not a valid ", request->GetDescriptor()->full_name(),
+                         " message: its ", request_bytes, " bytes do not parse")),
+                     nullptr);
+    return;
+  }
+  absl::StatusOr<UnaryWork> planned = std::move(plan)(request, call->response(), request_bytes);
+  if (!planned.ok()) {
+    call->FinishWith(planned.status(), nullptr);
+    return;
+  }
+  ChargeAndRun(call, work, context, planned->more_bytes, planned->run_on, call->response(),
+               std::move(planned->answer), std::move(planned->not_run));
+}
+
 }  // namespace
 
 UnaryCall::UnaryCall(const AdmissionParts& parts, grpc::CallbackServerContext* context, Rpc rpc,
@@ -27,12 +121,37 @@ UnaryCall::UnaryCall(const AdmissionParts& parts, grpc::CallbackServerContext* c
     : admission_(parts, rpc, std::move(client)), context_(context), reply_limit_(max_reply_bytes) {}
 
 bool UnaryCall::Admit(const google::protobuf::Message& request) {
-  absl::Status admitted = admission_.Enter(static_cast<int64_t>(request.ByteSizeLong()));
+  return Admit(static_cast<int64_t>(request.ByteSizeLong()));
+}
+
+bool UnaryCall::Admit(int64_t request_bytes) {
+  absl::Status admitted = admission_.Enter(request_bytes);
   if (!admitted.ok()) {
     FinishWith(admitted, nullptr);
     return false;
   }
   return true;
+}
+
+void UnaryCall::DetachWire(const grpc::ByteBuffer* request_wire) {
+  std::vector<grpc::Slice> slices;
+  if (request_wire->Valid() && request_wire->Dump(&slices).ok()) {
+    detached_wire_.reserve(request_wire->Length());
+    for (const grpc::Slice& slice : slices) {
+      detached_wire_.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
+    }
+  }
+  // See ParseAndPlan on clearing gRPC's request buffer.
+  const_cast<grpc::ByteBuffer*>(request_wire)->Clear();
+  wire_detached_ = true;
+}
+
+void UnaryCall::Own(std::unique_ptr<google::protobuf::Message> request,
+                    std::unique_ptr<google::protobuf::Message> response,
+                    grpc::ByteBuffer* reply_wire) {
+  request_ = std::move(request);
+  response_ = std::move(response);
+  reply_wire_ = reply_wire;
 }
 
 void UnaryCall::ReserveBytes(int64_t more_bytes, absl::Time deadline,
@@ -58,6 +177,24 @@ void UnaryCall::FinishWith(const absl::Status& status, google::protobuf::Message
       response->Clear();
       bytes_out = 0;
     }
+  }
+  if (reply_wire_ != nullptr) {
+    if (final_status.ok() && response != nullptr) {
+      // Its size is cached by the check above: one pass, into one slice.
+      bool own_buffer = false;
+      const grpc::Status serialized =
+          grpc::SerializationTraits<google::protobuf::Message>::Serialize(*response, reply_wire_,
+                                                                          &own_buffer);
+      if (!serialized.ok()) {
+        final_status = absl::InternalError(absl::StrCat(
+            RpcName(admission_.rpc()), " reply did not serialize: ", serialized.error_message()));
+        bytes_out = 0;
+      }
+    }
+    // The request and the reply message are not touched again: freed now
+    // (their bytes stay charged until OnDone, with the serialized reply's).
+    request_.reset();
+    response_.reset();
   }
   grpc::Status grpc_status = ToGrpcStatus(final_status);
   admission_.Record(grpc_status.error_code(), bytes_out);
@@ -88,28 +225,54 @@ grpc::ServerUnaryReactor* ServeUnary(const UnaryServing& serving,
   auto* call = new UnaryCall(serving.admission, context, spec.rpc, std::move(spec.client),
                              serving.max_reply_bytes);
   if (!call->Admit(request)) return call;
-  auto run = [call, context, response, answer = std::move(answer)]() mutable {
-    const absl::Status wanted = call->admission().CheckStillWanted(*context);
-    if (!wanted.ok()) {
-      call->FinishWith(wanted, nullptr);
-      return;
-    }
-    call->FinishWith(std::move(answer)(), response);
-  };
-  auto schedule = [call, work = serving.work, run_on = spec.run_on,
-                   run = std::move(run)]() mutable {
-    if (run_on == RunOn::kThisThread) {
-      run();
-    } else {
-      work->Schedule(std::move(run), call->admission().client());
-    }
-  };
-  if (!spec.more_bytes.has_value()) {
-    schedule();
-  } else {
-    call->ReserveBytes(*spec.more_bytes, absl::FromChrono(context->deadline()),
-                       std::move(schedule));
+  ChargeAndRun(call, serving.work, context, spec.more_bytes, spec.run_on, response,
+               std::move(answer), nullptr);
+  return call;
+}
+
+grpc::ServerUnaryReactor* ServeRawUnary(const UnaryServing& serving,
+                                        grpc::CallbackServerContext* context,
+                                        const grpc::ByteBuffer* request_wire,
+                                        grpc::ByteBuffer* reply_wire, RawUnarySpec spec,
+                                        std::unique_ptr<google::protobuf::Message> request,
+                                        std::unique_ptr<google::protobuf::Message> response,
+                                        PlanUnary plan) {
+  EchoPreviousAttempts(context);
+  auto* call = new UnaryCall(serving.admission, context, spec.rpc, std::move(spec.client),
+                             serving.max_reply_bytes);
+  const google::protobuf::Descriptor& type = *request->GetDescriptor();
+  call->Own(std::move(request), std::move(response), reply_wire);
+  if (!call->Admit(static_cast<int64_t>(request_wire->Length()))) return call;
+  // What the parse will allocate, read from the wire bytes without parsing
+  // them; malformed bytes are refused here, as the parse would refuse them.
+  const absl::StatusOr<int64_t> parsed_bytes = BoundOf(type, *request_wire);
+  if (!parsed_bytes.ok()) {
+    call->FinishWith(parsed_bytes.status(), nullptr);
+    return call;
   }
+  auto parse = [call, work = serving.work, context, request_wire,
+                plan = std::move(plan)]() mutable {
+    ParseAndPlan(call, work, context, request_wire, std::move(plan));
+  };
+  if (!spec.charged || call->admission().TryChargeParse(*parsed_bytes)) {
+    parse();
+    return call;
+  }
+  // It must wait for room (or be refused). Unless it is refused for being
+  // larger than the whole budget, its wire bytes leave gRPC's buffer
+  // meanwhile: see DetachWire.
+  const int64_t budget_bytes = serving.admission.budget->budget_bytes();
+  if (budget_bytes <= 0 || call->admission().request_bytes() + *parsed_bytes <= budget_bytes) {
+    call->DetachWire(request_wire);
+  }
+  call->admission().ChargeParse(*parsed_bytes, absl::FromChrono(context->deadline()),
+                                [call, parse = std::move(parse)](absl::Status granted) mutable {
+                                  if (!granted.ok()) {
+                                    call->FinishWith(granted, nullptr);
+                                    return;
+                                  }
+                                  parse();
+                                });
   return call;
 }
 

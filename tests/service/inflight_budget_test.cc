@@ -7,10 +7,12 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
+#include "core/proto_engine/parsed_size.h"
 #include "core/proto_engine/rope_calls.h"
 #include "tests/service/service_fixture.h"
 
@@ -184,8 +186,8 @@ TEST_F(InflightBudgetTest, AStreamMessageLargerThanTheBudgetEndsTheStream) {
   ASSERT_TRUE(stream->Read(&reply));
   stream->Write(MakeRotateRequest(1, 64, 8, 64));
   EXPECT_FALSE(stream->Read(&reply));
-  EXPECT_TRUE(GrpcStatusIs(stream->Finish(), grpc::StatusCode::RESOURCE_EXHAUSTED,
-                           "RotateStream needs"));
+  EXPECT_TRUE(
+      GrpcStatusIs(stream->Finish(), grpc::StatusCode::RESOURCE_EXHAUSTED, "RotateStream needs"));
   EXPECT_TRUE(WaitForNoBytesInFlight());
 }
 
@@ -202,7 +204,14 @@ TEST_F(InflightBudgetTest, GetServerInfoReportsTheBudgetAndWhatIsInFlight) {
   EXPECT_EQ(info.limits().max_inflight_bytes(), 2 * budget_);
   EXPECT_EQ(info.limits().max_inflight_bytes_per_client(), 0);  // turned off here
   EXPECT_EQ(info.inflight_bytes().budget_bytes(), budget_);
-  EXPECT_EQ(info.inflight_bytes().bytes(), CallBytes());
+  // The request is charged at its parsed size (ParsedSizeBound, its wire
+  // bytes returned once parsed), its reply at the tensor bytes again.
+  const std::string wire = Request(1).SerializeAsString();
+  const absl::StatusOr<int64_t> parsed =
+      ParsedSizeBound(*v1::RotateRequest::descriptor(), absl::string_view(wire));
+  ASSERT_TRUE(parsed.ok());
+  EXPECT_EQ(info.inflight_bytes().bytes(),
+            *parsed + static_cast<int64_t>(Request(1).q().data().size()));
   EXPECT_EQ(info.inflight_bytes().waiters(), 0);
   backend_->Release();
   EXPECT_TRUE(first.FinishedWith(grpc::StatusCode::OK, ""));
@@ -247,12 +256,15 @@ TEST_F(InflightShareTest, AClientsSecondCallWaitsForItsShareNotTheBudget) {
   first.Start(stub_.get(), Request(1));
   ASSERT_TRUE(backend_->WaitForHeld(1, absl::Seconds(20)));
   EXPECT_EQ(server_->byte_budget().per_client_bytes(), budget_ / 2);
-  EXPECT_TRUE(GrpcStatusIs(Rotate(Request(2)), grpc::StatusCode::RESOURCE_EXHAUSTED,
-                           "for room in its client's share: client peer:ipv4:127.0.0.1 has " +
-                               std::to_string(CallBytes()) +
-                               " bytes in flight beside it: its share is "
-                               "max_inflight_bytes_per_client " +
-                               std::to_string(budget_ / 2)));
+  const grpc::Status second = Rotate(Request(2));
+  EXPECT_TRUE(GrpcStatusIs(second, grpc::StatusCode::RESOURCE_EXHAUSTED,
+                           "for room in its client's share: client peer:ipv4:127.0.0.1 has "));
+  // Beside it: the first call's whole charge (its request, parsed, and reply).
+  EXPECT_TRUE(GrpcStatusIs(
+      second, grpc::StatusCode::RESOURCE_EXHAUSTED,
+      absl::StrCat(server_->byte_budget().client_bytes("peer:ipv4:127.0.0.1"),
+                   " bytes in flight beside it: its share is max_inflight_bytes_per_client ",
+                   budget_ / 2)));
   backend_->Release();
   EXPECT_TRUE(first.FinishedWith(grpc::StatusCode::OK, ""));
   // Alone again, the client's calls run.
@@ -305,8 +317,8 @@ TEST(CallEstimateTest, AttentionCountsItsResultsByShapeAndNotThoseWrittenToRegio
   *by_value.mutable_k() = ZeroFloat32Tensor({1, 6, 1, 8});
   *by_value.mutable_v() = ZeroFloat32Tensor({1, 6, 1, 3});
   v1::AttentionScoresRequest by_reference = by_value;
-  for (v1::Tensor* t : {by_reference.mutable_q(), by_reference.mutable_k(),
-                        by_reference.mutable_v()}) {
+  for (v1::Tensor* t :
+       {by_reference.mutable_q(), by_reference.mutable_k(), by_reference.mutable_v()}) {
     const uint64_t bytes = t->data().size();
     t->clear_data();
     t->mutable_shm()->set_region("r");

@@ -1,0 +1,180 @@
+// Requests parsed after admission, through a real server: what a request's
+// parse allocates (ParsedSizeBound) is charged to --max_inflight_bytes before
+// the parse, so a request whose packed varints parse to more than the budget
+// is refused while its wire size fits; wire bytes that do not parse are
+// INVALID_ARGUMENT naming the message type, on every raw method, and the
+// server is unharmed.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "grpcpp/generic/generic_stub.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "inference/grpc_service.grpc.pb.h"
+#include "tests/service/service_fixture.h"
+
+namespace rope {
+namespace test {
+namespace {
+
+// The admitted calls' half of max_inflight_bytes: 1 MiB.
+constexpr int64_t kAdmittedBudget = int64_t{1} << 20;
+// 256 Ki positions of value 0: one byte each on the wire (256 KiB, a
+// quarter of the budget), eight each once parsed (2 MiB, twice the budget).
+constexpr int kVarints = 256 << 10;
+
+class RawParseTest : public ServiceTest {
+ protected:
+  void SetUp() override {
+    ServerOptions options = DefaultOptions();
+    options.max_inflight_bytes = 2 * kAdmittedBudget;
+    StartServer(options);
+    kserve_ = inference::GRPCInferenceService::NewStub(channel_);
+  }
+
+  // One call of `method` with `wire` as the request's bytes, as sent.
+  grpc::Status RawCall(const std::string& method, const std::string& wire) {
+    grpc::GenericStub generic(channel_);
+    grpc::ClientContext context;
+    SetDeadline(&context);
+    grpc::Slice slice(wire);
+    grpc::ByteBuffer request(&slice, 1);
+    grpc::ByteBuffer response;
+    grpc::Status status;
+    absl::Notification done;
+    generic.UnaryCall(&context, method, grpc::StubOptions(), &request, &response,
+                      [&](grpc::Status s) {
+                        status = std::move(s);
+                        done.Notify();
+                      });
+    if (!done.WaitForNotificationWithTimeout(absl::Seconds(60))) {
+      context.TryCancel();
+      done.WaitForNotification();
+    }
+    return status;
+  }
+
+  // Waits (bounded) until no byte is charged.
+  bool WaitForNoBytesInFlight() {
+    for (int i = 0; i < 4000; ++i) {
+      if (server_->byte_budget().in_use_bytes() == 0) return true;
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+    return false;
+  }
+
+  // The server still answers, and holds no byte.
+  void ExpectUnharmed() {
+    v1::RotateResponse reply;
+    EXPECT_TRUE(
+        GrpcStatusIs(Rotate(MakeRotateRequest(1, 4, 2, 8), &reply), grpc::StatusCode::OK, ""));
+    EXPECT_TRUE(WaitForNoBytesInFlight());
+  }
+
+  std::unique_ptr<inference::GRPCInferenceService::Stub> kserve_;
+};
+
+TEST_F(RawParseTest, ARotateWhosePositionsParseToMoreThanTheBudgetIsRefusedBeforeItsParse) {
+  v1::RotateRequest request = MakeRotateRequest(1, 4, 2, 8);
+  for (int i = 0; i < kVarints; ++i) request.add_positions(0);
+  ASSERT_LT(static_cast<int64_t>(request.ByteSizeLong()), kAdmittedBudget / 2);
+  v1::RotateResponse reply;
+  EXPECT_TRUE(GrpcStatusIs(Rotate(request, &reply), grpc::StatusCode::RESOURCE_EXHAUSTED,
+                           "more than the server's whole max_inflight_bytes"));
+  EXPECT_EQ(server_->byte_budget().refusals(), 1);
+  ExpectUnharmed();
+}
+
+TEST_F(RawParseTest, AModelInferWhoseShapeParsesToMoreThanTheBudgetIsRefusedBeforeItsParse) {
+  inference::ModelInferRequest request;
+  request.set_model_name("rotate");
+  auto* input = request.add_inputs();
+  input->set_name("q");
+  input->set_datatype("FP32");
+  for (int i = 0; i < kVarints; ++i) input->add_shape(1);
+  request.add_raw_input_contents(std::string(4, '\0'));
+  ASSERT_LT(static_cast<int64_t>(request.ByteSizeLong()), kAdmittedBudget / 2);
+  inference::ModelInferResponse reply;
+  grpc::ClientContext context;
+  SetDeadline(&context);
+  EXPECT_TRUE(GrpcStatusIs(kserve_->ModelInfer(&context, request, &reply),
+                           grpc::StatusCode::RESOURCE_EXHAUSTED,
+                           "more than the server's whole max_inflight_bytes"));
+  ExpectUnharmed();
+}
+
+// Within the budget, the same kind of request is parsed and answered as
+// before (here refused by validation: the positions do not match q).
+TEST_F(RawParseTest, ARequestWhoseParseFitsIsParsedAndAnswered) {
+  v1::RotateRequest request = MakeRotateRequest(1, 4, 2, 8);
+  for (int i = 0; i < 1000; ++i) request.add_positions(0);
+  v1::RotateResponse reply;
+  EXPECT_TRUE(
+      GrpcStatusIs(Rotate(request, &reply), grpc::StatusCode::INVALID_ARGUMENT, "positions"));
+  EXPECT_EQ(server_->byte_budget().refusals(), 0);
+  ExpectUnharmed();
+}
+
+struct RawMethod {
+  const char* path;
+  const char* type;
+};
+
+// Every method registered raw, with its request type.
+const RawMethod kRawMethods[] = {
+    {"/rope.v1.RopeService/Rotate", "rope.v1.RotateRequest"},
+    {"/rope.v1.RopeService/AttentionScores", "rope.v1.AttentionScoresRequest"},
+    {"/rope.v1.RopeService/GetTable", "rope.v1.GetTableRequest"},
+    {"/rope.v1.RopeService/ResolveConfig", "rope.v1.RopeConfig"},
+    {"/rope.v1.RopeService/BuildPositions", "rope.v1.BuildPositionsRequest"},
+    {"/rope.v1.RopeService/RegisterSharedMemory", "rope.v1.RegisterSharedMemoryRequest"},
+    {"/rope.v1.RopeService/UnregisterSharedMemory", "rope.v1.UnregisterSharedMemoryRequest"},
+    {"/rope.v1.RopeService/SharedMemoryStatus", "rope.v1.SharedMemoryStatusRequest"},
+    {"/inference.GRPCInferenceService/ModelInfer", "inference.ModelInferRequest"},
+};
+
+TEST_F(RawParseTest, MalformedWireBytesAreInvalidArgumentNamingTheTypeOnEveryRawMethod) {
+  const std::vector<std::string> malformed = {
+      std::string("\x0a\x80", 2),      // field 1, a length that never ends
+      std::string("\x0a\x05\x01", 3),  // field 1, 5 bytes announced, 1 sent
+      std::string("\x07", 1),          // wire type 7 does not exist
+      std::string("\x00\x01", 2),      // field number 0
+      std::string("\x0b\x10\x01", 3),  // a group that never ends
+  };
+  for (const RawMethod& method : kRawMethods) {
+    for (const std::string& wire : malformed) {
+      EXPECT_TRUE(GrpcStatusIs(RawCall(method.path, wire), grpc::StatusCode::INVALID_ARGUMENT,
+                               std::string("request is not a valid ") + method.type))
+          << method.path << " " << testing::PrintToString(wire);
+    }
+  }
+  ExpectUnharmed();
+}
+
+// Bytes well formed as a wire format but refused by the parse itself (a
+// string field that is not UTF-8): INVALID_ARGUMENT naming the type too.
+TEST_F(RawParseTest, BytesTheParseRefusesAreInvalidArgumentNamingTheType) {
+  // SharedMemoryStatusRequest.name (field 1, a string) of one byte 0xff.
+  EXPECT_TRUE(GrpcStatusIs(
+      RawCall("/rope.v1.RopeService/SharedMemoryStatus", std::string("\x0a\x01\xff", 3)),
+      grpc::StatusCode::INVALID_ARGUMENT,
+      "request is not a valid rope.v1.SharedMemoryStatusRequest message"));
+  ExpectUnharmed();
+}
+
+// An empty request is a valid message of every type: parsed (to defaults)
+// and answered by the call's own validation.
+TEST_F(RawParseTest, AnEmptyRequestIsParsedAndValidated) {
+  EXPECT_TRUE(GrpcStatusIs(RawCall("/rope.v1.RopeService/Rotate", ""),
+                           grpc::StatusCode::INVALID_ARGUMENT, ""));
+  ExpectUnharmed();
+}
+
+}  // namespace
+}  // namespace test
+}  // namespace rope
