@@ -251,6 +251,35 @@ TEST(ByteBudgetShareTest, AWaitPastTheShareEndsNamingTheShare) {
   EXPECT_EQ(budget.in_use_bytes(), 0);
 }
 
+// A raw request's charges (wire + parsed before its parse, then its reply's
+// top-up) are the client's too: the top-up counts the call's earlier charge
+// as its own, TryReserve and a second call's parse charge respect the share.
+TEST(ByteBudgetShareTest, RawParseChargesAndTopUpsAreHeldToTheShare) {
+  ByteBudget budget(1000, kLongWait, "", /*per_client_bytes=*/400);
+  Answer parse, top_up, second_parse, other;
+  budget.ReserveParse("Rotate", "token:aaaa", 50, 100, Forever(), parse.Callback());
+  ASSERT_TRUE(parse.Get().ok());
+  // 150 + 300 > 400, but the 150 are this call's own: nothing else in flight.
+  budget.TopUp("Rotate", "token:aaaa", 150, 300, Forever(), top_up.Callback());
+  ASSERT_TRUE(top_up.Get().ok());
+  EXPECT_EQ(budget.client_bytes("token:aaaa"), 450);
+  EXPECT_FALSE(budget.TryReserve("token:aaaa", 10));  // past the share
+  EXPECT_TRUE(budget.TryReserve("token:bbbb", 10));   // another client fits
+  budget.Release("token:bbbb", 10);
+  // The client's second call waits for its parse charge.
+  budget.ReserveParse("Rotate", "token:aaaa", 50, 100, Forever(), second_parse.Callback());
+  EXPECT_FALSE(second_parse.answered());
+  budget.ReserveParse("Rotate", "token:bbbb", 50, 100, Forever(), other.Callback());
+  EXPECT_TRUE(other.Get().ok());
+  budget.Release("token:aaaa", 450);
+  ASSERT_TRUE(second_parse.answered());
+  EXPECT_TRUE(second_parse.Get().ok());
+  budget.Release("token:aaaa", 150);
+  budget.Release("token:bbbb", 150);
+  EXPECT_EQ(budget.in_use_bytes(), 0);
+  EXPECT_EQ(budget.client_bytes("token:aaaa"), 0);
+}
+
 TEST(ByteBudgetShareTest, NoShareWithoutABudgetOrForCallsWithoutAClient) {
   ByteBudget unbudgeted(0, kLongWait, "", /*per_client_bytes=*/400);
   EXPECT_EQ(unbudgeted.per_client_bytes(), 0);
