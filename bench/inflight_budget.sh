@@ -57,8 +57,8 @@ CONF
   timeout 120 podman run -d --name "$CONTAINER" --health-interval=disable \
     --memory=3g --memory-swap=3g --read-only --cap-drop=ALL -p 127.0.0.1::50051 \
     localhost/ropeserve:inflight-bench --backend=cpu --cpu_threads=2 --work_threads=2 \
-    --max_inflight_bytes=$((BUDGET_MIB << 20)) --table_cache_bytes=$((TABLE_MIB << 20)) \
-    --shutdown_grace_period=5s > /dev/null
+    --max_inflight_bytes=$((BUDGET_MIB << 20)) --max_inflight_bytes_per_client=0 \
+    --table_cache_bytes=$((TABLE_MIB << 20)) --shutdown_grace_period=5s > /dev/null
   port=$(timeout 30 podman port "$CONTAINER" 50051/tcp | head -n 1 | sed 's/.*://')
   for _ in $(seq 1 100); do
     podman logs "$CONTAINER" 2>&1 | grep -q "listening on" && break

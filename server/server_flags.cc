@@ -144,6 +144,29 @@ ABSL_FLAG(int64_t, max_calls_per_client, 0,
           "its address): a client over this share gets RESOURCE_EXHAUSTED while others are "
           "served; 0: no per-client share (e.g. a quarter of --max_concurrent_calls lets four "
           "clients fill the server)");
+ABSL_FLAG(int64_t, max_streams_per_client, 64,
+          "streams (RotateStream, ModelStreamInfer) one client (its bearer token, else its "
+          "mTLS certificate subject, else its address) may have open at once across all its "
+          "connections; one more is refused at open with RESOURCE_EXHAUSTED while other clients "
+          "open theirs. An idle stream holds no call slot but still costs a gRPC call and its "
+          "buffers: 64 (the default --max_concurrent_calls) lets one client keep a stream per "
+          "call the server can run at once, and bounds what a client opening streams on many "
+          "connections holds. Behind a proxy without tokens every client is the proxy: raise "
+          "it or 0. 0: no limit");
+ABSL_FLAG(absl::Duration, stream_idle_timeout, absl::Minutes(2),
+          "a stream with no message being served and none arriving for this long is finished "
+          "by the server with UNAVAILABLE (safe to retry on a new stream: no message is lost); "
+          "2m (as --reply_send_timeout) outlasts a client's pauses between requests, yet ends a "
+          "forgotten stream sooner than the connection's age (--max_connection_age + grace) "
+          "would, and bounds it where connections never age; inf: none");
+ABSL_FLAG(int64_t, max_inflight_bytes_per_client, -1,
+          "request and reply bytes one client's admitted calls may hold at once in the "
+          "admitted calls' half of --max_inflight_bytes: past it its calls wait (up to their "
+          "deadline and --max_inflight_wait) or are refused with RESOURCE_EXHAUSTED while other "
+          "clients' calls are admitted; a client with nothing else in flight may still use the "
+          "whole budget with one call. -1: half of the admitted calls' budget (a quarter of "
+          "--max_inflight_bytes), so two clients can always make progress; 0: no per-client "
+          "share");
 ABSL_FLAG(int64_t, max_streams_per_connection, 100,
           "calls one connection may have open at once (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS): "
           "a client past it queues its own calls, at no cost to the server; 0: no limit");
@@ -360,6 +383,28 @@ absl::Status ApplyServerOptions(ServerConfig* config) {
   options.reuse_port = absl::GetFlag(FLAGS_reuse_port);
   options.max_calls_per_client = absl::GetFlag(FLAGS_max_calls_per_client);
   options.max_streams_per_connection = absl::GetFlag(FLAGS_max_streams_per_connection);
+  options.max_streams_per_client = absl::GetFlag(FLAGS_max_streams_per_client);
+  options.stream_idle_timeout = absl::GetFlag(FLAGS_stream_idle_timeout);
+  if (options.stream_idle_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--stream_idle_timeout is ",
+                     absl::FormatDuration(options.stream_idle_timeout), ": must be > 0 (inf: none)"));
+  }
+  options.max_inflight_bytes_per_client = absl::GetFlag(FLAGS_max_inflight_bytes_per_client);
+  if (options.max_inflight_bytes_per_client < -1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--max_inflight_bytes_per_client is ", options.max_inflight_bytes_per_client,
+        ": must be >= 0 (0: none), or -1 (half of the admitted calls' budget)"));
+  }
+  if (options.max_inflight_bytes_per_client > 0 && options.max_inflight_bytes <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--max_inflight_bytes_per_client is ", options.max_inflight_bytes_per_client,
+        ": a share of --max_inflight_bytes, which is 0 (no budget); set both or neither"));
+  }
+  if (const int64_t share = ClientInflightShare(options); share > 0) {
+    absl::StrAppend(&config->inflight_line, "; one client's calls hold at most ", share,
+                    " (--max_inflight_bytes_per_client)");
+  }
 
   options.security_files.tls_cert_file = absl::GetFlag(FLAGS_tls_cert_file);
   options.security_files.tls_key_file = absl::GetFlag(FLAGS_tls_key_file);

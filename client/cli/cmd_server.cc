@@ -43,7 +43,10 @@ absl::Status RunInfo(const FlagSet& flags, std::ostream& out) {
       << " max_inflight_bytes=" << limits.max_inflight_bytes()
       << " shm_max_regions_per_client=" << limits.shm_max_regions_per_client()
       << " shm_max_mapped_bytes=" << limits.shm_max_mapped_bytes()
-      << " shm_max_mapped_bytes_per_client=" << limits.shm_max_mapped_bytes_per_client() << "\n"
+      << " shm_max_mapped_bytes_per_client=" << limits.shm_max_mapped_bytes_per_client()
+      << " max_streams_per_client=" << limits.max_streams_per_client()
+      << " stream_idle_timeout_ms=" << limits.stream_idle_timeout_ms()
+      << " max_inflight_bytes_per_client=" << limits.max_inflight_bytes_per_client() << "\n"
       << "  table cache: blocks of " << cache.block_rows() << " rows, resident="
       << cache.blocks_resident() << " bytes=" << cache.bytes() << "/" << cache.budget_bytes()
       << " built=" << cache.blocks_built() << " hits=" << cache.hits()

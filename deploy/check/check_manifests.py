@@ -339,6 +339,23 @@ def check_hardened(pod_spec, container, where, c):
              f"{where}: securityContext.capabilities.add is not empty")
 
 
+# ropeserve's per-client limits and their defaults (ropeserve --help).
+PER_CLIENT_LIMITS = (("max_streams_per_client", "64"), ("max_inflight_bytes_per_client", "-1"))
+
+
+def check_per_client_limits_behind_proxy(flags, where, c):
+    """Behind the proxy without bearer tokens every client reaches ropeserve
+    as one peer (the socket's uid): a per-client limit would bind all
+    clients together, so it must be off (0)."""
+    if flags.get("auth_token_file"):
+        return
+    for name, default in PER_CLIENT_LIMITS:
+        value = flags.get(name, default)
+        c.expect(value == "0", f"{where}: --{name}={value} without bearer tokens: every "
+                 "client comes through the proxy as one peer, so the limit binds them all "
+                 "together; set it to 0 (or tell clients apart by tokens)")
+
+
 def check_front_proxy(pod_spec, server, flags, needs_tls, c):
     """The proxy container is the pod's gRPC listener and ropeserve is
     reachable only through it: a Unix socket in an in-memory emptyDir that
@@ -451,6 +468,7 @@ def check_k8s(docs, variant):
 
     flags = server_flags(deployment, container, configmaps, c)
     proxy_tls = check_front_proxy(pod_spec, container, flags, needs_tls, c)
+    check_per_client_limits_behind_proxy(flags, where, c)
     health_ports = plaintext_health_ports(flags, ports, needs_tls, c)
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
         spec = container.get(probe) or {}
@@ -596,6 +614,11 @@ def check_compose(doc):
                                     for v in proxy.get("volumes", [])),
                      f"compose: the socket directory {directory} is not a volume of both "
                      f"ropeserve and {PROXY}")
+    compose_flags = {}
+    for a in command:
+        if a.startswith("--") and "=" in a:
+            compose_flags[a[2:].partition("=")[0]] = a.partition("=")[2]
+    check_per_client_limits_behind_proxy(compose_flags, "compose ropeserve", c)
     grace = [a.partition("=")[2] for a in command if a.startswith("--shutdown_grace_period=")]
     teardown = [a.partition("=")[2] for a in command if a.startswith("--teardown_timeout=")]
     stop = server.get("stop_grace_period")
@@ -865,6 +888,10 @@ def k8s_mutations(variant):
     else:
         mutations += [("token auth without TLS",
                        lambda docs: _set_flag(docs, "auth_token_file", "/etc/ropeserve/tokens")),
+                      ("per-client stream limit behind the proxy without tokens",
+                       lambda docs: _set_flag(docs, "max_streams_per_client", "64")),
+                      ("per-client byte share (the default) behind the proxy without tokens",
+                       lambda docs: _set_flag(docs, "max_inflight_bytes_per_client", None)),
                       ("TLS without a health port or a Secret",
                        lambda docs: [_set_flag(docs, "tls_cert_file", "/etc/ropeserve/tls.crt"),
                                      _set_flag(docs, "tls_key_file", "/etc/ropeserve/tls.key")])]
@@ -907,7 +934,12 @@ def compose_mutations():
                                   if not a.startswith("--listen=")]
         server(doc)["command"].append(f"--listen=0.0.0.0:{GRPC_PORT}")
 
+    def per_client_streams(doc):
+        server(doc)["command"] = [a for a in server(doc)["command"]
+                                  if not a.startswith("--max_streams_per_client=")]
+
     return [
+        ("per-client stream limit (the default) behind the proxy", per_client_streams),
         ("gRPC published by the server", grpc_published),
         ("load run bypasses the proxy", load_bypasses_proxy),
         ("no proxy", lambda doc: doc["services"].pop(PROXY)),

@@ -107,8 +107,9 @@ KServeServiceImpl::KServeServiceImpl(Engine& engine, CallGate& gate, ByteBudget&
       work_(work),
       models_(models),
       options_(std::move(options)),
-      serving_{AdmissionParts{&gate, &budget, &metrics, options_.send_watch}, &work,
-               options_.max_message_bytes},
+      serving_{
+          AdmissionParts{&gate, &budget, &metrics, options_.send_watch, options_.streams},
+          &work, options_.max_message_bytes},
       statistics_(models.models().size()) {}
 
 bool KServeServiceImpl::Ready() const {
@@ -116,9 +117,10 @@ bool KServeServiceImpl::Ready() const {
 }
 
 std::string KServeServiceImpl::ClientOf(const grpc::CallbackServerContext& context) const {
-  return gate_.max_per_client() > 0
-             ? CallerIdentity(context, options_.tokens_verified, IdentityUse::kShare)
-             : std::string();
+  const bool shares = gate_.max_per_client() > 0 ||
+                      serving_.admission.budget->per_client_bytes() > 0;
+  return shares ? CallerIdentity(context, options_.tokens_verified, IdentityUse::kShare)
+                : std::string();
 }
 
 std::string KServeServiceImpl::OwnerOf(const grpc::CallbackServerContext& context) const {

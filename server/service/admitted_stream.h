@@ -10,7 +10,9 @@
 // waiting for its next message) holds neither, and no large message's
 // buffers either, so streams that never send cannot take the slots or the
 // memory of other calls; what bounds them is the per-connection stream cap
-// (--max_streams_per_connection) and the connection's age. A refusal by the
+// (--max_streams_per_connection), the client's count of open streams and the
+// idle timeout (stream_limits.h: a stream over its client's count is refused
+// at open, an idle one finished UNAVAILABLE). A refusal by the
 // gate (a full server, a client over its share, a drain) ends the stream
 // with its status; the client retries that message elsewhere or later.
 //
@@ -33,6 +35,7 @@
 #include "grpcpp/support/server_callback.h"
 #include "server/service/call_admission.h"
 #include "server/service/status_conversion.h"
+#include "server/service/stream_limits.h"
 #include "server/service/work_queue.h"
 
 namespace rope {
@@ -41,6 +44,7 @@ template <typename Request, typename Response>
 class AdmittedStream : public grpc::ServerBidiReactor<Request, Response> {
  public:
   void OnReadDone(bool ok) final {
+    if (stream_.StopIdle()) return;  // finished for idling: nothing more to do
     if (!ok) {  // the client half-closed (or the call is gone): end cleanly
       this->Finish(grpc::Status::OK);
       return;
@@ -84,10 +88,11 @@ class AdmittedStream : public grpc::ServerBidiReactor<Request, Response> {
       request_ = Request();
       response_ = Response();
     }
-    this->StartRead(&request_);
+    ReadNext();
   }
 
   void OnDone() final {
+    stream_.Close();
     admission_.Done();
     delete this;
   }
@@ -98,10 +103,22 @@ class AdmittedStream : public grpc::ServerBidiReactor<Request, Response> {
   // last.
   AdmittedStream(const AdmissionParts& parts, WorkQueue& work, Rpc rpc,
                  grpc::CallbackServerContext* context, std::string client)
-      : admission_(parts, rpc, std::move(client)), work_(work), context_(context) {}
+      : admission_(parts, rpc, std::move(client)),
+        stream_(parts.streams, RpcName(rpc)),
+        work_(work),
+        context_(context) {}
   ~AdmittedStream() override = default;
 
-  void StartReading() { this->StartRead(&request_); }
+  // Opens the stream (refused with its status when its client has too many
+  // open) and reads the first message.
+  void StartReading() {
+    absl::Status opened = stream_.Open(*context_);
+    if (!opened.ok()) {
+      EndStream(opened);
+      return;
+    }
+    ReadNext();
+  }
 
   // The message in hand has been admitted (it holds a slot): checks it and
   // returns what answering it allocates beside the request (charged to the
@@ -144,6 +161,12 @@ class AdmittedStream : public grpc::ServerBidiReactor<Request, Response> {
   // Buffers an idle stream may keep for its next message (uncharged).
   static constexpr size_t kKeptCapacityBytes = size_t{1} << 20;
 
+  // Waits for the next message, for the idle timeout at most.
+  void ReadNext() {
+    stream_.StartIdle([this](grpc::Status status) { this->Finish(std::move(status)); });
+    this->StartRead(&request_);
+  }
+
   void AnswerMessage() {
     absl::Status wanted = admission_.CheckStillWanted(*context_);
     if (!wanted.ok()) {
@@ -159,6 +182,7 @@ class AdmittedStream : public grpc::ServerBidiReactor<Request, Response> {
   }
 
   CallAdmission admission_;
+  StreamHold stream_;
   WorkQueue& work_;
   grpc::CallbackServerContext* const context_;
 };

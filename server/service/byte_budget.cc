@@ -24,11 +24,13 @@ std::string Describe(absl::string_view what, int64_t held_bytes, int64_t more_by
 
 }  // namespace
 
-ByteBudget::ByteBudget(int64_t budget_bytes, absl::Duration max_wait, std::string budget_text)
+ByteBudget::ByteBudget(int64_t budget_bytes, absl::Duration max_wait, std::string budget_text,
+                       int64_t per_client_bytes)
     : budget_bytes_(budget_bytes),
       max_wait_(max_wait),
       budget_text_(budget_text.empty() ? absl::StrCat("max_inflight_bytes ", budget_bytes)
-                                       : std::move(budget_text)) {
+                                       : std::move(budget_text)),
+      per_client_bytes_(budget_bytes > 0 ? std::max<int64_t>(per_client_bytes, 0) : 0) {
   if (budget_bytes_ > 0) timer_ = std::thread([this] { TimerMain(); });
 }
 
@@ -37,7 +39,10 @@ ByteBudget::~ByteBudget() {
   {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
-    for (const Waiter& waiter : waiters_) in_use_ -= waiter.held_bytes;
+    for (const Waiter& waiter : waiters_) {
+      in_use_ -= waiter.held_bytes;
+      ChargeClientLocked(waiter.client, -waiter.held_bytes);
+    }
     refused.swap(waiters_);
     refusals_ += static_cast<int64_t>(refused.size());
     timer_wake_.Signal();
@@ -51,36 +56,38 @@ ByteBudget::~ByteBudget() {
   }
 }
 
-void ByteBudget::Reserve(absl::string_view what, int64_t held_bytes, int64_t more_bytes,
-                         absl::Time deadline, Done done) {
-  ReserveAfter(what, 0, held_bytes, more_bytes, "reply", deadline, std::move(done));
+void ByteBudget::Reserve(absl::string_view what, absl::string_view client, int64_t held_bytes,
+                         int64_t more_bytes, absl::Time deadline, Done done) {
+  ReserveAfter(what, client, 0, held_bytes, more_bytes, "reply", deadline, std::move(done));
 }
 
-void ByteBudget::ReserveParse(absl::string_view what, int64_t wire_bytes, int64_t parsed_bytes,
-                              absl::Time deadline, Done done) {
-  ReserveAfter(what, 0, wire_bytes, parsed_bytes, "parsed", deadline, std::move(done));
+void ByteBudget::ReserveParse(absl::string_view what, absl::string_view client,
+                              int64_t wire_bytes, int64_t parsed_bytes, absl::Time deadline,
+                              Done done) {
+  ReserveAfter(what, client, 0, wire_bytes, parsed_bytes, "parsed", deadline, std::move(done));
 }
 
-bool ByteBudget::TryReserve(int64_t bytes) {
+bool ByteBudget::TryReserve(absl::string_view client, int64_t bytes) {
   bytes = std::max<int64_t>(bytes, 0);
   absl::MutexLock lock(&mu_);
   if (budget_bytes_ <= 0) {
     in_use_ = SaturatingAdd(in_use_, bytes);
     return true;
   }
-  if (in_use_ > budget_bytes_ - bytes) return false;
+  if (in_use_ > budget_bytes_ - bytes || !ShareFitsLocked(client, 0, bytes)) return false;
   in_use_ += bytes;
+  ChargeClientLocked(client, bytes);
   return true;
 }
 
-void ByteBudget::TopUp(absl::string_view what, int64_t charged_bytes, int64_t more_bytes,
-                       absl::Time deadline, Done done) {
-  ReserveAfter(what, charged_bytes, 0, more_bytes, "reply", deadline, std::move(done));
+void ByteBudget::TopUp(absl::string_view what, absl::string_view client, int64_t charged_bytes,
+                       int64_t more_bytes, absl::Time deadline, Done done) {
+  ReserveAfter(what, client, charged_bytes, 0, more_bytes, "reply", deadline, std::move(done));
 }
 
-void ByteBudget::ReserveAfter(absl::string_view what, int64_t prior_bytes, int64_t held_bytes,
-                              int64_t more_bytes, absl::string_view more_name, absl::Time deadline,
-                              Done done) {
+void ByteBudget::ReserveAfter(absl::string_view what, absl::string_view client,
+                              int64_t prior_bytes, int64_t held_bytes, int64_t more_bytes,
+                              absl::string_view more_name, absl::Time deadline, Done done) {
   prior_bytes = std::max<int64_t>(prior_bytes, 0);
   held_bytes = std::max<int64_t>(held_bytes, 0);
   more_bytes = std::max<int64_t>(more_bytes, 0);
@@ -98,15 +105,17 @@ void ByteBudget::ReserveAfter(absl::string_view what, int64_t prior_bytes, int64
       answer = absl::ResourceExhaustedError(absl::StrCat(
           Describe(what, SaturatingAdd(prior_bytes, held_bytes), more_bytes, more_name), ": ",
           in_use_, " bytes of the server's ", budget_text_, " are in use; retry later"));
-    } else if (in_use_ + total <= budget_bytes_) {
+    } else if (in_use_ + total <= budget_bytes_ && ShareFitsLocked(client, prior_bytes, total)) {
       in_use_ += total;
+      ChargeClientLocked(client, total);
     } else {
       // Its request is resident: charge it now, and wait for the reply's room.
       in_use_ += held_bytes;
+      ChargeClientLocked(client, held_bytes);
       const absl::Time now = absl::Now();
-      waiters_.push_back(Waiter{std::string(what), std::string(more_name), prior_bytes, held_bytes,
-                                more_bytes, now, std::min(deadline, now + max_wait_),
-                                std::move(done)});
+      waiters_.push_back(Waiter{std::string(what), std::string(client), std::string(more_name),
+                                prior_bytes, held_bytes, more_bytes, now,
+                                std::min(deadline, now + max_wait_), std::move(done)});
       timer_wake_.Signal();
       return;
     }
@@ -117,8 +126,11 @@ void ByteBudget::ReserveAfter(absl::string_view what, int64_t prior_bytes, int64
 
 void ByteBudget::GrantLocked(std::list<Waiter>& granted) {
   for (auto it = waiters_.begin(); it != waiters_.end();) {
-    if (in_use_ + it->more_bytes <= budget_bytes_) {
+    if (in_use_ + it->more_bytes <= budget_bytes_ &&
+        ShareFitsLocked(it->client, SaturatingAdd(it->prior_bytes, it->held_bytes),
+                        it->more_bytes)) {
       in_use_ += it->more_bytes;
+      ChargeClientLocked(it->client, it->more_bytes);
       auto next = std::next(it);
       granted.splice(granted.end(), waiters_, it);
       it = next;
@@ -128,11 +140,12 @@ void ByteBudget::GrantLocked(std::list<Waiter>& granted) {
   }
 }
 
-void ByteBudget::Release(int64_t bytes) {
+void ByteBudget::Release(absl::string_view client, int64_t bytes) {
   std::list<Waiter> granted;
   {
     absl::MutexLock lock(&mu_);
     in_use_ -= bytes;
+    ChargeClientLocked(client, -bytes);
     GrantLocked(granted);
   }
   for (Waiter& waiter : granted) std::move(waiter.done)(absl::OkStatus());
@@ -142,7 +155,10 @@ void ByteBudget::RefuseWaiting(const absl::Status& status) {
   std::list<Waiter> refused;
   {
     absl::MutexLock lock(&mu_);
-    for (const Waiter& waiter : waiters_) in_use_ -= waiter.held_bytes;
+    for (const Waiter& waiter : waiters_) {
+      in_use_ -= waiter.held_bytes;
+      ChargeClientLocked(waiter.client, -waiter.held_bytes);
+    }
     refused.swap(waiters_);
   }
   for (Waiter& waiter : refused) std::move(waiter.done)(status);
@@ -156,10 +172,23 @@ void ByteBudget::TimerMain() {
     timer_wake_.WaitWithDeadline(&mu_, next);
     const absl::Time now = absl::Now();
     std::list<Waiter> expired;
+    std::list<std::string> reasons;  // why each expired waiter did not fit
     for (auto it = waiters_.begin(); it != waiters_.end();) {
       auto next_it = std::next(it);
       if (it->give_up <= now) {
+        const std::string waited = absl::StrCat(
+            "waited ", absl::FormatDuration(absl::Trunc(now - it->since, absl::Milliseconds(1))),
+            " (its deadline, or the server's wait limit ", absl::FormatDuration(max_wait_),
+            ") for room in ");
+        reasons.push_back(in_use_ + it->more_bytes <= budget_bytes_
+                              ? absl::StrCat(waited, "its client's share: ",
+                                             ShareRefusalLocked(
+                                                 it->client, SaturatingAdd(it->prior_bytes,
+                                                                           it->held_bytes)))
+                              : absl::StrCat(waited, "the server's ", budget_text_, " (", in_use_,
+                                             " in use); retry later"));
         in_use_ -= it->held_bytes;
+        ChargeClientLocked(it->client, -it->held_bytes);
         ++refusals_;
         expired.splice(expired.end(), waiters_, it);
       }
@@ -169,19 +198,47 @@ void ByteBudget::TimerMain() {
     // Returning the requests' bytes may let other waiters in.
     std::list<Waiter> granted;
     GrantLocked(granted);
-    const int64_t in_use = in_use_;
     mu_.Unlock();
+    auto reason = reasons.begin();
     for (Waiter& waiter : expired) {
       std::move(waiter.done)(absl::ResourceExhaustedError(absl::StrCat(
           Describe(waiter.what, SaturatingAdd(waiter.prior_bytes, waiter.held_bytes),
                    waiter.more_bytes, waiter.more_name),
-          ": waited ", absl::FormatDuration(absl::Trunc(now - waiter.since, absl::Milliseconds(1))),
-          " (its deadline, or the server's wait limit ", absl::FormatDuration(max_wait_),
-          ") for room in the server's ", budget_text_, " (", in_use, " in use); retry later")));
+          ": ", *reason++)));
     }
     for (Waiter& waiter : granted) std::move(waiter.done)(absl::OkStatus());
     mu_.Lock();
   }
+}
+
+bool ByteBudget::ShareFitsLocked(absl::string_view client, int64_t own_bytes,
+                                 int64_t bytes) const {
+  if (per_client_bytes_ <= 0 || client.empty()) return true;
+  const int64_t held = ClientBytesLocked(client);
+  return held - own_bytes <= 0 || SaturatingAdd(held, bytes) <= per_client_bytes_;
+}
+
+int64_t ByteBudget::ClientBytesLocked(absl::string_view client) const {
+  auto it = client_in_use_.find(client);
+  return it == client_in_use_.end() ? 0 : it->second;
+}
+
+void ByteBudget::ChargeClientLocked(absl::string_view client, int64_t bytes) {
+  if (per_client_bytes_ <= 0 || client.empty() || bytes == 0) return;
+  auto [it, added] = client_in_use_.try_emplace(client, 0);
+  it->second += bytes;
+  if (it->second <= 0) client_in_use_.erase(it);
+}
+
+std::string ByteBudget::ShareRefusalLocked(absl::string_view client, int64_t own_bytes) const {
+  return absl::StrCat("client ", client, " has ", ClientBytesLocked(client) - own_bytes,
+                      " bytes in flight beside it: its share is max_inflight_bytes_per_client ",
+                      per_client_bytes_, " of the server's ", budget_text_, "; retry later");
+}
+
+int64_t ByteBudget::client_bytes(absl::string_view client) const {
+  absl::MutexLock lock(&mu_);
+  return ClientBytesLocked(client);
 }
 
 int64_t ByteBudget::in_use_bytes() const {

@@ -23,7 +23,7 @@ absl::Status CallAdmission::Enter(int64_t request_bytes) {
 void CallAdmission::Charge(int64_t more_bytes, absl::Time deadline,
                            absl::AnyInvocable<void(absl::Status) &&> then) {
   if (request_charged_) {
-    parts_.budget->TopUp(RpcName(rpc_), bytes_charged_, more_bytes, deadline,
+    parts_.budget->TopUp(RpcName(rpc_), client_, bytes_charged_, more_bytes, deadline,
                          [this, more_bytes, then = std::move(then)](absl::Status granted) mutable {
                            if (granted.ok()) bytes_charged_ += std::max<int64_t>(more_bytes, 0);
                            std::move(then)(std::move(granted));
@@ -31,7 +31,7 @@ void CallAdmission::Charge(int64_t more_bytes, absl::Time deadline,
     return;
   }
   const int64_t held_bytes = request_bytes_;
-  parts_.budget->Reserve(RpcName(rpc_), held_bytes, more_bytes, deadline,
+  parts_.budget->Reserve(RpcName(rpc_), client_, held_bytes, more_bytes, deadline,
                          [this, charged = held_bytes + more_bytes,
                           then = std::move(then)](absl::Status granted) mutable {
                            if (granted.ok()) bytes_charged_ = charged;
@@ -41,7 +41,7 @@ void CallAdmission::Charge(int64_t more_bytes, absl::Time deadline,
 
 void CallAdmission::ChargeParse(int64_t parsed_bytes, absl::Time deadline,
                                 absl::AnyInvocable<void(absl::Status) &&> then) {
-  parts_.budget->ReserveParse(RpcName(rpc_), request_bytes_, parsed_bytes, deadline,
+  parts_.budget->ReserveParse(RpcName(rpc_), client_, request_bytes_, parsed_bytes, deadline,
                               [this, wire = std::max<int64_t>(request_bytes_, 0),
                                parsed = std::max<int64_t>(parsed_bytes, 0),
                                then = std::move(then)](absl::Status granted) mutable {
@@ -57,7 +57,7 @@ void CallAdmission::ChargeParse(int64_t parsed_bytes, absl::Time deadline,
 bool CallAdmission::TryChargeParse(int64_t parsed_bytes) {
   const int64_t wire = std::max<int64_t>(request_bytes_, 0);
   const int64_t parsed = std::max<int64_t>(parsed_bytes, 0);
-  if (!parts_.budget->TryReserve(wire + parsed)) return false;
+  if (!parts_.budget->TryReserve(client_, wire + parsed)) return false;
   bytes_charged_ = wire + parsed;
   wire_charged_ = wire;
   request_charged_ = true;
@@ -69,7 +69,7 @@ void CallAdmission::ReturnWireBytes() {
   const int64_t wire = wire_charged_;
   wire_charged_ = 0;
   bytes_charged_ -= wire;
-  parts_.budget->Release(wire);
+  parts_.budget->Release(client_, wire);
 }
 
 absl::Status CallAdmission::CheckStillWanted(const grpc::CallbackServerContext& context) const {
@@ -97,7 +97,7 @@ void CallAdmission::ReleaseBytes() {
   request_charged_ = false;
   wire_charged_ = 0;
   if (bytes_charged_ == 0) return;
-  parts_.budget->Release(bytes_charged_);
+  parts_.budget->Release(client_, bytes_charged_);
   bytes_charged_ = 0;
 }
 

@@ -7,7 +7,8 @@
 //     client's share beyond them; held while the request is worked on;
 //   - a charge on the ByteBudget before any work: the request's bytes (already
 //     resident) and what answering it allocates (CallEstimate::more_bytes),
-//     held until its reply has been written;
+//     held until its reply has been written, within the client's share of
+//     the budget;
 //   - the check, just before the work, that the caller still waits, and the
 //     Interrupt that lets the work stop when it goes;
 //   - the request's metrics;
@@ -38,6 +39,8 @@
 
 namespace rope {
 
+class StreamLimits;
+
 // The server-wide pieces every request is admitted through, owned by the
 // server (which outlives its calls). `budget` may be null for a service
 // whose calls are never charged (Echo); `send_watch` null: replies have no
@@ -47,12 +50,16 @@ struct AdmissionParts {
   ByteBudget* budget = nullptr;
   ServiceMetrics* metrics = nullptr;
   SendWatch* send_watch = nullptr;
+  // What bounds streams between their messages (stream_limits.h); null:
+  // nothing beyond the per-connection cap.
+  StreamLimits* streams = nullptr;
 };
 
 class CallAdmission {
  public:
   // `client` (caller_identity.h; empty: none) is held to its share of the
-  // gate and names the call's turn in the work queue.
+  // gate and of the byte budget, and names the call's turn in the work
+  // queue.
   CallAdmission(const AdmissionParts& parts, Rpc rpc, std::string client);
   ~CallAdmission();
   CallAdmission(const CallAdmission&) = delete;

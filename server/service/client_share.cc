@@ -1,19 +1,22 @@
 #include "server/service/client_share.h"
 
+#include <utility>
+
 #include "absl/strings/str_cat.h"
 
 namespace rope {
 
-ClientShare::ClientShare(int64_t max_per_client) : max_per_client_(max_per_client) {}
+ClientShare::ClientShare(int64_t max_per_client, std::string held, std::string flag)
+    : max_per_client_(max_per_client), held_(std::move(held)), flag_(std::move(flag)) {}
 
 absl::Status ClientShare::TryAcquire(absl::string_view client) {
   if (max_per_client_ <= 0 || client.empty()) return absl::OkStatus();
   absl::MutexLock lock(&mu_);
   int64_t& count = in_flight_[client];
   if (count >= max_per_client_) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "client ", client, " has ", count, " calls in flight: its share is max_calls_per_client ",
-        max_per_client_, "; retry later"));
+    return absl::ResourceExhaustedError(absl::StrCat("client ", client, " has ", count, " ",
+                                                     held_, ": its share is ", flag_, " ",
+                                                     max_per_client_, "; retry later"));
   }
   ++count;
   return absl::OkStatus();

@@ -23,6 +23,7 @@
 #include "server/service/bind_diagnosis.h"
 #include "server/service/byte_budget_metrics.h"
 #include "server/service/metrics_http_server.h"
+#include "server/service/stream_limits_metrics.h"
 
 namespace rope {
 
@@ -100,6 +101,16 @@ absl::Status ValidateServerOptions(const ServerOptions& options) {
                                                    absl::FormatDuration(options.reply_send_timeout),
                                                    ": must be > 0 (inf: no deadline)"));
   }
+  if (options.stream_idle_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "stream_idle_timeout is ", absl::FormatDuration(options.stream_idle_timeout),
+        ": must be > 0 (inf: none)"));
+  }
+  if (options.max_inflight_bytes_per_client < -1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_inflight_bytes_per_client is ", options.max_inflight_bytes_per_client,
+                     ": must be >= 0 (0: none), or -1 (half of the admitted calls' budget)"));
+  }
   if (options.max_connection_age_grace < absl::ZeroDuration()) {
     return absl::InvalidArgumentError(
         absl::StrCat("max_connection_age_grace is ",
@@ -120,6 +131,13 @@ InflightShares SplitInflightBytes(int64_t max_inflight_bytes) {
   return InflightShares{std::max<int64_t>(max_inflight_bytes - calls, 1), calls};
 }
 
+int64_t ClientInflightShare(const ServerOptions& options) {
+  const int64_t calls = SplitInflightBytes(options.max_inflight_bytes).calls;
+  if (calls <= 0 || options.max_inflight_bytes_per_client == 0) return 0;
+  if (options.max_inflight_bytes_per_client < 0) return std::max<int64_t>(calls / 2, 1);
+  return options.max_inflight_bytes_per_client;
+}
+
 int64_t InlineRotateMaxBytes(const ServerOptions& options) {
   return options.max_calls_per_client > 0 ? 0 : options.inline_rotate_max_bytes;
 }
@@ -132,13 +150,17 @@ RopeServer::RopeServer(std::unique_ptr<Engine> engine, const ServerOptions& opti
       budget_(SplitInflightBytes(options.max_inflight_bytes).calls, options.max_inflight_wait,
               absl::StrCat("max_inflight_bytes ", options.max_inflight_bytes, " (",
                            SplitInflightBytes(options.max_inflight_bytes).calls,
-                           " for admitted calls)")),
+                           " for admitted calls)"),
+              ClientInflightShare(options)),
       send_watch_(options.reply_send_timeout),
+      stream_limits_(options.max_streams_per_client, options.stream_idle_timeout,
+                     /*tokens_verified=*/!options.security.bearer_tokens.empty()),
       work_(options.work_threads),
       service_(*engine_, gate_, budget_, metrics_, work_,
                ServiceOptions{options.max_message_bytes, options.max_inflight_bytes,
                               /*tokens_verified=*/!options.security.bearer_tokens.empty(), &shm_,
-                              InlineRotateMaxBytes(options), &send_watch_}) {}
+                              InlineRotateMaxBytes(options), &send_watch_,
+                              &stream_limits_}) {}
 
 absl::StatusOr<std::unique_ptr<RopeServer>> RopeServer::Start(std::unique_ptr<Engine> engine,
                                                               const ServerOptions& options) {
@@ -152,6 +174,7 @@ absl::StatusOr<std::unique_ptr<RopeServer>> RopeServer::Start(std::unique_ptr<En
         ServiceMetrics::NewStateCollector(&server->gate_, server->engine_.get());
     server->budget_collector_ = NewByteBudgetCollector(&server->budget_);
     server->shm_collector_ = NewShmStateCollector(&server->shm_);
+    server->streams_collector_ = NewStreamLimitsCollector(&server->stream_limits_);
     MetricsHttpOptions metrics_options;
     metrics_options.address = options.metrics_address;
     metrics_options.client_timeout = options.metrics_client_timeout;
@@ -159,7 +182,8 @@ absl::StatusOr<std::unique_ptr<RopeServer>> RopeServer::Start(std::unique_ptr<En
     metrics_options.max_connections_per_address = options.metrics_max_connections_per_address;
     absl::StatusOr<std::unique_ptr<MetricsHttpServer>> metrics_http = MetricsHttpServer::Start(
         metrics_options, {server->metrics_.registry(), server->state_collector_,
-                          server->budget_collector_, server->shm_collector_});
+                          server->budget_collector_, server->shm_collector_,
+                          server->streams_collector_});
     if (!metrics_http.ok()) return metrics_http.status();
     server->metrics_http_ = *std::move(metrics_http);
     server->metrics_port_ = server->metrics_http_->port();
@@ -237,7 +261,8 @@ absl::StatusOr<std::unique_ptr<RopeServer>> RopeServer::Start(std::unique_ptr<En
       server->models_,
       ServiceOptions{options.max_message_bytes, options.max_inflight_bytes,
                      /*tokens_verified=*/!options.security.bearer_tokens.empty(), &server->shm_,
-                     InlineRotateMaxBytes(options), &server->send_watch_});
+                     InlineRotateMaxBytes(options), &server->send_watch_,
+                     &server->stream_limits_});
   builder.RegisterService(server->kserve_.get());
   if (options.enable_echo) {
     server->echo_ = std::make_unique<EchoServiceImpl>(server->gate_, server->metrics_,

@@ -36,6 +36,7 @@
 #include "server/service/send_watch.h"
 #include "server/service/server_security.h"
 #include "server/service/service_metrics.h"
+#include "server/service/stream_limits.h"
 #include "server/service/unix_peer_listener.h"
 #include "server/service/work_queue.h"
 
@@ -80,6 +81,15 @@ struct ServerOptions {
   // Calls in flight per client (caller_identity.h) ; <= 0: no per-client
   // share.
   int64_t max_calls_per_client = 0;
+  // Bytes one client's admitted calls may hold in the ByteBudget (byte_budget.h);
+  // 0: no per-client share; -1: half of the admitted calls' budget
+  // (ClientInflightShare), so that two clients can always make progress.
+  int64_t max_inflight_bytes_per_client = -1;
+  // Streams one client may have open across all its connections, and how
+  // long a stream may wait for its next message before the server finishes
+  // it (stream_limits.h); <= 0 / InfiniteDuration(): none.
+  int64_t max_streams_per_client = 64;
+  absl::Duration stream_idle_timeout = absl::Minutes(2);
   // Streams (calls) one HTTP/2 connection may have open at once, announced
   // in SETTINGS_MAX_CONCURRENT_STREAMS: a client past it queues its calls
   // itself, costing the server nothing; <= 0: gRPC's default (no limit).
@@ -150,6 +160,11 @@ struct InflightShares {
 };
 InflightShares SplitInflightBytes(int64_t max_inflight_bytes);
 
+// The share of the admitted calls' budget one client may hold:
+// options.max_inflight_bytes_per_client, -1 resolved to half of
+// SplitInflightBytes(options.max_inflight_bytes).calls; 0 without a budget.
+int64_t ClientInflightShare(const ServerOptions& options);
+
 // The inline Rotate limit the service gets: 0 (every call through the work
 // queue) when per-client shares are on. gRPC's threads read and would answer
 // inline calls first come, first served, so a client flooding small calls
@@ -183,6 +198,7 @@ class RopeServer {
   ShmRegistry& shm() { return shm_; }
   CallGate& gate() { return gate_; }
   ByteBudget& byte_budget() { return budget_; }
+  StreamLimits& stream_limits() { return stream_limits_; }
 
   // First half of a graceful stop, returning at once: health turns
   // NOT_SERVING and new calls are refused with UNAVAILABLE. Idempotent.
@@ -208,6 +224,7 @@ class RopeServer {
   CallGate gate_;
   ByteBudget budget_;
   SendWatch send_watch_;
+  StreamLimits stream_limits_;
   WorkQueue work_;
   RopeServiceImpl service_;
   std::unique_ptr<EchoServiceImpl> echo_;
@@ -216,6 +233,7 @@ class RopeServer {
   std::shared_ptr<prometheus::Collectable> state_collector_;
   std::shared_ptr<prometheus::Collectable> budget_collector_;
   std::shared_ptr<prometheus::Collectable> shm_collector_;
+  std::shared_ptr<prometheus::Collectable> streams_collector_;
   std::unique_ptr<MetricsHttpServer> metrics_http_;
   std::unique_ptr<CredentialReloader> reloader_;  // null: fixed credentials
   std::unique_ptr<grpc::Server> server_;

@@ -75,8 +75,8 @@ RopeServiceImpl::RopeServiceImpl(Engine& engine, CallGate& gate, ByteBudget& bud
       metrics_(metrics),
       work_(work),
       options_(options),
-      serving_{AdmissionParts{&gate, &budget, &metrics, options.send_watch}, &work,
-               options.max_message_bytes} {}
+      serving_{AdmissionParts{&gate, &budget, &metrics, options.send_watch, options.streams},
+               &work, options.max_message_bytes} {}
 
 void RopeServiceImpl::FillServerInfo(v1::ServerInfo* info) const {
   const BackendInfo backend = engine_.backend_info();
@@ -95,6 +95,13 @@ void RopeServiceImpl::FillServerInfo(v1::ServerInfo* info) const {
   limits->set_table_cache_bytes(engine_limits.table_cache_bytes);
   limits->set_max_table_blocks_per_call(engine_limits.max_table_blocks_per_call);
   limits->set_max_inflight_bytes(std::max<int64_t>(options_.max_inflight_bytes, 0));
+  limits->set_max_inflight_bytes_per_client(budget_.per_client_bytes());
+  if (options_.streams != nullptr) {
+    limits->set_max_streams_per_client(std::max<int64_t>(options_.streams->max_per_client(), 0));
+    const absl::Duration idle = options_.streams->idle_timeout();
+    limits->set_stream_idle_timeout_ms(
+        idle == absl::InfiniteDuration() ? 0 : absl::ToInt64Milliseconds(idle));
+  }
   v1::InflightBytesStats* inflight = info->mutable_inflight_bytes();
   inflight->set_budget_bytes(std::max<int64_t>(budget_.budget_bytes(), 0));
   inflight->set_bytes(budget_.in_use_bytes());
@@ -266,9 +273,9 @@ grpc::ServerUnaryReactor* RopeServiceImpl::BuildPositions(grpc::CallbackServerCo
 }
 
 std::string RopeServiceImpl::ClientOf(const grpc::CallbackServerContext& context) const {
-  return gate_.max_per_client() > 0
-             ? CallerIdentity(context, options_.tokens_verified, IdentityUse::kShare)
-             : std::string();
+  const bool shares = gate_.max_per_client() > 0 || budget_.per_client_bytes() > 0;
+  return shares ? CallerIdentity(context, options_.tokens_verified, IdentityUse::kShare)
+                : std::string();
 }
 
 grpc::ServerUnaryReactor* RopeServiceImpl::GetServerInfo(grpc::CallbackServerContext* context,

@@ -32,6 +32,7 @@
 #include "server/service/byte_budget.h"
 #include "server/service/call_gate.h"
 #include "server/service/send_watch.h"
+#include "server/service/stream_limits.h"
 #include "server/service/service_metrics.h"
 #include "server/service/unary_call.h"
 #include "server/service/work_queue.h"
@@ -61,6 +62,9 @@ struct ServiceOptions {
   // The send deadline of replies (send_watch.h, owned by the server); null:
   // none.
   SendWatch* send_watch = nullptr;
+  // The per-client count and idle timeout of streams (stream_limits.h,
+  // owned by the server); null: none.
+  StreamLimits* streams = nullptr;
 };
 
 // Whether a call of `estimate` whose request is `request_bytes` long is

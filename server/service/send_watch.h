@@ -8,7 +8,8 @@
 //
 // One thread, woken for the earliest deadline; every reply has the same
 // timeout, so the tickets, handed out in order, expire in order. Thread-safe.
-// No gRPC here: the callback does the cancelling.
+// No gRPC here: the callback does the cancelling. Nothing in it is about
+// replies but the name: a second one times idle streams (stream_limits.h).
 #ifndef ROPE_SERVICE_SEND_WATCH_H_
 #define ROPE_SERVICE_SEND_WATCH_H_
 

@@ -36,7 +36,10 @@ from ropeserve_process import RopeServe
 def run(args):
     budget = args.budget_mib << 20
     table = args.table_cache_mib << 20
+    # One client floods: the whole budget is its to fill (no per-client
+    # share), as the small calls beside the flood come from it too.
     server_args = ["--backend=cpu", "--max_inflight_bytes=%d" % budget,
+                   "--max_inflight_bytes_per_client=0",
                    "--table_cache_bytes=%d" % table, "--work_threads=2", "--cpu_threads=2"]
     with RopeServe(args.ropeserve, server_args, metrics=True) as server:
         flood = subprocess.run(

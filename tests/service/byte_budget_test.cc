@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -186,6 +187,111 @@ TEST(ByteBudgetTest, DestructionRefusesTheCallsStillWaiting) {
                        "the server stopped"));
 }
 
+// One client's share (per_client_bytes): its calls past the share wait while
+// another client's are granted; a client with nothing else in flight may
+// take the whole budget with one call.
+TEST(ByteBudgetShareTest, AClientPastItsShareWaitsWhileAnotherIsGranted) {
+  ByteBudget budget(1000, kLongWait, "", /*per_client_bytes=*/400);
+  Answer first, second, other;
+  budget.Reserve("GetTable", "token:aaaa", 50, 300, Forever(), first.Callback());
+  ASSERT_TRUE(first.Get().ok());
+  // 350 + 350 > 400: the client's second call waits, its request charged.
+  budget.Reserve("GetTable", "token:aaaa", 50, 300, Forever(), second.Callback());
+  EXPECT_FALSE(second.answered());
+  EXPECT_EQ(budget.client_bytes("token:aaaa"), 400);
+  EXPECT_EQ(budget.waiters(), 1);
+  // The budget has room (400 of 1000): another client is granted past it.
+  budget.Reserve("GetTable", "token:bbbb", 50, 300, Forever(), other.Callback());
+  ASSERT_TRUE(other.answered());
+  EXPECT_TRUE(other.Get().ok());
+  EXPECT_EQ(budget.in_use_bytes(), 750);
+  budget.Release("token:bbbb", 350);  // another client's release does not make room
+  EXPECT_FALSE(second.answered());
+  budget.Release("token:aaaa", 350);  // its own does
+  ASSERT_TRUE(second.answered());
+  EXPECT_TRUE(second.Get().ok());
+  EXPECT_EQ(budget.client_bytes("token:aaaa"), 350);
+  budget.Release("token:aaaa", 350);
+  EXPECT_EQ(budget.client_bytes("token:aaaa"), 0);
+  EXPECT_EQ(budget.in_use_bytes(), 0);
+}
+
+TEST(ByteBudgetShareTest, OneCallOfAnIdleClientMayTakeTheWholeBudget) {
+  ByteBudget budget(1000, kLongWait, "", /*per_client_bytes=*/400);
+  Answer whole, next;
+  budget.Reserve("GetTable", "token:aaaa", 100, 800, Forever(), whole.Callback());
+  EXPECT_TRUE(whole.Get().ok());
+  EXPECT_EQ(budget.client_bytes("token:aaaa"), 900);
+  // Beside it, even a small call of the same client is past its share: it
+  // waits (its request charged) until the large one returns its bytes.
+  budget.Reserve("Rotate", "token:aaaa", 10, 10, Forever(), next.Callback());
+  EXPECT_FALSE(next.answered());
+  EXPECT_EQ(budget.in_use_bytes(), 910);
+  budget.Release("token:aaaa", 900);
+  ASSERT_TRUE(next.answered());
+  EXPECT_TRUE(next.Get().ok());
+  EXPECT_EQ(budget.client_bytes("token:aaaa"), 20);
+  budget.Release("token:aaaa", 20);
+}
+
+TEST(ByteBudgetShareTest, AWaitPastTheShareEndsNamingTheShare) {
+  ByteBudget budget(1000, kLongWait, "", /*per_client_bytes=*/400);
+  Answer holder, waiter;
+  budget.Reserve("Rotate", "peer:ipv4:10.0.0.1", 100, 200, Forever(), holder.Callback());
+  ASSERT_TRUE(holder.Get().ok());
+  budget.Reserve("Rotate", "peer:ipv4:10.0.0.1", 50, 200,
+                 absl::Now() + absl::Milliseconds(50), waiter.Callback());
+  EXPECT_TRUE(StatusIs(waiter.Get(), absl::StatusCode::kResourceExhausted,
+                       "for room in its client's share: client peer:ipv4:10.0.0.1 has 300 "
+                       "bytes in flight beside it: its share is max_inflight_bytes_per_client "
+                       "400"));
+  EXPECT_EQ(budget.client_bytes("peer:ipv4:10.0.0.1"), 300);
+  EXPECT_EQ(budget.refusals(), 1);
+  budget.Release("peer:ipv4:10.0.0.1", 300);
+  EXPECT_EQ(budget.in_use_bytes(), 0);
+}
+
+// A raw request's charges (wire + parsed before its parse, then its reply's
+// top-up) are the client's too: the top-up counts the call's earlier charge
+// as its own, TryReserve and a second call's parse charge respect the share.
+TEST(ByteBudgetShareTest, RawParseChargesAndTopUpsAreHeldToTheShare) {
+  ByteBudget budget(1000, kLongWait, "", /*per_client_bytes=*/400);
+  Answer parse, top_up, second_parse, other;
+  budget.ReserveParse("Rotate", "token:aaaa", 50, 100, Forever(), parse.Callback());
+  ASSERT_TRUE(parse.Get().ok());
+  // 150 + 300 > 400, but the 150 are this call's own: nothing else in flight.
+  budget.TopUp("Rotate", "token:aaaa", 150, 300, Forever(), top_up.Callback());
+  ASSERT_TRUE(top_up.Get().ok());
+  EXPECT_EQ(budget.client_bytes("token:aaaa"), 450);
+  EXPECT_FALSE(budget.TryReserve("token:aaaa", 10));  // past the share
+  EXPECT_TRUE(budget.TryReserve("token:bbbb", 10));   // another client fits
+  budget.Release("token:bbbb", 10);
+  // The client's second call waits for its parse charge.
+  budget.ReserveParse("Rotate", "token:aaaa", 50, 100, Forever(), second_parse.Callback());
+  EXPECT_FALSE(second_parse.answered());
+  budget.ReserveParse("Rotate", "token:bbbb", 50, 100, Forever(), other.Callback());
+  EXPECT_TRUE(other.Get().ok());
+  budget.Release("token:aaaa", 450);
+  ASSERT_TRUE(second_parse.answered());
+  EXPECT_TRUE(second_parse.Get().ok());
+  budget.Release("token:aaaa", 150);
+  budget.Release("token:bbbb", 150);
+  EXPECT_EQ(budget.in_use_bytes(), 0);
+  EXPECT_EQ(budget.client_bytes("token:aaaa"), 0);
+}
+
+TEST(ByteBudgetShareTest, NoShareWithoutABudgetOrForCallsWithoutAClient) {
+  ByteBudget unbudgeted(0, kLongWait, "", /*per_client_bytes=*/400);
+  EXPECT_EQ(unbudgeted.per_client_bytes(), 0);
+  ByteBudget budget(1000, kLongWait, "", /*per_client_bytes=*/100);
+  Answer a, b;
+  budget.Reserve("Rotate", "", 300, 300, Forever(), a.Callback());
+  budget.Reserve("Rotate", "", 100, 100, Forever(), b.Callback());
+  EXPECT_TRUE(a.Get().ok());
+  EXPECT_TRUE(b.Get().ok());
+  EXPECT_EQ(budget.in_use_bytes(), 800);
+}
+
 TEST(ByteBudgetTest, ConcurrentCallersNeverExceedTheBudgetAndAllAreAnswered) {
   constexpr int64_t kBudget = 10000;
   constexpr int kThreads = 8;
@@ -228,6 +334,67 @@ TEST(ByteBudgetTest, ConcurrentCallersNeverExceedTheBudgetAndAllAreAnswered) {
   EXPECT_EQ(budget.in_use_bytes(), 0);
   EXPECT_EQ(budget.waiters(), 0);
   EXPECT_EQ(budget.refusals(), refused.load());
+}
+
+// Many clients, each held to its share, under concurrent callers: neither
+// the budget nor any client's share is ever exceeded by calls that each fit
+// the share, and every call is answered.
+TEST(ByteBudgetShareTest, ConcurrentClientsNeverExceedTheirShares) {
+  constexpr int64_t kBudget = 10000;
+  constexpr int64_t kShare = 3000;
+  constexpr int kThreads = 8;
+  constexpr int kCallsPerThread = 200;
+  ByteBudget budget(kBudget, kLongWait, "", kShare);
+  std::atomic<int64_t> held{0}, peak{0}, granted{0}, refused{0};
+  std::atomic<int64_t> client_held[2] = {0, 0};
+  std::atomic<int64_t> client_peak[2] = {0, 0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      const int client = t % 2;
+      const std::string name = client == 0 ? "token:aaaa" : "token:bbbb";
+      for (int i = 0; i < kCallsPerThread; ++i) {
+        const int64_t request = 50 + (t * 37 + i * 11) % 450;
+        const int64_t reply = 50 + (t * 53 + i * 7) % 950;
+        absl::Notification answered;
+        bool ok = false;
+        budget.Reserve("Rotate", name, request, reply, absl::Now() + absl::Milliseconds(200),
+                       [&](absl::Status status) {
+                         ok = status.ok();
+                         answered.Notify();
+                       });
+        answered.WaitForNotification();
+        if (!ok) {
+          ++refused;
+          continue;
+        }
+        ++granted;
+        const int64_t bytes = request + reply;
+        const int64_t now = held.fetch_add(bytes) + bytes;
+        const int64_t mine = client_held[client].fetch_add(bytes) + bytes;
+        int64_t seen = peak.load();
+        while (now > seen && !peak.compare_exchange_weak(seen, now)) {
+        }
+        seen = client_peak[client].load();
+        while (mine > seen && !client_peak[client].compare_exchange_weak(seen, mine)) {
+        }
+        std::this_thread::yield();
+        client_held[client].fetch_sub(bytes);
+        held.fetch_sub(bytes);
+        budget.Release(name, bytes);
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  EXPECT_EQ(granted + refused, kThreads * kCallsPerThread);
+  EXPECT_GT(granted, 0);
+  EXPECT_LE(peak.load(), kBudget);
+  EXPECT_LE(client_peak[0].load(), kShare);
+  EXPECT_LE(client_peak[1].load(), kShare);
+  EXPECT_EQ(budget.in_use_bytes(), 0);
+  EXPECT_EQ(budget.client_bytes("token:aaaa"), 0);
+  EXPECT_EQ(budget.client_bytes("token:bbbb"), 0);
+  EXPECT_EQ(budget.waiters(), 0);
 }
 
 }  // namespace

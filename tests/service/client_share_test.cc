@@ -27,6 +27,14 @@ TEST(ClientShareTest, RefusesTheClientOverItsShareNamingTheLimit) {
   EXPECT_TRUE(share.TryAcquire("token:aaaa").ok());
 }
 
+TEST(ClientShareTest, RefusalsNameWhatIsCountedAndItsFlag) {
+  ClientShare streams(1, "streams open", "max_streams_per_client");
+  ASSERT_TRUE(streams.TryAcquire("uid:1000").ok());
+  EXPECT_TRUE(StatusIs(streams.TryAcquire("uid:1000"), absl::StatusCode::kResourceExhausted,
+                       "client uid:1000 has 1 streams open: its share is "
+                       "max_streams_per_client 1"));
+}
+
 TEST(ClientShareTest, NoLimitOrNoIdentityIsNeverRefused) {
   ClientShare unlimited(0);
   for (int i = 0; i < 100; ++i) ASSERT_TRUE(unlimited.TryAcquire("peer:ipv4:10.0.0.1").ok());

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -70,6 +71,8 @@ class InflightBudgetTest : public ServiceTest {
     budget_ = CallBytes() * 8 / 5;
     options.max_inflight_bytes = 2 * budget_;
     options.max_inflight_wait = MaxWait();
+    // The budget alone: every call here comes from one client.
+    options.max_inflight_bytes_per_client = 0;
     StartServer(options);
   }
   // Waits (bounded) until `count` calls wait for room.
@@ -199,6 +202,7 @@ TEST_F(InflightBudgetTest, GetServerInfoReportsTheBudgetAndWhatIsInFlight) {
   ASSERT_TRUE(GrpcStatusIs(stub_->GetServerInfo(&context, v1::GetServerInfoRequest(), &info),
                            grpc::StatusCode::OK, ""));
   EXPECT_EQ(info.limits().max_inflight_bytes(), 2 * budget_);
+  EXPECT_EQ(info.limits().max_inflight_bytes_per_client(), 0);  // turned off here
   EXPECT_EQ(info.inflight_bytes().budget_bytes(), budget_);
   // The request is charged at its parsed size (ParsedSizeBound, its wire
   // bytes returned once parsed), its reply at the tensor bytes again.
@@ -230,12 +234,51 @@ TEST_F(InflightWaitLimitTest, AWaiterIsRefusedAtTheWaitLimitNamingTheBudget) {
   EXPECT_EQ(server_->byte_budget().refusals(), 1);
 }
 
+// One client's share (--max_inflight_bytes_per_client, here the default:
+// half of the admitted calls' budget, less than one call): a client's one
+// call may use the budget while it has nothing else in flight; its second
+// call waits for its share even though the budget itself would have room
+// for its request, and is refused at the wait limit naming the share.
+class InflightShareTest : public InflightBudgetTest {
+ protected:
+  void SetUp() override {
+    ServerOptions options = DefaultOptions();
+    budget_ = CallBytes() * 5 / 2;  // two calls fit the budget
+    options.max_inflight_bytes = 2 * budget_;
+    options.max_inflight_wait = absl::Milliseconds(200);
+    StartServer(options);
+  }
+};
+
+TEST_F(InflightShareTest, AClientsSecondCallWaitsForItsShareNotTheBudget) {
+  backend_->Hold();
+  PendingRotate first;
+  first.Start(stub_.get(), Request(1));
+  ASSERT_TRUE(backend_->WaitForHeld(1, absl::Seconds(20)));
+  EXPECT_EQ(server_->byte_budget().per_client_bytes(), budget_ / 2);
+  const grpc::Status second = Rotate(Request(2));
+  EXPECT_TRUE(GrpcStatusIs(second, grpc::StatusCode::RESOURCE_EXHAUSTED,
+                           "for room in its client's share: client peer:ipv4:127.0.0.1 has "));
+  // Beside it: the first call's whole charge (its request, parsed, and reply).
+  EXPECT_TRUE(GrpcStatusIs(
+      second, grpc::StatusCode::RESOURCE_EXHAUSTED,
+      absl::StrCat(server_->byte_budget().client_bytes("peer:ipv4:127.0.0.1"),
+                   " bytes in flight beside it: its share is max_inflight_bytes_per_client ",
+                   budget_ / 2)));
+  backend_->Release();
+  EXPECT_TRUE(first.FinishedWith(grpc::StatusCode::OK, ""));
+  // Alone again, the client's calls run.
+  EXPECT_TRUE(WaitForNoBytesInFlight());
+  EXPECT_TRUE(GrpcStatusIs(Rotate(Request(3)), grpc::StatusCode::OK, ""));
+}
+
 class InflightMetricsTest : public InflightBudgetTest {
  protected:
   void SetUp() override {
     ServerOptions options = DefaultOptions();
     budget_ = CallBytes() * 8 / 5;
     options.max_inflight_bytes = 2 * budget_;
+    options.max_inflight_bytes_per_client = 0;
     options.metrics_address = "127.0.0.1:0";
     StartServer(options);
   }

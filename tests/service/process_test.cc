@@ -508,7 +508,8 @@ TEST(ProcessTest, HelpListsEveryFlagAndExitsZeroWithoutASourcePath) {
           "--security_reload_interval", "--max_calls_per_client", "--max_inflight_bytes",
           "--max_inflight_wait", "--max_connection_age_grace", "--reply_send_timeout",
           "--unix_socket_mode", "--shm_max_regions_per_client", "--shm_max_mapped_bytes",
-          "--shm_max_mapped_bytes_per_client", "--shm_allowed_dir"}) {
+          "--shm_max_mapped_bytes_per_client", "--shm_allowed_dir", "--max_streams_per_client",
+          "--stream_idle_timeout", "--max_inflight_bytes_per_client"}) {
       EXPECT_NE(output.find(absl::StrCat(flag, " (")), std::string::npos)
           << flag << "\n" << output;
     }
@@ -654,6 +655,10 @@ TEST(ProcessTest, ConfigurationIsCheckedBeforeTheBackendIsCreated) {
       {{"--max_inflight_bytes=-2"}, "--max_inflight_bytes is -2"},
       {{"--max_inflight_wait=-1s"}, "--max_inflight_wait is -1s"},
       {{"--reply_send_timeout=0s"}, "--reply_send_timeout is 0"},
+      {{"--stream_idle_timeout=0s"}, "--stream_idle_timeout is 0"},
+      {{"--max_inflight_bytes_per_client=-2"}, "--max_inflight_bytes_per_client is -2"},
+      {{"--max_inflight_bytes=0", "--max_inflight_bytes_per_client=1024"},
+       "--max_inflight_bytes_per_client is 1024: a share of --max_inflight_bytes, which is 0"},
       {{"--security_reload_interval=-1s"}, "--security_reload_interval is -1s"},
       {{"--grpc_verbosity=loud"}, "--grpc_verbosity"},
       {{"--tls_cert_file=/nonexistent/c.pem", "--tls_key_file=/nonexistent/k.pem"},

@@ -1,0 +1,149 @@
+// server/service/stream_limits.h through a real server: an idle RotateStream
+// is finished UNAVAILABLE by --stream_idle_timeout while a stream on the same
+// channel that keeps sending is served throughout; the streams one client
+// keeps open are counted (--max_streams_per_client): one more is refused at
+// open, and a stream that ends gives its place back. Two clients apart, and
+// ModelStreamInfer, are in tests/hostile/stream_limits_test.py (raw HTTP/2
+// from two source addresses).
+#include <memory>
+#include <string>
+
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "gtest/gtest.h"
+#include "tests/service/service_fixture.h"
+#include "tests/support/grpc_test_util.h"
+
+namespace rope {
+namespace test {
+namespace {
+
+constexpr absl::Duration kIdleTimeout = absl::Seconds(1);
+constexpr int64_t kStreamsPerClient = 2;
+
+class StreamLimitsTest : public ServiceTest {
+ protected:
+  void SetUp() override {
+    ServerOptions options = DefaultOptions();
+    options.stream_idle_timeout = kIdleTimeout;
+    options.max_streams_per_client = kStreamsPerClient;
+    StartServer(options);
+  }
+
+  // A stream on stub_, with its context.
+  struct OpenStream {
+    grpc::ClientContext context;
+    std::unique_ptr<grpc::ClientReaderWriter<v1::RotateRequest, v1::RotateResponse>> stream;
+  };
+  std::unique_ptr<OpenStream> Open() {
+    auto open = std::make_unique<OpenStream>();
+    SetDeadline(&open->context);
+    open->stream = stub_->RotateStream(&open->context);
+    return open;
+  }
+  // One message answered on `open`.
+  static bool RoundTrip(OpenStream& open) {
+    v1::RotateResponse reply;
+    return open.stream->Write(MakeRotateRequest(1, 2, 1, 8)) && open.stream->Read(&reply) &&
+           reply.q().data().size() == 2 * 8 * 4;
+  }
+};
+
+TEST_F(StreamLimitsTest, AnIdleStreamIsFinishedWhileAnActiveOneIsServed) {
+  std::unique_ptr<OpenStream> idle = Open();
+  std::unique_ptr<OpenStream> active = Open();
+  const absl::Time opened = absl::Now();
+  // The active stream sends every quarter of the timeout for three timeouts.
+  int sent = 0;
+  while (absl::Now() - opened < 3 * kIdleTimeout) {
+    ASSERT_TRUE(RoundTrip(*active)) << "message " << sent;
+    ++sent;
+    absl::SleepFor(kIdleTimeout / 4);
+  }
+  v1::RotateResponse reply;
+  EXPECT_FALSE(idle->stream->Read(&reply));
+  EXPECT_TRUE(GrpcStatusIs(idle->stream->Finish(), grpc::StatusCode::UNAVAILABLE,
+                           "RotateStream: no message for 1s (stream_idle_timeout 1s): the server "
+                           "finished the idle stream; open a new one to send more"));
+  EXPECT_EQ(server_->stream_limits().idled_out(), 1);
+  // The idle one is no longer open once the server is done with it (OnDone,
+  // just after the client saw its status): bounded wait.
+  for (int i = 0; i < 500 && server_->stream_limits().open_total() != 1; ++i) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  EXPECT_EQ(server_->stream_limits().open_total(), 1);  // the active one
+  ASSERT_TRUE(RoundTrip(*active));
+  ASSERT_TRUE(active->stream->WritesDone());
+  EXPECT_TRUE(GrpcStatusIs(active->stream->Finish(), grpc::StatusCode::OK, ""));
+  EXPECT_GE(sent, 8);
+}
+
+TEST_F(StreamLimitsTest, AStreamBetweenSlowMessagesIsNotIdle) {
+  // Each gap is shorter than the timeout, the sum far longer.
+  std::unique_ptr<OpenStream> slow = Open();
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_TRUE(RoundTrip(*slow)) << "message " << i;
+    absl::SleepFor(kIdleTimeout / 2);
+  }
+  ASSERT_TRUE(slow->stream->WritesDone());
+  EXPECT_TRUE(GrpcStatusIs(slow->stream->Finish(), grpc::StatusCode::OK, ""));
+}
+
+TEST_F(StreamLimitsTest, OneStreamPastTheClientsShareIsRefusedAtOpen) {
+  // Each on its own channel (connection): the count is the client's.
+  std::unique_ptr<OpenStream> first = Open();
+  auto other_channel = NewChannel();
+  auto other_stub = v1::RopeService::NewStub(other_channel);
+  OpenStream second;
+  SetDeadline(&second.context);
+  second.stream = other_stub->RotateStream(&second.context);
+  ASSERT_TRUE(RoundTrip(*first));
+  ASSERT_TRUE(RoundTrip(second));
+
+  std::unique_ptr<OpenStream> refused = Open();
+  v1::RotateResponse reply;
+  EXPECT_FALSE(refused->stream->Read(&reply));
+  EXPECT_TRUE(GrpcStatusIs(refused->stream->Finish(), grpc::StatusCode::RESOURCE_EXHAUSTED,
+                           "RotateStream refused at open: client peer:ipv4:127.0.0.1 has 2 "
+                           "streams open: its share is max_streams_per_client 2; retry later"));
+  // Unary calls are not streams: still served.
+  v1::RotateResponse unary;
+  EXPECT_TRUE(GrpcStatusIs(Rotate(MakeRotateRequest(1, 2, 1, 8), &unary), grpc::StatusCode::OK,
+                           ""));
+
+  // An ended stream gives its place back once the server is done with it
+  // (OnDone, just after the client saw its status): retried, bounded.
+  ASSERT_TRUE(first->stream->WritesDone());
+  EXPECT_TRUE(GrpcStatusIs(first->stream->Finish(), grpc::StatusCode::OK, ""));
+  bool admitted = false;
+  for (int attempt = 0; attempt < 50 && !admitted; ++attempt) {
+    std::unique_ptr<OpenStream> again = Open();
+    admitted = RoundTrip(*again);
+    if (admitted) {
+      again->stream->WritesDone();
+      EXPECT_TRUE(GrpcStatusIs(again->stream->Finish(), grpc::StatusCode::OK, ""));
+    } else {
+      EXPECT_TRUE(GrpcStatusIs(again->stream->Finish(), grpc::StatusCode::RESOURCE_EXHAUSTED,
+                               "max_streams_per_client 2"));
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+  }
+  EXPECT_TRUE(admitted);
+  ASSERT_TRUE(second.stream->WritesDone());
+  EXPECT_TRUE(GrpcStatusIs(second.stream->Finish(), grpc::StatusCode::OK, ""));
+}
+
+TEST_F(StreamLimitsTest, GetServerInfoReportsTheStreamLimits) {
+  v1::ServerInfo info;
+  grpc::ClientContext context;
+  SetDeadline(&context);
+  ASSERT_TRUE(GrpcStatusIs(stub_->GetServerInfo(&context, v1::GetServerInfoRequest(), &info),
+                           grpc::StatusCode::OK, ""));
+  EXPECT_EQ(info.limits().max_streams_per_client(), kStreamsPerClient);
+  EXPECT_EQ(info.limits().stream_idle_timeout_ms(), 1000);
+  EXPECT_EQ(info.limits().max_inflight_bytes_per_client(), 0);  // no budget here
+}
+
+}  // namespace
+}  // namespace test
+}  // namespace rope
