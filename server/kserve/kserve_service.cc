@@ -20,9 +20,10 @@
 
 namespace rope {
 namespace kserve {
-// One ModelStreamInfer call (admitted_stream.h: each message admitted like
-// a ModelInfer, an idle stream holding nothing). A message that fails (an
-// unknown model, a bad request, the byte budget, the engine) gets a response
+// One ModelStreamInfer call (admitted_stream.h: each message admitted and
+// parsed like a ModelInfer, an idle stream holding nothing). A message that
+// fails (an unknown model, a bad request, the byte budget, the engine; a
+// refusal before its parse names no model or id) gets a response
 // with its error_message and the stream goes on, as in Triton; a refusal by
 // the gate (a full server, a drain) or a cancelled call ends the stream with
 // its status.
@@ -318,8 +319,8 @@ grpc::ServerUnaryReactor* KServeServiceImpl::ModelInfer(grpc::CallbackServerCont
       });
 }
 
-grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse>*
-KServeServiceImpl::ModelStreamInfer(grpc::CallbackServerContext* context) {
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* KServeServiceImpl::ModelStreamInfer(
+    grpc::CallbackServerContext* context) {
   return new StreamReactor(*this, context);
 }
 

@@ -51,9 +51,28 @@ namespace kserve {
 // ServeRawUnary). The other unary calls stay typed: the probes and the
 // metadata, statistics and region calls carry names and numbers (parsed
 // about their wire size), are cheap, and are never charged to the byte
-// budget. ModelStreamInfer admits each message (admitted_stream.h).
-using KServeServiceBase = inference::GRPCInferenceService::WithRawCallbackMethod_ModelInfer<
-    inference::GRPCInferenceService::CallbackService>;
+// budget. ModelStreamInfer is raw too: it admits each message and parses
+// it after its admission (admitted_stream.h). The typed methods are named
+// one by one rather than through CallbackService: a typed bidi method's
+// handler has the raw one's signature (only the context), so the two
+// cannot be stacked.
+namespace kserve_base {
+using S = inference::GRPCInferenceService;
+using KServeServiceBase = S::WithRawCallbackMethod_ModelInfer<
+    S::WithRawCallbackMethod_ModelStreamInfer<S::WithCallbackMethod_ServerLive<
+        S::WithCallbackMethod_ServerReady<S::WithCallbackMethod_ModelReady<
+            S::WithCallbackMethod_ServerMetadata<S::WithCallbackMethod_ModelMetadata<
+                S::WithCallbackMethod_ModelConfig<S::WithCallbackMethod_ModelStatistics<
+                    S::WithCallbackMethod_RepositoryIndex<
+                        S::WithCallbackMethod_SystemSharedMemoryStatus<
+                            S::WithCallbackMethod_SystemSharedMemoryRegister<
+                                S::WithCallbackMethod_SystemSharedMemoryUnregister<
+                                    S::WithCallbackMethod_CudaSharedMemoryStatus<
+                                        S::WithCallbackMethod_CudaSharedMemoryRegister<
+                                            S::WithCallbackMethod_CudaSharedMemoryUnregister<
+                                                S::Service>>>>>>>>>>>>>>>>;
+}  // namespace kserve_base
+using kserve_base::KServeServiceBase;
 
 class KServeServiceImpl final : public KServeServiceBase {
  public:
@@ -80,8 +99,8 @@ class KServeServiceImpl final : public KServeServiceBase {
   grpc::ServerUnaryReactor* ModelInfer(grpc::CallbackServerContext* context,
                                        const grpc::ByteBuffer* request,
                                        grpc::ByteBuffer* response) override;
-  grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse>*
-  ModelStreamInfer(grpc::CallbackServerContext* context) override;
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* ModelStreamInfer(
+      grpc::CallbackServerContext* context) override;
   grpc::ServerUnaryReactor* ModelConfig(grpc::CallbackServerContext* context,
                                         const inference::ModelConfigRequest* request,
                                         inference::ModelConfigResponse* response) override;

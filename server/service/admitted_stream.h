@@ -3,8 +3,13 @@
 // next), so replies come in request order: RotateStream and KServe's
 // ModelStreamInfer.
 //
-// Each message is admitted like a unary call (call_admission.h): it takes a
-// gate slot when it arrives and is charged its bytes before any work; the
+// The methods are registered raw (gRPC hands over each message's wire
+// bytes), and each message is admitted like a raw unary call (unary_call.h
+// ServeRawUnary, call_admission.h): it takes a gate slot when it arrives,
+// is charged its wire bytes plus what parsing them allocates
+// (ParsedSizeBound) before it is parsed, and what answering it allocates
+// before any work; malformed bytes end the stream INVALID_ARGUMENT naming
+// the message type. The
 // slot and the bytes go back once its reply is written (or its send deadline
 // has cancelled the stream: call_admission.h). An idle stream (one
 // waiting for its next message) holds neither, and no large message's
@@ -32,16 +37,20 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "grpcpp/server_context.h"
+#include "grpcpp/support/byte_buffer.h"
 #include "grpcpp/support/server_callback.h"
 #include "server/service/call_admission.h"
+#include "server/service/raw_message.h"
 #include "server/service/status_conversion.h"
 #include "server/service/stream_limits.h"
 #include "server/service/work_queue.h"
 
 namespace rope {
 
+// `Request` and `Response` are the method's message types, parsed from and
+// serialized into the raw stream's ByteBuffers.
 template <typename Request, typename Response>
-class AdmittedStream : public grpc::ServerBidiReactor<Request, Response> {
+class AdmittedStream : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
   void OnReadDone(bool ok) final {
     if (stream_.StopIdle()) return;  // finished for idling: nothing more to do
@@ -49,24 +58,41 @@ class AdmittedStream : public grpc::ServerBidiReactor<Request, Response> {
       this->Finish(grpc::Status::OK);
       return;
     }
-    absl::Status admitted = admission_.Enter(static_cast<int64_t>(request_.ByteSizeLong()));
+    absl::Status admitted = admission_.Enter(static_cast<int64_t>(request_wire_.Length()));
     if (!admitted.ok()) {
       EndStream(admitted);
       return;
     }
-    absl::StatusOr<int64_t> more_bytes = Prepare();
-    if (!more_bytes.ok()) {
-      MessageFailed(more_bytes.status());
+    // What the parse will allocate, read from the wire bytes without
+    // parsing them; malformed bytes are refused here, as the parse would.
+    const absl::StatusOr<int64_t> parsed_bytes =
+        ParsedBoundOf(*Request::descriptor(), request_wire_);
+    if (!parsed_bytes.ok()) {
+      EndStream(parsed_bytes.status());
       return;
     }
-    admission_.Charge(*more_bytes, absl::FromChrono(context_->deadline()),
-                      [this](absl::Status granted) {
-                        if (!granted.ok()) {
-                          MessageFailed(granted);
-                          return;
-                        }
-                        work_.Schedule([this] { AnswerMessage(); }, admission_.client());
-                      });
+    if (admission_.TryChargeParse(*parsed_bytes)) {
+      ParseMessage();
+      return;
+    }
+    // It must wait for room (or be refused). Unless it is refused for being
+    // larger than the whole budget, its wire bytes leave gRPC's buffer
+    // meanwhile (raw_message.h CopyWire).
+    const int64_t budget_bytes = budget_bytes_;
+    if (budget_bytes <= 0 || admission_.request_bytes() + *parsed_bytes <= budget_bytes) {
+      detached_wire_ = CopyWire(request_wire_);
+      wire_detached_ = true;
+      request_wire_.Clear();
+    }
+    admission_.ChargeParse(*parsed_bytes, absl::FromChrono(context_->deadline()),
+                           [this](absl::Status granted) {
+                             if (!granted.ok()) {
+                               FreeWire();
+                               MessageFailed(granted);
+                               return;
+                             }
+                             ParseMessage();
+                           });
   }
 
   void OnWriteDone(bool ok) final {
@@ -78,15 +104,15 @@ class AdmittedStream : public grpc::ServerBidiReactor<Request, Response> {
     }
     admission_.Done();
     ClearMessage();
-    if (request_.ByteSizeLong() + response_.ByteSizeLong() <= kKeptCapacityBytes) {
+    reply_wire_.Clear();
+    FreeWire();
+    if (request_.ByteSizeLong() <= kKeptCapacityBytes) {
       // Clear keeps the strings' capacity: the next parse reuses it.
       request_.Clear();
-      response_.Clear();
     } else {
       // An idle stream holds no budget, so it must not keep a large
       // message's buffers either.
       request_ = Request();
-      response_ = Response();
     }
     ReadNext();
   }
@@ -104,6 +130,7 @@ class AdmittedStream : public grpc::ServerBidiReactor<Request, Response> {
   AdmittedStream(const AdmissionParts& parts, WorkQueue& work, Rpc rpc,
                  grpc::CallbackServerContext* context, std::string client)
       : admission_(parts, rpc, std::move(client)),
+        budget_bytes_(parts.budget != nullptr ? parts.budget->budget_bytes() : 0),
         stream_(parts.streams, RpcName(rpc)),
         work_(work),
         context_(context) {}
@@ -142,13 +169,22 @@ class AdmittedStream : public grpc::ServerBidiReactor<Request, Response> {
   }
 
   // Records the message in hand as answered with `code` and writes
-  // response_ (its results, or an error told in band).
+  // response_ (its results, or an error told in band), serialized; the
+  // message itself is freed then (its bytes stay charged until written).
   void Reply(grpc::StatusCode code) {
-    admission_.Record(
-        code, code == grpc::StatusCode::OK ? static_cast<int64_t>(response_.ByteSizeLong()) : 0);
+    const int64_t reply_bytes = static_cast<int64_t>(response_.ByteSizeLong());
+    // Its size is cached just above: one pass, into one slice.
+    const absl::Status serialized =
+        SerializeReply(response_, absl::StrCat(RpcName(admission_.rpc()), " reply"), &reply_wire_);
+    ReleaseResponse(reply_bytes);
+    if (!serialized.ok()) {
+      EndStream(serialized);
+      return;
+    }
+    admission_.Record(code, code == grpc::StatusCode::OK ? reply_bytes : 0);
     // Disarmed once written (OnWriteDone) or when the call ends (OnDone).
     admission_.WatchSend(context_);
-    this->StartWrite(&response_);
+    this->StartWrite(&reply_wire_);
   }
 
   const CallAdmission& admission() const { return admission_; }
@@ -158,13 +194,69 @@ class AdmittedStream : public grpc::ServerBidiReactor<Request, Response> {
   Response response_;
 
  private:
+  // The message in hand's wire bytes (gRPC's buffer), or their copy while
+  // it waits for its parse's charge.
+  grpc::ByteBuffer request_wire_;
+  bool wire_detached_ = false;
+  std::string detached_wire_;
+  // The reply being written.
+  grpc::ByteBuffer reply_wire_;
+
   // Buffers an idle stream may keep for its next message (uncharged).
   static constexpr size_t kKeptCapacityBytes = size_t{1} << 20;
 
   // Waits for the next message, for the idle timeout at most.
   void ReadNext() {
     stream_.StartIdle([this](grpc::Status status) { this->Finish(std::move(status)); });
-    this->StartRead(&request_);
+    this->StartRead(&request_wire_);
+  }
+
+  // The message in hand is charged (wire + parsed bound): parses it, frees
+  // its wire bytes and returns their charge (the parsed bytes stay charged
+  // until its reply is written), then charges what answering it allocates
+  // and schedules the answer. Runs on the gRPC thread that granted the
+  // charge (this stream's, or the one whose call released the bytes).
+  void ParseMessage() {
+    const bool parsed = wire_detached_ ? request_.ParseFromString(detached_wire_)
+                                       : ParseWire(request_wire_, &request_);
+    FreeWire();
+    admission_.ReturnWireBytes();
+    if (!parsed) {
+      EndStream(NotParsedError(*Request::descriptor(), admission_.request_bytes()));
+      return;
+    }
+    absl::StatusOr<int64_t> more_bytes = Prepare();
+    if (!more_bytes.ok()) {
+      MessageFailed(more_bytes.status());
+      return;
+    }
+    admission_.Charge(*more_bytes, absl::FromChrono(context_->deadline()),
+                      [this](absl::Status granted) {
+                        if (!granted.ok()) {
+                          MessageFailed(granted);
+                          return;
+                        }
+                        work_.Schedule([this] { AnswerMessage(); }, admission_.client());
+                      });
+  }
+
+  // Frees the message in hand's wire bytes (gRPC's buffer, or the copy).
+  void FreeWire() {
+    request_wire_.Clear();
+    if (wire_detached_) {
+      std::string().swap(detached_wire_);
+      wire_detached_ = false;
+    }
+  }
+
+  // Frees the serialized reply message, keeping a small one's capacity
+  // for the next (an idle stream holds no budget, so no large buffers).
+  void ReleaseResponse(int64_t reply_bytes) {
+    if (reply_bytes <= static_cast<int64_t>(kKeptCapacityBytes)) {
+      response_.Clear();
+    } else {
+      response_ = Response();
+    }
   }
 
   void AnswerMessage() {
@@ -182,6 +274,7 @@ class AdmittedStream : public grpc::ServerBidiReactor<Request, Response> {
   }
 
   CallAdmission admission_;
+  const int64_t budget_bytes_;  // the byte budget's whole size (<= 0: none)
   StreamHold stream_;
   WorkQueue& work_;
   grpc::CallbackServerContext* const context_;

@@ -37,9 +37,9 @@ void SetTableCacheStats(const TableCacheStats& stats, v1::TableCacheStats* out) 
 
 }  // namespace
 
-// One RotateStream call (admitted_stream.h: each message admitted like a
-// unary call, an idle stream holding nothing). Any failure of a message ends
-// the stream with its status.
+// One RotateStream call (admitted_stream.h: each message admitted and
+// parsed like a raw unary call, an idle stream holding nothing). Any failure
+// of a message ends the stream with its status.
 class RopeServiceImpl::RotateStreamReactor final
     : public AdmittedStream<v1::RotateRequest, v1::RotateResponse> {
  public:
@@ -187,7 +187,7 @@ grpc::ServerUnaryReactor* RopeServiceImpl::Rotate(grpc::CallbackServerContext* c
       });
 }
 
-grpc::ServerBidiReactor<v1::RotateRequest, v1::RotateResponse>* RopeServiceImpl::RotateStream(
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* RopeServiceImpl::RotateStream(
     grpc::CallbackServerContext* context) {
   return new RotateStreamReactor(*this, context);
 }

@@ -84,9 +84,13 @@ CallContext CallContextOf(const ServiceOptions& options,
 // repeated fields, submessages) are registered raw: gRPC hands them the
 // wire bytes, parsed only after admission with their parsed size charged
 // first (unary_call.h ServeRawUnary). The region calls too, for one rule
-// on malformed bytes. GetServerInfo (an empty request) and RotateStream
-// stay typed.
+// on malformed bytes. RotateStream is raw too, each message parsed after
+// its admission (admitted_stream.h). GetServerInfo (an empty request) stays
+// typed. The chain starts from the typed GetServerInfo alone, not from
+// CallbackService: a typed bidi method's handler has the raw one's
+// signature (only the context), so the two cannot be stacked.
 using RopeServiceBase = v1::RopeService::WithRawCallbackMethod_Rotate<
+    v1::RopeService::WithRawCallbackMethod_RotateStream<
     v1::RopeService::WithRawCallbackMethod_AttentionScores<
         v1::RopeService::WithRawCallbackMethod_GetTable<
             v1::RopeService::WithRawCallbackMethod_ResolveConfig<
@@ -94,7 +98,8 @@ using RopeServiceBase = v1::RopeService::WithRawCallbackMethod_Rotate<
                     v1::RopeService::WithRawCallbackMethod_RegisterSharedMemory<
                         v1::RopeService::WithRawCallbackMethod_UnregisterSharedMemory<
                             v1::RopeService::WithRawCallbackMethod_SharedMemoryStatus<
-                                v1::RopeService::CallbackService>>>>>>>>;
+                                v1::RopeService::WithCallbackMethod_GetServerInfo<
+                                    v1::RopeService::Service>>>>>>>>>>;
 
 class RopeServiceImpl final : public RopeServiceBase {
  public:
@@ -104,7 +109,7 @@ class RopeServiceImpl final : public RopeServiceBase {
   grpc::ServerUnaryReactor* Rotate(grpc::CallbackServerContext* context,
                                    const grpc::ByteBuffer* request,
                                    grpc::ByteBuffer* response) override;
-  grpc::ServerBidiReactor<v1::RotateRequest, v1::RotateResponse>* RotateStream(
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* RotateStream(
       grpc::CallbackServerContext* context) override;
   grpc::ServerUnaryReactor* AttentionScores(grpc::CallbackServerContext* context,
                                             const grpc::ByteBuffer* request,

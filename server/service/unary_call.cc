@@ -2,15 +2,12 @@
 
 #include <map>
 #include <string>
-#include <vector>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/retry_metadata.h"
-#include "core/proto_engine/parsed_size.h"
 #include "google/protobuf/descriptor.h"
-#include "grpcpp/support/proto_buffer_reader.h"
-#include "grpcpp/impl/codegen/proto_utils.h"
+#include "server/service/raw_message.h"
 #include "server/service/status_conversion.h"
 
 namespace rope {
@@ -24,31 +21,6 @@ void EchoPreviousAttempts(grpc::CallbackServerContext* context) {
   if (it == metadata.end()) return;
   context->AddTrailingMetadata(kPreviousAttemptsTrailer,
                                std::string(it->second.data(), it->second.size()));
-}
-
-// ParsedSizeBound of a request's wire bytes. gRPC hands an empty request
-// as a buffer that may not be valid (nothing to read).
-absl::StatusOr<int64_t> BoundOf(const google::protobuf::Descriptor& type,
-                                const grpc::ByteBuffer& request_wire) {
-  if (!request_wire.Valid()) return ParsedSizeBound(type, absl::string_view());
-  // A second handle on the same slices (no copy): the reader needs a
-  // mutable buffer, gRPC hands out a const one.
-  grpc::ByteBuffer wire(request_wire);
-  grpc::ProtoBufferReader reader(&wire);
-  absl::StatusOr<int64_t> bound = ParsedSizeBound(type, &reader);
-  if (bound.ok() && !reader.status().ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("request is not a valid ", type.full_name(),
-                                                   " message: ", reader.status().error_message()));
-  }
-  return bound;
-}
-
-// Parses a request's wire bytes into `request`.
-bool Parse(const grpc::ByteBuffer& request_wire, google::protobuf::Message* request) {
-  if (!request_wire.Valid()) return request->ParseFromString("");
-  grpc::ByteBuffer wire(request_wire);
-  grpc::ProtoBufferReader reader(&wire);
-  return request->ParseFromZeroCopyStream(&reader) && reader.status().ok();
 }
 
 // Charges `more_bytes` (none: nothing) on top of what `call` holds, then
@@ -90,7 +62,7 @@ void ParseAndPlan(UnaryCall* call, WorkQueue* work, grpc::CallbackServerContext*
   const int64_t request_bytes = call->admission().request_bytes();
   const std::string* detached = call->detached_wire();
   const bool parsed =
-      detached != nullptr ? request->ParseFromString(*detached) : Parse(*request_wire, request);
+      detached != nullptr ? request->ParseFromString(*detached) : ParseWire(*request_wire, request);
   if (detached != nullptr) call->FreeDetachedWire();
   // gRPC owns the request buffer (mutable, in the call's message holder)
   // until the call is over; its own typed parse frees the bytes right
@@ -99,10 +71,7 @@ void ParseAndPlan(UnaryCall* call, WorkQueue* work, grpc::CallbackServerContext*
   const_cast<grpc::ByteBuffer*>(request_wire)->Clear();
   call->admission().ReturnWireBytes();
   if (!parsed) {
-    call->FinishWith(absl::InvalidArgumentError(absl::StrCat(
-                         "request is not a valid ", request->GetDescriptor()->full_name(),
-                         " message: its ", request_bytes, " bytes do not parse")),
-                     nullptr);
+    call->FinishWith(NotParsedError(*request->GetDescriptor(), request_bytes), nullptr);
     return;
   }
   absl::StatusOr<UnaryWork> planned = std::move(plan)(request, call->response(), request_bytes);
@@ -134,13 +103,7 @@ bool UnaryCall::Admit(int64_t request_bytes) {
 }
 
 void UnaryCall::DetachWire(const grpc::ByteBuffer* request_wire) {
-  std::vector<grpc::Slice> slices;
-  if (request_wire->Valid() && request_wire->Dump(&slices).ok()) {
-    detached_wire_.reserve(request_wire->Length());
-    for (const grpc::Slice& slice : slices) {
-      detached_wire_.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
-    }
-  }
+  detached_wire_ = CopyWire(*request_wire);
   // See ParseAndPlan on clearing gRPC's request buffer.
   const_cast<grpc::ByteBuffer*>(request_wire)->Clear();
   wire_detached_ = true;
@@ -181,15 +144,9 @@ void UnaryCall::FinishWith(const absl::Status& status, google::protobuf::Message
   if (reply_wire_ != nullptr) {
     if (final_status.ok() && response != nullptr) {
       // Its size is cached by the check above: one pass, into one slice.
-      bool own_buffer = false;
-      const grpc::Status serialized =
-          grpc::SerializationTraits<google::protobuf::Message>::Serialize(*response, reply_wire_,
-                                                                          &own_buffer);
-      if (!serialized.ok()) {
-        final_status = absl::InternalError(absl::StrCat(
-            RpcName(admission_.rpc()), " reply did not serialize: ", serialized.error_message()));
-        bytes_out = 0;
-      }
+      final_status = SerializeReply(*response, absl::StrCat(RpcName(admission_.rpc()), " reply"),
+                                    reply_wire_);
+      if (!final_status.ok()) bytes_out = 0;
     }
     // The request and the reply message are not touched again: freed now
     // (their bytes stay charged until OnDone, with the serialized reply's).
@@ -245,7 +202,7 @@ grpc::ServerUnaryReactor* ServeRawUnary(const UnaryServing& serving,
   if (!call->Admit(static_cast<int64_t>(request_wire->Length()))) return call;
   // What the parse will allocate, read from the wire bytes without parsing
   // them; malformed bytes are refused here, as the parse would refuse them.
-  const absl::StatusOr<int64_t> parsed_bytes = BoundOf(type, *request_wire);
+  const absl::StatusOr<int64_t> parsed_bytes = ParsedBoundOf(type, *request_wire);
   if (!parsed_bytes.ok()) {
     call->FinishWith(parsed_bytes.status(), nullptr);
     return call;

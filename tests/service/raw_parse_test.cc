@@ -2,8 +2,8 @@
 // parse allocates (ParsedSizeBound) is charged to --max_inflight_bytes before
 // the parse, so a request whose packed varints parse to more than the budget
 // is refused while its wire size fits; wire bytes that do not parse are
-// INVALID_ARGUMENT naming the message type, on every raw method, and the
-// server is unharmed.
+// INVALID_ARGUMENT naming the message type, on every raw method and on both
+// streams' messages, and the server is unharmed.
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -76,7 +76,50 @@ class RawParseTest : public ServiceTest {
     EXPECT_TRUE(WaitForNoBytesInFlight());
   }
 
+  // A stream of `method` that sends `wire` as its one message and
+  // half-closes: its final status (its replies are not looked at).
+  grpc::Status RawStream(const std::string& method, const std::string& wire) {
+    grpc::GenericStub generic(channel_);
+    grpc::ClientContext context;
+    SetDeadline(&context);
+    OneMessageStream stream(wire);
+    generic.PrepareBidiStreamingCall(&context, method, grpc::StubOptions(), &stream);
+    stream.Start();
+    if (!stream.done.WaitForNotificationWithTimeout(absl::Seconds(60))) {
+      context.TryCancel();
+      stream.done.WaitForNotification();
+    }
+    return stream.status;
+  }
+
   std::unique_ptr<inference::GRPCInferenceService::Stub> kserve_;
+
+ private:
+  class OneMessageStream : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
+   public:
+    explicit OneMessageStream(const std::string& wire) : slice_(wire), request_(&slice_, 1) {}
+
+    void Start() {
+      StartWriteLast(&request_, grpc::WriteOptions());
+      StartRead(&reply_);
+      StartCall();
+    }
+    void OnReadDone(bool ok) override {
+      if (ok) StartRead(&reply_);
+    }
+    void OnDone(const grpc::Status& s) override {
+      status = s;
+      done.Notify();
+    }
+
+    grpc::Status status;
+    absl::Notification done;
+
+   private:
+    grpc::Slice slice_;
+    grpc::ByteBuffer request_;
+    grpc::ByteBuffer reply_;
+  };
 };
 
 TEST_F(RawParseTest, ARotateWhosePositionsParseToMoreThanTheBudgetIsRefusedBeforeItsParse) {
@@ -105,6 +148,52 @@ TEST_F(RawParseTest, AModelInferWhoseShapeParsesToMoreThanTheBudgetIsRefusedBefo
   EXPECT_TRUE(GrpcStatusIs(kserve_->ModelInfer(&context, request, &reply),
                            grpc::StatusCode::RESOURCE_EXHAUSTED,
                            "more than the server's whole max_inflight_bytes"));
+  ExpectUnharmed();
+}
+
+// A stream's message is charged its parse as a unary request is: a
+// RotateStream message past the budget ends the stream with the refusal.
+TEST_F(RawParseTest, ARotateStreamMessageWhosePositionsParseToMoreThanTheBudgetEndsTheStream) {
+  v1::RotateRequest request = MakeRotateRequest(1, 4, 2, 8);
+  for (int i = 0; i < kVarints; ++i) request.add_positions(0);
+  ASSERT_LT(static_cast<int64_t>(request.ByteSizeLong()), kAdmittedBudget / 2);
+  grpc::ClientContext context;
+  SetDeadline(&context);
+  auto stream = stub_->RotateStream(&context);
+  stream->Write(request);
+  stream->WritesDone();
+  v1::RotateResponse reply;
+  EXPECT_FALSE(stream->Read(&reply));
+  EXPECT_TRUE(GrpcStatusIs(stream->Finish(), grpc::StatusCode::RESOURCE_EXHAUSTED,
+                           "more than the server's whole max_inflight_bytes"));
+  EXPECT_EQ(server_->byte_budget().refusals(), 1);
+  ExpectUnharmed();
+}
+
+// A ModelStreamInfer message past the budget is answered in band with the
+// refusal, and the stream goes on (ends OK once the client half-closes).
+TEST_F(RawParseTest, AModelStreamInferMessageWhoseShapeParsesToMoreThanTheBudgetIsAnsweredInBand) {
+  inference::ModelInferRequest request;
+  request.set_model_name("rotate");
+  auto* input = request.add_inputs();
+  input->set_name("q");
+  input->set_datatype("FP32");
+  for (int i = 0; i < kVarints; ++i) input->add_shape(1);
+  request.add_raw_input_contents(std::string(4, '\0'));
+  ASSERT_LT(static_cast<int64_t>(request.ByteSizeLong()), kAdmittedBudget / 2);
+  grpc::ClientContext context;
+  SetDeadline(&context);
+  auto stream = kserve_->ModelStreamInfer(&context);
+  ASSERT_TRUE(stream->Write(request));
+  inference::ModelStreamInferResponse reply;
+  ASSERT_TRUE(stream->Read(&reply));
+  EXPECT_NE(reply.error_message().find("more than the server's whole max_inflight_bytes"),
+            std::string::npos)
+      << reply.error_message();
+  stream->WritesDone();
+  EXPECT_FALSE(stream->Read(&reply));
+  EXPECT_TRUE(GrpcStatusIs(stream->Finish(), grpc::StatusCode::OK, ""));
+  EXPECT_EQ(server_->byte_budget().refusals(), 1);
   ExpectUnharmed();
 }
 
@@ -153,6 +242,37 @@ TEST_F(RawParseTest, MalformedWireBytesAreInvalidArgumentNamingTheTypeOnEveryRaw
           << method.path << " " << testing::PrintToString(wire);
     }
   }
+  ExpectUnharmed();
+}
+
+// A stream's message that does not parse ends its stream INVALID_ARGUMENT
+// naming the type, on both streams (a ModelStreamInfer message cannot be
+// answered in band: it names no model or id).
+TEST_F(RawParseTest, MalformedStreamMessagesEndTheStreamInvalidArgumentNamingTheType) {
+  const RawMethod streams[] = {
+      {"/rope.v1.RopeService/RotateStream", "rope.v1.RotateRequest"},
+      {"/inference.GRPCInferenceService/ModelStreamInfer", "inference.ModelInferRequest"},
+  };
+  const std::vector<std::string> malformed = {
+      std::string("\x0a\x80", 2),
+      std::string("\x0a\x05\x01", 3),
+      std::string("\x07", 1),
+      std::string("\x00\x01", 2),
+      std::string("\x0b\x10\x01", 3),
+  };
+  for (const RawMethod& method : streams) {
+    for (const std::string& wire : malformed) {
+      EXPECT_TRUE(GrpcStatusIs(RawStream(method.path, wire), grpc::StatusCode::INVALID_ARGUMENT,
+                               std::string("request is not a valid ") + method.type))
+          << method.path << " " << testing::PrintToString(wire);
+    }
+  }
+  // ModelInferRequest.model_name (field 1, a string) of one byte 0xff: well
+  // formed, refused by the parse.
+  EXPECT_TRUE(GrpcStatusIs(
+      RawStream("/inference.GRPCInferenceService/ModelStreamInfer", std::string("\x0a\x01\xff", 3)),
+      grpc::StatusCode::INVALID_ARGUMENT,
+      "request is not a valid inference.ModelInferRequest message"));
   ExpectUnharmed();
 }
 
