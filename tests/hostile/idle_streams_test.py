@@ -13,14 +13,13 @@ python3-grpcio.
 Usage: idle_streams_test.py --ropeserve PATH
 """
 
-import argparse
 import queue
-import sys
 import unittest
 
 import grpc
 
 from ropeserve_process import RopeServe
+from server_test_main import parse_ropeserve_args, run_tests_needing
 
 ARGS = None
 SLOTS = 4
@@ -83,15 +82,8 @@ class IdleStreams(unittest.TestCase):
 
 def main():
     global ARGS
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--ropeserve", required=True)
-    ARGS, rest = parser.parse_known_args()
-    try:
-        stubs()
-    except ImportError as e:
-        print("skipped: the ropeserve Python package is not on PYTHONPATH (%s)" % e)
-        sys.exit(77)
-    unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
+    ARGS, rest = parse_ropeserve_args(__doc__)
+    run_tests_needing(stubs, rest)
 
 
 if __name__ == "__main__":

@@ -15,15 +15,14 @@ levels are refused and 64 are not. Needs the ropeserve Python package
 Usage: json_stall_test.py --ropeserve PATH
 """
 
-import argparse
 import concurrent.futures
-import sys
 import time
 import unittest
 
 import grpc
 
 from ropeserve_process import RopeServe
+from server_test_main import parse_ropeserve_args, run_tests_needing
 
 ARGS = None
 DEADLINE_S = 60
@@ -133,15 +132,8 @@ class JsonCannotStall(unittest.TestCase):
 
 def main():
     global ARGS
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--ropeserve", required=True)
-    ARGS, rest = parser.parse_known_args()
-    try:
-        stubs()
-    except ImportError as e:
-        print("skipped: the ropeserve Python package is not on PYTHONPATH (%s)" % e)
-        sys.exit(77)
-    unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
+    ARGS, rest = parse_ropeserve_args(__doc__)
+    run_tests_needing(stubs, rest)
 
 
 if __name__ == "__main__":

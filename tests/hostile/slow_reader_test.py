@@ -20,10 +20,8 @@ Debian's python3-grpcio.
 Usage: slow_reader_test.py --ropeserve PATH
 """
 
-import argparse
 import socket
 import struct
-import sys
 import threading
 import time
 import unittest
@@ -35,6 +33,7 @@ import h2.events
 import h2.settings
 
 from ropeserve_process import RopeServe
+from server_test_main import parse_ropeserve_args, run_tests_needing
 
 ARGS = None
 SEND_TIMEOUT_S = 2
@@ -206,15 +205,8 @@ class SlowStreamReader(unittest.TestCase):
 
 def main():
     global ARGS
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--ropeserve", required=True)
-    ARGS, rest = parser.parse_known_args()
-    try:
-        stubs()
-    except ImportError as e:
-        print("skipped: the ropeserve Python package is not on PYTHONPATH (%s)" % e)
-        sys.exit(77)
-    unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
+    ARGS, rest = parse_ropeserve_args(__doc__)
+    run_tests_needing(stubs, rest)
 
 
 if __name__ == "__main__":
