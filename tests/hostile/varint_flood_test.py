@@ -28,6 +28,7 @@ import unittest
 
 import grpc
 
+from h2_attacks import rss_bytes
 from ropeserve_process import RopeServe
 from server_test_main import parse_ropeserve_args, run_tests_needing
 
@@ -92,7 +93,7 @@ class VarintFlood(unittest.TestCase):
             with grpc.insecure_channel(server.address, options=options) as channel:
                 stub = rope_pb2_grpc.RopeServiceStub(channel)
                 info = stub.GetServerInfo(rope_pb2.GetServerInfoRequest(), timeout=DEADLINE_S)
-                rss_before = _rss_bytes(pid)
+                rss_before = rss_bytes(pid)
                 limit = rss_before + MAX_INFLIGHT_BYTES + TABLE_CACHE_BYTES + MARGIN
                 raw_rotate = channel.unary_unary("/rope.v1.RopeService/Rotate",
                                                  request_serializer=None,
@@ -103,7 +104,7 @@ class VarintFlood(unittest.TestCase):
 
                 def sample():
                     while not done.wait(0.01):
-                        rss = _rss_bytes(pid)
+                        rss = rss_bytes(pid)
                         peak[0] = max(peak[0], rss)
                         if rss > limit and not killed[0]:
                             killed[0] = True
@@ -153,17 +154,6 @@ class VarintFlood(unittest.TestCase):
                 # At least those (a refusal may also reach a client whose
                 # connection the transport's half reset meanwhile).
                 self.assertGreaterEqual(info.inflight_bytes.refusals, refused_unparsed)
-
-
-def _rss_bytes(pid):
-    try:
-        with open("/proc/%d/status" % pid) as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
 
 
 def main():

@@ -28,6 +28,26 @@ constexpr int64_t kAdmittedBudget = int64_t{1} << 20;
 // quarter of the budget), eight each once parsed (2 MiB, twice the budget).
 constexpr int kVarints = 256 << 10;
 
+// A Rotate whose kVarints packed positions take one byte each on the wire
+// and eight or more once parsed.
+v1::RotateRequest VarintHeavyRotate() {
+  v1::RotateRequest request = MakeRotateRequest(1, 4, 2, 8);
+  for (int i = 0; i < kVarints; ++i) request.add_positions(0);
+  return request;
+}
+
+// The same through a ModelInfer input's shape.
+inference::ModelInferRequest VarintHeavyModelInfer() {
+  inference::ModelInferRequest request;
+  request.set_model_name("rotate");
+  auto* input = request.add_inputs();
+  input->set_name("q");
+  input->set_datatype("FP32");
+  for (int i = 0; i < kVarints; ++i) input->add_shape(1);
+  request.add_raw_input_contents(std::string(4, '\0'));
+  return request;
+}
+
 class RawParseTest : public ServiceTest {
  protected:
   void SetUp() override {
@@ -123,8 +143,7 @@ class RawParseTest : public ServiceTest {
 };
 
 TEST_F(RawParseTest, ARotateWhosePositionsParseToMoreThanTheBudgetIsRefusedBeforeItsParse) {
-  v1::RotateRequest request = MakeRotateRequest(1, 4, 2, 8);
-  for (int i = 0; i < kVarints; ++i) request.add_positions(0);
+  const v1::RotateRequest request = VarintHeavyRotate();
   ASSERT_LT(static_cast<int64_t>(request.ByteSizeLong()), kAdmittedBudget / 2);
   v1::RotateResponse reply;
   EXPECT_TRUE(GrpcStatusIs(Rotate(request, &reply), grpc::StatusCode::RESOURCE_EXHAUSTED,
@@ -134,13 +153,7 @@ TEST_F(RawParseTest, ARotateWhosePositionsParseToMoreThanTheBudgetIsRefusedBefor
 }
 
 TEST_F(RawParseTest, AModelInferWhoseShapeParsesToMoreThanTheBudgetIsRefusedBeforeItsParse) {
-  inference::ModelInferRequest request;
-  request.set_model_name("rotate");
-  auto* input = request.add_inputs();
-  input->set_name("q");
-  input->set_datatype("FP32");
-  for (int i = 0; i < kVarints; ++i) input->add_shape(1);
-  request.add_raw_input_contents(std::string(4, '\0'));
+  const inference::ModelInferRequest request = VarintHeavyModelInfer();
   ASSERT_LT(static_cast<int64_t>(request.ByteSizeLong()), kAdmittedBudget / 2);
   inference::ModelInferResponse reply;
   grpc::ClientContext context;
@@ -154,8 +167,7 @@ TEST_F(RawParseTest, AModelInferWhoseShapeParsesToMoreThanTheBudgetIsRefusedBefo
 // A stream's message is charged its parse as a unary request is: a
 // RotateStream message past the budget ends the stream with the refusal.
 TEST_F(RawParseTest, ARotateStreamMessageWhosePositionsParseToMoreThanTheBudgetEndsTheStream) {
-  v1::RotateRequest request = MakeRotateRequest(1, 4, 2, 8);
-  for (int i = 0; i < kVarints; ++i) request.add_positions(0);
+  const v1::RotateRequest request = VarintHeavyRotate();
   ASSERT_LT(static_cast<int64_t>(request.ByteSizeLong()), kAdmittedBudget / 2);
   grpc::ClientContext context;
   SetDeadline(&context);
@@ -173,13 +185,7 @@ TEST_F(RawParseTest, ARotateStreamMessageWhosePositionsParseToMoreThanTheBudgetE
 // A ModelStreamInfer message past the budget is answered in band with the
 // refusal, and the stream goes on (ends OK once the client half-closes).
 TEST_F(RawParseTest, AModelStreamInferMessageWhoseShapeParsesToMoreThanTheBudgetIsAnsweredInBand) {
-  inference::ModelInferRequest request;
-  request.set_model_name("rotate");
-  auto* input = request.add_inputs();
-  input->set_name("q");
-  input->set_datatype("FP32");
-  for (int i = 0; i < kVarints; ++i) input->add_shape(1);
-  request.add_raw_input_contents(std::string(4, '\0'));
+  const inference::ModelInferRequest request = VarintHeavyModelInfer();
   ASSERT_LT(static_cast<int64_t>(request.ByteSizeLong()), kAdmittedBudget / 2);
   grpc::ClientContext context;
   SetDeadline(&context);
