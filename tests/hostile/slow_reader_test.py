@@ -32,6 +32,7 @@ import h2.connection
 import h2.events
 import h2.settings
 
+from polling import settled_server_info
 from ropeserve_process import RopeServe
 from server_test_main import parse_ropeserve_args, run_tests_needing
 
@@ -146,15 +147,8 @@ class SlowReader(unittest.TestCase):
                 self.assertTrue(reader.ended.wait(DEADLINE_S),
                                 "the unread reply was not cancelled (%r)" % (reader.error,))
                 self.assertIn(reader.status, (None, "1"))  # a reset, or CANCELLED
-                # Every byte returns (bounded wait: OnDone runs just after
-                # the client saw its reply).
-                until = time.monotonic() + DEADLINE_S
-                while True:
-                    info = stub.GetServerInfo(rope_pb2.GetServerInfoRequest(),
-                                              timeout=DEADLINE_S)
-                    if info.inflight_bytes.bytes == 0 or time.monotonic() > until:
-                        break
-                    time.sleep(0.05)
+                # Every byte returns (once OnDone has run: polling.py).
+                info = settled_server_info(stub, rope_pb2, DEADLINE_S)
                 self.assertEqual(info.inflight_bytes.bytes, 0)
             reader.join(DEADLINE_S)
             self.assertIsNone(reader.error)

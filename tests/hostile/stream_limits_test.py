@@ -40,6 +40,7 @@ import h2.connection
 import h2.events
 import h2.settings
 
+from polling import wait_for
 from ropeserve_process import RopeServe
 from server_test_main import parse_ropeserve_args, run_tests_needing
 
@@ -193,15 +194,6 @@ class H2Client:
             stream.message = unquote(fields.get("grpc-message", ""))
 
 
-def wait_for(predicate, timeout=DEADLINE_S):
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
-
-
 class StreamIdleTimeout(unittest.TestCase):
 
     def test_idle_streams_are_finished_and_an_active_one_survives(self):
@@ -341,7 +333,8 @@ class InflightBytesPerClient(unittest.TestCase):
                     self.assertTrue(hog.pump(lambda: hog.streams[first].headers))
                     second = hog.open(GET_TABLE)
                     hog.send(second, request, end=True)
-                    self.assertTrue(wait_for(lambda: info().inflight_bytes.waiters == 1))
+                    self.assertEqual(wait_for(info, lambda i: i.inflight_bytes.waiters == 1,
+                                              DEADLINE_S).inflight_bytes.waiters, 1)
                     started = time.monotonic()
                     reply = stub.GetTable(table_request(rope_pb2), timeout=DEADLINE_S)
                     self.assertEqual(len(reply.cos.data) + len(reply.sin.data), REPLY_BYTES)
@@ -354,8 +347,8 @@ class InflightBytesPerClient(unittest.TestCase):
                     self.assertEqual(info().inflight_bytes.waiters, 1)
                     # The hog leaves: every byte returns.
                     hog.close()
-                    self.assertTrue(wait_for(lambda: info().inflight_bytes.bytes == 0),
-                                    info().inflight_bytes)
+                    settled = wait_for(info, lambda i: i.inflight_bytes.bytes == 0, DEADLINE_S)
+                    self.assertEqual(settled.inflight_bytes.bytes, 0, settled.inflight_bytes)
             finally:
                 hog.close()
 

@@ -29,6 +29,7 @@ import unittest
 import grpc
 
 from h2_attacks import rss_bytes
+from polling import settled_server_info
 from ropeserve_process import RopeServe
 from server_test_main import parse_ropeserve_args, run_tests_needing
 
@@ -147,9 +148,10 @@ class VarintFlood(unittest.TestCase):
                 print("refused before their parse: %d, reset while arriving: %d"
                       % (refused_unparsed, len(results) - refused_unparsed))
                 self.assertGreater(refused_unparsed, 0)
-                # Still up, answering, holding nothing.
+                # Still up, answering, holding nothing (once every call's
+                # OnDone has run: polling.py).
                 self.assertIsNone(server.proc.poll())
-                info = stub.GetServerInfo(rope_pb2.GetServerInfoRequest(), timeout=DEADLINE_S)
+                info = settled_server_info(stub, rope_pb2, DEADLINE_S)
                 self.assertEqual(info.inflight_bytes.bytes, 0)
                 # At least those (a refusal may also reach a client whose
                 # connection the transport's half reset meanwhile).
