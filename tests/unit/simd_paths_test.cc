@@ -582,8 +582,8 @@ TEST_P(SimdPathTest, RotatedLogitsAreBitForBitRotateCopyThenSkinnyLogits) {
   for (DType dtype : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
     for (bool interleaved : {true, false}) {
       for (const auto& [head_dim, rotary, offset] :
-           {std::tuple<int64_t, int64_t, int64_t>{128, 128, 0}, {48, 48, 0}, {36, 36, 0}, {64, 32, 16},
-            {20, 10, 6}, {16, 0, 0}}) {
+           {std::tuple<int64_t, int64_t, int64_t>{128, 128, 0}, {48, 48, 0}, {36, 36, 0},
+            {64, 32, 16}, {20, 10, 6}, {16, 0, 0}}) {
         const int64_t heads = 3, n = 7, token_stride = heads * head_dim + 5;
         TableKey key;
         key.theta = 10000;

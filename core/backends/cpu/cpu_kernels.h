@@ -57,8 +57,9 @@ struct RotateCopyParams {
 // k + j * k_token_stride + h * head_dim (elements of dtype), widened and
 // rotated forward by the table row of positions[j] exactly as rotate_copy
 // would (the same bits), and dotted with the rows of every query set of
-// head h as skinny_logits does. The rotated key lives in a head-sized
-// buffer that stays in L1, instead of a whole key tile's rotated copy.
+// head h as skinny_logits does. The rotated key lives in registers (heads
+// rotated whole) or a head-sized buffer that stays in L1, never in a key
+// tile's rotated copy.
 struct SkinnyQuerySet {
   const float* q = nullptr;  // m rows of head_dim rotated floats
   int64_t m = 0;

@@ -1,13 +1,14 @@
 // skinny_rotated_logits of cpu_kernels.h for one target: the decode's
-// logits against keys rotated as they are read, one key head at a time into
-// a head-sized buffer that stays in L1, rather than a key tile rotated into
-// memory first (32 keys x 8 heads x 128 floats: 128 KiB that went to L2
-// and came back for the products). Included once per target by
-// cpu_kernels.cc, after rotate_simd-inl.h (widening, table rows, rotation)
-// and attention_tile_simd-inl.h (the products). Each rotated feature comes
-// from the same operations as rotate_copy's, and the products are
-// skinny_logits' own, so every logit has the same bits as theirs on every
-// target.
+// logits against keys rotated as they are read, in registers (heads rotated
+// whole) or one key head at a time in a head-sized buffer that stays in L1,
+// rather than a key tile rotated into memory first (64 keys x 8 heads x 128
+// floats would be 256 KiB: out of L1, stored, then loaded again by the
+// products, extra work in a pass bound by its instructions). Included once
+// per target by cpu_kernels.cc, after rotate_simd-inl.h (widening, table
+// rows, rotation) and attention_tile_simd-inl.h (the products). Each
+// rotated feature comes from the same operations as rotate_copy's, and the
+// products add in skinny_logits' order, so every logit has the same bits
+// as theirs on every target.
 
 #if defined(ROPE_BACKENDS_CPU_ROTATED_LOGITS_SIMD_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef ROPE_BACKENDS_CPU_ROTATED_LOGITS_SIMD_INL_H_
