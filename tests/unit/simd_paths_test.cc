@@ -570,6 +570,113 @@ TEST_P(SimdPathTest, RotatedCopiesAreBitForBitScalarMath) {
   }
 }
 
+// The decode's fused logits (keys widened and rotated as they are read)
+// against rotate_copy then skinny_logits on the same path, and against the
+// best path: the same bits, for every storage type, layout, partial rotary
+// dims with an offset, head dims off the 16-lane grid, 1 to 5 query rows,
+// and query sets that come back to a head already left.
+TEST_P(SimdPathTest, RotatedLogitsAreBitForBitRotateCopyThenSkinnyLogits) {
+  std::mt19937 rng(21);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const cpu::CpuKernels& best = BestSupported();
+  for (DType dtype : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
+    for (bool interleaved : {true, false}) {
+      for (const auto& [head_dim, rotary, offset] :
+           {std::tuple<int64_t, int64_t, int64_t>{128, 128, 0}, {48, 48, 0}, {36, 36, 0},
+            {64, 32, 16}, {20, 10, 6}, {16, 0, 0}}) {
+        const int64_t heads = 3, n = 7, token_stride = heads * head_dim + 5;
+        TableKey key;
+        key.theta = 10000;
+        key.rotary_dim = static_cast<uint32_t>(std::max<int64_t>(rotary, 2));
+        key.max_len = 128;
+        auto table = RopeTable::Build(key);
+        // Finite keys (specials would make nearly every logit NaN or inf).
+        std::vector<uint8_t> k(n * token_stride * DTypeSize(dtype));
+        for (int64_t i = 0; i < n * token_stride; ++i) {
+          StoreScalar(dtype, k.data(), i, 4.0f * normal(rng));
+        }
+        std::vector<int64_t> positions(n);
+        for (int64_t j = 0; j < n; ++j) positions[j] = (37 * j + 5) % 128;
+        // Rotated copies of every head, as the unfused pass makes them.
+        std::vector<float> rotated(heads * n * head_dim);
+        for (int64_t j = 0; j < n; ++j) {
+          cpu::RotateCopyParams rp;
+          rp.dtype = dtype;
+          rp.interleaved = interleaved;
+          rp.src = k.data() + j * token_stride * static_cast<int64_t>(DTypeSize(dtype));
+          rp.src_token_stride = token_stride;
+          rp.dst = rotated.data() + j * head_dim;
+          rp.dst_first_token = 0;
+          rp.dst_token_stride = head_dim;
+          rp.dst_head_stride = n * head_dim;
+          rp.heads = heads;
+          rp.head_dim = head_dim;
+          rp.rotary_dim = rotary;
+          rp.rotary_offset = offset;
+          rp.seq = 1;
+          rp.table = table->rows();
+          rp.positions.seq = 1;
+          rp.positions.start_pos = positions[j];
+          kernels_->rotate_copy(rp, 0, 1);
+        }
+        const std::vector<std::pair<int64_t, int64_t>> shapes = {{2, 4}, {2, 1}, {0, 5},
+                                                                 {1, 3}, {0, 2}};  // head, m
+        std::vector<std::vector<float>> q(shapes.size());
+        std::vector<std::vector<float>> got(shapes.size()), ref(shapes.size());
+        std::vector<cpu::SkinnyQuerySet> sets(shapes.size()), best_sets(shapes.size());
+        for (size_t i = 0; i < shapes.size(); ++i) {
+          const auto [head, m] = shapes[i];
+          q[i].resize(m * head_dim);
+          for (float& x : q[i]) x = normal(rng);
+          got[i].assign(m * n, -1.0f);
+          ref[i].assign(m * n, -2.0f);
+          sets[i] = {q[i].data(), m, head, got[i].data()};
+          best_sets[i] = {q[i].data(), m, head, ref[i].data()};
+        }
+        cpu::RotatedKeysParams p;
+        p.dtype = dtype;
+        p.interleaved = interleaved;
+        p.k = k.data();
+        p.k_token_stride = token_stride;
+        p.head_dim = head_dim;
+        p.rotary_dim = rotary;
+        p.rotary_offset = offset;
+        p.n = n;
+        p.positions = positions.data();
+        p.table = table->rows();
+        p.scale = 0.125f;
+        p.sets = sets.data();
+        p.set_count = static_cast<int64_t>(sets.size());
+        p.prefetch = k.data();
+        p.prefetch_token_stride = 64;
+        p.prefetch_bytes = 128;
+        kernels_->skinny_rotated_logits(p);
+        cpu::RotatedKeysParams best_p = p;
+        best_p.sets = best_sets.data();
+        best_p.prefetch = nullptr;
+        best.skinny_rotated_logits(best_p);
+        const std::string what = std::string(DTypeTag(dtype)) +
+                                 (interleaved ? " interleaved" : " half") + " head_dim " +
+                                 std::to_string(head_dim) + " rotary " + std::to_string(rotary) +
+                                 " offset " + std::to_string(offset);
+        for (size_t i = 0; i < shapes.size(); ++i) {
+          const auto [head, m] = shapes[i];
+          std::vector<float> want(m * n, -3.0f);
+          kernels_->skinny_logits(q[i].data(), m, rotated.data() + head * n * head_dim, n,
+                                  head_dim, 0.125f, want.data());
+          for (int64_t e = 0; e < m * n; ++e) {
+            ASSERT_EQ(Bits(got[i][e]), Bits(want[e]))
+                << what << " set " << i << " element " << e << ": got " << got[i][e]
+                << ", rotate_copy + skinny_logits " << want[e];
+            ASSERT_EQ(Bits(got[i][e]), Bits(ref[i][e]))
+                << what << " set " << i << " element " << e << ": best path " << best.name;
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST_P(SimdPathTest, SoftmaxRowsMatchTheBestPathAndDoublePrecision) {
   std::mt19937 rng(9);
   std::normal_distribution<float> normal(0.0f, 3.0f);
@@ -785,51 +892,55 @@ TEST_P(SimdPathTest, EngineAttentionIsBitForBitTheBestPaths) {
 
 // The tiled pass (masks, transforms, every result) gives the best path's
 // bits on every path.
+// Prefill (GEMM products) and decode (Sq = 1: skinny products, keys
+// rotated on the fly, values read as stored), with every result.
 TEST_P(SimdPathTest, EngineTiledAttentionIsBitForBitTheBestPaths) {
   auto engine = EngineOn(GetParam());
   auto best = EngineOn(BestSupported().name);
   ASSERT_NE(engine, nullptr);
   ASSERT_NE(best, nullptr);
   std::mt19937 rng(15);
-  constexpr int64_t B = 2, Sq = 70, Sk = 300, Hq = 8, Hkv = 2, D = 32, Dv = 12;
-  const DType dtype = DType::kBFloat16;
-  HostTensor q = Encode(dtype, {B, Sq, Hq, D}, RandomValues(dtype, B * Sq * Hq * D, &rng));
-  HostTensor k = Encode(dtype, {B, Sk, Hkv, D}, RandomValues(dtype, B * Sk * Hkv * D, &rng));
-  HostTensor v = Encode(dtype, {B, Sk, Hkv, Dv}, RandomValues(dtype, B * Sk * Hkv * Dv, &rng));
-  AttentionParams params;
-  params.config.head_dim = D;
-  params.config.max_len = 512;
-  params.q = q.const_view();
-  params.k = k.const_view();
-  params.v = v.const_view();
-  params.q_start_pos = 200;
-  params.causal = true;
-  params.window_left = 120;
-  params.softcap = 1.5;
-  params.sinks = std::vector<float>(Hq, 0.5f);
-  params.alibi_slopes = std::vector<float>(Hq, 0.01f);
-  params.results = {AttentionResult::kOutput, AttentionResult::kLse, AttentionResult::kTopK,
-                    AttentionResult::kKeyMass, AttentionResult::kScoreRows};
-  params.top_k = 6;
-  params.score_rows_start = 30;
-  params.score_rows_count = 5;
-  std::string got[6], want[6];
-  auto run = [&](Engine* e, std::string* r) {
-    AttentionOutputs out;
-    out.output.bytes = &r[0];
-    out.lse.bytes = &r[1];
-    out.top_k_indices.bytes = &r[2];
-    out.top_k_probs.bytes = &r[3];
-    out.key_mass.bytes = &r[4];
-    out.score_rows.bytes = &r[5];
-    const absl::Status status = e->AttentionScores(params, &out);
-    EXPECT_TRUE(status.ok()) << status;
-  };
-  run(engine.get(), got);
-  run(best.get(), want);
-  for (int i = 0; i < 6; ++i) {
-    EXPECT_FALSE(got[i].empty()) << i;
-    EXPECT_EQ(got[i], want[i]) << "result " << i;
+  for (const int64_t Sq : {70, 1}) {
+    constexpr int64_t B = 2, Sk = 300, Hq = 8, Hkv = 2, D = 32, Dv = 12;
+    const DType dtype = DType::kBFloat16;
+    HostTensor q = Encode(dtype, {B, Sq, Hq, D}, RandomValues(dtype, B * Sq * Hq * D, &rng));
+    HostTensor k = Encode(dtype, {B, Sk, Hkv, D}, RandomValues(dtype, B * Sk * Hkv * D, &rng));
+    HostTensor v = Encode(dtype, {B, Sk, Hkv, Dv}, RandomValues(dtype, B * Sk * Hkv * Dv, &rng));
+    AttentionParams params;
+    params.config.head_dim = D;
+    params.config.max_len = 512;
+    params.q = q.const_view();
+    params.k = k.const_view();
+    params.v = v.const_view();
+    params.q_start_pos = 200;
+    params.causal = true;
+    params.window_left = 120;
+    params.softcap = 1.5;
+    params.sinks = std::vector<float>(Hq, 0.5f);
+    params.alibi_slopes = std::vector<float>(Hq, 0.01f);
+    params.results = {AttentionResult::kOutput, AttentionResult::kLse, AttentionResult::kTopK,
+                      AttentionResult::kKeyMass, AttentionResult::kScoreRows};
+    params.top_k = 6;
+    params.score_rows_start = Sq > 1 ? 30 : 0;
+    params.score_rows_count = Sq > 1 ? 5 : 1;
+    std::string got[6], want[6];
+    auto run = [&](Engine* e, std::string* r) {
+      AttentionOutputs out;
+      out.output.bytes = &r[0];
+      out.lse.bytes = &r[1];
+      out.top_k_indices.bytes = &r[2];
+      out.top_k_probs.bytes = &r[3];
+      out.key_mass.bytes = &r[4];
+      out.score_rows.bytes = &r[5];
+      const absl::Status status = e->AttentionScores(params, &out);
+      EXPECT_TRUE(status.ok()) << status;
+    };
+    run(engine.get(), got);
+    run(best.get(), want);
+    for (int i = 0; i < 6; ++i) {
+      EXPECT_FALSE(got[i].empty()) << "Sq " << Sq << " result " << i;
+      EXPECT_EQ(got[i], want[i]) << "Sq " << Sq << " result " << i;
+    }
   }
 }
 

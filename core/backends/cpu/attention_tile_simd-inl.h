@@ -197,6 +197,20 @@ HWY_INLINE void LogitsBlock(const float* q, const float* k, int64_t d, float sca
   }
 }
 
+// s[r * s_stride] = scale * (q[r] . k) for r < m: one key's logits, by
+// blocks of 4 query rows.
+HWY_INLINE void LogitsOfKey(const float* q, int64_t m, const float* k, int64_t d, float scale,
+                            float* s, int64_t s_stride) {
+  int64_t r = 0;
+  for (; r + 4 <= m; r += 4) LogitsBlock<4>(q + r * d, k, d, scale, s + r * s_stride, s_stride);
+  switch (m - r) {
+    case 3: LogitsBlock<3>(q + r * d, k, d, scale, s + r * s_stride, s_stride); break;
+    case 2: LogitsBlock<2>(q + r * d, k, d, scale, s + r * s_stride, s_stride); break;
+    case 1: LogitsBlock<1>(q + r * d, k, d, scale, s + r * s_stride, s_stride); break;
+    default: break;
+  }
+}
+
 // s[r * n + j] = scale * (q[r] . k[j]) for r < m, j < n (rows of d floats):
 // the logits of a few query rows (decode), where a GEMM would spend its time
 // packing the key tile. The d products are added in 16 fixed lanes (lane l
@@ -204,17 +218,7 @@ HWY_INLINE void LogitsBlock(const float* q, const float* k, int64_t d, float sca
 // gives the same bits.
 void SkinnyLogits(const float* q, int64_t m, const float* k, int64_t n, int64_t d, float scale,
                   float* s) {
-  for (int64_t j = 0; j < n; ++j) {
-    const float* kj = k + j * d;
-    int64_t r = 0;
-    for (; r + 4 <= m; r += 4) LogitsBlock<4>(q + r * d, kj, d, scale, s + r * n + j, n);
-    switch (m - r) {
-      case 3: LogitsBlock<3>(q + r * d, kj, d, scale, s + r * n + j, n); break;
-      case 2: LogitsBlock<2>(q + r * d, kj, d, scale, s + r * n + j, n); break;
-      case 1: LogitsBlock<1>(q + r * d, kj, d, scale, s + r * n + j, n); break;
-      default: break;
-    }
-  }
+  for (int64_t j = 0; j < n; ++j) LogitsOfKey(q, m, k + j * d, d, scale, s + j, n);
 }
 
 // kR output rows, two vectors of columns from c, kept in registers while

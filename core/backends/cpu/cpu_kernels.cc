@@ -25,6 +25,7 @@
 #include "core/backends/cpu/rotate_simd-inl.h"
 #include "core/backends/cpu/softmax_simd-inl.h"
 #include "core/backends/cpu/attention_tile_simd-inl.h"
+#include "core/backends/cpu/rotated_logits_simd-inl.h"
 
 #ifndef ROPE_BACKENDS_CPU_CPU_KERNELS_CC_ONCE_
 #define ROPE_BACKENDS_CPU_CPU_KERNELS_CC_ONCE_
@@ -77,7 +78,7 @@ constexpr CpuKernels kKernels = {PathName(HWY_TARGET), HWY_TARGET, nullptr,     
                                  &RotateCopy,          &Widen,      &Narrow,     &ExpRow,
                                  &ScaleRow,            &StoreRow,   &StreamFence, &RowMax,
                                  &ExpSumRow,           &SoftcapRow, &AlibiRow,   &AddRow,
-                                 &SkinnyLogits,        &SkinnyValues};
+                                 &SkinnyLogits,        &SkinnyValues, &SkinnyRotatedLogits};
 
 #if ROPE_HAS_BF16_NARROWING
 // avx512 plus AVX-512 BF16's bfloat16 narrowing in rotations.
@@ -87,7 +88,7 @@ constexpr CpuKernels kBf16Kernels = {"avx512_bf16", HWY_TARGET,  &CpuHasAvx512Bf
                                      &ScaleRow,     &StoreRow,    &StreamFence,
                                      &RowMax,       &ExpSumRow,   &SoftcapRow,
                                      &AlibiRow,     &AddRow,      &SkinnyLogits,
-                                     &SkinnyValues};
+                                     &SkinnyValues, &SkinnyRotatedLogits};
 #endif
 
 }  // namespace HWY_NAMESPACE

@@ -52,6 +52,46 @@ struct RotateCopyParams {
   math::PositionSpec positions;
 };
 
+// The logits of a few query rows (decode) against keys rotated on the fly
+// (skinny_rotated_logits): key j's head h is read from
+// k + j * k_token_stride + h * head_dim (elements of dtype), widened and
+// rotated forward by the table row of positions[j] exactly as rotate_copy
+// would (the same bits), and dotted with the rows of every query set of
+// head h as skinny_logits does. The rotated key lives in registers (heads
+// rotated whole) or a head-sized buffer that stays in L1, never in a key
+// tile's rotated copy.
+struct SkinnyQuerySet {
+  const float* q = nullptr;  // m rows of head_dim rotated floats
+  int64_t m = 0;
+  int64_t head = 0;          // the key/value head, 0-based from k
+  float* s = nullptr;        // s[r * n + j] = scale * (q[r] . rotated key j)
+};
+
+struct RotatedKeysParams {
+  DType dtype = DType::kFloat32;
+  bool interleaved = true;
+  const void* k = nullptr;
+  int64_t k_token_stride = 0;
+  int64_t head_dim = 0;
+  int64_t rotary_dim = 0;
+  int64_t rotary_offset = 0;
+  int64_t n = 0;                       // keys
+  const int64_t* positions = nullptr;  // n table positions
+  TableRows table;
+  float scale = 1.0f;
+  // Sets of the same head should be adjacent: a head is rotated again
+  // whenever the head changes from one set to the next.
+  const SkinnyQuerySet* sets = nullptr;
+  int64_t set_count = 0;
+  // Bytes [0, prefetch_bytes) from prefetch + j * prefetch_token_stride
+  // (bytes) are asked for into the cache while key j is read: the values
+  // the products are taken with next, fetched under this arithmetic rather
+  // than waited for later. A hint only (null: none).
+  const void* prefetch = nullptr;
+  int64_t prefetch_token_stride = 0;
+  int64_t prefetch_bytes = 0;
+};
+
 struct CpuKernels {
   const char* name;    // the path's name, e.g. "avx2" (cpu_simd.h lists them)
   int64_t hwy_target;  // the Highway target bit it was compiled for
@@ -112,6 +152,8 @@ struct CpuKernels {
                         float scale, float* s);
   void (*skinny_values)(const float* p, int64_t m, int64_t n, DType dtype, const void* v,
                         int64_t ld, int64_t dv, float* o);
+  // skinny_logits over keys rotated as they are read (RotatedKeysParams).
+  void (*skinny_rotated_logits)(const RotatedKeysParams& p);
 };
 
 // One compiled path: its kernels, and whether this CPU can run them.

@@ -32,11 +32,13 @@ constexpr int64_t kKeysPerTile = 256;
 // keys, which lie together in memory (a task per head would read 1/Hkv of
 // each token's bytes at a stride, which the prefetchers serve badly).
 constexpr int64_t kSkinnyRows = 64;
-// Keys in a skinny tile: a task's tile covers every key/value head, and the
-// pass reads the values where they lie (skinny_values), so a short tile
-// keeps its rotated keys (32 keys x 8 heads x 128 floats: 128 KiB) and the
-// values it reads next in L2 (at 256 keys the decode ran 20% slower).
-constexpr int64_t kSkinnyKeysPerTile = 32;
+// Keys in a skinny tile: a task's tile covers every key/value head, whose
+// keys are rotated as they are read (RotatedLogits) and whose values are
+// prefetched meanwhile and read where they lie (skinny_values): 64 keys x 8
+// heads of bfloat16 values (128 KiB) stay in L2 until the products take
+// them. 64 measured about 4% faster than 32 and than 128 (fewer tiles'
+// bookkeeping; at 128 the values start to leave L2).
+constexpr int64_t kSkinnyKeysPerTile = 64;
 // The keys and values of one key tile (over the heads of a task) stay under
 // this many floats (4 MiB).
 constexpr int64_t kMaxKeyTileFloats = int64_t{1} << 20;
@@ -215,7 +217,9 @@ struct Buffers {
   float* v = nullptr;       // cols * task_kv * dv: widened 16-bit values
   int64_t* k_pos = nullptr;
   float* k_pos_f = nullptr;
-  float* s = nullptr;       // rows * cols: logits, then probabilities
+  float* s = nullptr;       // rows * cols: logits, then probabilities; members * rows *
+                            // cols when the plan's products are skinny (RotatedLogits)
+  std::vector<cpu::SkinnyQuerySet> sets;  // RotatedLogits' members
   float* p = nullptr;       // rows * cols: probabilities beside the logits (TOP_K)
   float* mass = nullptr;    // heads * cols (pass 3)
   double* mass_sum = nullptr;  // heads * cols (pass 3)
@@ -241,6 +245,16 @@ Scratch& ThreadScratches() {
 // Pieces of 64-byte multiples, so that each starts aligned.
 int64_t Padded(int64_t n) { return (n + 15) / 16 * 16; }
 
+// Whether a plan's logits are products of a few rows on SIMD kernels rather
+// than OpenBLAS (whose packing would cost more than the rows' arithmetic).
+bool SkinnyProducts(const Plan& plan) { return plan.rows() < kGemmRows; }
+
+// Floats of a task's logits buffer: one tile's, or with skinny products
+// every member's (pass 1 computes them for all members at once).
+int64_t LogitFloats(const Plan& plan) {
+  return (SkinnyProducts(plan) ? plan.members() : 1) * plan.rows() * plan.cols;
+}
+
 bool GetBuffers(const Plan& plan, Buffers* b) {
   Scratch& scratch = ThreadScratches();
   const int64_t rows = plan.rows(), cols = plan.cols, members = plan.members();
@@ -248,7 +262,8 @@ bool GetBuffers(const Plan& plan, Buffers* b) {
                                 Padded(plan.tokens);
   const int64_t floats = members * member_floats + Padded(plan.task_kv * cols * plan.d) +
                          Padded(cols * plan.task_kv * plan.dv) + Padded(cols) +
-                         2 * Padded(rows * cols) + Padded(plan.heads * cols);
+                         Padded(LogitFloats(plan)) + Padded(rows * cols) +
+                         Padded(plan.heads * cols);
   float* f = scratch.floats.Get(floats);
   int64_t* i = scratch.ints.Get(members * plan.tokens + cols + rows);
   double* dd = scratch.doubles.Get(plan.heads * cols);
@@ -272,7 +287,7 @@ bool GetBuffers(const Plan& plan, Buffers* b) {
   b->k = take(plan.task_kv * cols * plan.d);
   b->v = take(cols * plan.task_kv * plan.dv);
   b->k_pos_f = take(cols);
-  b->s = take(rows * cols);
+  b->s = take(LogitFloats(plan));
   b->p = take(rows * cols);
   b->mass = take(plan.heads * cols);
   b->k_pos = i;
@@ -340,10 +355,11 @@ class Tiles {
   }
 
   // Rotates keys [k0, k0 + n) of heads [kh0, kh0 + kv) of batch row b into
-  // buf.k, and with `values` their values: in place for float32 v, else
-  // widened into buf.v (each token's heads in one run).
+  // buf.k (unless `rotate` is false: RotatedLogits reads them as stored),
+  // and with `values` their values: in place for float32 v, else widened
+  // into buf.v (each token's heads in one run).
   KeyTile LoadKeys(int64_t b, int64_t kh0, int64_t kv, int64_t k0, int64_t n, Values values,
-                   Buffers& buf) const {
+                   Buffers& buf, bool rotate = true) const {
     KeyTile t;
     t.b = b;
     t.kh0 = kh0;
@@ -369,7 +385,7 @@ class Tiles {
     kp.seq = plan_.sk;
     kp.table = rows_;
     kp.positions = args_.k_positions;
-    kernels_.rotate_copy(kp, b * plan_.sk + k0, b * plan_.sk + k0 + n);
+    if (rotate) kernels_.rotate_copy(kp, b * plan_.sk + k0, b * plan_.sk + k0 + n);
     for (int64_t j = 0; j < n; ++j) {
       t.pos[j] = args_.k_positions.At(b, k0 + j);
       t.pos_f[j] = static_cast<float>(t.pos[j]);
@@ -411,6 +427,60 @@ class Tiles {
                   static_cast<int>(plan_.d), kt.KeysOf(qt.kh, plan_.d),
                   static_cast<int>(plan_.d), 0.0f, s, static_cast<int>(n));
     }
+    AdjustLogits(qt, kt, vis, s);
+  }
+
+  // Logits of several query tiles (members[i] into s + i * rows() * kt.n,
+  // skipped where vis[i] is kNone) against a key tile loaded without
+  // rotation: one pass over the stored keys, each key head rotated in
+  // registers and L1 and dotted with every member of its head (skinny
+  // products only). The same values as Logits member by member.
+  void RotatedLogits(const QueryTile* members, const math::BlockVisibility* vis, int64_t count,
+                     const KeyTile& kt, Buffers& buf) const {
+    const int64_t n = kt.n;
+    buf.sets.clear();
+    for (int64_t i = 0; i < count; ++i) {
+      if (vis[i] == math::BlockVisibility::kNone) continue;
+      const QueryTile& qt = members[i];
+      cpu::SkinnyQuerySet set;
+      set.q = qt.q;
+      set.m = plan_.heads * qt.tokens;
+      set.head = qt.kh - kt.kh0;
+      set.s = buf.s + i * plan_.rows() * n;
+      buf.sets.push_back(set);
+    }
+    cpu::RotatedKeysParams kp;
+    kp.dtype = args_.dtype;
+    kp.interleaved = args_.layout == Layout::kInterleaved;
+    kp.k = static_cast<const char*>(args_.k) +
+           ((kt.b * plan_.sk + kt.k0) * plan_.hk + kt.kh0) * plan_.d * DTypeSize(args_.dtype);
+    kp.k_token_stride = plan_.hk * plan_.d;
+    kp.head_dim = plan_.d;
+    kp.rotary_dim = args_.rotary_dim;
+    kp.rotary_offset = args_.rotary_offset;
+    kp.n = n;
+    kp.positions = kt.pos;
+    kp.table = rows_;
+    kp.scale = args_.scale;
+    kp.sets = buf.sets.data();
+    kp.set_count = static_cast<int64_t>(buf.sets.size());
+    if (kt.stored_v != nullptr) {
+      const int64_t elem = static_cast<int64_t>(DTypeSize(args_.dtype));
+      kp.prefetch = kt.stored_v;
+      kp.prefetch_token_stride = kt.stored_ld * elem;
+      kp.prefetch_bytes = kt.kv * plan_.dv * elem;
+    }
+    kernels_.skinny_rotated_logits(kp);
+    for (int64_t i = 0; i < count; ++i) {
+      if (vis[i] == math::BlockVisibility::kNone) continue;
+      AdjustLogits(members[i], kt, vis[i], buf.s + i * plan_.rows() * n);
+    }
+  }
+
+  // Soft-capping, ALiBi and the mask on a tile's scaled products s [rows][n].
+  void AdjustLogits(const QueryTile& qt, const KeyTile& kt, math::BlockVisibility vis,
+                    float* s) const {
+    const int64_t m = plan_.heads * qt.tokens, n = kt.n;
     if (args_.softcap > 0) kernels_.softcap_row(s, m * n, args_.softcap);
     if (args_.alibi_slopes != nullptr) {
       for (int64_t j = 0; j < plan_.heads; ++j) {
@@ -574,7 +644,7 @@ class ForwardPass {
     const QueryTile& first = buf.members[0];
     const int64_t kh0 = first.kh;
     // Every member has the plan's rows, but the last query tile may be short.
-    const bool skinny = p.rows() < kGemmRows;
+    const bool skinny = SkinnyProducts(p);
     const int64_t t_begin = p.k_tiles * split / splits_;
     const int64_t t_end = p.k_tiles * (split + 1) / splits_;
     std::vector<math::BlockVisibility>& vis = buf.vis;
@@ -589,16 +659,21 @@ class ForwardPass {
       const int64_t k0 = kt * p.cols, nk = std::min(p.cols, p.sk - k0);
       const Values values =
           !output_ ? Values::kNone : (skinny ? Values::kStored : Values::kFloat32);
-      const KeyTile keys = tiles_.LoadKeys(first.b, kh0, p.task_kv, k0, nk, values, buf);
+      // Skinny products: every member's logits in one pass over the keys as
+      // stored, rotated on the fly (no rotated key tile).
+      const KeyTile keys =
+          tiles_.LoadKeys(first.b, kh0, p.task_kv, k0, nk, values, buf, /*rotate=*/!skinny);
+      if (skinny) tiles_.RotatedLogits(buf.members.data(), vis.data(), count, keys, buf);
       for (int64_t n = 0; n < count; ++n) {
         if (vis[n] == math::BlockVisibility::kNone) continue;
         QueryTile& t = buf.members[n];
         const int64_t m = p.heads * t.tokens;
-        tiles_.Logits(t, keys, vis[n], buf.s);
+        float* const logits = skinny ? buf.s + n * p.rows() * nk : buf.s;
+        if (!skinny) tiles_.Logits(t, keys, vis[n], logits);
         // Online softmax, row by row: the tile's probabilities relative to
         // the new running maximum, and the rescaling of what came before.
         for (int64_t row = 0; row < m; ++row) {
-          float* s = buf.s + row * nk;
+          float* s = logits + row * nk;
           const float m_new = std::max(t.m[row], kern.row_max(s, nk));
           if (m_new == kNegInf) {  // nothing visible yet: probabilities 0
             std::fill(s, s + nk, 0.0f);
@@ -611,13 +686,13 @@ class ForwardPass {
         }
         if (output_ && skinny) {
           kern.skinny_values(
-              buf.s, m, nk, a.dtype,
+              logits, m, nk, a.dtype,
               static_cast<const char*>(keys.stored_v) +
                   (t.kh - keys.kh0) * keys.v_head * DTypeSize(a.dtype),
               keys.stored_ld, p.dv, t.o);
         } else if (output_) {
           cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(m),
-                      static_cast<int>(p.dv), static_cast<int>(nk), 1.0f, buf.s,
+                      static_cast<int>(p.dv), static_cast<int>(nk), 1.0f, logits,
                       static_cast<int>(nk), keys.ValuesOf(t.kh), static_cast<int>(keys.v_ld),
                       1.0f, t.o, static_cast<int>(p.dv));
         }
