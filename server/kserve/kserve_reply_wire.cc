@@ -58,56 +58,66 @@ uint8_t* WriteStringField(int field, absl::string_view value, uint8_t* target) {
   return value.empty() ? target : WriteBytesField(field, value, target);
 }
 
-// The packed shape's payload (its varints).
-size_t ShapePayloadBytes(const InferReply::Output& output) {
-  return WireFormatLite::Int64Size(output.shape);
-}
-
 // A map<string, InferParameter> entry's payload: key and value, both always
-// written (as the generated map serializer does).
+// written (as the generated map serializer does). Caches the value's size
+// (ByteSizeLong) for SerializeWithCachedSizesToArray.
 size_t ParameterEntryBytes(const std::string& key, const inference::InferParameter& value) {
   return DelimitedFieldBytes(kMapKey, key.size()) +
          DelimitedFieldBytes(kMapValue, value.ByteSizeLong());
 }
 
-size_t OutputBytes(const InferReply::Output& output) {
-  size_t bytes = StringFieldBytes(kOutputName, output.name) +
-                 StringFieldBytes(kOutputDatatype, output.datatype);
-  if (!output.shape.empty()) bytes += DelimitedFieldBytes(kOutputShape, ShapePayloadBytes(output));
-  for (const auto& [key, value] : output.parameters) {
-    bytes += DelimitedFieldBytes(kOutputParameters, ParameterEntryBytes(key, value));
+// The sizes of a reply's parts, computed once per reply.
+struct ReplySizes {
+  std::array<size_t, 2> shape_payload{};  // an output's packed shape (its varints)
+  std::array<size_t, 2> output{};         // an InferOutputTensor's payload
+  size_t response = 0;                    // the ModelInferResponse
+  size_t total = 0;                       // the message written (either form)
+};
+
+ReplySizes SizesOf(const InferReply& reply, InferReplyWriter::Form form) {
+  ReplySizes sizes;
+  sizes.response = StringFieldBytes(kModelName, reply.model_name) +
+                   StringFieldBytes(kModelVersion, reply.model_version) +
+                   StringFieldBytes(kId, reply.id);
+  for (int i = 0; i < reply.output_count; ++i) {
+    const InferReply::Output& output = reply.outputs[i];
+    size_t bytes = StringFieldBytes(kOutputName, output.name) +
+                   StringFieldBytes(kOutputDatatype, output.datatype);
+    if (!output.shape.empty()) {
+      sizes.shape_payload[i] = WireFormatLite::Int64Size(output.shape);
+      bytes += DelimitedFieldBytes(kOutputShape, sizes.shape_payload[i]);
+    }
+    for (const auto& [key, value] : output.parameters) {
+      bytes += DelimitedFieldBytes(kOutputParameters, ParameterEntryBytes(key, value));
+    }
+    sizes.output[i] = bytes;
+    sizes.response += DelimitedFieldBytes(kOutputs, bytes) +
+                      DelimitedFieldBytes(kRawOutputContents, reply.raw[i].size());
   }
-  return bytes;
+  sizes.total = form == InferReplyWriter::Form::kModelInferResponse
+                    ? sizes.response
+                    : DelimitedFieldBytes(kStreamInferResponse, sizes.response);
+  return sizes;
 }
 
-uint8_t* WriteOutput(const InferReply::Output& output, uint8_t* target) {
-  target = WriteDelimitedHeader(kOutputs, OutputBytes(output), target);
+// Writes output `i` (an outputs entry, tag included), its sizes from
+// SizesOf.
+uint8_t* WriteOutput(const InferReply::Output& output, const ReplySizes& sizes, int i,
+                     uint8_t* target) {
+  target = WriteDelimitedHeader(kOutputs, sizes.output[i], target);
   target = WriteStringField(kOutputName, output.name, target);
   target = WriteStringField(kOutputDatatype, output.datatype, target);
   if (!output.shape.empty()) {
-    target = WriteDelimitedHeader(kOutputShape, ShapePayloadBytes(output), target);
+    target = WriteDelimitedHeader(kOutputShape, sizes.shape_payload[i], target);
     for (const int64_t dim : output.shape) target = WireFormatLite::WriteInt64NoTagToArray(dim, target);
   }
   for (const auto& [key, value] : output.parameters) {
     target = WriteDelimitedHeader(kOutputParameters, ParameterEntryBytes(key, value), target);
     target = WriteBytesField(kMapKey, key, target);
-    // ByteSizeLong above cached the value's size for this.
     target = WriteDelimitedHeader(kMapValue, value.GetCachedSize(), target);
     target = value.SerializeWithCachedSizesToArray(target);
   }
   return target;
-}
-
-// The ModelInferResponse's bytes.
-size_t ResponseBytes(const InferReply& reply) {
-  size_t bytes = StringFieldBytes(kModelName, reply.model_name) +
-                 StringFieldBytes(kModelVersion, reply.model_version) +
-                 StringFieldBytes(kId, reply.id);
-  for (int i = 0; i < reply.output_count; ++i) {
-    bytes += DelimitedFieldBytes(kOutputs, OutputBytes(reply.outputs[i]));
-    bytes += DelimitedFieldBytes(kRawOutputContents, reply.raw[i].size());
-  }
-  return bytes;
 }
 
 // A slice that owns `bytes`' buffer (freed with the slice's last reference).
@@ -121,34 +131,31 @@ grpc::Slice OwningSlice(std::string bytes) {
 }  // namespace
 
 int64_t InferReplyWriter::ReplyBytes() const {
-  const size_t response = ResponseBytes(reply_);
-  const size_t bytes = form_ == Form::kModelInferResponse
-                           ? response
-                           : DelimitedFieldBytes(kStreamInferResponse, response);
-  return static_cast<int64_t>(bytes);
+  return static_cast<int64_t>(SizesOf(reply_, form_).total);
 }
 
 absl::Status InferReplyWriter::WriteReply(grpc::ByteBuffer* wire) {
-  const int64_t total = ReplyBytes();
-  if (total > std::numeric_limits<int32_t>::max()) {
-    return absl::InternalError(absl::StrCat(
-        "ModelInfer reply did not serialize: ", total,
-        " bytes, over protobuf's 2 GiB message limit"));
+  const ReplySizes sizes = SizesOf(reply_, form_);
+  if (sizes.total > static_cast<size_t>(std::numeric_limits<int32_t>::max())) {
+    return absl::InternalError(absl::StrCat("ModelInfer reply did not serialize: ", sizes.total,
+                                            " bytes, over protobuf's 2 GiB message limit"));
   }
   size_t tensor_bytes = 0;
   for (int i = 0; i < reply_.output_count; ++i) tensor_bytes += reply_.raw[i].size();
   // Everything but the tensors' bytes, written into one slice; the slices
   // handed to gRPC alternate between pieces of it and the tensors.
-  grpc::Slice head(static_cast<size_t>(total) - tensor_bytes);
+  grpc::Slice head(sizes.total - tensor_bytes);
   uint8_t* const begin = const_cast<uint8_t*>(head.begin());
   uint8_t* target = begin;
   if (form_ == Form::kModelStreamInferResponse) {
-    target = WriteDelimitedHeader(kStreamInferResponse, ResponseBytes(reply_), target);
+    target = WriteDelimitedHeader(kStreamInferResponse, sizes.response, target);
   }
   target = WriteStringField(kModelName, reply_.model_name, target);
   target = WriteStringField(kModelVersion, reply_.model_version, target);
   target = WriteStringField(kId, reply_.id, target);
-  for (int i = 0; i < reply_.output_count; ++i) target = WriteOutput(reply_.outputs[i], target);
+  for (int i = 0; i < reply_.output_count; ++i) {
+    target = WriteOutput(reply_.outputs[i], sizes, i, target);
+  }
   std::array<grpc::Slice, 1 + 2 * 2> slices;
   size_t slice_count = 0;
   uint8_t* piece_start = begin;
