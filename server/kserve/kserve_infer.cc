@@ -670,9 +670,8 @@ absl::Status ReadRegions(const CallerRegions& regions, InferPlan* plan) {
   return absl::OkStatus();
 }
 
-// Adds output `name` from the rope.v1 reply's `tensor` to `response`,
-// moving its bytes.
-// Moves `tensor` (a rope.v1 result) into the reply as its next output.
+// Moves `tensor` (a rope.v1 result) into `reply` as its next output,
+// `name`: its bytes are moved, never copied.
 void AddOutput(absl::string_view name, v1::Tensor* tensor, InferReply* reply) {
   const int index = reply->output_count++;
   InferReply::Output& output = reply->outputs[index];

@@ -44,7 +44,8 @@ size_t StringFieldBytes(int field, absl::string_view value) {
 }
 
 uint8_t* WriteDelimitedHeader(int field, size_t length, uint8_t* target) {
-  target = WireFormatLite::WriteTagToArray(field, WireFormatLite::WIRETYPE_LENGTH_DELIMITED, target);
+  target =
+      WireFormatLite::WriteTagToArray(field, WireFormatLite::WIRETYPE_LENGTH_DELIMITED, target);
   return CodedOutputStream::WriteVarint32ToArray(static_cast<uint32_t>(length), target);
 }
 
@@ -109,7 +110,9 @@ uint8_t* WriteOutput(const InferReply::Output& output, const ReplySizes& sizes, 
   target = WriteStringField(kOutputDatatype, output.datatype, target);
   if (!output.shape.empty()) {
     target = WriteDelimitedHeader(kOutputShape, sizes.shape_payload[i], target);
-    for (const int64_t dim : output.shape) target = WireFormatLite::WriteInt64NoTagToArray(dim, target);
+    for (const int64_t dim : output.shape) {
+      target = WireFormatLite::WriteInt64NoTagToArray(dim, target);
+    }
   }
   for (const auto& [key, value] : output.parameters) {
     target = WriteDelimitedHeader(kOutputParameters, ParameterEntryBytes(key, value), target);

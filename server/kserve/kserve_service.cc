@@ -297,7 +297,8 @@ grpc::ServerUnaryReactor* KServeServiceImpl::ModelInfer(grpc::CallbackServerCont
         UnaryWork work;
         // The reply's wire bytes are written from what the answer leaves
         // here (kserve_reply_wire.h), not from `reply`.
-        auto writer = std::make_unique<InferReplyWriter>(InferReplyWriter::Form::kModelInferResponse);
+        auto writer =
+            std::make_unique<InferReplyWriter>(InferReplyWriter::Form::kModelInferResponse);
         InferReply* results = writer->reply();
         work.reply = std::move(writer);
         work.more_bytes = estimate.more_bytes;

@@ -253,7 +253,8 @@ void RunModelInfer(const uint8_t* data, size_t size) {
   // bytes must be the size it announces and parse to the message built
   // from the same results.
   kserve::InferReplyWriter writer(kserve::InferReplyWriter::Form::kModelInferResponse);
-  const absl::Status run = kserve::RunModelInfer(SharedEngine(), FuzzCall(), &*plan, writer.reply());
+  const absl::Status run =
+      kserve::RunModelInfer(SharedEngine(), FuzzCall(), &*plan, writer.reply());
   CheckRejection(run);
   if (!run.ok()) return;
   kserve::InferReply copy = *writer.reply();
@@ -274,7 +275,8 @@ void RunModelInfer(const uint8_t* data, size_t size) {
   inference::ModelInferResponse parsed;
   if (static_cast<int64_t>(bytes.size()) != announced || !parsed.ParseFromString(bytes) ||
       !google::protobuf::util::MessageDifferencer::Equals(parsed, response)) {
-    std::fprintf(stderr, "ModelInfer reply's wire bytes (%zu, announced %lld) are not its message\n",
+    std::fprintf(stderr,
+                 "ModelInfer reply's wire bytes (%zu, announced %lld) are not its message\n",
                  bytes.size(), static_cast<long long>(announced));
     std::abort();
   }

@@ -57,7 +57,9 @@ void AddInput(const std::string& name, DType dtype, std::vector<int64_t> shape, 
   const v1::Tensor tensor = ToProto(Encode(dtype, shape, RandomValues(dtype, count, &rng)));
   auto* input = request->add_inputs();
   input->set_name(name);
-  input->set_datatype(dtype == DType::kFloat32 ? "FP32" : dtype == DType::kFloat16 ? "FP16" : "BF16");
+  input->set_datatype(dtype == DType::kFloat32   ? "FP32"
+                      : dtype == DType::kFloat16 ? "FP16"
+                                                 : "BF16");
   *input->mutable_shape() = tensor.shape();
   request->add_raw_input_contents(tensor.data());
 }
