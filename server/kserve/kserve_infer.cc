@@ -670,33 +670,39 @@ absl::Status ReadRegions(const CallerRegions& regions, InferPlan* plan) {
   return absl::OkStatus();
 }
 
-// Adds output `name` from the rope.v1 reply's `tensor` to `response`,
-// moving its bytes.
-void AddOutput(const std::string& name, v1::Tensor* tensor,
-               inference::ModelInferResponse* response) {
-  OutputTensor* output = response->add_outputs();
-  output->set_name(name);
+// Moves `tensor` (a rope.v1 result) into `reply` as its next output,
+// `name`: its bytes are moved, never copied.
+void AddOutput(absl::string_view name, v1::Tensor* tensor, InferReply* reply) {
+  const int index = reply->output_count++;
+  InferReply::Output& output = reply->outputs[index];
+  output.name = name;
+  output.parameters.clear();
   if (tensor->dtype() == v1::FLOAT8_E4M3FN || tensor->dtype() == v1::FLOAT8_E5M2) {
     // KServe v2 has no float8 datatype: the codes travel as UINT8, one byte
     // each, and the output's parameter output_dtype says which format.
-    output->set_datatype("UINT8");
-    (*output->mutable_parameters())["output_dtype"].set_string_param(
-        v1::DType_Name(tensor->dtype()));
+    output.datatype = "UINT8";
+    inference::InferParameter format;
+    format.set_string_param(v1::DType_Name(tensor->dtype()));
+    output.parameters.emplace_back("output_dtype", std::move(format));
   } else {
-    output->set_datatype(std::string(DatatypeName(tensor->dtype())));
+    output.datatype = DatatypeName(tensor->dtype());
   }
-  output->mutable_shape()->Swap(tensor->mutable_shape());
-  std::string* raw = response->add_raw_output_contents();
+  output.shape.Swap(tensor->mutable_shape());
+  std::string& raw = reply->raw[index];
+  raw.clear();
   if (tensor->has_shm()) {
     // Written to the caller's region: Triton leaves an empty entry so that
     // raw_output_contents stays aligned with outputs.
-    auto& parameters = *output->mutable_parameters();
-    parameters[kRegionParam].set_string_param(tensor->shm().region());
-    parameters[kOffsetParam].set_int64_param(static_cast<int64_t>(tensor->shm().offset()));
-    parameters[kByteSizeParam].set_int64_param(static_cast<int64_t>(tensor->shm().byte_size()));
+    inference::InferParameter region, offset, byte_size;
+    region.set_string_param(tensor->shm().region());
+    offset.set_int64_param(static_cast<int64_t>(tensor->shm().offset()));
+    byte_size.set_int64_param(static_cast<int64_t>(tensor->shm().byte_size()));
+    output.parameters.emplace_back(kRegionParam, std::move(region));
+    output.parameters.emplace_back(kOffsetParam, std::move(offset));
+    output.parameters.emplace_back(kByteSizeParam, std::move(byte_size));
     return;
   }
-  raw->swap(*tensor->mutable_data());
+  raw.swap(*tensor->mutable_data());
 }
 
 }  // namespace
@@ -882,20 +888,22 @@ CallEstimate PlanEstimate(const InferPlan& plan) {
 }
 
 absl::Status RunModelInfer(Engine& engine, const CallContext& call, InferPlan* plan,
-                           inference::ModelInferResponse* response, InferTimings* timings) {
+                           InferReply* reply, InferTimings* timings) {
   const absl::Time start = absl::Now();
   ROPE_RETURN_IF_ERROR(ReadRegions(call.regions, plan));
-  response->set_model_name(plan->model->name);
-  response->set_model_version(kModelVersion);
-  response->set_id(std::move(plan->id));
+  reply->model_name = plan->model->name;
+  reply->model_version = kModelVersion;
+  reply->id = std::move(plan->id);
+  reply->output_count = 0;
   if (plan->model->operation == ModelOperation::kRotate) {
-    v1::RotateResponse reply;
-    ROPE_RETURN_IF_ERROR(AnswerRotate(engine, &plan->rotate, &reply, call));
+    v1::RotateResponse rotated;
+    ROPE_RETURN_IF_ERROR(AnswerRotate(engine, &plan->rotate, &rotated, call));
     const absl::Time computed = absl::Now();
     const Names& names = NamesOf(ModelOperation::kRotate);
     for (int i = 0; i < plan->output_count; ++i) {
       const int slot = plan->outputs[i];
-      AddOutput(names.outputs[slot], slot == 0 ? reply.mutable_q() : reply.mutable_k(), response);
+      AddOutput(names.outputs[slot], slot == 0 ? rotated.mutable_q() : rotated.mutable_k(),
+                reply);
     }
     if (timings != nullptr) {
       timings->infer = computed - start;
@@ -903,19 +911,27 @@ absl::Status RunModelInfer(Engine& engine, const CallContext& call, InferPlan* p
     }
     return absl::OkStatus();
   }
-  v1::AttentionScoresResponse reply;
-  ROPE_RETURN_IF_ERROR(AnswerAttentionScores(engine, *plan->attention, &reply, call));
+  v1::AttentionScoresResponse scored;
+  ROPE_RETURN_IF_ERROR(AnswerAttentionScores(engine, *plan->attention, &scored, call));
   const absl::Time computed = absl::Now();
   const Names& names = NamesOf(ModelOperation::kAttention);
   for (int i = 0; i < plan->output_count; ++i) {
     const int slot = plan->outputs[i];
-    AddOutput(names.outputs[slot], slot == 0 ? reply.mutable_scores() : reply.mutable_output(),
-              response);
+    AddOutput(names.outputs[slot], slot == 0 ? scored.mutable_scores() : scored.mutable_output(),
+              reply);
   }
   if (timings != nullptr) {
     timings->infer = computed - start;
     timings->output = absl::Now() - computed;
   }
+  return absl::OkStatus();
+}
+
+absl::Status RunModelInfer(Engine& engine, const CallContext& call, InferPlan* plan,
+                           inference::ModelInferResponse* response, InferTimings* timings) {
+  InferReply reply;
+  ROPE_RETURN_IF_ERROR(RunModelInfer(engine, call, plan, &reply, timings));
+  ToResponse(&reply, response);
   return absl::OkStatus();
 }
 

@@ -64,6 +64,7 @@
 #include "inference/grpc_service.pb.h"
 #include "rope/v1/rope.pb.h"
 #include "server/kserve/kserve_models.h"
+#include "server/kserve/kserve_reply.h"
 
 namespace rope {
 namespace kserve {
@@ -115,8 +116,12 @@ CallEstimate PlanEstimate(const InferPlan& plan);
 // Reads the plan's queued inputs out of the caller's regions
 // (`call.regions`, through TensorResolver, with its checks), runs its
 // rope.v1 request through AnswerRotate / AnswerAttentionScores with `call`
-// and fills `response`. On error `response` is unspecified. `timings` may
-// be null.
+// and fills `reply` with the results (their bytes moved, never copied). On
+// error `reply` is unspecified. `timings` may be null.
+absl::Status RunModelInfer(Engine& engine, const CallContext& call, InferPlan* plan,
+                           InferReply* reply, InferTimings* timings = nullptr);
+
+// The same, the results as the ModelInferResponse message (ToResponse).
 absl::Status RunModelInfer(Engine& engine, const CallContext& call, InferPlan* plan,
                            inference::ModelInferResponse* response,
                            InferTimings* timings = nullptr);

@@ -8,6 +8,7 @@
 #include "absl/time/time.h"
 #include "core/engine/interrupt.h"
 #include "server/kserve/kserve_describe.h"
+#include "server/kserve/kserve_reply_wire.h"
 #include "server/service/admitted_stream.h"
 #include "server/service/call_admission.h"
 #include "server/service/caller_identity.h"
@@ -57,8 +58,7 @@ class KServeServiceImpl::StreamReactor final
     CallContext call = CallContextOf(service_.options_, context());
     call.interrupt = &interrupt;
     InferTimings timings;
-    absl::Status status =
-        RunModelInfer(service_.engine_, call, &plan_, response_.mutable_infer_response(), &timings);
+    absl::Status status = RunModelInfer(service_.engine_, call, &plan_, reply_.reply(), &timings);
     if (!status.ok()) return status;  // counted as a failure by MessageFailed
     InferenceRecord record;
     record.ok = true;
@@ -88,13 +88,19 @@ class KServeServiceImpl::StreamReactor final
     Reply(grpc_status.error_code());
   }
 
+  // An answered message's reply: written by reply_ (the one ModelInfer
+  // writes, as a ModelStreamInferResponse's infer_response).
+  ReplyWriter* AnsweredReply() override { return &reply_; }
+
   void ClearMessage() override {
     plan_ = InferPlan();
+    *reply_.reply() = InferReply();
     model_ = nullptr;
   }
 
   KServeServiceImpl& service_;
   InferPlan plan_;
+  InferReplyWriter reply_{InferReplyWriter::Form::kModelStreamInferResponse};
   const Model* model_ = nullptr;
   absl::Duration input_time_;
 };
@@ -267,14 +273,14 @@ grpc::ServerUnaryReactor* KServeServiceImpl::ModelInfer(grpc::CallbackServerCont
   spec.client = ClientOf(*context);
   return ServeRawUnary<inference::ModelInferRequest, inference::ModelInferResponse>(
       serving_, context, request, response, std::move(spec),
-      [this, context](inference::ModelInferRequest* parsed, inference::ModelInferResponse* reply,
+      [this, context](inference::ModelInferRequest* parsed, inference::ModelInferResponse*,
                       int64_t request_bytes) -> absl::StatusOr<UnaryWork> {
         const absl::Time start = absl::Now();
         absl::StatusOr<const Model*> model =
             models_.Find(parsed->model_name(), parsed->model_version());
         if (!model.ok()) return model.status();
         // The request is this call's own: its bytes are moved into the
-        // rope.v1 request, and from its reply into `reply`.
+        // rope.v1 request, and from its reply into the reply's writer.
         absl::StatusOr<InferPlan> planned =
             PlanModelInfer(**model, parsed, engine_.limits().max_elements_per_request);
         if (!planned.ok()) {
@@ -289,6 +295,12 @@ grpc::ServerUnaryReactor* KServeServiceImpl::ModelInfer(grpc::CallbackServerCont
         // same rule for running on this thread.
         const CallEstimate estimate = PlanEstimate(*plan);
         UnaryWork work;
+        // The reply's wire bytes are written from what the answer leaves
+        // here (kserve_reply_wire.h), not from `reply`.
+        auto writer =
+            std::make_unique<InferReplyWriter>(InferReplyWriter::Form::kModelInferResponse);
+        InferReply* results = writer->reply();
+        work.reply = std::move(writer);
         work.more_bytes = estimate.more_bytes;
         work.run_on = AnswersInline(options_, engine_, estimate, request_bytes) ? RunOn::kThisThread
                                                                                 : RunOn::kWorkQueue;
@@ -297,14 +309,14 @@ grpc::ServerUnaryReactor* KServeServiceImpl::ModelInfer(grpc::CallbackServerCont
           record.total = absl::Now() - start;
           statistics_.Record(*plan->model, record);
         };
-        work.answer = [this, context, reply, plan, start, input_time] {
+        work.answer = [this, context, results, plan, start, input_time] {
           const absl::Time run_start = absl::Now();
           const Interrupt interrupt = InterruptOf(context);
           CallContext call_context = CallContextOf(options_, context);
           call_context.interrupt = &interrupt;
           InferTimings timings;
           const absl::Status status =
-              RunModelInfer(engine_, call_context, plan.get(), reply, &timings);
+              RunModelInfer(engine_, call_context, plan.get(), results, &timings);
           InferenceRecord record;
           record.ok = status.ok();
           record.total = absl::Now() - start;

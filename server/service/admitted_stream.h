@@ -41,6 +41,7 @@
 #include "grpcpp/support/server_callback.h"
 #include "server/service/call_admission.h"
 #include "server/service/raw_message.h"
+#include "server/service/reply_writer.h"
 #include "server/service/status_conversion.h"
 #include "server/service/stream_limits.h"
 #include "server/service/work_queue.h"
@@ -168,15 +169,30 @@ class AdmittedStream : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::By
     this->Finish(std::move(grpc_status));
   }
 
+  // The message in hand's OK reply, when the subclass writes its bytes
+  // itself (reply_writer.h) rather than filling response_; null: response_
+  // is serialized. Valid until ClearMessage.
+  virtual ReplyWriter* AnsweredReply() { return nullptr; }
+
   // Records the message in hand as answered with `code` and writes
-  // response_ (its results, or an error told in band), serialized; the
-  // message itself is freed then (its bytes stay charged until written).
+  // response_ (its results, or an error told in band), serialized, or an OK
+  // reply's AnsweredReply; the message itself is freed then (its bytes stay
+  // charged until written).
   void Reply(grpc::StatusCode code) {
-    const int64_t reply_bytes = static_cast<int64_t>(response_.ByteSizeLong());
-    // Its size is cached just above: one pass, into one slice.
-    const absl::Status serialized =
-        SerializeReply(response_, absl::StrCat(RpcName(admission_.rpc()), " reply"), &reply_wire_);
-    ReleaseResponse(reply_bytes);
+    ReplyWriter* writer = code == grpc::StatusCode::OK ? AnsweredReply() : nullptr;
+    int64_t reply_bytes = 0;
+    absl::Status serialized;
+    if (writer != nullptr) {
+      reply_bytes = writer->ReplyBytes();
+      serialized = writer->WriteReply(&reply_wire_);
+      ReleaseResponse(0);
+    } else {
+      reply_bytes = static_cast<int64_t>(response_.ByteSizeLong());
+      // Its size is cached just above: one pass, into one slice.
+      serialized = SerializeReply(response_, absl::StrCat(RpcName(admission_.rpc()), " reply"),
+                                  &reply_wire_);
+      ReleaseResponse(reply_bytes);
+    }
     if (!serialized.ok()) {
       EndStream(serialized);
       return;

@@ -1,6 +1,7 @@
 #include "server/service/unary_call.h"
 
 #include <map>
+#include <memory>
 #include <string>
 #include <utility>
 
@@ -26,11 +27,12 @@ void EchoPreviousAttempts(grpc::CallbackServerContext* context) {
 // Charges `more_bytes` (none: nothing) on top of what `call` holds, then
 // runs `answer` where `run_on` says unless the caller has gone (then
 // `not_run`, if any), and finishes the call with its status and `response`.
+// `writer`, when set, writes an OK reply instead of `response`.
 void ChargeAndRun(UnaryCall* call, WorkQueue* work, grpc::CallbackServerContext* context,
                   std::optional<int64_t> more_bytes, RunOn run_on,
                   google::protobuf::Message* response, absl::AnyInvocable<absl::Status() &&> answer,
-                  absl::AnyInvocable<void() &&> not_run) {
-  auto run = [call, context, response, answer = std::move(answer),
+                  absl::AnyInvocable<void() &&> not_run, std::unique_ptr<ReplyWriter> writer) {
+  auto run = [call, context, response, writer = std::move(writer), answer = std::move(answer),
               not_run = std::move(not_run)]() mutable {
     const absl::Status wanted = call->admission().CheckStillWanted(*context);
     if (!wanted.ok()) {
@@ -38,7 +40,8 @@ void ChargeAndRun(UnaryCall* call, WorkQueue* work, grpc::CallbackServerContext*
       call->FinishWith(wanted, nullptr);
       return;
     }
-    call->FinishWith(std::move(answer)(), response);
+    const absl::Status answered = std::move(answer)();
+    call->FinishWith(answered, response, writer.get());
   };
   auto schedule = [call, work, run_on, run = std::move(run)]() mutable {
     if (run_on == RunOn::kThisThread) {
@@ -80,7 +83,7 @@ void ParseAndPlan(UnaryCall* call, WorkQueue* work, grpc::CallbackServerContext*
     return;
   }
   ChargeAndRun(call, work, context, planned->more_bytes, planned->run_on, call->response(),
-               std::move(planned->answer), std::move(planned->not_run));
+               std::move(planned->answer), std::move(planned->not_run), std::move(planned->reply));
 }
 
 }  // namespace
@@ -129,10 +132,19 @@ void UnaryCall::ReserveBytes(int64_t more_bytes, absl::Time deadline,
                     });
 }
 
-void UnaryCall::FinishWith(const absl::Status& status, google::protobuf::Message* response) {
+void UnaryCall::FinishWith(const absl::Status& status, google::protobuf::Message* response,
+                           ReplyWriter* writer) {
   absl::Status final_status = status;
   int64_t bytes_out = 0;
-  if (status.ok() && response != nullptr) {
+  // Only a raw call has a buffer for a writer to write into.
+  if (reply_wire_ == nullptr) writer = nullptr;
+  if (status.ok() && writer != nullptr) {
+    bytes_out = writer->ReplyBytes();
+    final_status = reply_limit_.Check(absl::StrCat(RpcName(admission_.rpc()), " reply"), bytes_out,
+                                      "ask for less per call");
+    if (final_status.ok()) final_status = writer->WriteReply(reply_wire_);
+    if (!final_status.ok()) bytes_out = 0;
+  } else if (status.ok() && response != nullptr) {
     bytes_out = static_cast<int64_t>(response->ByteSizeLong());
     final_status = reply_limit_.Check(absl::StrCat(RpcName(admission_.rpc()), " reply"), bytes_out,
                                       "ask for less per call");
@@ -142,7 +154,7 @@ void UnaryCall::FinishWith(const absl::Status& status, google::protobuf::Message
     }
   }
   if (reply_wire_ != nullptr) {
-    if (final_status.ok() && response != nullptr) {
+    if (final_status.ok() && response != nullptr && writer == nullptr) {
       // Its size is cached by the check above: one pass, into one slice.
       final_status = SerializeReply(*response, absl::StrCat(RpcName(admission_.rpc()), " reply"),
                                     reply_wire_);
@@ -183,7 +195,7 @@ grpc::ServerUnaryReactor* ServeUnary(const UnaryServing& serving,
                              serving.max_reply_bytes);
   if (!call->Admit(request)) return call;
   ChargeAndRun(call, serving.work, context, spec.more_bytes, spec.run_on, response,
-               std::move(answer), nullptr);
+               std::move(answer), nullptr, nullptr);
   return call;
 }
 

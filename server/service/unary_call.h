@@ -30,6 +30,7 @@
 #include "grpcpp/support/byte_buffer.h"
 #include "grpcpp/support/server_callback.h"
 #include "server/service/call_admission.h"
+#include "server/service/reply_writer.h"
 #include "server/service/work_queue.h"
 
 namespace rope {
@@ -77,7 +78,11 @@ class UnaryCall final : public grpc::ServerUnaryReactor {
   // RESOURCE_EXHAUSTED naming the limit. A reply with a message gets the
   // send deadline (CallAdmission::WatchSend). Call exactly once, after the
   // last touch of the request; `response` may be null on error.
-  void FinishWith(const absl::Status& status, google::protobuf::Message* response);
+  // A raw call's OK reply may come from `writer` instead of `response`
+  // (ReplyWriter: its size checked against the limit before its bytes are
+  // written into gRPC's reply buffer).
+  void FinishWith(const absl::Status& status, google::protobuf::Message* response,
+                  ReplyWriter* writer = nullptr);
 
   const CallAdmission& admission() const { return admission_; }
   CallAdmission& admission() { return admission_; }
@@ -145,6 +150,10 @@ struct UnaryWork {
   // Runs instead of `answer` when the caller went before the work ran
   // (optional).
   absl::AnyInvocable<void() &&> not_run;
+  // When set, an OK answer's reply is written by it (reply_writer.h), not
+  // serialized from the reply message. Held until the call is finished, so
+  // `answer` may fill it through a plain pointer.
+  std::unique_ptr<ReplyWriter> reply;
 };
 
 // A raw call as its admission sees it before the parse.
@@ -178,7 +187,8 @@ using PlanUnary = absl::AnyInvocable<absl::StatusOr<UnaryWork>(google::protobuf:
 //   4. runs `plan` on the parsed request, charges its more_bytes on top,
 //      and runs its answer as ServeUnary does;
 //   5. serializes the reply into `reply_wire` (the reply limit checked
-//      first), freeing the reply message.
+//      first), freeing the reply message; or has the work's ReplyWriter
+//      write it there (the limit checked against its size first).
 // Steps 3 and 4 run on the thread that granted the charge (a gRPC thread:
 // this one, or the one whose call released the bytes).
 grpc::ServerUnaryReactor* ServeRawUnary(const UnaryServing& serving,

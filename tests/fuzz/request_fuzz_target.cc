@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "rope/v1/rope.pb.h"
@@ -16,9 +17,14 @@
 #include "core/proto_engine/rope_calls.h"
 #include "core/proto_engine/shm_calls.h"
 #include "core/proto_engine/shm_registry.h"
+#include "google/protobuf/util/message_differencer.h"
+#include "grpcpp/support/byte_buffer.h"
+#include "grpcpp/support/slice.h"
 #include "inference/grpc_service.pb.h"
 #include "server/kserve/kserve_infer.h"
 #include "server/kserve/kserve_models.h"
+#include "server/kserve/kserve_reply.h"
+#include "server/kserve/kserve_reply_wire.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -243,8 +249,37 @@ void RunModelInfer(const uint8_t* data, size_t size) {
       **model, &request, SharedEngine().limits().max_elements_per_request);
   CheckRejection(plan.status());
   if (!plan.ok()) return;
+  // As the service answers: the results in an InferReplyWriter, whose wire
+  // bytes must be the size it announces and parse to the message built
+  // from the same results.
+  kserve::InferReplyWriter writer(kserve::InferReplyWriter::Form::kModelInferResponse);
+  const absl::Status run =
+      kserve::RunModelInfer(SharedEngine(), FuzzCall(), &*plan, writer.reply());
+  CheckRejection(run);
+  if (!run.ok()) return;
+  kserve::InferReply copy = *writer.reply();
   inference::ModelInferResponse response;
-  CheckRejection(kserve::RunModelInfer(SharedEngine(), FuzzCall(), &*plan, &response));
+  kserve::ToResponse(&copy, &response);
+  const int64_t announced = writer.ReplyBytes();
+  grpc::ByteBuffer wire;
+  std::vector<grpc::Slice> slices;
+  if (!writer.WriteReply(&wire).ok() || !wire.Dump(&slices).ok()) {
+    std::fprintf(stderr, "ModelInfer reply of %lld bytes was not written\n",
+                 static_cast<long long>(announced));
+    std::abort();
+  }
+  std::string bytes;
+  for (const grpc::Slice& slice : slices) {
+    bytes.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
+  }
+  inference::ModelInferResponse parsed;
+  if (static_cast<int64_t>(bytes.size()) != announced || !parsed.ParseFromString(bytes) ||
+      !google::protobuf::util::MessageDifferencer::Equals(parsed, response)) {
+    std::fprintf(stderr,
+                 "ModelInfer reply's wire bytes (%zu, announced %lld) are not its message\n",
+                 bytes.size(), static_cast<long long>(announced));
+    std::abort();
+  }
 }
 
 }  // namespace

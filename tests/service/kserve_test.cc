@@ -623,6 +623,51 @@ TEST_F(KServeTest, StreamAnswersInOrderAndGoesOnAfterAnError) {
   EXPECT_EQ(errors[2], "");
 }
 
+// A stream message's reply (written to the wire by the same writer as
+// ModelInfer's, inside a ModelStreamInferResponse) is the unary reply.
+TEST_F(KServeTest, StreamReplyIsTheModelInferReply) {
+  ModelInferRequest request = ValidInfer();
+  request.set_id("same");
+  ModelInferResponse unary;
+  ASSERT_TRUE(GrpcStatusIs(Infer(request, &unary), StatusCode::OK, ""));
+  grpc::ClientContext context;
+  SetDeadline(&context);
+  auto stream = kserve_->ModelStreamInfer(&context);
+  ASSERT_TRUE(stream->Write(request));
+  stream->WritesDone();
+  inference::ModelStreamInferResponse streamed;
+  ASSERT_TRUE(stream->Read(&streamed));
+  ASSERT_TRUE(GrpcStatusIs(stream->Finish(), StatusCode::OK, ""));
+  EXPECT_EQ(streamed.error_message(), "");
+  EXPECT_EQ(streamed.infer_response().SerializeAsString(), unary.SerializeAsString());
+  EXPECT_EQ(unary.id(), "same");
+  EXPECT_EQ(unary.outputs_size(), unary.raw_output_contents_size());
+}
+
+// A reply past max_message_bytes (attention scores here: the inputs are
+// small) is refused before its bytes are written, naming the limit; the
+// server goes on serving.
+TEST_F(KServeTest, ReplyOverMaxMessageBytesIsRefusedNamingTheLimit) {
+  ServerOptions options = DefaultOptions();
+  options.max_message_bytes = 64 << 10;
+  StartWith(options);
+  v1::AttentionScoresRequest attention;
+  *attention.mutable_config() = MakeConfig(8, 512);
+  // Scores [1, 1, 128, 256] float32: 128 KiB.
+  *attention.mutable_q() = RandomTensor(DType::kFloat32, {1, 128, 1, 8}, 31);
+  *attention.mutable_k() = RandomTensor(DType::kFloat32, {1, 256, 1, 8}, 32);
+  ModelInferResponse response;
+  EXPECT_TRUE(GrpcStatusIs(Infer(InferFor(attention), &response), StatusCode::RESOURCE_EXHAUSTED,
+                           "is over the server's max_message_bytes 65536"));
+  *attention.mutable_k() = RandomTensor(DType::kFloat32, {1, 16, 1, 8}, 33);
+  ASSERT_TRUE(GrpcStatusIs(Infer(InferFor(attention), &response), StatusCode::OK, ""));
+  grpc::ClientContext context;
+  SetDeadline(&context);
+  v1::AttentionScoresResponse want;
+  ASSERT_TRUE(GrpcStatusIs(stub_->AttentionScores(&context, attention, &want), StatusCode::OK, ""));
+  EXPECT_TRUE(OutputBytes(response, "scores") == want.scores().data());
+}
+
 // Each message of a stream is admitted like a ModelInfer: it holds a call
 // slot from its arrival until its response is written. Idle streams beyond
 // max_concurrent_calls leave every slot to other calls; a message that
