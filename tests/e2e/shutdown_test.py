@@ -25,6 +25,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 from ropeserve_process import RopeServe
@@ -45,6 +46,17 @@ def scrape(server):
                 ok)
     except (OSError, KeyError):
         return None
+
+
+def scrape_final_ok(server, stop, found):
+    """Scrapes until `stop`; appends to `found` the OK count of each scrape taken
+    while draining with no call in flight (nothing is admitted once draining
+    has begun, so each is the final count)."""
+    while not stop.is_set():
+        s = scrape(server)
+        if s is not None and s[0] == 1 and s[1] == 0:
+            found.append(s[2])
+        stop.wait(0.005)
 
 
 def thread_stacks(pid):
@@ -72,15 +84,26 @@ def one_run(args, index):
         time.sleep(SIGTERM_AT_S)
         t0 = time.monotonic()
         server.proc.send_signal(signal.SIGTERM)
-        final_ok, drained_at = None, None
+        # The scrapes run beside the watch for the "drained" line and the
+        # exit, until the server is gone: the moment between the last call's
+        # end (no call in flight) and that line can be shorter than a scrape,
+        # and a scrape in the watch's loop would delay the times it takes.
+        drained_at = None
+        final_ok = []
+        stop_scraping = threading.Event()
+        scraper = threading.Thread(target=scrape_final_ok,
+                                   args=(server, stop_scraping, final_ok))
+        scraper.start()
         deadline = t0 + 10 + bound + 20
-        while server.proc.poll() is None and time.monotonic() < deadline:
-            s = scrape(server) if drained_at is None else None
-            if s is not None and s[0] == 1 and s[1] == 0:
-                final_ok = s[2]
-            server.read_output(0.01)
-            if drained_at is None and "ropeserve: drained" in server.output:
-                drained_at = time.monotonic()
+        try:
+            while server.proc.poll() is None and time.monotonic() < deadline:
+                server.read_output(0.01)
+                if drained_at is None and "ropeserve: drained" in server.output:
+                    drained_at = time.monotonic()
+        finally:
+            stop_scraping.set()
+            scraper.join(10)
+        final_ok = final_ok[-1] if final_ok else None
         try:
             code = server.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
