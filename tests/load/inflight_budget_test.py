@@ -10,7 +10,10 @@ one small Rotate every 20 ms throughout, the server's VmRSS sampled every
     transport's quota may reset every stream of a burst); every refusal comes from the admission budget
     (naming max_inflight_bytes) or the transport's memory quota (HTTP/2
     RST_STREAM ENHANCE_YOUR_CALM), and the refusals metric counts at least the first;
-  - every small call is OK;
+  - every small call is OK (its caller retries the transport's reset,
+    RESOURCE_EXHAUSTED "RST_STREAM with error code 11", after a backoff, as
+    docs/operations.md "Memory" tells callers: the quota may reset any call
+    in flight; the resets are reported, small.transport_resets);
   - the server's peak RSS stays under its RSS before the flood + budget +
     table cache + MARGIN_MIB (the transport's buffers of messages still
     arriving, allocator slack);
