@@ -56,7 +56,7 @@ def scrape_final_ok(server, stop, found):
         s = scrape(server)
         if s is not None and s[0] == 1 and s[1] == 0:
             found.append(s[2])
-        stop.wait(0.005)
+        stop.wait(0.01)
 
 
 def thread_stacks(pid):
