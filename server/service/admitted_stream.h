@@ -56,6 +56,7 @@ class AdmittedStream : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::By
   void OnReadDone(bool ok) final {
     if (stream_.StopIdle()) return;  // finished for idling: nothing more to do
     if (!ok) {  // the client half-closed (or the call is gone): end cleanly
+      stream_.Release();
       this->Finish(grpc::Status::OK);
       return;
     }
@@ -98,6 +99,7 @@ class AdmittedStream : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::By
 
   void OnWriteDone(bool ok) final {
     if (!ok) {
+      stream_.Release();
       this->Finish(grpc::Status(grpc::StatusCode::CANCELLED,
                                 absl::StrCat(RpcName(admission_.rpc()),
                                              ": a reply could not be sent (the client has gone)")));
@@ -166,6 +168,7 @@ class AdmittedStream : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::By
   void EndStream(const absl::Status& status) {
     grpc::Status grpc_status = ToGrpcStatus(status);
     admission_.Record(grpc_status.error_code(), 0);
+    stream_.Release();
     this->Finish(std::move(grpc_status));
   }
 

@@ -30,8 +30,8 @@ absl::Status StreamHold::Open(const grpc::ServerContextBase& context) {
       return refused;
     }
   }
-  counted_ = true;
   limits_->open_total_.fetch_add(1, std::memory_order_relaxed);
+  counted_.store(true);
   return absl::OkStatus();
 }
 
@@ -40,6 +40,7 @@ void StreamHold::StartIdle(absl::AnyInvocable<void(grpc::Status) &&> finish) {
   const absl::Duration timeout = limits_->idle_timeout();
   ticket_ = limits_->idle_.Arm([this, timeout, finish = std::move(finish)]() mutable {
     idled_out_.store(true);
+    Release();
     const std::string message =
         absl::StrCat(rpc_, ": no message for ", absl::FormatDuration(timeout),
                      " (stream_idle_timeout ", absl::FormatDuration(timeout),
@@ -56,13 +57,15 @@ bool StreamHold::StopIdle() {
   return idled_out_.load();
 }
 
+void StreamHold::Release() {
+  if (!counted_.exchange(false)) return;
+  limits_->open_total_.fetch_sub(1, std::memory_order_relaxed);
+  if (!client_.empty()) limits_->open_.Release(client_);
+}
+
 void StreamHold::Close() {
   StopIdle();
-  if (counted_) {
-    counted_ = false;
-    limits_->open_total_.fetch_sub(1, std::memory_order_relaxed);
-    if (!client_.empty()) limits_->open_.Release(client_);
-  }
+  Release();
 }
 
 }  // namespace rope

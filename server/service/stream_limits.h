@@ -7,7 +7,9 @@
 //     (--max_streams_per_client; the client as caller_identity.h names it
 //     for shares): one more is refused at open with RESOURCE_EXHAUSTED
 //     naming the client's count and the flag; other clients are not
-//     affected. Counted from the stream's open to its end (OnDone);
+//     affected. Counted from the stream's open until its status is sent
+//     (released just before Finish, as unary calls leave the gate: a client
+//     that has a stream's trailers may open the next one at once);
 //   - an idle timeout (--stream_idle_timeout): a stream with no message being
 //     served and none arriving for that long is finished by the server with
 //     UNAVAILABLE naming the flag.
@@ -104,15 +106,23 @@ class StreamHold {
   // again).
   bool StopIdle();
 
-  // The stream is over (OnDone): the timer is disarmed and its count goes
-  // back. Idempotent.
+  // The stream is about to be finished (call just before Finish): its place
+  // in its client's count and in open_total goes back, so that the client,
+  // once it has the stream's status, finds it free. Idempotent; also called
+  // on the watch's thread (the idle finish) and by Close.
+  void Release();
+
+  // The stream is over (OnDone): the timer is disarmed and its place goes
+  // back if Release has not. Idempotent.
   void Close();
 
  private:
   StreamLimits* const limits_;
   const std::string rpc_;
   std::string client_;
-  bool counted_ = false;
+  // Set by Open, cleared by the first Release: Release may run on the
+  // watch's thread (the idle finish), and Close later on a reactor's.
+  std::atomic<bool> counted_{false};
   SendWatch::Ticket ticket_ = 0;
   std::atomic<bool> idled_out_{false};
 };

@@ -30,12 +30,14 @@
 #include "gtest/gtest.h"
 #include "rope/v1/rope.grpc.pb.h"
 #include "tests/support/server_process.h"
+#include "tests/support/wait_until.h"
 
 namespace rope {
 namespace client {
 namespace {
 
 using ::rope::test::ServerProcess;
+using ::rope::test::WaitUntil;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
@@ -674,12 +676,17 @@ class TwoServerTest : public ::testing::Test {
 
 TEST_F(TwoServerTest, RoundRobinSpreadsCallsOverBothServers) {
   // round_robin sends calls only to READY subchannels; the second one may
-  // still be connecting during the first calls. Warm up (bounded) until both
-  // servers have seen a call, then measure a fixed batch.
-  for (int i = 0; i < 200; ++i) {
-    ASSERT_TRUE(GetTable().ok());
-    if (CacheLookups(*direct_[0]) > 0 && CacheLookups(*direct_[1]) > 0) break;
-  }
+  // still be connecting during the first calls (for longer on a busy
+  // machine). Warm up, bounded in time, until both servers have seen a
+  // call, then measure a fixed batch.
+  absl::Status warm_up;
+  WaitUntil(
+      [&] {
+        warm_up = GetTable();
+        return !warm_up.ok() || (CacheLookups(*direct_[0]) > 0 && CacheLookups(*direct_[1]) > 0);
+      },
+      ::rope::test::kSettleTimeout, absl::Milliseconds(1));
+  ASSERT_TRUE(warm_up.ok()) << warm_up;
   const int64_t before0 = CacheLookups(*direct_[0]);
   const int64_t before1 = CacheLookups(*direct_[1]);
   ASSERT_GT(before0, 0) << "server 0 never got a call";

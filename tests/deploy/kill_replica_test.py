@@ -35,6 +35,7 @@ from ropeserve_process import RopeServe
 
 LOAD_S = 4
 KILL_AT_S = 1.5
+START_WAIT_S = 30  # at most, for the replica's first answered call
 # Calls of a few milliseconds, so that several are in flight on the killed
 # replica when it dies.
 CONCURRENCY = 12
@@ -64,9 +65,13 @@ def run(args):
         load = subprocess.Popen([args.ropeload, "--target=" + target, "--noprogress",
                                  "-z", "%ds" % LOAD_S, "--json=" + json_path] + FLAGS,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        deadline = time.monotonic() + KILL_AT_S
+        # KILL_AT_S in, and not before the replica has answered calls (a
+        # ropeload slow to start on a busy machine would otherwise find it
+        # dead with none in flight, and nothing to retry), bounded.
+        start = time.monotonic()
         last_seen = None
-        while time.monotonic() < deadline:
+        while (time.monotonic() < start + KILL_AT_S
+               or (not last_seen and time.monotonic() < start + START_WAIT_S)):
             last_seen = ok_count(servers[0]) or last_seen
             time.sleep(0.05)
         servers[0].kill()  # SIGKILL: no drain

@@ -24,6 +24,7 @@ import time
 import unittest
 import xml.etree.ElementTree as ElementTree
 
+from polling import wait_for
 from ropeserve_process import RopeServe
 
 ARGS = None
@@ -360,7 +361,10 @@ class RopeloadTest(unittest.TestCase):
                "-c", "16", "--connections=2", "-z", "4s", "--max_error_rate=1"]
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         try:
-            time.sleep(1.0)
+            # SIGTERM once calls are answered (not after a fixed second, which
+            # an ASan ropeload on a busy machine may spend starting up).
+            wait_for(lambda: self.server.request_counts().get(("RotateStream", "OK"), 0),
+                     lambda ok: ok > 0, 30)
             self.server.proc.send_signal(signal.SIGTERM)
             # The server's last counts: scraped while draining with no call
             # in flight (nothing is admitted once draining has begun).

@@ -34,6 +34,10 @@ def test_round_robin_spreads_calls_and_survives_a_draining_server():
                 before_a, before_b, rotate_count(a), rotate_count(b))
             served_by_b = rotate_count(b)
             a.proc.terminate()  # drains: NOT_SERVING, then UNAVAILABLE, then gone
+            # Calls from here on meet a draining server (its gate refuses before
+            # the line is printed): without this wait, a's signal thread lagging
+            # on a busy machine would let a serve more than 10 of the 30.
+            assert a.wait_for_output(r"signal \d+: draining", timeout=30), a.output[-2000:]
             for _ in range(30):
                 got, _ = client.rotate(Q, config=CONFIG)  # retried / rebalanced onto b
                 np.testing.assert_array_equal(got, want)

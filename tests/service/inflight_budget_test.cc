@@ -15,6 +15,7 @@
 #include "core/proto_engine/parsed_size.h"
 #include "core/proto_engine/rope_calls.h"
 #include "tests/service/service_fixture.h"
+#include "tests/support/wait_until.h"
 
 namespace rope {
 namespace test {
@@ -77,20 +78,12 @@ class InflightBudgetTest : public ServiceTest {
   }
   // Waits (bounded) until `count` calls wait for room.
   bool WaitForWaiters(int64_t count) {
-    for (int i = 0; i < 4000; ++i) {
-      if (server_->byte_budget().waiters() == count) return true;
-      absl::SleepFor(absl::Milliseconds(5));
-    }
-    return false;
+    return WaitUntil([&] { return server_->byte_budget().waiters() == count; });
   }
   // Bytes return once gRPC is done with each call (OnDone), just after the
   // client saw its status: wait for that, bounded.
   bool WaitForNoBytesInFlight() {
-    for (int i = 0; i < 4000; ++i) {
-      if (server_->byte_budget().in_use_bytes() == 0) return true;
-      absl::SleepFor(absl::Milliseconds(5));
-    }
-    return false;
+    return WaitUntil([&] { return server_->byte_budget().in_use_bytes() == 0; });
   }
   grpc::Status Rotate(const v1::RotateRequest& request) {
     v1::RotateResponse response;

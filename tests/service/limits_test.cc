@@ -9,6 +9,7 @@
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "gtest/gtest.h"
 #include "tests/service/service_fixture.h"
+#include "tests/support/wait_until.h"
 
 namespace rope {
 namespace test {
@@ -158,9 +159,7 @@ TEST_F(ServiceTest, DrainRefusesNewCallsAndLetsCallsInFlightFinish) {
 
   std::thread drainer([this] { server_->Drain(absl::Seconds(30)); });
   // Drain() flips the gate first thing; wait for it, bounded.
-  for (int i = 0; i < 2000 && !server_->gate().draining(); ++i)
-    absl::SleepFor(absl::Milliseconds(5));
-  ASSERT_TRUE(server_->gate().draining());
+  ASSERT_TRUE(WaitUntil([&] { return server_->gate().draining(); }));
 
   {
     grpc::health::v1::HealthCheckRequest request;

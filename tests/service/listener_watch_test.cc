@@ -3,6 +3,10 @@
 // RLIMIT_NOFILE, is tests/hostile/emfile_test.py).
 #include "server/service/listener_watch.h"
 
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <string>
 
@@ -48,13 +52,32 @@ TEST(ListenerWatchTest, FindsOnlyUnacceptedConnectionsToThePort) {
   EXPECT_TRUE(UnacceptedConnections("", 50051).empty());
 }
 
+// A folder of this process's own for one test's /proc/net texts: ctest
+// runs test processes side by side, and another run may share /tmp.
+std::string ProcNetDir(const std::string& name) {
+  const std::string dir =
+      ::testing::TempDir() + "/listener-watch-" + std::to_string(getpid()) + "-" + name;
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+// A connection waiting on port 50051 from 127.0.0.1:`client_port`: kWaiting
+// with another client port, so that each is a connection of its own.
+std::string WaitingFrom(int client_port) {
+  char port[8];
+  std::snprintf(port, sizeof(port), "%04X", client_port);
+  std::string row = kWaiting;
+  row.replace(row.find("E226"), 4, port);
+  return row;
+}
+
 void WriteProcNet(const std::string& dir, const std::string& tcp) {
   std::ofstream(dir + "/tcp") << kHeader << tcp;
   std::ofstream(dir + "/tcp6") << kHeader;
 }
 
 TEST(ListenerWatchTest, ReportsAConnectionLeftWaitingPastTheLimit) {
-  const std::string dir = ::testing::TempDir();
+  const std::string dir = ProcNetDir("stuck");
   WriteProcNet(dir, std::string(kListening) + kWaiting);
   absl::Notification stuck;
   std::string said;
@@ -74,9 +97,8 @@ TEST(ListenerWatchTest, ReportsAConnectionLeftWaitingPastTheLimit) {
 }
 
 TEST(ListenerWatchTest, ConnectionsAcceptedInTimeAreNotReported) {
-  const std::string dir = ::testing::TempDir() + "/accepting";
-  ASSERT_EQ(system(("mkdir -p " + dir).c_str()), 0);
-  WriteProcNet(dir, std::string(kListening) + kWaiting);
+  const std::string dir = ProcNetDir("accepting");
+  WriteProcNet(dir, std::string(kListening) + WaitingFrom(0xE000));
   absl::Notification stuck;
   ListenerWatch::Options options;
   options.port = 50051;
@@ -85,10 +107,13 @@ TEST(ListenerWatchTest, ConnectionsAcceptedInTimeAreNotReported) {
   options.proc_net_dir = dir;
   ListenerWatch watch(options, [&](const std::string&) { stuck.Notify(); });
   // Each waiting connection is accepted (and another arrives) well within
-  // the limit, for three times the limit.
-  for (int i = 0; i < 15; ++i) {
-    absl::SleepFor(absl::Milliseconds(200));
-    WriteProcNet(dir, std::string(kListening) + (i % 2 == 0 ? kWaitingClosed : kWaiting));
+  // the limit, for three times the limit: every 100 ms, so that this
+  // thread may stall for most of the limit, and each time a connection
+  // never seen before, so that the watch missing a file (its thread
+  // stalled) cannot join two waits of one connection into one.
+  for (int i = 1; i <= 30; ++i) {
+    absl::SleepFor(absl::Milliseconds(100));
+    WriteProcNet(dir, std::string(kListening) + WaitingFrom(0xE000 + i));
   }
   EXPECT_FALSE(stuck.HasBeenNotified());
 }

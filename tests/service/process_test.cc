@@ -31,6 +31,7 @@
 #include "rope/v1/rope.grpc.pb.h"
 #include "tests/support/grpc_test_util.h"
 #include "tests/support/server_process.h"
+#include "tests/support/wait_until.h"
 
 #ifndef ROPESERVE_PATH
 #error "ROPESERVE_PATH must name the ropeserve binary"
@@ -118,9 +119,10 @@ TEST(ProcessTest, SigtermDrainsCallsInFlightThenExitsZero) {
   // finish before the signal, still run, or arrive after it: each must end
   // OK or be refused, never be cut short.
   double in_flight = 0;
-  for (int i = 0; i < 3000 && in_flight < 1; ++i) {
+  WaitUntil([&] {
     in_flight = MetricValue(HttpGetMetrics(metrics_port), "rope_calls_in_flight");
-  }
+    return in_flight >= 1;
+  });
   ASSERT_GE(in_flight, 1);
 
   // Unary calls queue behind one work thread.
@@ -208,18 +210,18 @@ TEST(ProcessTest, HealthTurnsNotServingWhileDraining) {
   ASSERT_TRUE(server.process->WaitForLine("draining", absl::Seconds(30)).has_value());
   grpc::health::v1::HealthCheckResponse::ServingStatus seen =
       grpc::health::v1::HealthCheckResponse::SERVING;
-  for (int i = 0; i < 500 && seen == grpc::health::v1::HealthCheckResponse::SERVING; ++i) {
-    grpc::health::v1::HealthCheckResponse response;
-    grpc::ClientContext context;
-    SetDeadline(&context);
-    ASSERT_TRUE(GrpcStatusIs(
-        health->Check(&context, grpc::health::v1::HealthCheckRequest(), &response),
-        grpc::StatusCode::OK, ""));
-    seen = response.status();
-    if (seen == grpc::health::v1::HealthCheckResponse::SERVING) {
-      absl::SleepFor(absl::Milliseconds(10));
-    }
-  }
+  WaitUntil(
+      [&] {
+        grpc::health::v1::HealthCheckResponse response;
+        grpc::ClientContext context;
+        SetDeadline(&context);
+        const grpc::Status status =
+            health->Check(&context, grpc::health::v1::HealthCheckRequest(), &response);
+        EXPECT_TRUE(GrpcStatusIs(status, grpc::StatusCode::OK, ""));
+        seen = response.status();
+        return !status.ok() || seen != grpc::health::v1::HealthCheckResponse::SERVING;
+      },
+      kSettleTimeout, absl::Milliseconds(10));
   EXPECT_EQ(seen, grpc::health::v1::HealthCheckResponse::NOT_SERVING);
 
   // The next message on the open stream is refused; the stream ends.

@@ -17,6 +17,7 @@
 #include "gtest/gtest.h"
 #include "inference/grpc_service.grpc.pb.h"
 #include "tests/service/service_fixture.h"
+#include "tests/support/wait_until.h"
 
 namespace rope {
 namespace test {
@@ -81,11 +82,7 @@ class RawParseTest : public ServiceTest {
 
   // Waits (bounded) until no byte is charged.
   bool WaitForNoBytesInFlight() {
-    for (int i = 0; i < 4000; ++i) {
-      if (server_->byte_budget().in_use_bytes() == 0) return true;
-      absl::SleepFor(absl::Milliseconds(5));
-    }
-    return false;
+    return WaitUntil([&] { return server_->byte_budget().in_use_bytes() == 0; });
   }
 
   // The server still answers, and holds no byte.

@@ -31,9 +31,11 @@ TEST(SendWatchTest, RunsTheCallbackOnceTheTimeoutHasPassed) {
 }
 
 // Disarmed before its deadline, a callback never runs: the ticket armed
-// after it (a later deadline) expires, and the first did not.
+// after it (a later deadline) expires, and the first did not. The timeout
+// is long enough that this thread, stalled between Arm and Disarm on a busy
+// machine, still disarms before the deadline.
 TEST(SendWatchTest, ADisarmedCallbackNeverRuns) {
-  SendWatch watch(absl::Milliseconds(50));
+  SendWatch watch(absl::Seconds(1));
   std::atomic<bool> first_ran{false};
   const SendWatch::Ticket first = watch.Arm([&first_ran] { first_ran = true; });
   watch.Disarm(first);

@@ -708,12 +708,16 @@ TEST(ShmRegistryTest, IdleOwnersLoseTheirRegionsOthersKeepTheirs) {
   auto idle = SharedRegion::Create("idle", 4096).value();
   auto busy = SharedRegion::Create("busy", 4096).value();
   ShmLimits limits;
-  limits.owner_idle_lease = absl::Milliseconds(200);
+  limits.owner_idle_lease = absl::Seconds(1);
   ShmRegistry registry(limits);
   ASSERT_TRUE(registry.Register("idle-owner", "r", idle->key(), 0, 4096).ok());
   ASSERT_TRUE(registry.Register("busy-owner", "r", busy->key(), 0, 4096).ok());
-  for (int i = 0; i < 6; ++i) {
-    absl::SleepFor(absl::Milliseconds(100));
+  // The busy owner uses its region every 50 ms (a stall of this thread of
+  // most of a lease is survived) until the idle owner's lease has passed
+  // by half again, read off the clock rather than counted in sleeps.
+  const absl::Time registered = absl::Now();
+  while (absl::Now() - registered < limits.owner_idle_lease * 3 / 2) {
+    absl::SleepFor(absl::Milliseconds(50));
     ASSERT_TRUE(registry.Find("busy-owner", "r", "q.shm").ok());  // a use renews the lease
   }
   EXPECT_TRUE(StatusIs(registry.Find("idle-owner", "r", "q.shm").status(),
