@@ -27,9 +27,15 @@ std::vector<TensorSpec> Inputs(const Model& model) {
             {"k", model.datatype, HeadShape(d), true},
             {"positions", "INT64", {-1}, true}};
   }
+  // Per-head lists ([Hq]) and explicit positions (S or B*S values, any
+  // shape) are tensors; the other AttentionScores options are parameters.
   return {{"q", model.datatype, HeadShape(d), false},
           {"k", model.datatype, HeadShape(d), false},
-          {"v", model.datatype, HeadShape(-1), true}};
+          {"v", model.datatype, HeadShape(-1), true},
+          {"sinks", "FP32", {-1}, true},
+          {"alibi_slopes", "FP32", {-1}, true},
+          {"q_positions", "INT64", {-1}, true},
+          {"k_positions", "INT64", {-1}, true}};
 }
 
 std::vector<TensorSpec> Outputs(const Model& model) {
@@ -38,7 +44,15 @@ std::vector<TensorSpec> Outputs(const Model& model) {
     return {{"q_out", model.datatype, HeadShape(d), false},
             {"k_out", model.datatype, HeadShape(d), false}};
   }
-  return {{"scores", "FP32", {-1, -1, -1, -1}, false}, {"output", "FP32", {-1, -1, -1, -1}, false}};
+  // Each is a rope.v1 AttentionResult: the outputs a request names are the
+  // results it asks for.
+  return {{"scores", "FP32", {-1, -1, -1, -1}, false},
+          {"output", "FP32", {-1, -1, -1, -1}, false},
+          {"lse", "FP32", {-1, -1, -1}, false},
+          {"top_k_indices", "INT32", {-1, -1, -1, -1}, false},
+          {"top_k_probs", "FP32", {-1, -1, -1, -1}, false},
+          {"key_mass", "FP32", {-1, -1, -1}, false},
+          {"score_rows", "FP32", {-1, -1, -1, -1}, false}};
 }
 
 inference::DataType ConfigType(const std::string& datatype) {

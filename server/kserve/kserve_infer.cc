@@ -1,7 +1,9 @@
 #include "server/kserve/kserve_infer.h"
 
+#include <algorithm>
 #include <array>
 #include <cstring>
+#include <initializer_list>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -41,10 +43,12 @@ bool IsTritonParameter(const std::string& name) {
          name == "priority" || name == "timeout" || name == "triton_enable_empty_final_response";
 }
 
-// A model's tensor and parameter names, by operation. Inputs: q, k and the
-// third (positions or v); the first `required_inputs` must be given.
-// Outputs: the first, and the second (k_out, output) that needs the second
-// (rotate) or third (attention) input.
+// A model's tensor and parameter names, by operation. Inputs: q, k, then
+// the optional ones (rotate: positions; attention: v, sinks, alibi_slopes,
+// q_positions, k_positions); the first `required_inputs` must be given.
+// Outputs: the first (q_out, scores), the second (k_out, output) that needs
+// the second (rotate) or third (attention) input, then an attention model's
+// other results.
 struct Names {
   std::vector<std::string> inputs;
   int required_inputs;
@@ -59,10 +63,13 @@ const Names& NamesOf(ModelOperation operation) {
                                          {"start_pos", "inverse", "output_dtype", "output_scale",
                                           "k_output_scale"}};
   static const Names* attention =
-      new Names{{"q", "k", "v"},
+      new Names{{"q", "k", "v", "sinks", "alibi_slopes", "q_positions", "k_positions"},
                 2,
-                {"scores", "output"},
-                {"q_start_pos", "k_start_pos", "causal", "softmax", "scale"}};
+                {"scores", "output", "lse", "top_k_indices", "top_k_probs", "key_mass",
+                 "score_rows"},
+                {"q_start_pos", "k_start_pos", "causal", "softmax", "scale", "window_left",
+                 "window_right", "chunk_size", "softcap", "top_k", "score_rows_start",
+                 "score_rows_count"}};
   return operation == ModelOperation::kRotate ? *rotate : *attention;
 }
 
@@ -88,8 +95,40 @@ enum ConfigParameter : int {
 // A rotate model's parameters by their index in Names::parameters, and an
 // attention model's.
 enum RotateParameter : int { kStartPos, kInverse, kOutputDtype, kOutputScale, kKOutputScale };
-enum AttentionParameter : int { kQStartPos, kKStartPos, kCausal, kSoftmax, kScale };
-constexpr int kOperationParameterCount = 5;
+enum AttentionParameter : int {
+  kQStartPos,
+  kKStartPos,
+  kCausal,
+  kSoftmax,
+  kScale,
+  kWindowLeft,
+  kWindowRight,
+  kChunkSize,
+  kSoftcap,
+  kTopK,
+  kScoreRowsStart,
+  kScoreRowsCount,
+  kAttentionParameterCount
+};
+constexpr int kOperationParameterCount = kAttentionParameterCount;  // the larger
+
+// An attention model's inputs and outputs by their index in Names.
+enum AttentionInput : int { kQ, kK, kV, kSinks, kAlibiSlopes, kQPositions, kKPositions };
+constexpr int kMaxInputs = 7;  // the longer list: an attention model's
+enum AttentionOutput : int {
+  kScoresOut,
+  kOutputOut,
+  kLseOut,
+  kTopKIndicesOut,
+  kTopKProbsOut,
+  kKeyMassOut,
+  kScoreRowsOut
+};
+
+// The rope.v1 result each attention output is (top_k_indices and
+// top_k_probs are both TOP_K), by AttentionOutput.
+constexpr v1::AttentionResult kResultOf[kMaxInferOutputs] = {
+    v1::SCORES, v1::OUTPUT, v1::LSE, v1::TOP_K, v1::TOP_K, v1::KEY_MASS, v1::SCORE_ROWS};
 
 const std::vector<std::string>& ConfigParameters() {
   static const std::vector<std::string>* names =
@@ -272,16 +311,83 @@ bool Dims(const v1::Tensor& tensor, int64_t dims[4]) {
   return true;
 }
 
-// The float32 bytes of attention's scores [B, Hq, Sq, Sk] and output
-// [B, Sq, Hq, Dv]; -1 where the shapes do not say.
-void AttentionResultBytes(const v1::AttentionScoresRequest& request, int64_t* scores,
-                          int64_t* output) {
-  *scores = *output = -1;
+// The product of `dims` times 4 (every attention result has 4-byte
+// elements); -1 on overflow or a negative factor.
+int64_t ResultBytes(std::initializer_list<int64_t> dims) {
+  int64_t bytes = 4;
+  for (int64_t dim : dims) {
+    if (dim < 0) return -1;
+    bytes = CheckedMul(bytes, dim);
+    if (bytes < 0) return -1;
+  }
+  return bytes;
+}
+
+// The bytes of each attention output, by AttentionOutput: scores
+// [B, Hq, Sq, Sk], output [B, Sq, Hq, Dv], lse [B, Hq, Sq], top_k_indices
+// and top_k_probs [B, Hq, Sq, top_k], key_mass [B, Hq, Sk], score_rows
+// [B, Hq, count, Sk]; -1 where the request does not say (the engine then
+// names what is wrong).
+std::array<int64_t, kMaxInferOutputs> AttentionResultBytes(
+    const v1::AttentionScoresRequest& request) {
+  std::array<int64_t, kMaxInferOutputs> bytes;
+  bytes.fill(-1);
   int64_t q[4], k[4], v[4];
-  if (!Dims(request.q(), q) || !Dims(request.k(), k)) return;
-  *scores = CheckedMul(CheckedMul(CheckedMul(CheckedMul(q[0], q[2]), q[1]), k[1]), 4);
+  if (!Dims(request.q(), q) || !Dims(request.k(), k)) return bytes;
+  const int64_t batch = q[0], sq = q[1], hq = q[2], sk = k[1];
+  bytes[kScoresOut] = ResultBytes({batch, hq, sq, sk});
   if (request.has_v() && Dims(request.v(), v)) {
-    *output = CheckedMul(CheckedMul(CheckedMul(CheckedMul(q[0], q[1]), q[2]), v[3]), 4);
+    bytes[kOutputOut] = ResultBytes({batch, sq, hq, v[3]});
+  }
+  bytes[kLseOut] = ResultBytes({batch, hq, sq});
+  bytes[kTopKIndicesOut] = bytes[kTopKProbsOut] =
+      ResultBytes({batch, hq, sq, static_cast<int64_t>(request.top_k())});
+  bytes[kKeyMassOut] = ResultBytes({batch, hq, sk});
+  const int64_t start = request.score_rows_start();
+  if (start >= 0 && start < sq && request.score_rows_count() >= 0) {
+    const int64_t rows = request.score_rows_count() > 0 ? request.score_rows_count() : sq - start;
+    if (rows <= sq - start) bytes[kScoreRowsOut] = ResultBytes({batch, hq, rows, sk});
+  }
+  return bytes;
+}
+
+// The rope.v1 reference field of attention output `slot`.
+v1::SharedMemoryRef* AttentionRegion(int slot, v1::AttentionScoresRequest* request) {
+  switch (slot) {
+    case kScoresOut:
+      return request->mutable_scores_out();
+    case kOutputOut:
+      return request->mutable_output_out();
+    case kLseOut:
+      return request->mutable_lse_out();
+    case kTopKIndicesOut:
+      return request->mutable_top_k_indices_out();
+    case kTopKProbsOut:
+      return request->mutable_top_k_probs_out();
+    case kKeyMassOut:
+      return request->mutable_key_mass_out();
+    default:
+      return request->mutable_score_rows_out();
+  }
+}
+
+// The rope.v1 reply tensor of attention output `slot`.
+v1::Tensor* AttentionReplyTensor(int slot, v1::AttentionScoresResponse* reply) {
+  switch (slot) {
+    case kScoresOut:
+      return reply->mutable_scores();
+    case kOutputOut:
+      return reply->mutable_output();
+    case kLseOut:
+      return reply->mutable_lse();
+    case kTopKIndicesOut:
+      return reply->mutable_top_k_indices();
+    case kTopKProbsOut:
+      return reply->mutable_top_k_probs();
+    case kKeyMassOut:
+      return reply->mutable_key_mass();
+    default:
+      return reply->mutable_score_rows();
   }
 }
 
@@ -317,12 +423,19 @@ void DecodePositions(const std::string& bytes, bool int32,
   }
 }
 
-absl::Status FillPositions(Input& input, int64_t max_elements,
+// Little-endian FP32 bytes into values.
+void DecodeFloats(const std::string& bytes, google::protobuf::RepeatedField<float>* values) {
+  const size_t count = bytes.size() / sizeof(float);
+  values->Resize(static_cast<int>(count), 0.0f);
+  if (count > 0) std::memcpy(values->mutable_data(), bytes.data(), count * sizeof(float));
+}
+
+absl::Status FillPositions(const std::string& name, Input& input, int64_t max_elements,
                            google::protobuf::RepeatedField<int64_t>* positions,
                            std::vector<InferPlan::RegionRead>* reads) {
   const std::string& datatype = input.tensor->datatype();
   if (datatype != "INT64" && datatype != "INT32") {
-    return absl::InvalidArgumentError(absl::StrCat("inference input 'positions' data-type is '",
+    return absl::InvalidArgumentError(absl::StrCat("inference input '", name, "' data-type is '",
                                                    datatype,
                                                    "', but it must be 'INT64' or 'INT32'"));
   }
@@ -330,27 +443,27 @@ absl::Status FillPositions(Input& input, int64_t max_elements,
   const int64_t width = int32 ? 4 : 8;
   const int64_t count = ElementCount(input.tensor->shape());
   if (count < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("inference input 'positions' has shape ",
+    return absl::InvalidArgumentError(absl::StrCat("inference input '", name, "' has shape ",
                                                    ShapeText(input.tensor->shape()),
                                                    ": every dimension must be >= 0"));
   }
   // M-RoPE gives a token three positions and a token has at least two
   // features (head_dim is even): more values than this fit no request.
   const int64_t limit = CheckedMul(max_elements, 2);
-  if (limit >= 0 && count > limit) return TooManyElements("positions", count, limit);
+  if (limit >= 0 && count > limit) return TooManyElements(name, count, limit);
   const int64_t expected = count * width;
   if (input.shm.has_value()) {
     const uint64_t given = input.shm->byte_size();
     if (given != static_cast<uint64_t>(expected)) {
-      return ByteSizeError(static_cast<int64_t>(std::min<uint64_t>(given, kMaxInt64)), "positions",
+      return ByteSizeError(static_cast<int64_t>(std::min<uint64_t>(given, kMaxInt64)), name,
                            expected);
     }
-    reads->push_back({"positions", *input.shm, datatype});
+    reads->push_back({name, *input.shm, datatype});
     return absl::OkStatus();
   }
   if (input.raw != nullptr) {
     if (static_cast<int64_t>(input.raw->size()) != expected) {
-      return ByteSizeError(static_cast<int64_t>(input.raw->size()), "positions", expected);
+      return ByteSizeError(static_cast<int64_t>(input.raw->size()), name, expected);
     }
     DecodePositions(*input.raw, int32, positions);
     return absl::OkStatus();
@@ -359,16 +472,64 @@ absl::Status FillPositions(Input& input, int64_t max_elements,
   const int given = int32 ? contents.int_contents_size() : contents.int64_contents_size();
   if (contents.ByteSizeLong() != 0 && given == 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat("inference input 'positions' is ", datatype, ": its typed values go in ",
+        absl::StrCat("inference input '", name, "' is ", datatype, ": its typed values go in ",
                      int32 ? "contents.int_contents" : "contents.int64_contents"));
   }
-  if (given != count) return ByteSizeError(int64_t{given} * width, "positions", expected);
+  if (given != count) return ByteSizeError(int64_t{given} * width, name, expected);
   if (int32) {
     positions->Reserve(given);
     for (int32_t value : contents.int_contents()) positions->Add(value);
   } else {
     *positions = contents.int64_contents();
   }
+  return absl::OkStatus();
+}
+
+// Fills a per-head float list (sinks, alibi_slopes) from an FP32 input of
+// any shape: raw bytes, contents.fp32_contents, or a region queued in
+// `reads` (read when the plan runs). The engine checks the count (Hq).
+absl::Status FillFloatList(const std::string& name, Input& input, int64_t max_elements,
+                           google::protobuf::RepeatedField<float>* values,
+                           std::vector<InferPlan::RegionRead>* reads) {
+  const std::string& datatype = input.tensor->datatype();
+  if (datatype != "FP32") {
+    return absl::InvalidArgumentError(absl::StrCat("inference input '", name, "' data-type is '",
+                                                   datatype, "', but it must be 'FP32'"));
+  }
+  const int64_t count = ElementCount(input.tensor->shape());
+  if (count < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("inference input '", name, "' has shape ",
+                                                   ShapeText(input.tensor->shape()),
+                                                   ": every dimension must be >= 0"));
+  }
+  if (count > max_elements) return TooManyElements(name, count, max_elements);
+  const int64_t expected = CheckedMul(count, 4);
+  if (expected < 0) return TooManyElements(name, count, max_elements);
+  if (input.shm.has_value()) {
+    const uint64_t given = input.shm->byte_size();
+    if (given != static_cast<uint64_t>(expected)) {
+      return ByteSizeError(static_cast<int64_t>(std::min<uint64_t>(given, kMaxInt64)), name,
+                           expected);
+    }
+    reads->push_back({name, *input.shm, datatype});
+    return absl::OkStatus();
+  }
+  if (input.raw != nullptr) {
+    if (static_cast<int64_t>(input.raw->size()) != expected) {
+      return ByteSizeError(static_cast<int64_t>(input.raw->size()), name, expected);
+    }
+    DecodeFloats(*input.raw, values);
+    return absl::OkStatus();
+  }
+  const inference::InferTensorContents& contents = input.tensor->contents();
+  if (contents.ByteSizeLong() != 0 && contents.fp32_contents_size() == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "inference input '", name, "' is FP32: its typed values go in contents.fp32_contents"));
+  }
+  if (contents.fp32_contents_size() != count) {
+    return ByteSizeError(int64_t{4} * contents.fp32_contents_size(), name, expected);
+  }
+  *values = contents.fp32_contents();
   return absl::OkStatus();
 }
 
@@ -617,11 +778,34 @@ absl::Status OperationParametersInto(const RequestParameters& parameters, InferP
                         BoolValue(given[kSoftmax], "parameter 'softmax'"));
   ROPE_ASSIGN_OR_RETURN(std::optional<double> scale,
                         DoubleValue(given[kScale], "parameter 'scale'"));
+  ROPE_ASSIGN_OR_RETURN(std::optional<int64_t> window_left,
+                        Int64Value(given[kWindowLeft], "parameter 'window_left'"));
+  ROPE_ASSIGN_OR_RETURN(std::optional<int64_t> window_right,
+                        Int64Value(given[kWindowRight], "parameter 'window_right'"));
+  ROPE_ASSIGN_OR_RETURN(std::optional<int64_t> chunk_size,
+                        Int64Value(given[kChunkSize], "parameter 'chunk_size'"));
+  ROPE_ASSIGN_OR_RETURN(std::optional<double> softcap,
+                        DoubleValue(given[kSoftcap], "parameter 'softcap'"));
+  ROPE_ASSIGN_OR_RETURN(uint32_t top_k, Uint32Parameter(given[kTopK], "parameter 'top_k'"));
+  ROPE_ASSIGN_OR_RETURN(std::optional<int64_t> score_rows_start,
+                        Int64Value(given[kScoreRowsStart], "parameter 'score_rows_start'"));
+  ROPE_ASSIGN_OR_RETURN(std::optional<int64_t> score_rows_count,
+                        Int64Value(given[kScoreRowsCount], "parameter 'score_rows_count'"));
   attention.set_q_start_pos(q_start_pos.value_or(0));
   attention.set_k_start_pos(k_start_pos.value_or(0));
   attention.set_causal(causal.value_or(false));
   attention.set_softmax(softmax.value_or(false));
   attention.set_scale(scale.value_or(0));
+  // The window's sides are rope.v1 `optional`s: set only when given. The
+  // engine validates every value and names the rope.v1 field, whose name
+  // is the parameter's.
+  if (window_left.has_value()) attention.set_window_left(*window_left);
+  if (window_right.has_value()) attention.set_window_right(*window_right);
+  attention.set_chunk_size(chunk_size.value_or(0));
+  attention.set_softcap(softcap.value_or(0));
+  attention.set_top_k(top_k);
+  attention.set_score_rows_start(score_rows_start.value_or(0));
+  attention.set_score_rows_count(score_rows_count.value_or(0));
   return absl::OkStatus();
 }
 
@@ -659,8 +843,20 @@ absl::Status ReadRegions(const CallerRegions& regions, InferPlan* plan) {
   for (const InferPlan::RegionRead& read : plan->reads) {
     ROPE_ASSIGN_OR_RETURN(std::string bytes,
                           ReadRegion(regions, read.ref, read.input, read.datatype));
-    if (read.input == "positions") {
-      DecodePositions(bytes, read.datatype == "INT32", plan->rotate.mutable_positions());
+    const bool int32 = read.datatype == "INT32";
+    if (plan->attention.has_value()) {
+      v1::AttentionScoresRequest& attention = *plan->attention;
+      if (read.input == "sinks") {
+        DecodeFloats(bytes, attention.mutable_sinks());
+      } else if (read.input == "alibi_slopes") {
+        DecodeFloats(bytes, attention.mutable_alibi_slopes());
+      } else if (read.input == "q_positions") {
+        DecodePositions(bytes, int32, attention.mutable_q_positions());
+      } else {
+        DecodePositions(bytes, int32, attention.mutable_k_positions());
+      }
+    } else if (read.input == "positions") {
+      DecodePositions(bytes, int32, plan->rotate.mutable_positions());
     } else {
       v1::Tensor* tensor = read.input == "q" ? plan->rotate.mutable_q() : plan->rotate.mutable_k();
       tensor->mutable_data()->swap(bytes);
@@ -715,6 +911,8 @@ absl::string_view DatatypeName(v1::DType dtype) {
       return "FP16";
     case v1::BFLOAT16:
       return "BF16";
+    case v1::INT32:
+      return "INT32";
     default:
       return "";
   }
@@ -729,9 +927,9 @@ absl::StatusOr<InferPlan> PlanModelInfer(const Model& model, inference::ModelInf
                         FindParameters(model, request->parameters()));
   const Names& names = NamesOf(model.operation);
 
-  // Inputs, by slot (q, k, and positions or v): each named once, each with
-  // one source of bytes.
-  std::array<Input, 3> inputs{};
+  // Inputs, by slot (their index in names.inputs): each named once, each
+  // with one source of bytes.
+  std::array<Input, kMaxInputs> inputs{};
   int raw_used = 0;
   const int raw_count = request->raw_input_contents_size();
   for (InputTensor& tensor : *request->mutable_inputs()) {
@@ -783,9 +981,10 @@ absl::StatusOr<InferPlan> PlanModelInfer(const Model& model, inference::ModelInf
   }
 
   // Outputs, by slot: the ones asked for (default: every one the inputs
-  // give), each possibly to a region.
-  std::array<bool, 2> asked{};
-  std::array<std::optional<v1::SharedMemoryRef>, 2> output_regions;
+  // give), each possibly to a region. Each slot is asked at most once, so
+  // plan.outputs never holds more than kMaxInferOutputs.
+  std::array<bool, kMaxInferOutputs> asked{};
+  std::array<std::optional<v1::SharedMemoryRef>, kMaxInferOutputs> output_regions;
   for (const auto& output : request->outputs()) {
     const std::string& name = output.name();
     const int slot = SlotOf(names.outputs, name);
@@ -843,31 +1042,57 @@ absl::StatusOr<InferPlan> PlanModelInfer(const Model& model, inference::ModelInf
       }
     }
     if (inputs[2].tensor != nullptr) {
-      ROPE_RETURN_IF_ERROR(
-          FillPositions(inputs[2], max_elements, rotate.mutable_positions(), &plan.reads));
+      ROPE_RETURN_IF_ERROR(FillPositions("positions", inputs[2], max_elements,
+                                         rotate.mutable_positions(), &plan.reads));
     }
   } else {
     v1::AttentionScoresRequest& attention = *plan.attention;
     *attention.mutable_config() = std::move(config);
-    for (int slot : {0, 1, 2}) {
+    for (int slot : {kQ, kK, kV}) {
       if (inputs[slot].tensor == nullptr) continue;
-      v1::Tensor* tensor = slot == 0   ? attention.mutable_q()
-                           : slot == 1 ? attention.mutable_k()
-                                       : attention.mutable_v();
+      v1::Tensor* tensor = slot == kQ   ? attention.mutable_q()
+                           : slot == kK ? attention.mutable_k()
+                                        : attention.mutable_v();
       // Attention never writes its inputs: references stay references.
       ROPE_RETURN_IF_ERROR(FillFloatTensor(model, names.inputs[slot], inputs[slot],
                                            /*read_region=*/false, max_elements, tensor,
                                            &plan.reads));
     }
-    int64_t scores_bytes = -1, output_bytes = -1;
-    AttentionResultBytes(attention, &scores_bytes, &output_bytes);
-    if (const v1::SharedMemoryRef* region = region_of(0)) {
-      *attention.mutable_scores_out() = *region;
-      ROPE_RETURN_IF_ERROR(FitOutputRegion("scores", scores_bytes, attention.mutable_scores_out()));
+    if (inputs[kSinks].tensor != nullptr) {
+      ROPE_RETURN_IF_ERROR(FillFloatList("sinks", inputs[kSinks], max_elements,
+                                         attention.mutable_sinks(), &plan.reads));
     }
-    if (const v1::SharedMemoryRef* region = region_of(1)) {
-      *attention.mutable_output_out() = *region;
-      ROPE_RETURN_IF_ERROR(FitOutputRegion("output", output_bytes, attention.mutable_output_out()));
+    if (inputs[kAlibiSlopes].tensor != nullptr) {
+      ROPE_RETURN_IF_ERROR(FillFloatList("alibi_slopes", inputs[kAlibiSlopes], max_elements,
+                                         attention.mutable_alibi_slopes(), &plan.reads));
+    }
+    if (inputs[kQPositions].tensor != nullptr) {
+      ROPE_RETURN_IF_ERROR(FillPositions("q_positions", inputs[kQPositions], max_elements,
+                                         attention.mutable_q_positions(), &plan.reads));
+    }
+    if (inputs[kKPositions].tensor != nullptr) {
+      ROPE_RETURN_IF_ERROR(FillPositions("k_positions", inputs[kKPositions], max_elements,
+                                         attention.mutable_k_positions(), &plan.reads));
+    }
+    // Outputs named: they are the results asked for (rope.v1 refuses a
+    // result listed twice, and top_k_indices and top_k_probs share TOP_K).
+    // None named: results stays empty, today's default.
+    if (!request->outputs().empty()) {
+      std::array<bool, kMaxInferOutputs> listed{};
+      for (int i = 0; i < plan.output_count; ++i) {
+        const v1::AttentionResult result = kResultOf[plan.outputs[i]];
+        if (listed[result]) continue;
+        listed[result] = true;
+        attention.add_results(result);
+      }
+    }
+    const std::array<int64_t, kMaxInferOutputs> bytes = AttentionResultBytes(attention);
+    for (int slot = 0; slot < kMaxInferOutputs; ++slot) {
+      const v1::SharedMemoryRef* region = region_of(slot);
+      if (region == nullptr) continue;
+      v1::SharedMemoryRef* ref = AttentionRegion(slot, &attention);
+      *ref = *region;
+      ROPE_RETURN_IF_ERROR(FitOutputRegion(names.outputs[slot], bytes[slot], ref));
     }
   }
   return plan;
@@ -881,7 +1106,10 @@ CallEstimate PlanEstimate(const InferPlan& plan) {
     const uint64_t size = read.ref.byte_size();
     const int64_t bytes =
         size > static_cast<uint64_t>(kMaxInt64) ? kMaxInt64 : static_cast<int64_t>(size);
-    estimate.more_bytes = SaturatingAdd(estimate.more_bytes, SaturatingMul(bytes, 2));
+    // The bytes read and what they become in the request: as many again,
+    // twice as many for INT32 positions (held as int64).
+    const int64_t held = read.datatype == "INT32" ? 3 : 2;
+    estimate.more_bytes = SaturatingAdd(estimate.more_bytes, SaturatingMul(bytes, held));
     estimate.may_run_inline = false;
   }
   return estimate;
@@ -917,8 +1145,7 @@ absl::Status RunModelInfer(Engine& engine, const CallContext& call, InferPlan* p
   const Names& names = NamesOf(ModelOperation::kAttention);
   for (int i = 0; i < plan->output_count; ++i) {
     const int slot = plan->outputs[i];
-    AddOutput(names.outputs[slot], slot == 0 ? scored.mutable_scores() : scored.mutable_output(),
-              reply);
+    AddOutput(names.outputs[slot], AttentionReplyTensor(slot, &scored), reply);
   }
   if (timings != nullptr) {
     timings->infer = computed - start;

@@ -19,9 +19,18 @@
 //                     outputs q_out, k_out (UINT8 float8 codes with an
 //                     output_dtype, the output parameter output_dtype
 //                     naming the format: KServe v2 has no float8 type).
-//   attention models  inputs q, k, v (optional); parameters q_start_pos,
-//                     k_start_pos (int64), causal, softmax (bool), scale
-//                     (double); outputs scores, output (needs v).
+//   attention models  inputs q, k, v (optional), sinks and alibi_slopes
+//                     (optional, FP32, Hq values), q_positions and
+//                     k_positions (optional, INT64 or INT32); parameters
+//                     q_start_pos, k_start_pos, window_left, window_right,
+//                     chunk_size, top_k, score_rows_start, score_rows_count
+//                     (int64), causal, softmax (bool), scale, softcap
+//                     (numbers); outputs scores, output (needs v), lse,
+//                     top_k_indices (INT32), top_k_probs, key_mass,
+//                     score_rows. The outputs asked for are rope.v1's
+//                     `results` (top_k_indices and top_k_probs both TOP_K);
+//                     none asked: results empty (scores, and output with v).
+//                     Each rope.v1 field has the KServe name of its own.
 //   built-in models   also the RoPE configuration: theta (a number; a string
 //                     such as "500000" keeps every digit), head_dim,
 //                     rotary_dim, max_len (int64), layout ("interleaved" /
@@ -76,14 +85,17 @@ struct InferPlan {
   // Attention models (set by PlanModelInfer; a rotate model's plan makes,
   // moves and frees no attention request).
   std::optional<v1::AttentionScoresRequest> attention;
-  // The response's outputs, in order, by slot: 0 q_out / scores, 1 k_out /
-  // output; output_count of them.
-  std::array<int, 2> outputs{};
+  // The response's outputs, in order, by their index in the model's output
+  // names (rotate: q_out, k_out; attention: scores, output, lse,
+  // top_k_indices, top_k_probs, key_mass, score_rows); output_count of
+  // them, each at most once.
+  std::array<int, kMaxInferOutputs> outputs{};
   int output_count = 0;
   std::string id;                        // the request's id, echoed
   // Inputs read out of their regions when the plan runs (after the call's
   // bytes are charged): positions, and a q or k whose output does not go to
-  // shared memory. `input` is "q", "k" or "positions".
+  // shared memory; an attention model's sinks, alibi_slopes, q_positions
+  // and k_positions. `input` is the input's name.
   struct RegionRead {
     std::string input;
     v1::SharedMemoryRef ref;

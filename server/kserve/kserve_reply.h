@@ -22,6 +22,12 @@
 namespace rope {
 namespace kserve {
 
+// The most outputs a model has: an attention model's scores, output, lse,
+// top_k_indices, top_k_probs, key_mass and score_rows. Every per-output
+// array on the reply's path is this long; a plan never names more outputs
+// (each name at most once).
+inline constexpr int kMaxInferOutputs = 7;
+
 struct InferReply {
   // One InferOutputTensor of the reply.
   struct Output {
@@ -36,10 +42,10 @@ struct InferReply {
   absl::string_view model_name;     // the model's (outlives the reply)
   absl::string_view model_version;  // static
   std::string id;
-  std::array<Output, 2> outputs;
+  std::array<Output, kMaxInferOutputs> outputs;
   // raw_output_contents, one per output ("" for an output written to a
   // shared-memory region, as Triton leaves it).
-  std::array<std::string, 2> raw;
+  std::array<std::string, kMaxInferOutputs> raw;
   int output_count = 0;
 };
 

@@ -69,10 +69,10 @@ size_t ParameterEntryBytes(const std::string& key, const inference::InferParamet
 
 // The sizes of a reply's parts, computed once per reply.
 struct ReplySizes {
-  std::array<size_t, 2> shape_payload{};  // an output's packed shape (its varints)
-  std::array<size_t, 2> output{};         // an InferOutputTensor's payload
-  size_t response = 0;                    // the ModelInferResponse
-  size_t total = 0;                       // the message written (either form)
+  std::array<size_t, kMaxInferOutputs> shape_payload{};  // an output's packed shape (its varints)
+  std::array<size_t, kMaxInferOutputs> output{};         // an InferOutputTensor's payload
+  size_t response = 0;                                   // the ModelInferResponse
+  size_t total = 0;  // the message written (either form)
 };
 
 ReplySizes SizesOf(const InferReply& reply, InferReplyWriter::Form form) {
@@ -159,7 +159,7 @@ absl::Status InferReplyWriter::WriteReply(grpc::ByteBuffer* wire) {
   for (int i = 0; i < reply_.output_count; ++i) {
     target = WriteOutput(reply_.outputs[i], sizes, i, target);
   }
-  std::array<grpc::Slice, 1 + 2 * 2> slices;
+  std::array<grpc::Slice, 1 + 2 * kMaxInferOutputs> slices;
   size_t slice_count = 0;
   uint8_t* piece_start = begin;
   for (int i = 0; i < reply_.output_count; ++i) {

@@ -5,7 +5,8 @@
 // request (and are byte for byte its generated serialization where no
 // map's order is in play); as a ModelStreamInferResponse they carry it as
 // infer_response with no error_message. Rotate and attention models, with
-// and without k / v, outputs asked by name (in either order) or not,
+// and without k / v, outputs asked by name (in either order, up to all
+// seven of an attention model) or not,
 // float16 and float8 outputs, and outputs written to shared memory (the
 // region parameters, the empty raw entry). The tensors' bytes reach gRPC
 // in slices of their own, the very buffers the kernel wrote.
@@ -126,6 +127,21 @@ std::vector<Case> Cases() {
     ModelInferRequest request = attention(true);
     request.add_outputs()->set_name("output");
     cases.push_back({"attention q, k and v, output asked", std::move(request)});
+  }
+  {
+    // Every output an attention model has, in an order of their own: the
+    // reply's per-output arrays filled to the last place.
+    ModelInferRequest request = attention(true);
+    auto& p = *request.mutable_parameters();
+    p["top_k"].set_int64_param(3);
+    p["window_left"].set_int64_param(4);
+    p["score_rows_start"].set_int64_param(1);
+    AddInput("sinks", DType::kFloat32, {4}, 6, &request);
+    for (const char* name : {"score_rows", "lse", "top_k_indices", "output", "key_mass",
+                             "top_k_probs", "scores"}) {
+      request.add_outputs()->set_name(name);
+    }
+    cases.push_back({"attention, all seven outputs", std::move(request)});
   }
   return cases;
 }

@@ -88,6 +88,28 @@ ModelInferRequest InferFor(const v1::RotateRequest& rotate) {
   return request;
 }
 
+// The ModelInfer outputs that stand for a rope.v1 result.
+std::vector<const char*> AttentionOutputNames(v1::AttentionResult result) {
+  switch (result) {
+    case v1::SCORES:
+      return {"scores"};
+    case v1::OUTPUT:
+      return {"output"};
+    case v1::LSE:
+      return {"lse"};
+    case v1::TOP_K:
+      return {"top_k_indices", "top_k_probs"};
+    case v1::KEY_MASS:
+      return {"key_mass"};
+    case v1::SCORE_ROWS:
+      return {"score_rows"};
+    default:
+      return {};
+  }
+}
+
+// The ModelInfer for the built-in "attention" model that `attention`
+// stands for (its tensors as raw bytes).
 ModelInferRequest InferFor(const v1::AttentionScoresRequest& attention) {
   ModelInferRequest request;
   request.set_model_name("attention");
@@ -98,10 +120,70 @@ ModelInferRequest InferFor(const v1::AttentionScoresRequest& attention) {
   p["causal"].set_bool_param(attention.causal());
   p["softmax"].set_bool_param(attention.softmax());
   if (attention.scale() != 0) p["scale"].set_double_param(attention.scale());
+  // The other options as Triton clients send them: numbers as parameters
+  // (softcap as a double), per-head lists and positions as tensors, the
+  // results as the outputs asked for.
+  if (attention.has_window_left()) p["window_left"].set_int64_param(attention.window_left());
+  if (attention.has_window_right()) p["window_right"].set_int64_param(attention.window_right());
+  if (attention.chunk_size() != 0) p["chunk_size"].set_int64_param(attention.chunk_size());
+  if (attention.softcap() != 0) p["softcap"].set_double_param(attention.softcap());
+  if (attention.top_k() != 0) p["top_k"].set_int64_param(attention.top_k());
+  if (attention.score_rows_start() != 0) {
+    p["score_rows_start"].set_int64_param(attention.score_rows_start());
+  }
+  if (attention.score_rows_count() != 0) {
+    p["score_rows_count"].set_int64_param(attention.score_rows_count());
+  }
   AddInput("q", attention.q(), &request);
   AddInput("k", attention.k(), &request);
   if (attention.has_v()) AddInput("v", attention.v(), &request);
+  const auto add_floats = [&](const char* name, const auto& values) {
+    if (values.empty()) return;
+    auto* input = request.add_inputs();
+    input->set_name(name);
+    input->set_datatype("FP32");
+    input->add_shape(values.size());
+    request.add_raw_input_contents(
+        std::string(reinterpret_cast<const char*>(values.data()), 4 * values.size()));
+  };
+  add_floats("sinks", attention.sinks());
+  add_floats("alibi_slopes", attention.alibi_slopes());
+  const auto add_positions = [&](const char* name, const auto& values) {
+    if (values.empty()) return;
+    auto* input = request.add_inputs();
+    input->set_name(name);
+    input->set_datatype("INT64");
+    input->add_shape(values.size());
+    request.add_raw_input_contents(
+        std::string(reinterpret_cast<const char*>(values.data()), 8 * values.size()));
+  };
+  add_positions("q_positions", attention.q_positions());
+  add_positions("k_positions", attention.k_positions());
+  for (int result : attention.results()) {
+    for (const char* name : AttentionOutputNames(static_cast<v1::AttentionResult>(result))) {
+      request.add_outputs()->set_name(name);
+    }
+  }
   return request;
+}
+
+// Whether `got` (a ModelInfer output) is `want` (the rope.v1 reply's
+// tensor): datatype, shape and every byte.
+void ExpectSameTensor(const ModelInferResponse& response, const std::string& name,
+                      const v1::Tensor& want, const char* datatype) {
+  for (int i = 0; i < response.outputs_size(); ++i) {
+    const auto& output = response.outputs(i);
+    if (output.name() != name) continue;
+    EXPECT_EQ(output.datatype(), datatype) << name;
+    EXPECT_EQ(std::vector<int64_t>(output.shape().begin(), output.shape().end()),
+              std::vector<int64_t>(want.shape().begin(), want.shape().end()))
+        << name;
+    ASSERT_LT(i, response.raw_output_contents_size());
+    EXPECT_FALSE(want.data().empty()) << name;
+    EXPECT_TRUE(response.raw_output_contents(i) == want.data()) << name;
+    return;
+  }
+  ADD_FAILURE() << "no output " << name;
 }
 
 // The output `name` of `response`: its raw bytes, checked to exist.
@@ -114,6 +196,18 @@ std::string OutputBytes(const ModelInferResponse& response, const std::string& n
   }
   ADD_FAILURE() << "no output " << name;
   return "";
+}
+
+// The rope.v1 reply to `request` (OK checked).
+v1::AttentionScoresResponse AttentionScores(inference::GRPCInferenceService::Stub*,
+                                            v1::RopeService::Stub* stub,
+                                            const v1::AttentionScoresRequest& request) {
+  grpc::ClientContext context;
+  SetDeadline(&context);
+  v1::AttentionScoresResponse response;
+  EXPECT_TRUE(
+      GrpcStatusIs(stub->AttentionScores(&context, request, &response), StatusCode::OK, ""));
+  return response;
 }
 
 class KServeTest : public ServiceTest {
@@ -223,6 +317,112 @@ TEST_F(KServeTest, AttentionGivesAttentionScoresBytes) {
   EXPECT_TRUE(OutputBytes(response, "output") == want.output().data());
 }
 
+// Sliding window, chunks, softcap, sinks and ALiBi slopes at once, asking
+// for scores, output and lse by name.
+TEST_F(KServeTest, AttentionMasksSoftcapSinksAndAlibiGiveAttentionScoresBytes) {
+  v1::AttentionScoresRequest attention;
+  *attention.mutable_config() = MakeConfig(16, 256, v1::HALF);
+  *attention.mutable_q() = RandomTensor(DType::kFloat32, {2, 7, 4, 16}, 41);
+  *attention.mutable_k() = RandomTensor(DType::kFloat32, {2, 11, 2, 16}, 42);
+  *attention.mutable_v() = RandomTensor(DType::kFloat32, {2, 11, 2, 8}, 43);
+  attention.set_q_start_pos(4);
+  attention.set_causal(true);
+  attention.set_window_left(3);
+  attention.set_window_right(0);
+  attention.set_chunk_size(8);
+  attention.set_softcap(2.5);
+  for (float sink : {0.5f, -1.0f, 2.0f, 0.0f}) attention.add_sinks(sink);
+  for (float slope : {0.25f, 0.125f, 0.0625f, 0.03125f}) attention.add_alibi_slopes(slope);
+  for (v1::AttentionResult result : {v1::SCORES, v1::OUTPUT, v1::LSE}) {
+    attention.add_results(result);
+  }
+  ModelInferResponse response;
+  ASSERT_TRUE(GrpcStatusIs(Infer(InferFor(attention), &response), StatusCode::OK, ""));
+  const v1::AttentionScoresResponse want = AttentionScores(kserve_.get(), stub_.get(), attention);
+  ASSERT_EQ(response.outputs_size(), 3);
+  ExpectSameTensor(response, "scores", want.scores(), "FP32");
+  ExpectSameTensor(response, "output", want.output(), "FP32");
+  ExpectSameTensor(response, "lse", want.lse(), "FP32");
+}
+
+// The results that need no v and no S x S buffer, by name; top_k_indices
+// is INT32. softcap sent as an int64 is the same number.
+TEST_F(KServeTest, AttentionLseTopKKeyMassAndScoreRowsGiveAttentionScoresBytes) {
+  v1::AttentionScoresRequest attention;
+  *attention.mutable_config() = MakeConfig(32, 256, v1::INTERLEAVED);
+  *attention.mutable_q() = RandomTensor(DType::kBFloat16, {1, 9, 4, 32}, 51);
+  *attention.mutable_k() = RandomTensor(DType::kBFloat16, {1, 13, 1, 32}, 52);
+  attention.set_k_start_pos(2);
+  attention.set_causal(true);
+  attention.set_softcap(20);
+  attention.set_top_k(3);
+  attention.set_score_rows_start(2);
+  attention.set_score_rows_count(5);
+  for (v1::AttentionResult result : {v1::LSE, v1::TOP_K, v1::KEY_MASS, v1::SCORE_ROWS}) {
+    attention.add_results(result);
+  }
+  ModelInferRequest request = InferFor(attention);
+  (*request.mutable_parameters())["softcap"].set_int64_param(20);
+  ModelInferResponse response;
+  ASSERT_TRUE(GrpcStatusIs(Infer(request, &response), StatusCode::OK, ""));
+  const v1::AttentionScoresResponse want = AttentionScores(kserve_.get(), stub_.get(), attention);
+  ASSERT_EQ(response.outputs_size(), 5);
+  EXPECT_EQ(response.outputs(0).name(), "lse");
+  ExpectSameTensor(response, "lse", want.lse(), "FP32");
+  ExpectSameTensor(response, "top_k_indices", want.top_k_indices(), "INT32");
+  ExpectSameTensor(response, "top_k_probs", want.top_k_probs(), "FP32");
+  ExpectSameTensor(response, "key_mass", want.key_mass(), "FP32");
+  ExpectSameTensor(response, "score_rows", want.score_rows(), "FP32");
+
+  // One of TOP_K's two outputs alone asks for TOP_K once.
+  ModelInferRequest only_probs = InferFor(attention);
+  only_probs.clear_outputs();
+  only_probs.add_outputs()->set_name("top_k_probs");
+  ASSERT_TRUE(GrpcStatusIs(Infer(only_probs, &response), StatusCode::OK, ""));
+  ASSERT_EQ(response.outputs_size(), 1);
+  ExpectSameTensor(response, "top_k_probs", want.top_k_probs(), "FP32");
+}
+
+// Explicit per-token positions (a packed batch: each sequence restarts at
+// 0), from raw INT64 bytes and from typed INT32 contents.
+TEST_F(KServeTest, AttentionExplicitPositionsGiveAttentionScoresBytes) {
+  v1::AttentionScoresRequest attention;
+  *attention.mutable_config() = MakeConfig(16, 64, v1::HALF);
+  *attention.mutable_q() = RandomTensor(DType::kFloat16, {1, 6, 2, 16}, 61);
+  *attention.mutable_k() = RandomTensor(DType::kFloat16, {1, 6, 2, 16}, 62);
+  *attention.mutable_v() = RandomTensor(DType::kFloat16, {1, 6, 2, 16}, 63);
+  for (int64_t p : {0, 1, 2, 0, 1, 2}) {
+    attention.add_q_positions(p);
+    attention.add_k_positions(p + 5);
+  }
+  attention.set_causal(true);
+  attention.set_window_left(1);
+  for (v1::AttentionResult result : {v1::OUTPUT, v1::LSE}) attention.add_results(result);
+  ModelInferResponse response;
+  ASSERT_TRUE(GrpcStatusIs(Infer(InferFor(attention), &response), StatusCode::OK, ""));
+  const v1::AttentionScoresResponse want = AttentionScores(kserve_.get(), stub_.get(), attention);
+  ExpectSameTensor(response, "output", want.output(), "FP32");
+  ExpectSameTensor(response, "lse", want.lse(), "FP32");
+
+  // k_positions as INT32 raw bytes, shaped [1, 6]: the same positions.
+  ModelInferRequest narrow = InferFor(attention);
+  auto* k_positions = narrow.mutable_inputs(narrow.inputs_size() - 1);
+  ASSERT_EQ(k_positions->name(), "k_positions");
+  k_positions->set_datatype("INT32");
+  k_positions->clear_shape();
+  k_positions->add_shape(1);
+  k_positions->add_shape(6);
+  std::string bytes;
+  for (int64_t p : attention.k_positions()) {
+    const int32_t value = static_cast<int32_t>(p);
+    bytes.append(reinterpret_cast<const char*>(&value), 4);
+  }
+  *narrow.mutable_raw_input_contents(narrow.raw_input_contents_size() - 1) = bytes;
+  ASSERT_TRUE(GrpcStatusIs(Infer(narrow, &response), StatusCode::OK, ""));
+  ExpectSameTensor(response, "output", want.output(), "FP32");
+  ExpectSameTensor(response, "lse", want.lse(), "FP32");
+}
+
 TEST_F(KServeTest, TypedContentsAndInt32PositionsGiveTheSameBytes) {
   v1::RotateRequest rotate;
   *rotate.mutable_config() = MakeConfig(8, 64);
@@ -279,6 +479,28 @@ ModelInferRequest::InferInputTensor* Input(ModelInferRequest* r, int i) {
 }
 void Param(ModelInferRequest* r, const std::string& name, int64_t value) {
   (*r->mutable_parameters())[name].set_int64_param(value);
+}
+
+// Valid: attention q [1,4,4,8], k and v [1,5,2,8] float32, causal, no
+// outputs named (scores and output).
+ModelInferRequest ValidAttentionInfer() {
+  v1::AttentionScoresRequest attention;
+  *attention.mutable_config() = MakeConfig(8, 64);
+  *attention.mutable_q() = RandomTensor(DType::kFloat32, {1, 4, 4, 8}, 3);
+  *attention.mutable_k() = RandomTensor(DType::kFloat32, {1, 5, 2, 8}, 4);
+  *attention.mutable_v() = RandomTensor(DType::kFloat32, {1, 5, 2, 8}, 5);
+  attention.set_causal(true);
+  return InferFor(attention);
+}
+
+// Adds FP32 input `name` [values.size()] as raw bytes.
+void AddFloatInput(ModelInferRequest* r, const char* name, std::vector<float> values) {
+  auto* input = r->add_inputs();
+  input->set_name(name);
+  input->set_datatype("FP32");
+  input->add_shape(static_cast<int64_t>(values.size()));
+  r->add_raw_input_contents(
+      std::string(reinterpret_cast<const char*>(values.data()), 4 * values.size()));
 }
 
 std::vector<InferCase> InferCases() {
@@ -487,6 +709,116 @@ std::vector<InferCase> InferCases() {
          (*r->mutable_parameters())["floor_scale"].set_double_param(-1);
        },
        kInvalid, "floor_scale is -1"},
+      // The attention model's options (the request replaced by a valid
+      // attention call first).
+      {"AttentionSinksWrongLength",
+       [](ModelInferRequest* r) {
+         *r = ValidAttentionInfer();
+         AddFloatInput(r, "sinks", {0.5f, 0.5f, 0.5f});
+       },
+       kInvalid, "sinks has 3 values: must be empty or one per query head (Hq = 4)"},
+      {"AttentionAlibiSlopesInt64",
+       [](ModelInferRequest* r) {
+         *r = ValidAttentionInfer();
+         AddFloatInput(r, "alibi_slopes", {1, 1, 1, 1});
+         r->mutable_inputs(r->inputs_size() - 1)->set_datatype("INT32");
+       },
+       kInvalid, "inference input 'alibi_slopes' data-type is 'INT32', but it must be 'FP32'"},
+      {"AttentionTopKPastSk",
+       [](ModelInferRequest* r) {
+         *r = ValidAttentionInfer();
+         Param(r, "top_k", 6);
+         r->add_outputs()->set_name("top_k_indices");
+       },
+       kInvalid, "top_k is 6: must be in [1, Sk] (Sk = 5 keys)"},
+      {"AttentionTopKNegative",
+       [](ModelInferRequest* r) {
+         *r = ValidAttentionInfer();
+         Param(r, "top_k", -1);
+       },
+       kInvalid, "parameter 'top_k' is -1: must be in [0, 4294967295]"},
+      {"AttentionTopKOutputWithoutTopK",
+       [](ModelInferRequest* r) {
+         *r = ValidAttentionInfer();
+         r->add_outputs()->set_name("top_k_probs");
+       },
+       kInvalid, "top_k is 0: results asks for TOP_K"},
+      {"AttentionUnknownOutput",
+       [](ModelInferRequest* r) {
+         *r = ValidAttentionInfer();
+         r->add_outputs()->set_name("lse");
+         r->add_outputs()->set_name("attention_weights");
+       },
+       kInvalid, "unexpected inference output 'attention_weights' for model 'attention'"},
+      {"AttentionUnknownParameter",
+       [](ModelInferRequest* r) {
+         *r = ValidAttentionInfer();
+         Param(r, "window", 4);
+       },
+       kInvalid, "model 'attention' has no parameter 'window'"},
+      {"AttentionWindowNegative",
+       [](ModelInferRequest* r) {
+         *r = ValidAttentionInfer();
+         Param(r, "window_left", -2);
+       },
+       kInvalid, "window_left is -2"},
+      {"AttentionChunkSizeAsBool",
+       [](ModelInferRequest* r) {
+         *r = ValidAttentionInfer();
+         (*r->mutable_parameters())["chunk_size"].set_bool_param(true);
+       },
+       kInvalid, "parameter 'chunk_size' is a bool_param: it must be an int64"},
+      {"AttentionSoftcapNotANumber",
+       [](ModelInferRequest* r) {
+         *r = ValidAttentionInfer();
+         (*r->mutable_parameters())["softcap"].set_string_param("tight");
+       },
+       kInvalid, "parameter 'softcap' is \"tight\""},
+      {"AttentionScoreRowsPastSq",
+       [](ModelInferRequest* r) {
+         *r = ValidAttentionInfer();
+         Param(r, "score_rows_start", 3);
+         Param(r, "score_rows_count", 4);
+         r->add_outputs()->set_name("score_rows");
+       },
+       kInvalid, "score_rows"},
+      {"AttentionQPositionsByteSize",
+       [](ModelInferRequest* r) {
+         *r = ValidAttentionInfer();
+         auto* p = r->add_inputs();
+         p->set_name("q_positions");
+         p->set_datatype("INT64");
+         p->add_shape(4);
+         r->add_raw_input_contents(std::string(31, '\0'));
+       },
+       kInvalid, "unexpected total byte size 31 for input 'q_positions', expecting 32"},
+      {"AttentionLseRegionTooSmall",
+       [](ModelInferRequest* r) {
+         *r = ValidAttentionInfer();
+         auto* o = r->add_outputs();
+         o->set_name("lse");
+         (*o->mutable_parameters())["shared_memory_region"].set_string_param("x");
+         (*o->mutable_parameters())["shared_memory_byte_size"].set_int64_param(4);
+       },
+       kInvalid, "for output 'lse' (4 bytes) should be at least 64 bytes"},
+      {"AttentionAllOptionsValid",
+       [](ModelInferRequest* r) {
+         *r = ValidAttentionInfer();
+         Param(r, "window_left", 2);
+         Param(r, "window_right", 0);
+         Param(r, "chunk_size", 4);
+         Param(r, "top_k", 2);
+         Param(r, "score_rows_start", 1);
+         Param(r, "score_rows_count", 2);
+         (*r->mutable_parameters())["softcap"].set_double_param(30);
+         AddFloatInput(r, "sinks", {0.5f, 0.5f, 0.5f, 0.5f});
+         AddFloatInput(r, "alibi_slopes", {0.5f, 0.25f, 0.125f, 0.0625f});
+         for (const char* name : {"scores", "output", "lse", "top_k_indices", "top_k_probs",
+                                  "key_mass", "score_rows"}) {
+           r->add_outputs()->set_name(name);
+         }
+       },
+       StatusCode::OK, ""},
   };
 }
 
@@ -552,9 +884,39 @@ TEST_F(KServeTest, ProbesMetadataConfigAndIndex) {
     inference::ModelConfigResponse config;
     ASSERT_TRUE(GrpcStatusIs(kserve_->ModelConfig(&context, request, &config), StatusCode::OK, ""));
     EXPECT_EQ(config.config().max_batch_size(), 0);
-    ASSERT_EQ(config.config().input_size(), 3);
-    EXPECT_TRUE(config.config().input(2).optional());
+    // q, k, then the optional v, sinks, alibi_slopes, q_positions,
+    // k_positions; an output per result.
+    ASSERT_EQ(config.config().input_size(), 7);
+    EXPECT_FALSE(config.config().input(1).optional());
+    for (int i = 2; i < 7; ++i) EXPECT_TRUE(config.config().input(i).optional()) << i;
+    EXPECT_EQ(config.config().input(3).name(), "sinks");
+    EXPECT_EQ(config.config().input(3).data_type(), inference::TYPE_FP32);
+    EXPECT_EQ(config.config().input(6).name(), "k_positions");
+    EXPECT_EQ(config.config().input(6).data_type(), inference::TYPE_INT64);
+    ASSERT_EQ(config.config().output_size(), 7);
     EXPECT_EQ(config.config().output(0).data_type(), inference::TYPE_FP32);
+    EXPECT_EQ(config.config().output(2).name(), "lse");
+    EXPECT_EQ(config.config().output(2).dims_size(), 3);
+    EXPECT_EQ(config.config().output(3).name(), "top_k_indices");
+    EXPECT_EQ(config.config().output(3).data_type(), inference::TYPE_INT32);
+    EXPECT_EQ(config.config().output(6).name(), "score_rows");
+  }
+  {
+    grpc::ClientContext context;
+    SetDeadline(&context);
+    inference::ModelMetadataRequest request;
+    request.set_name("attention");
+    inference::ModelMetadataResponse metadata;
+    ASSERT_TRUE(
+        GrpcStatusIs(kserve_->ModelMetadata(&context, request, &metadata), StatusCode::OK, ""));
+    ASSERT_EQ(metadata.inputs_size(), 7);
+    EXPECT_EQ(metadata.inputs(4).name(), "alibi_slopes");
+    EXPECT_EQ(metadata.inputs(5).datatype(), "INT64");
+    ASSERT_EQ(metadata.outputs_size(), 7);
+    EXPECT_EQ(metadata.outputs(3).datatype(), "INT32");
+    EXPECT_EQ(metadata.outputs(5).name(), "key_mass");
+    EXPECT_EQ(metadata.outputs(5).shape_size(), 3);
+    EXPECT_EQ(metadata.outputs(5).shape(0), -1);
   }
   {
     grpc::ClientContext context;
@@ -847,6 +1209,65 @@ TEST_F(KServeTest, SystemSharedMemoryRoundTrip) {
   EXPECT_TRUE(GrpcStatusIs(Infer(request, &response), StatusCode::NOT_FOUND, "\"io\""));
 }
 
+// An attention model's new tensors by region: sinks and q_positions read
+// from it, lse written to it (its region a capacity, as in Triton), output
+// in the reply.
+TEST_F(KServeTest, AttentionSinksPositionsAndLseThroughSharedMemory) {
+  ShmObject object(1 << 16);
+  {
+    grpc::ClientContext context;
+    SetDeadline(&context);
+    inference::SystemSharedMemoryRegisterRequest request;
+    request.set_name("att");
+    request.set_key(object.key());
+    request.set_byte_size(1 << 16);
+    inference::SystemSharedMemoryRegisterResponse response;
+    ASSERT_TRUE(GrpcStatusIs(kserve_->SystemSharedMemoryRegister(&context, request, &response),
+                             StatusCode::OK, ""));
+  }
+  v1::AttentionScoresRequest attention;
+  *attention.mutable_config() = MakeConfig(16, 128, v1::HALF);
+  *attention.mutable_q() = RandomTensor(DType::kFloat32, {1, 5, 2, 16}, 71);
+  *attention.mutable_k() = RandomTensor(DType::kFloat32, {1, 5, 1, 16}, 72);
+  *attention.mutable_v() = RandomTensor(DType::kFloat32, {1, 5, 1, 16}, 73);
+  attention.set_causal(true);
+  for (float sink : {1.5f, -0.5f}) attention.add_sinks(sink);
+  for (int64_t p : {10, 11, 12, 40, 41}) attention.add_q_positions(p);
+  for (int64_t p : {9, 10, 11, 39, 40}) attention.add_k_positions(p);
+  for (v1::AttentionResult result : {v1::OUTPUT, v1::LSE}) attention.add_results(result);
+  const v1::AttentionScoresResponse want = AttentionScores(kserve_.get(), stub_.get(), attention);
+  ASSERT_EQ(want.lse().data().size(), 40u);
+  std::memcpy(object.data() + 1024, attention.sinks().data(), 8);
+  std::memcpy(object.data() + 2048, attention.q_positions().data(), 40);
+
+  ModelInferRequest request = InferFor(attention);
+  // Inputs q, k, v, sinks, q_positions, k_positions: sinks (4th) and
+  // q_positions (5th) from the region, their raw entries dropped.
+  ASSERT_EQ(request.inputs(3).name(), "sinks");
+  ASSERT_EQ(request.inputs(4).name(), "q_positions");
+  SetRegion(request.mutable_inputs(3)->mutable_parameters(), "att", 1024, 8);
+  SetRegion(request.mutable_inputs(4)->mutable_parameters(), "att", 2048, 40);
+  request.mutable_raw_input_contents()->DeleteSubrange(3, 2);
+  ASSERT_EQ(request.outputs(1).name(), "lse");
+  SetRegion(request.mutable_outputs(1)->mutable_parameters(), "att", 8192, 4096);
+  ModelInferResponse response;
+  ASSERT_TRUE(GrpcStatusIs(Infer(request, &response), StatusCode::OK, ""));
+  ExpectSameTensor(response, "output", want.output(), "FP32");
+  EXPECT_EQ(std::string(object.data() + 8192, 40), want.lse().data());
+  ASSERT_EQ(response.outputs_size(), 2);
+  const auto& lse = response.outputs(1);
+  EXPECT_EQ(lse.name(), "lse");
+  EXPECT_EQ(std::vector<int64_t>(lse.shape().begin(), lse.shape().end()),
+            std::vector<int64_t>(want.lse().shape().begin(), want.lse().shape().end()));
+  EXPECT_EQ(lse.parameters().at("shared_memory_byte_size").int64_param(), 40);
+  EXPECT_TRUE(response.raw_output_contents(1).empty());
+
+  // A region smaller than lse is refused before any work.
+  SetRegion(request.mutable_outputs(1)->mutable_parameters(), "att", 8192, 36);
+  EXPECT_TRUE(GrpcStatusIs(Infer(request, &response), StatusCode::INVALID_ARGUMENT,
+                           "for output 'lse' (36 bytes) should be at least 40 bytes"));
+}
+
 TEST_F(KServeTest, CudaRegisterOnTheCpuBackendIsRefused) {
   grpc::ClientContext context;
   SetDeadline(&context);
@@ -946,17 +1367,6 @@ namespace {
 
 std::string Fixture(const char* name) {
   return ReadFile(std::string(ROPE_HF_CONFIGS_DIR) + "/" + name);
-}
-
-v1::AttentionScoresResponse AttentionScores(inference::GRPCInferenceService::Stub*,
-                                            v1::RopeService::Stub* stub,
-                                            const v1::AttentionScoresRequest& request) {
-  grpc::ClientContext context;
-  SetDeadline(&context);
-  v1::AttentionScoresResponse response;
-  EXPECT_TRUE(
-      GrpcStatusIs(stub->AttentionScores(&context, request, &response), StatusCode::OK, ""));
-  return response;
 }
 
 // The serving engines' variants as request parameters of the built-in
