@@ -717,6 +717,74 @@ std::vector<std::pair<std::string, inference::ModelInferRequest>> ModelInferSeed
   r.add_outputs()->set_name("output");
   seeds.emplace_back("kserve_attention_f16_v_output", r);
 
+  // Every AttentionScores option an attention model takes: masks, softcap,
+  // top_k and a row range as parameters, sinks / ALiBi slopes / positions
+  // as tensors, all seven outputs asked for.
+  r = inference::ModelInferRequest();
+  r.set_model_name("attention");
+  SetParameter(&r, "head_dim", 8);
+  SetParameter(&r, "max_len", 64);
+  (*r.mutable_parameters())["causal"].set_bool_param(true);
+  SetParameter(&r, "window_left", 2);
+  SetParameter(&r, "window_right", 1);
+  SetParameter(&r, "chunk_size", 4);
+  SetParameter(&r, "top_k", 2);
+  SetParameter(&r, "score_rows_start", 1);
+  SetParameter(&r, "score_rows_count", 2);
+  (*r.mutable_parameters())["softcap"].set_double_param(30);
+  AddInput("q", MakeTensor(v1::FLOAT32, {1, 3, 2, 8}, 13), &r);
+  AddInput("k", MakeTensor(v1::FLOAT32, {1, 4, 1, 8}, 14), &r);
+  AddInput("v", MakeTensor(v1::FLOAT32, {1, 4, 1, 4}, 15), &r);
+  {
+    const float per_head[2] = {0.5f, -1.0f};
+    for (const char* name : {"sinks", "alibi_slopes"}) {
+      auto* input = r.add_inputs();
+      input->set_name(name);
+      input->set_datatype("FP32");
+      input->add_shape(2);
+      r.add_raw_input_contents(std::string(reinterpret_cast<const char*>(per_head), 8));
+    }
+    const int64_t q_positions[3] = {0, 1, 5};
+    const int64_t k_positions[4] = {0, 1, 4, 5};
+    auto* input = r.add_inputs();
+    input->set_name("q_positions");
+    input->set_datatype("INT64");
+    input->add_shape(3);
+    r.add_raw_input_contents(std::string(reinterpret_cast<const char*>(q_positions), 24));
+    input = r.add_inputs();
+    input->set_name("k_positions");
+    input->set_datatype("INT64");
+    input->add_shape(4);
+    r.add_raw_input_contents(std::string(reinterpret_cast<const char*>(k_positions), 32));
+  }
+  for (const char* name : {"scores", "output", "lse", "top_k_indices", "top_k_probs", "key_mass",
+                           "score_rows"}) {
+    r.add_outputs()->set_name(name);
+  }
+  seeds.emplace_back("kserve_attention_options_all_outputs", r);
+
+  // Sinks read from the region, lse written to it.
+  r = inference::ModelInferRequest();
+  r.set_model_name("attention");
+  SetParameter(&r, "head_dim", 8);
+  SetParameter(&r, "max_len", 32);
+  AddInput("q", MakeTensor(v1::FLOAT32, {1, 2, 2, 8}, 16), &r);
+  AddInput("k", MakeTensor(v1::FLOAT32, {1, 3, 2, 8}, 17), &r);
+  {
+    auto* sinks = r.add_inputs();
+    sinks->set_name("sinks");
+    sinks->set_datatype("FP32");
+    sinks->add_shape(2);
+    (*sinks->mutable_parameters())["shared_memory_region"].set_string_param("fuzz");
+    (*sinks->mutable_parameters())["shared_memory_byte_size"].set_int64_param(8);
+    auto* lse = r.add_outputs();
+    lse->set_name("lse");
+    (*lse->mutable_parameters())["shared_memory_region"].set_string_param("fuzz");
+    (*lse->mutable_parameters())["shared_memory_offset"].set_int64_param(8192);
+    (*lse->mutable_parameters())["shared_memory_byte_size"].set_int64_param(64);
+  }
+  seeds.emplace_back("kserve_attention_shm_sinks_lse_out", r);
+
   // The serving engines' variants as parameters: an MLA-like rotary_offset,
   // HunYuan's alpha, float8 outputs with their scales, q and k heads 3 and 2.
   r = inference::ModelInferRequest();
