@@ -1074,10 +1074,18 @@ absl::StatusOr<InferPlan> PlanModelInfer(const Model& model, inference::ModelInf
       ROPE_RETURN_IF_ERROR(FillPositions("k_positions", inputs[kKPositions], max_elements,
                                          attention.mutable_k_positions(), &plan.reads));
     }
-    // Outputs named: they are the results asked for (rope.v1 refuses a
-    // result listed twice, and top_k_indices and top_k_probs share TOP_K).
-    // None named: results stays empty, today's default.
-    if (!request->outputs().empty()) {
+    // Outputs named beyond scores and output: they are the results asked
+    // for (rope.v1 refuses a result listed twice, and top_k_indices and
+    // top_k_probs share TOP_K). Otherwise results stays empty, today's
+    // computation (scores, and output with v), of which the reply carries
+    // the outputs named: the bits of the rope.v1 call clients made before
+    // results existed (its probabilities are rounded differently from the
+    // results path's).
+    bool beyond_default = false;
+    for (int i = 0; i < plan.output_count; ++i) {
+      beyond_default = beyond_default || plan.outputs[i] > kOutputOut;
+    }
+    if (beyond_default) {
       std::array<bool, kMaxInferOutputs> listed{};
       for (int i = 0; i < plan.output_count; ++i) {
         const v1::AttentionResult result = kResultOf[plan.outputs[i]];

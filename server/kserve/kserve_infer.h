@@ -27,9 +27,11 @@
 //                     (int64), causal, softmax (bool), scale, softcap
 //                     (numbers); outputs scores, output (needs v), lse,
 //                     top_k_indices (INT32), top_k_probs, key_mass,
-//                     score_rows. The outputs asked for are rope.v1's
-//                     `results` (top_k_indices and top_k_probs both TOP_K);
-//                     none asked: results empty (scores, and output with v).
+//                     score_rows. Outputs asked for beyond scores and
+//                     output are rope.v1's `results`, with the others named
+//                     (top_k_indices and top_k_probs both TOP_K); otherwise
+//                     results is empty (scores, and output with v: today's
+//                     reply), of which the outputs named are sent.
 //                     Each rope.v1 field has the KServe name of its own.
 //   built-in models   also the RoPE configuration: theta (a number; a string
 //                     such as "500000" keeps every digit), head_dim,

@@ -88,14 +88,20 @@ def test_model_metadata_and_config_describe_the_tensors(kserve):
         ("positions", "INT64", [-1])]
     assert [t.name for t in llama.outputs] == ["q_out", "k_out"]
     attention = kserve.ModelMetadata(pb.ModelMetadataRequest(name="attention"), timeout=DEADLINE)
-    assert [(t.name, t.datatype) for t in attention.outputs] == [("scores", "FP32"),
-                                                                  ("output", "FP32")]
+    assert [(t.name, t.datatype) for t in attention.outputs] == [
+        ("scores", "FP32"), ("output", "FP32"), ("lse", "FP32"), ("top_k_indices", "INT32"),
+        ("top_k_probs", "FP32"), ("key_mass", "FP32"), ("score_rows", "FP32")]
+    assert [(t.name, t.datatype, list(t.shape)) for t in attention.inputs][3:] == [
+        ("sinks", "FP32", [-1]), ("alibi_slopes", "FP32", [-1]), ("q_positions", "INT64", [-1]),
+        ("k_positions", "INT64", [-1])]
     config = kserve.ModelConfig(pb.ModelConfigRequest(name="gemma-local"), timeout=DEADLINE).config
     assert config.name == "gemma-local" and config.max_batch_size == 0
     assert config.backend == "ropeserve"
     assert [(i.name, i.data_type, list(i.dims), i.optional) for i in config.input] == [
         ("q", mc.TYPE_FP32, [-1, -1, -1, 256], False), ("k", mc.TYPE_FP32, [-1, -1, -1, 256], False),
-        ("v", mc.TYPE_FP32, [-1, -1, -1, -1], True)]
+        ("v", mc.TYPE_FP32, [-1, -1, -1, -1], True), ("sinks", mc.TYPE_FP32, [-1], True),
+        ("alibi_slopes", mc.TYPE_FP32, [-1], True), ("q_positions", mc.TYPE_INT64, [-1], True),
+        ("k_positions", mc.TYPE_INT64, [-1], True)]
     assert config.parameters["operation"].string_value == "attention"
     assert config.parameters["hf_layer_type"].string_value == "sliding_attention"
     expect_error(kserve.ModelConfig, pb.ModelConfigRequest(name="llama", version="3"),
@@ -215,6 +221,46 @@ def test_attention_equals_rope_v1_attention_scores(kserve, rope):
     assert list(scores.shape) == [1, 8, 5, 7] and scores.datatype == "FP32"
     assert scores_bytes == want.scores.data
     assert output(response, "output")[1] == want.output.data
+
+
+def test_attention_options_and_results_equal_rope_v1(kserve, rope):
+    # Every option beside the tensors as a parameter, sinks as a tensor, and
+    # the results asked for by output name (no v: no scores are made).
+    rng = np.random.default_rng(12)
+    q = rng.uniform(-1, 1, size=(1, 6, 4, 64)).astype(np.float32)
+    k = rng.uniform(-1, 1, size=(1, 9, 2, 64)).astype(np.float32)
+    sinks = np.array([0.5, -0.25, 1.0, 0.0], dtype=np.float32)
+    request = pb.ModelInferRequest(model_name="attention")
+    for name, value in (("head_dim", 64), ("max_len", 256), ("q_start_pos", 3),
+                        ("window_left", 4), ("chunk_size", 8), ("top_k", 2),
+                        ("score_rows_start", 1), ("score_rows_count", 3)):
+        request.parameters[name].int64_param = value
+    request.parameters["theta"].string_param = "500000"
+    request.parameters["causal"].bool_param = True
+    request.parameters["softcap"].double_param = 15.0
+    for name, array in (("q", q), ("k", k), ("sinks", sinks)):
+        add_input(request, name, "FP32", array)
+    names = ["lse", "top_k_indices", "top_k_probs", "key_mass", "score_rows"]
+    for name in names:
+        request.outputs.add().name = name
+    response = kserve.ModelInfer(request, timeout=DEADLINE)
+    assert [o.name for o in response.outputs] == names
+    want = rope.AttentionScores(rp.AttentionScoresRequest(
+        config=rp.RopeConfig(theta=500000, head_dim=64, max_len=256),
+        q=v1_tensor(rp.FLOAT32, q), k=v1_tensor(rp.FLOAT32, k), q_start_pos=3, causal=True,
+        window_left=4, chunk_size=8, softcap=15.0, sinks=sinks.tolist(), top_k=2,
+        score_rows_start=1, score_rows_count=3,
+        results=[rp.LSE, rp.TOP_K, rp.KEY_MASS, rp.SCORE_ROWS]), timeout=DEADLINE)
+    for name in names:
+        tensor, data = output(response, name)
+        assert data == getattr(want, name).data, name
+        assert list(tensor.shape) == list(getattr(want, name).shape), name
+    assert output(response, "top_k_indices")[0].datatype == "INT32"
+    unknown = pb.ModelInferRequest()
+    unknown.CopyFrom(request)
+    unknown.outputs.add().name = "weights"
+    expect_error(kserve.ModelInfer, unknown, grpc.StatusCode.INVALID_ARGUMENT,
+                 "unexpected inference output 'weights' for model 'attention'")
 
 
 def test_typed_contents_equal_raw_bytes(kserve):

@@ -164,6 +164,33 @@ def main():
     assert result.as_numpy("scores").shape == (1, 8, 4, 6)
     print("ok    tritonclient infer llama-attention == rope.v1 AttentionScores")
 
+    # Attention results beyond the scores, asked for by output name, with a
+    # sliding window and softcap as parameters and sinks as a tensor.
+    sinks = np.array([0.5, -1.0, 0.25, 0.0, 1.0, -0.5, 2.0, 0.125], dtype=np.float32)
+    inputs = []
+    for name, array in (("q", qa), ("k", ka), ("v", va), ("sinks", sinks)):
+        inputs.append(triton.InferInput(name, array.shape, "FP32"))
+        inputs[-1].set_data_from_numpy(array)
+    asked = [triton.InferRequestedOutput(name) for name in ("output", "lse", "top_k_indices")]
+    result = client.infer("llama-attention", inputs, outputs=asked,
+                          parameters={"causal": True, "window_left": 2, "softcap": 30.0,
+                                      "top_k": 2},
+                          client_timeout=DEADLINE)
+    want = rope.AttentionScores(rp.AttentionScoresRequest(
+        config=rp.RopeConfig(hf_config_json=llama_json, max_len=8192, layout=rp.HALF),
+        q=v1_tensor(rp.FLOAT32, qa), k=v1_tensor(rp.FLOAT32, ka), v=v1_tensor(rp.FLOAT32, va),
+        causal=True, window_left=2, softcap=30.0, sinks=sinks.tolist(), top_k=2,
+        results=[rp.OUTPUT, rp.LSE, rp.TOP_K]), timeout=DEADLINE)
+    lse = result.as_numpy("lse")
+    assert lse.dtype == np.float32 and lse.shape == (1, 8, 4), (lse.dtype, lse.shape)
+    assert lse.tobytes() == want.lse.data
+    assert result.as_numpy("output").tobytes() == want.output.data
+    indices = result.as_numpy("top_k_indices")
+    assert indices.dtype == np.int32 and indices.shape == (1, 8, 4, 2), (indices.dtype,
+                                                                         indices.shape)
+    assert indices.tobytes() == want.top_k_indices.data
+    print("ok    tritonclient infer llama-attention lse, top_k_indices == rope.v1 AttentionScores")
+
     # Errors as Triton gives them.
     bad = triton.InferInput("q", q.shape, "INT32")
     bad.set_data_from_numpy(q.view(np.int32))
