@@ -1110,6 +1110,16 @@ CallEstimate PlanEstimate(const InferPlan& plan) {
   CallEstimate estimate = plan.model->operation == ModelOperation::kRotate
                               ? EstimateRotate(plan.rotate)
                               : EstimateAttentionScores(*plan.attention);
+  if (plan.attention.has_value()) {
+    // The per-head lists and positions decoded out of raw bytes are copies
+    // the rope.v1 request holds beside the request's own bytes (each
+    // bounded by max_elements when the plan was built).
+    const v1::AttentionScoresRequest& attention = *plan.attention;
+    const int64_t decoded =
+        int64_t{8} * (attention.q_positions_size() + attention.k_positions_size()) +
+        int64_t{4} * (attention.sinks_size() + attention.alibi_slopes_size());
+    estimate.more_bytes = SaturatingAdd(estimate.more_bytes, decoded);
+  }
   for (const InferPlan::RegionRead& read : plan.reads) {
     const uint64_t size = read.ref.byte_size();
     const int64_t bytes =

@@ -313,6 +313,33 @@ TEST(KServeReplyWireTest, RegionOutputsAndTheirParametersParseBack) {
 
 // ToResponse (the message form the fuzz target and benchmarks use) moves
 // the reply's parts: the same message as the writer's bytes parse to.
+// The per-head lists and positions an attention plan decodes out of raw
+// bytes are charged beside the rope.v1 request's estimate.
+TEST(KServeReplyWireTest, PlanEstimateChargesDecodedListsAndPositions) {
+  auto plan_of = [](bool with_lists) {
+    ModelInferRequest request;
+    request.set_model_name("attention");
+    SetConfig(&request);
+    AddInput("q", DType::kFloat32, {1, 2, 4, 64}, 3, &request);
+    AddInput("k", DType::kFloat32, {1, 7, 2, 64}, 4, &request);
+    if (with_lists) {
+      AddInput("sinks", DType::kFloat32, {4}, 6, &request);
+      auto* positions = request.add_inputs();
+      positions->set_name("q_positions");
+      positions->set_datatype("INT32");
+      positions->add_shape(2);
+      const int32_t values[2] = {3, 9};
+      request.add_raw_input_contents(std::string(reinterpret_cast<const char*>(values), 8));
+    }
+    absl::StatusOr<kserve::InferPlan> plan =
+        kserve::PlanModelInfer(BuiltinModel("attention"), &request, 1 << 24);
+    EXPECT_TRUE(plan.ok()) << plan.status();
+    return kserve::PlanEstimate(*plan).more_bytes;
+  };
+  // 4 sinks as float, 2 positions as int64.
+  EXPECT_EQ(plan_of(true) - plan_of(false), 4 * 4 + 2 * 8);
+}
+
 TEST(KServeReplyWireTest, ToResponseBuildsWhatTheBytesSay) {
   ModelInferRequest request = Cases()[1].request;
   absl::StatusOr<kserve::InferPlan> plan =
