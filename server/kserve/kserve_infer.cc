@@ -926,6 +926,12 @@ absl::StatusOr<InferPlan> PlanModelInfer(const Model& model, inference::ModelInf
   ROPE_ASSIGN_OR_RETURN(const RequestParameters parameters,
                         FindParameters(model, request->parameters()));
   const Names& names = NamesOf(model.operation);
+  // The per-slot arrays below hold every name of a model.
+  if (names.inputs.size() > size_t{kMaxInputs} ||
+      names.outputs.size() > size_t{kMaxInferOutputs}) {
+    return absl::InternalError(absl::StrCat("model '", model.name, "' has more tensors than ",
+                                            "a ModelInfer plan holds"));
+  }
 
   // Inputs, by slot (their index in names.inputs): each named once, each
   // with one source of bytes.
