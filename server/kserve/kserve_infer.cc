@@ -437,7 +437,7 @@ absl::Status FillPositions(const std::string& name, Input& input, int64_t max_el
   if (datatype != "INT64" && datatype != "INT32") {
     return absl::InvalidArgumentError(absl::StrCat("inference input '", name, "' data-type is '",
                                                    datatype,
-                                                   "', but it must be 'INT64' or 'INT32'"));
+                                                   "', but it must be 'INT64', 'INT32' or 'FP64'"));
   }
   const bool int32 = datatype == "INT32";
   const int64_t width = int32 ? 4 : 8;
@@ -482,6 +482,59 @@ absl::Status FillPositions(const std::string& name, Input& input, int64_t max_el
   } else {
     *positions = contents.int64_contents();
   }
+  return absl::OkStatus();
+}
+
+// Little-endian FP64 bytes into values.
+void DecodeDoubles(const std::string& bytes, google::protobuf::RepeatedField<double>* values) {
+  const size_t count = bytes.size() / sizeof(double);
+  values->Resize(static_cast<int>(count), 0.0);
+  if (count > 0) std::memcpy(values->mutable_data(), bytes.data(), count * sizeof(double));
+}
+
+// Fills fractional positions (rope.v1's fractional_positions,
+// q_fractional_positions, k_fractional_positions) from an FP64 positions
+// input: raw bytes, contents.fp64_contents, or a region queued in `reads`.
+// The engine checks the values (finite, in range) and their count.
+absl::Status FillFractionalPositions(const std::string& name, Input& input, int64_t max_elements,
+                                     google::protobuf::RepeatedField<double>* positions,
+                                     std::vector<InferPlan::RegionRead>* reads) {
+  const int64_t count = ElementCount(input.tensor->shape());
+  if (count < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("inference input '", name, "' has shape ",
+                                                   ShapeText(input.tensor->shape()),
+                                                   ": every dimension must be >= 0"));
+  }
+  // As FillPositions: more values than this fit no request.
+  const int64_t limit = CheckedMul(max_elements, 2);
+  if (limit >= 0 && count > limit) return TooManyElements(name, count, limit);
+  const int64_t expected = CheckedMul(count, 8);
+  if (expected < 0) return TooManyElements(name, count, limit);
+  if (input.shm.has_value()) {
+    const uint64_t given = input.shm->byte_size();
+    if (given != static_cast<uint64_t>(expected)) {
+      return ByteSizeError(static_cast<int64_t>(std::min<uint64_t>(given, kMaxInt64)), name,
+                           expected);
+    }
+    reads->push_back({name, *input.shm, "FP64"});
+    return absl::OkStatus();
+  }
+  if (input.raw != nullptr) {
+    if (static_cast<int64_t>(input.raw->size()) != expected) {
+      return ByteSizeError(static_cast<int64_t>(input.raw->size()), name, expected);
+    }
+    DecodeDoubles(*input.raw, positions);
+    return absl::OkStatus();
+  }
+  const inference::InferTensorContents& contents = input.tensor->contents();
+  if (contents.ByteSizeLong() != 0 && contents.fp64_contents_size() == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "inference input '", name, "' is FP64: its typed values go in contents.fp64_contents"));
+  }
+  if (contents.fp64_contents_size() != count) {
+    return ByteSizeError(int64_t{8} * contents.fp64_contents_size(), name, expected);
+  }
+  *positions = contents.fp64_contents();
   return absl::OkStatus();
 }
 
@@ -844,9 +897,14 @@ absl::Status ReadRegions(const CallerRegions& regions, InferPlan* plan) {
     ROPE_ASSIGN_OR_RETURN(std::string bytes,
                           ReadRegion(regions, read.ref, read.input, read.datatype));
     const bool int32 = read.datatype == "INT32";
+    const bool fractional = read.datatype == "FP64";
     if (plan->attention.has_value()) {
       v1::AttentionScoresRequest& attention = *plan->attention;
-      if (read.input == "sinks") {
+      if (fractional) {
+        DecodeDoubles(bytes, read.input == "q_positions"
+                                 ? attention.mutable_q_fractional_positions()
+                                 : attention.mutable_k_fractional_positions());
+      } else if (read.input == "sinks") {
         DecodeFloats(bytes, attention.mutable_sinks());
       } else if (read.input == "alibi_slopes") {
         DecodeFloats(bytes, attention.mutable_alibi_slopes());
@@ -855,6 +913,8 @@ absl::Status ReadRegions(const CallerRegions& regions, InferPlan* plan) {
       } else {
         DecodePositions(bytes, int32, attention.mutable_k_positions());
       }
+    } else if (read.input == "positions" && fractional) {
+      DecodeDoubles(bytes, plan->rotate.mutable_fractional_positions());
     } else if (read.input == "positions") {
       DecodePositions(bytes, int32, plan->rotate.mutable_positions());
     } else {
@@ -1048,8 +1108,12 @@ absl::StatusOr<InferPlan> PlanModelInfer(const Model& model, inference::ModelInf
       }
     }
     if (inputs[2].tensor != nullptr) {
-      ROPE_RETURN_IF_ERROR(FillPositions("positions", inputs[2], max_elements,
-                                         rotate.mutable_positions(), &plan.reads));
+      ROPE_RETURN_IF_ERROR(
+          inputs[2].tensor->datatype() == "FP64"
+              ? FillFractionalPositions("positions", inputs[2], max_elements,
+                                        rotate.mutable_fractional_positions(), &plan.reads)
+              : FillPositions("positions", inputs[2], max_elements, rotate.mutable_positions(),
+                              &plan.reads));
     }
   } else {
     v1::AttentionScoresRequest& attention = *plan.attention;
@@ -1072,13 +1136,21 @@ absl::StatusOr<InferPlan> PlanModelInfer(const Model& model, inference::ModelInf
       ROPE_RETURN_IF_ERROR(FillFloatList("alibi_slopes", inputs[kAlibiSlopes], max_elements,
                                          attention.mutable_alibi_slopes(), &plan.reads));
     }
-    if (inputs[kQPositions].tensor != nullptr) {
-      ROPE_RETURN_IF_ERROR(FillPositions("q_positions", inputs[kQPositions], max_elements,
-                                         attention.mutable_q_positions(), &plan.reads));
-    }
-    if (inputs[kKPositions].tensor != nullptr) {
-      ROPE_RETURN_IF_ERROR(FillPositions("k_positions", inputs[kKPositions], max_elements,
-                                         attention.mutable_k_positions(), &plan.reads));
+    // Explicit positions: integers (INT64 / INT32), or fractional ones
+    // (FP64: rope.v1's q_fractional_positions / k_fractional_positions).
+    for (int slot : {kQPositions, kKPositions}) {
+      Input& input = inputs[slot];
+      if (input.tensor == nullptr) continue;
+      const bool q = slot == kQPositions;
+      ROPE_RETURN_IF_ERROR(
+          input.tensor->datatype() == "FP64"
+              ? FillFractionalPositions(names.inputs[slot], input, max_elements,
+                                        q ? attention.mutable_q_fractional_positions()
+                                          : attention.mutable_k_fractional_positions(),
+                                        &plan.reads)
+              : FillPositions(names.inputs[slot], input, max_elements,
+                              q ? attention.mutable_q_positions() : attention.mutable_k_positions(),
+                              &plan.reads));
     }
     // Outputs named beyond scores and output: they are the results asked
     // for (rope.v1 refuses a result listed twice, and top_k_indices and
@@ -1122,7 +1194,9 @@ CallEstimate PlanEstimate(const InferPlan& plan) {
     // bounded by max_elements when the plan was built).
     const v1::AttentionScoresRequest& attention = *plan.attention;
     const int64_t decoded =
-        int64_t{8} * (attention.q_positions_size() + attention.k_positions_size()) +
+        int64_t{8} * (attention.q_positions_size() + attention.k_positions_size() +
+                      attention.q_fractional_positions_size() +
+                      attention.k_fractional_positions_size()) +
         int64_t{4} * (attention.sinks_size() + attention.alibi_slopes_size());
     estimate.more_bytes = SaturatingAdd(estimate.more_bytes, decoded);
   }

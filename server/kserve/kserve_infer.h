@@ -12,7 +12,8 @@
 //
 // The mapping (docs/design.md, "KServe v2 / Triton protocol"):
 //   rotate models     inputs q, k (optional), positions (optional, INT64 or
-//                     INT32, any shape holding the rope.v1 positions list);
+//                     INT32, any shape holding the rope.v1 positions list;
+//                     FP64: fractional_positions);
 //                     parameters start_pos (int64), inverse (bool),
 //                     output_dtype ("FLOAT8_E4M3FN" / "FLOAT8_E5M2"),
 //                     output_scale, k_output_scale (numbers);
@@ -21,7 +22,8 @@
 //                     naming the format: KServe v2 has no float8 type).
 //   attention models  inputs q, k, v (optional), sinks and alibi_slopes
 //                     (optional, FP32, Hq values), q_positions and
-//                     k_positions (optional, INT64 or INT32); parameters
+//                     k_positions (optional, INT64 or INT32; FP64: the
+//                     q_ / k_fractional_positions); parameters
 //                     q_start_pos, k_start_pos, window_left, window_right,
 //                     chunk_size, top_k, score_rows_start, score_rows_count
 //                     (int64), causal, softmax (bool), scale, softcap

@@ -423,6 +423,79 @@ TEST_F(KServeTest, AttentionExplicitPositionsGiveAttentionScoresBytes) {
   ExpectSameTensor(response, "lse", want.lse(), "FP32");
 }
 
+// FP64 positions are rope.v1's fractional positions: q_positions /
+// k_positions of an attention model (raw bytes and typed contents), and a
+// rotate model's positions.
+TEST_F(KServeTest, Fp64PositionsAreFractionalPositions) {
+  v1::AttentionScoresRequest attention;
+  *attention.mutable_config() = MakeConfig(16, 64, v1::HALF);
+  *attention.mutable_q() = RandomTensor(DType::kFloat32, {1, 3, 2, 16}, 81);
+  *attention.mutable_k() = RandomTensor(DType::kFloat32, {1, 4, 2, 16}, 82);
+  for (double p : {2.5, 3.25, 7.75}) attention.add_q_fractional_positions(p);
+  for (double p : {0.5, 1.0, 2.5, 6.125}) attention.add_k_fractional_positions(p);
+  attention.add_results(v1::LSE);
+  attention.add_results(v1::KEY_MASS);
+  const v1::AttentionScoresResponse want = AttentionScores(kserve_.get(), stub_.get(), attention);
+  ModelInferRequest request = InferFor(attention);
+  auto* q_positions = request.add_inputs();
+  q_positions->set_name("q_positions");
+  q_positions->set_datatype("FP64");
+  q_positions->add_shape(3);
+  request.add_raw_input_contents(std::string(
+      reinterpret_cast<const char*>(attention.q_fractional_positions().data()), 24));
+  ModelInferResponse response;
+  // k_positions as typed contents need every input typed: q and k too.
+  ModelInferRequest typed = request;
+  typed.clear_raw_input_contents();
+  for (int i = 0; i < 2; ++i) {
+    const std::string& bytes = i == 0 ? attention.q().data() : attention.k().data();
+    for (size_t at = 0; at < bytes.size(); at += 4) {
+      float value;
+      std::memcpy(&value, bytes.data() + at, 4);
+      typed.mutable_inputs(i)->mutable_contents()->add_fp32_contents(value);
+    }
+  }
+  for (double p : attention.q_fractional_positions()) {
+    typed.mutable_inputs(2)->mutable_contents()->add_fp64_contents(p);
+  }
+  auto* k_positions = typed.add_inputs();
+  k_positions->set_name("k_positions");
+  k_positions->set_datatype("FP64");
+  k_positions->add_shape(4);
+  for (double p : attention.k_fractional_positions()) {
+    k_positions->mutable_contents()->add_fp64_contents(p);
+  }
+  ASSERT_TRUE(GrpcStatusIs(Infer(typed, &response), StatusCode::OK, ""));
+  ExpectSameTensor(response, "lse", want.lse(), "FP32");
+  ExpectSameTensor(response, "key_mass", want.key_mass(), "FP32");
+
+  // Raw bytes for both.
+  auto* k_raw = request.add_inputs();
+  k_raw->set_name("k_positions");
+  k_raw->set_datatype("FP64");
+  k_raw->add_shape(4);
+  request.add_raw_input_contents(std::string(
+      reinterpret_cast<const char*>(attention.k_fractional_positions().data()), 32));
+  ASSERT_TRUE(GrpcStatusIs(Infer(request, &response), StatusCode::OK, ""));
+  ExpectSameTensor(response, "lse", want.lse(), "FP32");
+
+  v1::RotateRequest rotate;
+  *rotate.mutable_config() = MakeConfig(8, 64);
+  *rotate.mutable_q() = RandomTensor(DType::kFloat32, {1, 3, 2, 8}, 83);
+  for (double p : {0.25, 10.5, 33.0}) rotate.add_fractional_positions(p);
+  ModelInferRequest rotate_infer = InferFor(rotate);
+  auto* positions = rotate_infer.add_inputs();
+  positions->set_name("positions");
+  positions->set_datatype("FP64");
+  positions->add_shape(3);
+  rotate_infer.add_raw_input_contents(
+      std::string(reinterpret_cast<const char*>(rotate.fractional_positions().data()), 24));
+  ASSERT_TRUE(GrpcStatusIs(Infer(rotate_infer, &response), StatusCode::OK, ""));
+  const std::string rotated = Rotate(rotate).q().data();
+  EXPECT_FALSE(rotated.empty());
+  EXPECT_TRUE(OutputBytes(response, "q_out") == rotated);
+}
+
 TEST_F(KServeTest, TypedContentsAndInt32PositionsGiveTheSameBytes) {
   v1::RotateRequest rotate;
   *rotate.mutable_config() = MakeConfig(8, 64);
@@ -792,6 +865,23 @@ std::vector<InferCase> InferCases() {
          r->add_raw_input_contents(std::string(31, '\0'));
        },
        kInvalid, "unexpected total byte size 31 for input 'q_positions', expecting 32"},
+      {"AttentionFractionalPositionsByteSize",
+       [](ModelInferRequest* r) {
+         *r = ValidAttentionInfer();
+         auto* p = r->add_inputs();
+         p->set_name("k_positions");
+         p->set_datatype("FP64");
+         p->add_shape(5);
+         r->add_raw_input_contents(std::string(39, '\0'));
+       },
+       kInvalid, "unexpected total byte size 39 for input 'k_positions', expecting 40"},
+      {"AttentionPositionsFp32",
+       [](ModelInferRequest* r) {
+         *r = ValidAttentionInfer();
+         AddFloatInput(r, "q_positions", {0, 1, 2, 3});
+       },
+       kInvalid,
+       "input 'q_positions' data-type is 'FP32', but it must be 'INT64', 'INT32' or 'FP64'"},
       {"AttentionLseRegionTooSmall",
        [](ModelInferRequest* r) {
          *r = ValidAttentionInfer();
