@@ -430,6 +430,51 @@ void DecodeFloats(const std::string& bytes, google::protobuf::RepeatedField<floa
   if (count > 0) std::memcpy(values->mutable_data(), bytes.data(), count * sizeof(float));
 }
 
+// Where a values input's values are, once CheckValueInput has passed it.
+enum class ValueSource { kRegion, kRaw, kTyped };
+
+struct CheckedValueInput {
+  ValueSource source;
+  int64_t count;           // elements, from the shape
+  int64_t expected_bytes;  // count * the datatype's width
+};
+
+// The checks every values input (positions, sinks, slopes) shares: its
+// shape's dims are >= 0, its element count at most `limit` (none when
+// negative), and a region's or raw input's byte size is count * `width`. A
+// region is queued in `reads` (read as `datatype` when the plan runs); typed
+// contents are left to the caller, which knows their field.
+absl::StatusOr<CheckedValueInput> CheckValueInput(const std::string& name, const Input& input,
+                                                  int64_t limit, int64_t width,
+                                                  const std::string& datatype,
+                                                  std::vector<InferPlan::RegionRead>* reads) {
+  const int64_t count = ElementCount(input.tensor->shape());
+  if (count < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("inference input '", name, "' has shape ",
+                                                   ShapeText(input.tensor->shape()),
+                                                   ": every dimension must be >= 0"));
+  }
+  if (limit >= 0 && count > limit) return TooManyElements(name, count, limit);
+  const int64_t expected = CheckedMul(count, width);
+  if (expected < 0) return TooManyElements(name, count, limit);
+  if (input.shm.has_value()) {
+    const uint64_t given = input.shm->byte_size();
+    if (given != static_cast<uint64_t>(expected)) {
+      return ByteSizeError(static_cast<int64_t>(std::min<uint64_t>(given, kMaxInt64)), name,
+                           expected);
+    }
+    reads->push_back({name, *input.shm, datatype});
+    return CheckedValueInput{ValueSource::kRegion, count, expected};
+  }
+  if (input.raw != nullptr) {
+    if (static_cast<int64_t>(input.raw->size()) != expected) {
+      return ByteSizeError(static_cast<int64_t>(input.raw->size()), name, expected);
+    }
+    return CheckedValueInput{ValueSource::kRaw, count, expected};
+  }
+  return CheckedValueInput{ValueSource::kTyped, count, expected};
+}
+
 absl::Status FillPositions(const std::string& name, Input& input, int64_t max_elements,
                            google::protobuf::RepeatedField<int64_t>* positions,
                            std::vector<InferPlan::RegionRead>* reads) {
@@ -441,33 +486,18 @@ absl::Status FillPositions(const std::string& name, Input& input, int64_t max_el
   }
   const bool int32 = datatype == "INT32";
   const int64_t width = int32 ? 4 : 8;
-  const int64_t count = ElementCount(input.tensor->shape());
-  if (count < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("inference input '", name, "' has shape ",
-                                                   ShapeText(input.tensor->shape()),
-                                                   ": every dimension must be >= 0"));
-  }
   // M-RoPE gives a token three positions and a token has at least two
   // features (head_dim is even): more values than this fit no request.
-  const int64_t limit = CheckedMul(max_elements, 2);
-  if (limit >= 0 && count > limit) return TooManyElements(name, count, limit);
-  const int64_t expected = count * width;
-  if (input.shm.has_value()) {
-    const uint64_t given = input.shm->byte_size();
-    if (given != static_cast<uint64_t>(expected)) {
-      return ByteSizeError(static_cast<int64_t>(std::min<uint64_t>(given, kMaxInt64)), name,
-                           expected);
-    }
-    reads->push_back({name, *input.shm, datatype});
-    return absl::OkStatus();
-  }
-  if (input.raw != nullptr) {
-    if (static_cast<int64_t>(input.raw->size()) != expected) {
-      return ByteSizeError(static_cast<int64_t>(input.raw->size()), name, expected);
-    }
+  ROPE_ASSIGN_OR_RETURN(
+      const CheckedValueInput checked,
+      CheckValueInput(name, input, CheckedMul(max_elements, 2), width, datatype, reads));
+  if (checked.source == ValueSource::kRegion) return absl::OkStatus();
+  if (checked.source == ValueSource::kRaw) {
     DecodePositions(*input.raw, int32, positions);
     return absl::OkStatus();
   }
+  const int64_t count = checked.count;
+  const int64_t expected = checked.expected_bytes;
   const inference::InferTensorContents& contents = input.tensor->contents();
   const int given = int32 ? contents.int_contents_size() : contents.int64_contents_size();
   if (contents.ByteSizeLong() != 0 && given == 0) {
@@ -499,33 +529,17 @@ void DecodeDoubles(const std::string& bytes, google::protobuf::RepeatedField<dou
 absl::Status FillFractionalPositions(const std::string& name, Input& input, int64_t max_elements,
                                      google::protobuf::RepeatedField<double>* positions,
                                      std::vector<InferPlan::RegionRead>* reads) {
-  const int64_t count = ElementCount(input.tensor->shape());
-  if (count < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("inference input '", name, "' has shape ",
-                                                   ShapeText(input.tensor->shape()),
-                                                   ": every dimension must be >= 0"));
-  }
   // As FillPositions: more values than this fit no request.
-  const int64_t limit = CheckedMul(max_elements, 2);
-  if (limit >= 0 && count > limit) return TooManyElements(name, count, limit);
-  const int64_t expected = CheckedMul(count, 8);
-  if (expected < 0) return TooManyElements(name, count, limit);
-  if (input.shm.has_value()) {
-    const uint64_t given = input.shm->byte_size();
-    if (given != static_cast<uint64_t>(expected)) {
-      return ByteSizeError(static_cast<int64_t>(std::min<uint64_t>(given, kMaxInt64)), name,
-                           expected);
-    }
-    reads->push_back({name, *input.shm, "FP64"});
-    return absl::OkStatus();
-  }
-  if (input.raw != nullptr) {
-    if (static_cast<int64_t>(input.raw->size()) != expected) {
-      return ByteSizeError(static_cast<int64_t>(input.raw->size()), name, expected);
-    }
+  ROPE_ASSIGN_OR_RETURN(
+      const CheckedValueInput checked,
+      CheckValueInput(name, input, CheckedMul(max_elements, 2), 8, "FP64", reads));
+  if (checked.source == ValueSource::kRegion) return absl::OkStatus();
+  if (checked.source == ValueSource::kRaw) {
     DecodeDoubles(*input.raw, positions);
     return absl::OkStatus();
   }
+  const int64_t count = checked.count;
+  const int64_t expected = checked.expected_bytes;
   const inference::InferTensorContents& contents = input.tensor->contents();
   if (contents.ByteSizeLong() != 0 && contents.fp64_contents_size() == 0) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -549,31 +563,15 @@ absl::Status FillFloatList(const std::string& name, Input& input, int64_t max_el
     return absl::InvalidArgumentError(absl::StrCat("inference input '", name, "' data-type is '",
                                                    datatype, "', but it must be 'FP32'"));
   }
-  const int64_t count = ElementCount(input.tensor->shape());
-  if (count < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("inference input '", name, "' has shape ",
-                                                   ShapeText(input.tensor->shape()),
-                                                   ": every dimension must be >= 0"));
-  }
-  if (count > max_elements) return TooManyElements(name, count, max_elements);
-  const int64_t expected = CheckedMul(count, 4);
-  if (expected < 0) return TooManyElements(name, count, max_elements);
-  if (input.shm.has_value()) {
-    const uint64_t given = input.shm->byte_size();
-    if (given != static_cast<uint64_t>(expected)) {
-      return ByteSizeError(static_cast<int64_t>(std::min<uint64_t>(given, kMaxInt64)), name,
-                           expected);
-    }
-    reads->push_back({name, *input.shm, datatype});
-    return absl::OkStatus();
-  }
-  if (input.raw != nullptr) {
-    if (static_cast<int64_t>(input.raw->size()) != expected) {
-      return ByteSizeError(static_cast<int64_t>(input.raw->size()), name, expected);
-    }
+  ROPE_ASSIGN_OR_RETURN(const CheckedValueInput checked,
+                        CheckValueInput(name, input, max_elements, 4, datatype, reads));
+  if (checked.source == ValueSource::kRegion) return absl::OkStatus();
+  if (checked.source == ValueSource::kRaw) {
     DecodeFloats(*input.raw, values);
     return absl::OkStatus();
   }
+  const int64_t count = checked.count;
+  const int64_t expected = checked.expected_bytes;
   const inference::InferTensorContents& contents = input.tensor->contents();
   if (contents.ByteSizeLong() != 0 && contents.fp32_contents_size() == 0) {
     return absl::InvalidArgumentError(absl::StrCat(
